@@ -1,0 +1,54 @@
+//! `podtrace cri info`: who the runtime is and whether it is ready.
+
+use std::process::ExitCode;
+
+use super::{CriArgs, EXIT_BAD_INPUT};
+use crate::cri::RuntimeService;
+
+pub async fn run(args: &CriArgs) -> ExitCode {
+    let client = match args.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let result = async {
+        let version = client.version().await?;
+        let status = client.status(false).await?;
+        Ok::<_, crate::cri::CriError>((version, status))
+    }
+    .await;
+    let (version, status) = match result {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ep = client.endpoint();
+    println!("endpoint:       {} ({})", ep.path.display(), ep.source);
+    println!(
+        "runtime:        {} {}",
+        version.runtime_name, version.runtime_version
+    );
+    println!("CRI API:        {}", version.runtime_api_version);
+    println!("conditions:");
+    let mut all_ready = true;
+    for c in status.status.map(|s| s.conditions).unwrap_or_default() {
+        all_ready &= c.status;
+        let mut line = format!("  {:<15} {}", c.r#type, c.status);
+        if !c.reason.is_empty() {
+            line.push_str(&format!("  reason={}", c.reason));
+        }
+        if !c.message.is_empty() {
+            line.push_str(&format!("  message={:?}", c.message));
+        }
+        println!("{line}");
+    }
+    if all_ready {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,104 @@
+//! The `podtrace` command line.
+
+mod cri_info;
+mod node;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::cri::{CriClient, CriError, Endpoint, Timeouts};
+
+/// Exit code for bad input: an unusable endpoint, unreadable manifests.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "podtrace",
+    version,
+    about = "kubelet's pod pipeline over CRI, timed stage by stage"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Talk to the container runtime directly.
+    Cri {
+        #[command(subcommand)]
+        command: CriCommand,
+    },
+    /// Create the pods in the given manifests over CRI, as kubelet would.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CriCommand {
+    /// Runtime name and version, CRI API version, and the runtime's status conditions.
+    Info {
+        #[command(flatten)]
+        cri: CriArgs,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct CriArgs {
+    /// CRI endpoint (unix:///path or /path). Default: $PODTRACE_CRI, else the node lab's
+    /// socket when the lab is up, else /run/containerd/containerd.sock.
+    #[arg(long = "cri", value_name = "ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// Deadline for each CRI call, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub request_timeout: u64,
+    /// Deadline for each image pull, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub pull_timeout: u64,
+}
+
+impl CriArgs {
+    pub async fn connect(&self) -> Result<CriClient, CriError> {
+        let endpoint = Endpoint::from_env(self.endpoint.as_deref())?;
+        let timeouts = Timeouts {
+            request: Duration::from_secs(self.request_timeout),
+            pull: Duration::from_secs(self.pull_timeout),
+        };
+        CriClient::connect(endpoint, timeouts).await
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Pod manifests: YAML files (several documents each) or directories of them.
+    #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
+    pub manifests: Vec<PathBuf>,
+    /// Exit once every pod is Running (or has failed).
+    #[arg(long)]
+    pub until_ready: bool,
+    /// With --until-ready: stop and remove the pods before exiting.
+    #[arg(long, requires = "until_ready")]
+    pub cleanup: bool,
+    /// With --until-ready: give up on a pod not Running after this many seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub ready_timeout: u64,
+    /// Print the run's result as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub node: node::NodeArgs,
+    #[command(flatten)]
+    pub cri: CriArgs,
+}
+
+pub async fn main(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Cri {
+            command: CriCommand::Info { cri },
+        } => cri_info::run(&cri).await,
+        Command::Run(args) => run::run(args).await,
+    }
+}

@@ -1,0 +1,10 @@
+//! Pod sources: where desired pods come from. Today that is static manifests (files and
+//! directories of Pod YAML), kubelet's "file" source.
+
+mod defaults;
+mod manifest;
+mod uid;
+mod validate;
+
+pub use manifest::{ManifestError, PodSource, StaticPod, load_paths};
+pub use uid::static_pod_uid;

@@ -1,0 +1,208 @@
+//! Checks a decoded Pod before podtrace accepts it. Errors are `(field path, problem)`.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+
+type Invalid = (String, String);
+
+fn invalid(field: impl Into<String>, problem: impl Into<String>) -> Invalid {
+    (field.into(), problem.into())
+}
+
+pub fn validate(pod: &Pod) -> Result<(), Invalid> {
+    let name = pod
+        .metadata
+        .name
+        .as_deref()
+        .ok_or_else(|| invalid("metadata.name", "required"))?;
+    dns1123_subdomain(name).map_err(|p| invalid("metadata.name", p))?;
+    if let Some(ns) = pod.metadata.namespace.as_deref() {
+        dns1123_label(ns).map_err(|p| invalid("metadata.namespace", p))?;
+    }
+    let spec = pod
+        .spec
+        .as_ref()
+        .ok_or_else(|| invalid("spec", "required"))?;
+    if spec.containers.is_empty() {
+        return Err(invalid(
+            "spec.containers",
+            "at least one container is required",
+        ));
+    }
+    if let Some(policy) = spec.restart_policy.as_deref() {
+        one_of(policy, &["Always", "OnFailure", "Never"])
+            .map_err(|p| invalid("spec.restartPolicy", p))?;
+    }
+    let volumes = spec.volumes.as_deref().unwrap_or_default();
+    let mut volume_names = BTreeSet::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let field = format!("spec.volumes[{i}]");
+        dns1123_label(&v.name).map_err(|p| invalid(format!("{field}.name"), p))?;
+        if !volume_names.insert(v.name.as_str()) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("duplicate volume {:?}", v.name),
+            ));
+        }
+        volume_source(v).map_err(|p| invalid(field.clone(), p))?;
+    }
+    let mut container_names = BTreeSet::new();
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let groups = [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ];
+    for (group, containers) in groups {
+        for (i, c) in containers.iter().enumerate() {
+            let field = format!("{group}[{i}]");
+            container(c, &field, &volume_names)?;
+            if !container_names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{field}.name"),
+                    format!("duplicate container name {:?}", c.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn container(c: &Container, field: &str, volumes: &BTreeSet<&str>) -> Result<(), Invalid> {
+    dns1123_label(&c.name).map_err(|p| invalid(format!("{field}.name"), p))?;
+    match c.image.as_deref() {
+        None | Some("") => return Err(invalid(format!("{field}.image"), "required")),
+        Some(_) => {}
+    }
+    if let Some(policy) = c.image_pull_policy.as_deref() {
+        one_of(policy, &["Always", "IfNotPresent", "Never"])
+            .map_err(|p| invalid(format!("{field}.imagePullPolicy"), p))?;
+    }
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        if !volumes.contains(m.name.as_str()) {
+            return Err(invalid(
+                format!("{field}.volumeMounts[{i}].name"),
+                format!("no volume named {:?} in spec.volumes", m.name),
+            ));
+        }
+        if !m.mount_path.starts_with('/') {
+            return Err(invalid(
+                format!("{field}.volumeMounts[{i}].mountPath"),
+                "must be an absolute path",
+            ));
+        }
+    }
+    for (i, p) in c.ports.iter().flatten().enumerate() {
+        if !(1..=65535).contains(&p.container_port) {
+            return Err(invalid(
+                format!("{field}.ports[{i}].containerPort"),
+                format!("{} is not a port number (1-65535)", p.container_port),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// podtrace mounts `emptyDir` and `hostPath` volumes; any other source is named.
+fn volume_source(v: &Volume) -> Result<(), String> {
+    if v.empty_dir.is_some() || v.host_path.is_some() {
+        return Ok(());
+    }
+    let json = serde_json::to_value(v).unwrap_or_default();
+    let other = json
+        .as_object()
+        .and_then(|o| o.keys().find(|k| k.as_str() != "name").cloned())
+        .unwrap_or_else(|| "no source".into());
+    Err(format!(
+        "volume source {other:?} is not supported (podtrace supports emptyDir and hostPath)"
+    ))
+}
+
+fn one_of(value: &str, allowed: &[&str]) -> Result<(), String> {
+    if allowed.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{value:?} is not one of {allowed:?}"))
+    }
+}
+
+fn dns1123_label(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
+fn dns1123_subdomain(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| dns1123_label(l).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{s:?} is not a DNS-1123 subdomain"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn names_the_bad_field() {
+        let cases = [
+            (
+                "metadata: {}\nspec: {containers: [{name: a, image: i}]}",
+                "metadata.name",
+            ),
+            (
+                "metadata: {name: Web}\nspec: {containers: [{name: a, image: i}]}",
+                "metadata.name",
+            ),
+            (
+                "metadata: {name: w}\nspec: {containers: [{name: a}]}",
+                "spec.containers[0].image",
+            ),
+            (
+                "metadata: {name: w}\nspec: {containers: [{name: a, image: i}, {name: a, image: i}]}",
+                "spec.containers[1].name",
+            ),
+            (
+                "metadata: {name: w}\nspec: {restartPolicy: Sometimes, containers: [{name: a, image: i}]}",
+                "spec.restartPolicy",
+            ),
+            (
+                "metadata: {name: w}\nspec: {volumes: [{name: v, configMap: {name: c}}], containers: [{name: a, image: i}]}",
+                "spec.volumes[0]",
+            ),
+            (
+                "metadata: {name: w}\nspec: {containers: [{name: a, image: i, volumeMounts: [{name: nope, mountPath: /x}]}]}",
+                "spec.containers[0].volumeMounts[0].name",
+            ),
+        ];
+        for (yaml, field) in cases {
+            let (got, problem) = validate(&pod(yaml)).unwrap_err();
+            assert_eq!(got, field, "{yaml}: {problem}");
+        }
+    }
+
+    #[test]
+    fn unsupported_volume_is_named() {
+        let p = pod(
+            "metadata: {name: w}\nspec: {volumes: [{name: v, configMap: {name: c}}], containers: [{name: a, image: i}]}",
+        );
+        let (_, problem) = validate(&p).unwrap_err();
+        assert!(problem.contains("configMap"), "{problem}");
+    }
+}

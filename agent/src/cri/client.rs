@@ -1,0 +1,315 @@
+//! The real runtime: CRI v1 over a unix socket with tonic, a deadline on every call.
+
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Uri};
+
+use super::service::CriResult;
+use super::{CriError, Endpoint, ImageService, RuntimeService, api};
+
+/// Deadlines for CRI calls. kubelet uses one runtime request timeout (2 min by default) for
+/// every call but image pulls, which get their own.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub request: Duration,
+    pub pull: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            request: Duration::from_secs(120),
+            pull: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A connected CRI client. Cheap to clone: clones share one HTTP/2 connection.
+#[derive(Debug, Clone)]
+pub struct CriClient {
+    endpoint: Endpoint,
+    runtime: RuntimeServiceClient<Channel>,
+    image: ImageServiceClient<Channel>,
+    timeouts: Timeouts,
+}
+
+impl CriClient {
+    /// Connects and checks that the peer speaks CRI v1 by calling `Version`.
+    pub async fn connect(endpoint: Endpoint, timeouts: Timeouts) -> Result<CriClient, CriError> {
+        match std::fs::metadata(&endpoint.path) {
+            Err(_) => {
+                return Err(CriError::SocketMissing {
+                    endpoint: endpoint.given.clone(),
+                    path: endpoint.path.clone(),
+                });
+            }
+            Ok(meta) => {
+                use std::os::unix::fs::FileTypeExt;
+                if !meta.file_type().is_socket() {
+                    return Err(CriError::BadEndpoint {
+                        endpoint: endpoint.given.clone(),
+                        reason: format!("{} is not a unix socket", endpoint.path.display()),
+                    });
+                }
+            }
+        }
+        let path = endpoint.path.clone();
+        // The URI is required by tonic but unused: the connector always dials the socket.
+        let channel =
+            tonic::transport::Endpoint::from_static("http://cri.local")
+                .connect_timeout(timeouts.request.min(Duration::from_secs(10)))
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+                .map_err(|source| CriError::Connect {
+                    endpoint: endpoint.given.clone(),
+                    source,
+                })?;
+        let client = CriClient {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            image: ImageServiceClient::new(channel),
+            endpoint,
+            timeouts,
+        };
+        // A probe with a short deadline: a socket that is not gRPC never answers properly.
+        let probe = client.with_deadline("Version", Duration::from_secs(10), {
+            let mut rt = client.runtime.clone();
+            move |req| async move { rt.version(req).await }
+        });
+        match probe(api::VersionRequest {
+            version: "v1".into(),
+        })
+        .await
+        {
+            Ok(_) => Ok(client),
+            Err(CriError::Call { code, message, .. }) => Err(CriError::NotCri {
+                endpoint: client.endpoint.given.clone(),
+                message: format!("Version answered {code:?}: {message}"),
+            }),
+            Err(CriError::Timeout { after, .. }) => Err(CriError::NotCri {
+                endpoint: client.endpoint.given.clone(),
+                message: format!("no CRI answer to Version within {after:?}"),
+            }),
+            Err(other) => Err(other),
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Wraps a generated client call with the deadline and the error mapping every call
+    /// shares: the deadline travels to the runtime as `grpc-timeout` and is enforced here.
+    fn with_deadline<Req, Resp, F, Fut>(
+        &self,
+        method: &'static str,
+        after: Duration,
+        call: F,
+    ) -> impl FnOnce(Req) -> std::pin::Pin<Box<dyn Future<Output = CriResult<Resp>> + Send>>
+    where
+        Req: Send + 'static,
+        Resp: Send + 'static,
+        F: FnOnce(tonic::Request<Req>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>> + Send + 'static,
+    {
+        move |req| {
+            Box::pin(async move {
+                let mut request = tonic::Request::new(req);
+                request.set_timeout(after);
+                match tokio::time::timeout(after, call(request)).await {
+                    Err(_) => Err(CriError::Timeout { method, after }),
+                    Ok(Err(status)) => Err(CriError::Call {
+                        method,
+                        code: status.code(),
+                        message: status.message().to_string(),
+                    }),
+                    Ok(Ok(resp)) => Ok(resp.into_inner()),
+                }
+            })
+        }
+    }
+}
+
+/// One CRI call on the runtime service with the request deadline.
+macro_rules! runtime_call {
+    ($self:ident, $method:literal, $rpc:ident, $req:expr) => {{
+        let mut rt = $self.runtime.clone();
+        $self.with_deadline($method, $self.timeouts.request, move |r| async move {
+            rt.$rpc(r).await
+        })($req)
+        .await
+    }};
+}
+
+impl RuntimeService for CriClient {
+    async fn version(&self) -> CriResult<api::VersionResponse> {
+        runtime_call!(
+            self,
+            "Version",
+            version,
+            api::VersionRequest {
+                version: "v1".into()
+            }
+        )
+    }
+
+    async fn status(&self, verbose: bool) -> CriResult<api::StatusResponse> {
+        runtime_call!(self, "Status", status, api::StatusRequest { verbose })
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        req: api::RunPodSandboxRequest,
+    ) -> CriResult<api::RunPodSandboxResponse> {
+        runtime_call!(self, "RunPodSandbox", run_pod_sandbox, req)
+    }
+
+    async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
+        let req = api::StopPodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        runtime_call!(self, "StopPodSandbox", stop_pod_sandbox, req).map(|_| ())
+    }
+
+    async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
+        let req = api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+        };
+        runtime_call!(self, "RemovePodSandbox", remove_pod_sandbox, req).map(|_| ())
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> CriResult<api::PodSandboxStatusResponse> {
+        let req = api::PodSandboxStatusRequest {
+            pod_sandbox_id: pod_sandbox_id.to_string(),
+            verbose: false,
+        };
+        runtime_call!(self, "PodSandboxStatus", pod_sandbox_status, req)
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> CriResult<Vec<api::PodSandbox>> {
+        let req = api::ListPodSandboxRequest { filter };
+        runtime_call!(self, "ListPodSandbox", list_pod_sandbox, req).map(|r| r.items)
+    }
+
+    async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
+        runtime_call!(self, "CreateContainer", create_container, req).map(|r| r.container_id)
+    }
+
+    async fn start_container(&self, container_id: &str) -> CriResult<()> {
+        let req = api::StartContainerRequest {
+            container_id: container_id.to_string(),
+        };
+        runtime_call!(self, "StartContainer", start_container, req).map(|_| ())
+    }
+
+    async fn stop_container(&self, container_id: &str, timeout_seconds: i64) -> CriResult<()> {
+        let req = api::StopContainerRequest {
+            container_id: container_id.to_string(),
+            timeout: timeout_seconds,
+        };
+        // The runtime may wait the whole grace period before it answers.
+        let after = self.timeouts.request + Duration::from_secs(timeout_seconds.max(0) as u64);
+        let mut rt = self.runtime.clone();
+        self.with_deadline("StopContainer", after, move |r| async move {
+            rt.stop_container(r).await
+        })(req)
+        .await
+        .map(|_| ())
+    }
+
+    async fn remove_container(&self, container_id: &str) -> CriResult<()> {
+        let req = api::RemoveContainerRequest {
+            container_id: container_id.to_string(),
+        };
+        runtime_call!(self, "RemoveContainer", remove_container, req).map(|_| ())
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> CriResult<Vec<api::Container>> {
+        let req = api::ListContainersRequest { filter };
+        runtime_call!(self, "ListContainers", list_containers, req).map(|r| r.containers)
+    }
+
+    async fn container_status(
+        &self,
+        container_id: &str,
+    ) -> CriResult<api::ContainerStatusResponse> {
+        let req = api::ContainerStatusRequest {
+            container_id: container_id.to_string(),
+            verbose: false,
+        };
+        runtime_call!(self, "ContainerStatus", container_status, req)
+    }
+
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> CriResult<api::ExecSyncResponse> {
+        let req = api::ExecSyncRequest {
+            container_id: container_id.to_string(),
+            cmd,
+            timeout: timeout_seconds,
+        };
+        // kubelet gives ExecSync the command's own timeout on top of the request timeout.
+        let after = self.timeouts.request + Duration::from_secs(timeout_seconds.max(0) as u64);
+        let mut rt = self.runtime.clone();
+        self.with_deadline(
+            "ExecSync",
+            after,
+            move |r| async move { rt.exec_sync(r).await },
+        )(req)
+        .await
+    }
+}
+
+impl ImageService for CriClient {
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
+        let req = api::ImageStatusRequest {
+            image: Some(image),
+            verbose: false,
+        };
+        let mut svc = self.image.clone();
+        self.with_deadline("ImageStatus", self.timeouts.request, move |r| async move {
+            svc.image_status(r).await
+        })(req)
+        .await
+        .map(|r| r.image)
+    }
+
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        let req = api::PullImageRequest {
+            image: Some(image),
+            auth,
+            sandbox_config,
+        };
+        let mut svc = self.image.clone();
+        self.with_deadline("PullImage", self.timeouts.pull, move |r| async move {
+            svc.pull_image(r).await
+        })(req)
+        .await
+        .map(|r| r.image_ref)
+    }
+}

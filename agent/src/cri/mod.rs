@@ -1,0 +1,16 @@
+//! The CRI seam. Everything podtrace asks of a container runtime goes through
+//! [`RuntimeService`] and [`ImageService`], mirroring kubelet's `internalapi` interfaces, so
+//! the tonic client, a recording wrapper and the replay runtime are interchangeable.
+
+mod client;
+mod endpoint;
+mod error;
+mod service;
+
+pub use client::{CriClient, Timeouts};
+pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
+pub use error::CriError;
+pub use service::{ImageService, RuntimeService};
+
+/// The CRI v1 messages, re-exported so callers name one path.
+pub use k8s_cri::v1 as api;

@@ -1,0 +1,230 @@
+//! generateAPIPodStatus: the pod's API status (phase, IPs, conditions, container
+//! statuses) derived from the spec and the runtime's view. Pure.
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodIP,
+    PodStatus,
+};
+
+use super::pod_actions::should_container_be_restarted;
+use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
+
+/// Pod phases, as the API spells them.
+pub mod phase {
+    pub const PENDING: &str = "Pending";
+    pub const RUNNING: &str = "Running";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const FAILED: &str = "Failed";
+}
+
+/// Why a container is waiting, when the runtime alone cannot say (image pull failures,
+/// back-off): filled in by the pipeline, keyed by container name.
+pub type WaitingReasons = std::collections::BTreeMap<String, (String, String)>;
+
+pub fn generate_api_pod_status(
+    pod: &Pod,
+    runtime: &RuntimePodStatus,
+    waiting: &WaitingReasons,
+) -> PodStatus {
+    let spec = pod.spec.as_ref();
+    let init: &[Container] = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+    let regular: &[Container] = spec.map(|s| &s.containers[..]).unwrap_or_default();
+
+    let init_statuses: Vec<_> = init
+        .iter()
+        .map(|c| container_status(pod, c, runtime, waiting))
+        .collect();
+    let statuses: Vec<_> = regular
+        .iter()
+        .map(|c| container_status(pod, c, runtime, waiting))
+        .collect();
+
+    let sandbox_ready = runtime
+        .newest_sandbox()
+        .is_some_and(|s| s.state == SandboxState::Ready);
+    let initialized = init.is_empty()
+        || init_statuses
+            .iter()
+            .all(|s| terminated_with(s, |code| code == 0));
+    let containers_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let phase = pod_phase(pod, &init_statuses, &statuses);
+
+    let sandbox = runtime
+        .newest_sandbox()
+        .filter(|s| s.state == SandboxState::Ready);
+    let mut pod_ips: Vec<PodIP> = Vec::new();
+    if let Some(s) = sandbox.filter(|s| !s.ip.is_empty()) {
+        pod_ips.push(PodIP { ip: s.ip.clone() });
+        pod_ips.extend(s.additional_ips.iter().map(|ip| PodIP { ip: ip.clone() }));
+    }
+    let conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ready),
+        condition("Initialized", initialized),
+        condition("ContainersReady", containers_ready),
+        condition("Ready", containers_ready),
+    ];
+    PodStatus {
+        phase: Some(phase.to_string()),
+        pod_ip: pod_ips.first().map(|p| p.ip.clone()),
+        pod_ips: (!pod_ips.is_empty()).then_some(pod_ips),
+        conditions: Some(conditions),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        qos_class: None,
+        ..PodStatus::default()
+    }
+}
+
+fn condition(kind: &str, ok: bool) -> PodCondition {
+    PodCondition {
+        type_: kind.to_string(),
+        status: if ok { "True" } else { "False" }.to_string(),
+        ..PodCondition::default()
+    }
+}
+
+fn terminated_with(s: &ApiContainerStatus, f: impl Fn(i32) -> bool) -> bool {
+    s.state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .is_some_and(|t| f(t.exit_code))
+}
+
+fn container_status(
+    pod: &Pod,
+    c: &Container,
+    runtime: &RuntimePodStatus,
+    waiting: &WaitingReasons,
+) -> ApiContainerStatus {
+    let current = runtime.container(&c.name);
+    let previous = runtime
+        .containers
+        .iter()
+        .filter(|s| s.name == c.name)
+        .nth(1);
+    let waiting_state = |reason: &str, message: &str| ApiState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_string()),
+            message: (!message.is_empty()).then(|| message.to_string()),
+        }),
+        ..ApiState::default()
+    };
+    let mut last_state = previous.map(terminated_state);
+    let state = match (current, waiting.get(&c.name)) {
+        (_, Some((reason, message))) => {
+            if let Some(cur) = current.filter(|s| s.state == ContainerState::Exited) {
+                last_state = Some(terminated_state(cur));
+            }
+            waiting_state(reason, message)
+        }
+        (None, None) => waiting_state("ContainerCreating", ""),
+        (Some(st), None) => match st.state {
+            ContainerState::Running => ApiState {
+                running: Some(ContainerStateRunning { started_at: None }),
+                ..ApiState::default()
+            },
+            ContainerState::Exited if should_container_be_restarted(pod, c, runtime) => {
+                last_state = Some(terminated_state(st));
+                waiting_state("ContainerCreating", "")
+            }
+            ContainerState::Exited => terminated_state(st),
+            ContainerState::Created | ContainerState::Unknown => {
+                waiting_state("ContainerCreating", "")
+            }
+        },
+    };
+    let running = state.running.is_some();
+    ApiContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        image_id: current.map(|s| s.image_ref.clone()).unwrap_or_default(),
+        container_id: current.map(|s| format!("containerd://{}", s.id)),
+        ready: running,
+        started: Some(running),
+        restart_count: current.map(|s| s.restart_count as i32).unwrap_or(0),
+        state: Some(state),
+        last_state,
+        ..ApiContainerStatus::default()
+    }
+}
+
+fn terminated_state(st: &ContainerStatus) -> ApiState {
+    ApiState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: st.exit_code,
+            reason: Some(if st.reason.is_empty() {
+                if st.exit_code == 0 {
+                    "Completed"
+                } else {
+                    "Error"
+                }
+                .to_string()
+            } else {
+                st.reason.clone()
+            }),
+            message: (!st.message.is_empty()).then(|| st.message.clone()),
+            container_id: Some(format!("containerd://{}", st.id)),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ApiState::default()
+    }
+}
+
+/// kubelet's getPhase over the init and regular container statuses.
+fn pod_phase(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    regular: &[ApiContainerStatus],
+) -> &'static str {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let init_failed = init.iter().any(|s| terminated_with(s, |c| c != 0));
+    if init_failed && policy == "Never" {
+        return phase::FAILED;
+    }
+    if !init.iter().all(|s| terminated_with(s, |c| c == 0)) {
+        return phase::PENDING;
+    }
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in regular {
+        let st = s.state.as_ref();
+        if st.is_some_and(|st| st.running.is_some()) {
+            running += 1;
+        } else if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s
+            .last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some())
+        {
+            // Waiting to restart after an exit: the pod is still running.
+            running += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    if waiting > 0 {
+        return phase::PENDING;
+    }
+    if running > 0 {
+        return phase::RUNNING;
+    }
+    if stopped > 0 {
+        return match policy {
+            "Always" => phase::RUNNING,
+            _ if stopped == succeeded => phase::SUCCEEDED,
+            "OnFailure" => phase::RUNNING,
+            _ => phase::FAILED,
+        };
+    }
+    phase::PENDING
+}

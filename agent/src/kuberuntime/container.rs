@@ -1,0 +1,295 @@
+//! startContainer: image, container config, CreateContainer, StartContainer.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+
+use super::config::RuntimeConfig;
+use super::event::{EventRecorder, PodEvent};
+use super::image::ensure_image_exists;
+use super::labels;
+use super::{SyncError, SyncReason};
+use crate::cri::{ImageService, RuntimeService, api};
+use crate::kubelet::container_hash::container_hash;
+
+/// What the pod knows at container start that the spec does not: its IPs.
+#[derive(Debug, Clone, Default)]
+pub struct PodRuntimeFacts {
+    pub pod_ip: String,
+    pub pod_ips: Vec<String>,
+}
+
+/// kubelet's generateContainerConfig. Pure: reads the pod, the config and `facts`.
+pub fn generate_container_config(
+    pod: &Pod,
+    c: &Container,
+    image_ref: &str,
+    restart_count: u32,
+    facts: &PodRuntimeFacts,
+    cfg: &RuntimeConfig,
+) -> Result<api::ContainerConfig, SyncError> {
+    let envs = container_envs(pod, c, facts, cfg)?;
+    let mounts = container_mounts(pod, c, cfg)?;
+    let expand = |s: &String| expand_env_refs(s, &envs);
+    Ok(api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: restart_count,
+        }),
+        image: Some(api::ImageSpec {
+            image: image_ref.to_string(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: c.command.iter().flatten().map(expand).collect(),
+        args: c.args.iter().flatten().map(expand).collect(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: envs
+            .iter()
+            .map(|(key, value)| api::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        mounts,
+        log_path: format!("{}/{}.log", c.name, restart_count),
+        labels: labels::container_labels(pod, c),
+        annotations: labels::container_annotations(pod, c, &container_hash(c), restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(super::resources::linux_container_resources(c)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// Environment in spec order. `valueFrom.fieldRef` resolves the fields kubelet resolves
+/// locally; references to ConfigMaps or Secrets need an API server podtrace does not have.
+fn container_envs(
+    pod: &Pod,
+    c: &Container,
+    facts: &PodRuntimeFacts,
+    cfg: &RuntimeConfig,
+) -> Result<Vec<(String, String)>, SyncError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for EnvVar {
+        name,
+        value,
+        value_from,
+    } in c.env.iter().flatten()
+    {
+        let v = match (value, value_from) {
+            (Some(v), _) => expand_env_refs(v, &out),
+            (None, None) => String::new(),
+            (None, Some(from)) => {
+                let Some(field) = from.field_ref.as_ref() else {
+                    return Err(SyncError::new(
+                        SyncReason::CreateContainerConfigError,
+                        format!("env {name}: only valueFrom.fieldRef is supported"),
+                    )
+                    .for_container(&c.name));
+                };
+                field_value(pod, &field.field_path, facts, cfg).ok_or_else(|| {
+                    SyncError::new(
+                        SyncReason::CreateContainerConfigError,
+                        format!("env {name}: unsupported fieldRef {:?}", field.field_path),
+                    )
+                    .for_container(&c.name)
+                })?
+            }
+        };
+        out.retain(|(k, _)| k != name);
+        out.push((name.clone(), v));
+    }
+    Ok(out)
+}
+
+fn field_value(
+    pod: &Pod,
+    path: &str,
+    facts: &PodRuntimeFacts,
+    cfg: &RuntimeConfig,
+) -> Option<String> {
+    Some(match path {
+        "metadata.name" => labels::pod_name(pod).to_string(),
+        "metadata.namespace" => labels::pod_namespace(pod).to_string(),
+        "metadata.uid" => labels::pod_uid(pod).to_string(),
+        "spec.nodeName" => cfg.node_name.clone(),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" => facts.pod_ip.clone(),
+        "status.podIPs" => facts.pod_ips.join(","),
+        "status.hostIP" | "status.hostIPs" => cfg.node_ip.clone(),
+        _ => return None,
+    })
+}
+
+/// kubelet's `$(VAR)` expansion: known variables are replaced, `$$` escapes, unknown
+/// references stay as written.
+pub fn expand_env_refs(s: &str, env: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(body) = after.strip_prefix('(')
+            && let Some(end) = body.find(')')
+        {
+            let name = &body[..end];
+            match env.iter().rev().find(|(k, _)| k == name) {
+                Some((_, v)) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn container_mounts(
+    pod: &Pod,
+    c: &Container,
+    cfg: &RuntimeConfig,
+) -> Result<Vec<api::Mount>, SyncError> {
+    let volumes: BTreeMap<&str, _> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|v| (v.name.as_str(), v))
+        .collect();
+    let uid = labels::pod_uid(pod);
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let Some(v) = volumes.get(m.name.as_str()) else {
+            return Err(SyncError::new(
+                SyncReason::CreateContainerConfigError,
+                format!("volume mount {:?} names no volume", m.name),
+            )
+            .for_container(&c.name));
+        };
+        let host_path = if v.empty_dir.is_some() {
+            cfg.empty_dir_path(uid, &v.name)
+        } else if let Some(hp) = &v.host_path {
+            hp.path.clone().into()
+        } else {
+            return Err(SyncError::new(
+                SyncReason::CreateContainerConfigError,
+                format!("volume {:?} has no supported source", v.name),
+            )
+            .for_container(&c.name));
+        };
+        let host_path = match &m.sub_path {
+            Some(sub) if !sub.is_empty() => host_path.join(sub),
+            _ => host_path,
+        };
+        mounts.push(api::Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host_path.display().to_string(),
+            readonly: m.read_only.unwrap_or(false),
+            ..Default::default()
+        });
+    }
+    Ok(mounts)
+}
+
+/// What one startContainer did, for events and timing.
+#[derive(Debug, Clone)]
+pub struct StartedContainer {
+    pub name: String,
+    pub container_id: String,
+    pub image_ref: String,
+}
+
+/// kubelet's startContainer: ensure the image, create, start.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "mirrors kubelet's startContainer inputs"
+)]
+pub async fn start_container<R: RuntimeService + ImageService>(
+    cri: &R,
+    pod: &Pod,
+    c: &Container,
+    sandbox_id: &str,
+    sandbox_config: &api::PodSandboxConfig,
+    restart_count: u32,
+    facts: &PodRuntimeFacts,
+    cfg: &RuntimeConfig,
+    events: &dyn EventRecorder,
+) -> Result<StartedContainer, SyncError> {
+    let image_ref = ensure_image_exists(cri, c, sandbox_config, None, events).await?;
+    let config = generate_container_config(pod, c, &image_ref, restart_count, facts, cfg)?;
+    let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
+    std::fs::create_dir_all(&log_dir).map_err(|e| {
+        SyncError::new(
+            SyncReason::CreateContainerConfigError,
+            format!(
+                "creating container log directory {}: {e}",
+                log_dir.display()
+            ),
+        )
+        .for_container(&c.name)
+    })?;
+    let req = api::CreateContainerRequest {
+        pod_sandbox_id: sandbox_id.to_string(),
+        config: Some(config),
+        sandbox_config: Some(sandbox_config.clone()),
+    };
+    let container_id = cri
+        .create_container(req)
+        .await
+        .map_err(|e| SyncError::cri(SyncReason::CreateContainerError, e).for_container(&c.name))?;
+    events.record(PodEvent::normal(
+        "Created",
+        format!("Created container {}", c.name),
+        Some(c.name.clone()),
+    ));
+    cri.start_container(&container_id)
+        .await
+        .map_err(|e| SyncError::cri(SyncReason::RunContainerError, e).for_container(&c.name))?;
+    events.record(PodEvent::normal(
+        "Started",
+        format!("Started container {}", c.name),
+        Some(c.name.clone()),
+    ));
+    Ok(StartedContainer {
+        name: c.name.clone(),
+        container_id,
+        image_ref,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_like_kubelet() {
+        let env = vec![
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "x".to_string()),
+        ];
+        assert_eq!(expand_env_refs("$(A)-$(B)", &env), "1-x");
+        assert_eq!(expand_env_refs("$$(A)", &env), "$(A)");
+        assert_eq!(expand_env_refs("$(C) $", &env), "$(C) $");
+        assert_eq!(expand_env_refs("echo $(A", &env), "echo $(A");
+    }
+}

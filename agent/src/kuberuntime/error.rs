@@ -1,0 +1,64 @@
+//! How a sync step fails: kubelet's reason strings, so events and statuses read the same.
+
+use std::fmt;
+
+use crate::cri::CriError;
+
+/// kubelet's reasons for a failed sync step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub enum SyncReason {
+    CreatePodSandboxError,
+    ConfigPodSandboxError,
+    KillPodSandboxError,
+    ErrImagePull,
+    ErrImageNeverPull,
+    ImageInspectError,
+    CreateContainerConfigError,
+    CreateContainerError,
+    RunContainerError,
+    KillContainerError,
+    FailedPostStartHook,
+}
+
+impl fmt::Display for SyncReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// A sync step that failed, with kubelet's reason and the message a user sees.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub struct SyncError {
+    pub reason: SyncReason,
+    pub message: String,
+    /// The container the step was for, if any.
+    pub container: Option<String>,
+    #[source]
+    pub source: Option<CriError>,
+}
+
+impl SyncError {
+    pub fn new(reason: SyncReason, message: impl Into<String>) -> SyncError {
+        SyncError {
+            reason,
+            message: message.into(),
+            container: None,
+            source: None,
+        }
+    }
+
+    pub fn cri(reason: SyncReason, source: CriError) -> SyncError {
+        SyncError {
+            reason,
+            message: source.to_string(),
+            container: None,
+            source: Some(source),
+        }
+    }
+
+    pub fn for_container(mut self, name: &str) -> SyncError {
+        self.container = Some(name.to_string());
+        self
+    }
+}

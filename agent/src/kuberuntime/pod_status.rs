@@ -1,0 +1,115 @@
+//! GetPodStatus: the runtime's view of one pod, read over CRI by the pod's UID label.
+
+use std::collections::HashMap;
+
+use super::labels;
+use crate::cri::{CriError, RuntimeService, api};
+use crate::kubelet::runtime_pod::{
+    ContainerState, ContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
+};
+
+fn uid_selector(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(labels::POD_UID.to_string(), uid.to_string())])
+}
+
+pub async fn get_pod_status<R: RuntimeService>(
+    cri: &R,
+    uid: &str,
+    name: &str,
+    namespace: &str,
+) -> Result<RuntimePodStatus, CriError> {
+    let sandboxes = cri
+        .list_pod_sandbox(Some(api::PodSandboxFilter {
+            label_selector: uid_selector(uid),
+            ..Default::default()
+        }))
+        .await?;
+    let mut status = RuntimePodStatus {
+        uid: uid.to_string(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ..Default::default()
+    };
+    for sb in sandboxes {
+        match cri.pod_sandbox_status(&sb.id).await {
+            Ok(resp) => status.sandboxes.push(sandbox_status(&sb, resp.status)),
+            // Removed between list and status: it no longer counts.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let containers = cri
+        .list_containers(Some(api::ContainerFilter {
+            label_selector: uid_selector(uid),
+            ..Default::default()
+        }))
+        .await?;
+    for c in containers {
+        match cri.container_status(&c.id).await {
+            Ok(resp) => {
+                if let Some(st) = resp.status {
+                    status.containers.push(container_status(st));
+                }
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    status.normalize();
+    Ok(status)
+}
+
+fn sandbox_status(sb: &api::PodSandbox, st: Option<api::PodSandboxStatus>) -> SandboxStatus {
+    let st = st.unwrap_or_default();
+    let network = st.network.unwrap_or_default();
+    let host_network = st
+        .linux
+        .and_then(|l| l.namespaces)
+        .and_then(|n| n.options)
+        .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
+    SandboxStatus {
+        id: sb.id.clone(),
+        state: if st.state == api::PodSandboxState::SandboxReady as i32 {
+            SandboxState::Ready
+        } else {
+            SandboxState::NotReady
+        },
+        attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        created_at: st.created_at,
+        ip: network.ip,
+        additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
+        host_network,
+    }
+}
+
+fn container_status(st: api::ContainerStatus) -> ContainerStatus {
+    let state = match api::ContainerState::try_from(st.state) {
+        Ok(api::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(api::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(api::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    };
+    ContainerStatus {
+        name: st
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default(),
+        restart_count: st.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        hash: st
+            .annotations
+            .get(labels::CONTAINER_HASH)
+            .cloned()
+            .unwrap_or_default(),
+        id: st.id,
+        state,
+        created_at: st.created_at,
+        started_at: st.started_at,
+        finished_at: st.finished_at,
+        exit_code: st.exit_code,
+        reason: st.reason,
+        message: st.message,
+        image: st.image.map(|i| i.image).unwrap_or_default(),
+        image_ref: st.image_ref,
+    }
+}

@@ -1,0 +1,151 @@
+//! createPodSandbox: build the sandbox config kubelet would, then RunPodSandbox.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::config::RuntimeConfig;
+use super::labels;
+use super::{SyncError, SyncReason};
+use crate::cri::{RuntimeService, api};
+
+/// kubelet's generatePodSandboxConfig. Pure: reads only the pod and the config.
+pub fn generate_pod_sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    cfg: &RuntimeConfig,
+) -> api::PodSandboxConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let (name, namespace, uid) = (
+        labels::pod_name(pod),
+        labels::pod_namespace(pod),
+        labels::pod_uid(pod),
+    );
+    let host_network = spec.host_network.unwrap_or(false);
+    // A hostNetwork pod keeps the node's hostname; others get their own.
+    let hostname = if host_network {
+        String::new()
+    } else {
+        spec.hostname.clone().unwrap_or_else(|| name.to_string())
+    };
+    let port_mappings = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.unwrap_or(0) > 0)
+        .map(|p| api::PortMapping {
+            protocol: match p.protocol.as_deref() {
+                Some("UDP") => api::Protocol::Udp as i32,
+                Some("SCTP") => api::Protocol::Sctp as i32,
+                _ => api::Protocol::Tcp as i32,
+            },
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect();
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.sysctls.as_ref())
+        .map(|v| {
+            v.iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let namespace_options = api::NamespaceOption {
+        network: if host_network {
+            api::NamespaceMode::Node as i32
+        } else {
+            api::NamespaceMode::Pod as i32
+        },
+        pid: if spec.host_pid.unwrap_or(false) {
+            api::NamespaceMode::Node as i32
+        } else if spec.share_process_namespace.unwrap_or(false) {
+            api::NamespaceMode::Pod as i32
+        } else {
+            api::NamespaceMode::Container as i32
+        },
+        ipc: if spec.host_ipc.unwrap_or(false) {
+            api::NamespaceMode::Node as i32
+        } else {
+            api::NamespaceMode::Pod as i32
+        },
+        ..Default::default()
+    };
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: name.to_string(),
+            uid: uid.to_string(),
+            namespace: namespace.to_string(),
+            attempt,
+        }),
+        hostname,
+        log_directory: cfg.pod_log_dir(namespace, name, uid).display().to_string(),
+        dns_config: Some(dns_config(pod, cfg)),
+        port_mappings,
+        labels: labels::sandbox_labels(pod),
+        annotations: labels::sandbox_annotations(pod),
+        linux: Some(api::LinuxPodSandboxConfig {
+            sysctls,
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        windows: None,
+    }
+}
+
+/// DNS by `dnsPolicy`. podtrace has no cluster DNS service, so `ClusterFirst` falls back
+/// to the host's resolver exactly as kubelet does when `--cluster-dns` is unset.
+fn dns_config(pod: &Pod, cfg: &RuntimeConfig) -> api::DnsConfig {
+    let spec = pod.spec.as_ref();
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let mut dns = if policy == "None" {
+        api::DnsConfig::default()
+    } else {
+        api::DnsConfig {
+            servers: cfg.host_dns.servers.clone(),
+            searches: cfg.host_dns.searches.clone(),
+            options: cfg.host_dns.options.clone(),
+        }
+    };
+    if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
+        dns.servers
+            .extend(extra.nameservers.iter().flatten().cloned());
+        dns.searches
+            .extend(extra.searches.iter().flatten().cloned());
+        dns.options
+            .extend(extra.options.iter().flatten().map(|o| match &o.value {
+                Some(v) => format!("{}:{v}", o.name.as_deref().unwrap_or_default()),
+                None => o.name.clone().unwrap_or_default(),
+            }));
+    }
+    dns
+}
+
+/// Creates the pod's log directory and runs the sandbox; returns its ID.
+pub async fn create_pod_sandbox<R: RuntimeService>(
+    cri: &R,
+    config: api::PodSandboxConfig,
+    runtime_handler: &str,
+) -> Result<String, SyncError> {
+    std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+        SyncError::new(
+            SyncReason::CreatePodSandboxError,
+            format!("creating log directory {}: {e}", config.log_directory),
+        )
+    })?;
+    let req = api::RunPodSandboxRequest {
+        config: Some(config),
+        runtime_handler: runtime_handler.to_string(),
+    };
+    let resp = cri
+        .run_pod_sandbox(req)
+        .await
+        .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
+    Ok(resp.pod_sandbox_id)
+}

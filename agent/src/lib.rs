@@ -1,0 +1,11 @@
+//! podtrace: kubelet's pod-creation pipeline over CRI, timed stage by stage.
+//!
+//! Read ARCHITECTURE.md first. In short: `config` reads desired pods, `kubelet` holds the
+//! deterministic decisions, `kuberuntime` carries them out over `cri`, and `cli` is the
+//! `podtrace` command.
+
+pub mod cli;
+pub mod config;
+pub mod cri;
+pub mod kubelet;
+pub mod kuberuntime;
