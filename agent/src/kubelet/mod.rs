@@ -10,3 +10,6 @@ pub mod status;
 
 pub use pod_actions::{PodActions, compute_pod_actions};
 pub use runtime_pod::RuntimePodStatus;
+
+#[cfg(test)]
+mod pod_actions_tests;
