@@ -1,0 +1,199 @@
+//! Shared helpers for the integration tests: the `podtrace` binary, the lab, scratch
+//! manifests, and a CRI client to check what the runtime really holds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
+use xtask::lab::LabPaths;
+
+/// The `podtrace` binary `cargo xtask test` built (or the default debug build).
+pub fn podtrace_bin() -> PathBuf {
+    std::env::var_os("PODTRACE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/debug/podtrace"))
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf()
+}
+
+pub fn examples_dir() -> PathBuf {
+    std::env::var_os("PODTRACE_EXAMPLES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("examples"))
+}
+
+pub fn lab() -> LabPaths {
+    LabPaths::from_env()
+}
+
+/// Fails the test with a clear message when the lab is not up.
+pub fn require_lab() -> LabPaths {
+    let lab = lab();
+    assert!(
+        lab.state_file().exists(),
+        "the node lab is not up at {}: run these tests with `cargo xtask test`",
+        lab.root.display()
+    );
+    lab
+}
+
+/// Runs `podtrace` with the given arguments against the lab.
+pub fn podtrace(args: &[&str]) -> Output {
+    podtrace_with_env(args, &[])
+}
+
+pub fn podtrace_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(podtrace_bin())
+        .args(args)
+        .env("PODTRACE_LAB_DIR", lab().root)
+        .env_remove("PODTRACE_CRI")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", podtrace_bin().display()))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch node: its own root and log directories, so tests do not share pod state.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a manifest file and returns its path.
+    pub fn manifest(&self, name: &str, text: &str) -> PathBuf {
+        let dir = self.path().join("manifests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn root_dir(&self) -> PathBuf {
+        self.path().join("root")
+    }
+
+    pub fn logs_dir(&self) -> PathBuf {
+        self.path().join("logs")
+    }
+
+    /// `podtrace run --until-ready --json` with this scratch node's directories.
+    pub fn run(&self, manifests: &[&Path], extra: &[&str]) -> (Output, serde_json::Value) {
+        let root = self.root_dir().display().to_string();
+        let logs = self.logs_dir().display().to_string();
+        let mut args = vec![
+            "run",
+            "--until-ready",
+            "--json",
+            "--root-dir",
+            &root,
+            "--pod-logs-dir",
+            &logs,
+        ];
+        args.extend_from_slice(extra);
+        args.push("--manifests");
+        let paths: Vec<String> = manifests.iter().map(|p| p.display().to_string()).collect();
+        args.extend(paths.iter().map(String::as_str));
+        let out = podtrace(&args);
+        let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("podtrace printed no JSON ({e}); stderr:\n{}", stderr(&out))
+        });
+        (out, doc)
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::new()
+    }
+}
+
+/// The pod named `name` in a `podtrace run --json` document.
+pub fn pod<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["pods"]
+        .as_array()
+        .and_then(|pods| pods.iter().find(|p| p["name"] == name))
+        .unwrap_or_else(|| panic!("no pod {name} in {doc:#}"))
+}
+
+/// True when `ip` is an IPv4 address inside `cidr`.
+pub fn ip_in_subnet(ip: &str, cidr: &str) -> bool {
+    let Some((net, bits)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(ip), Ok(net), Ok(bits)) = (
+        ip.parse::<std::net::Ipv4Addr>(),
+        net.parse::<std::net::Ipv4Addr>(),
+        bits.parse::<u32>(),
+    ) else {
+        return false;
+    };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
+/// What the lab's runtime holds for a pod UID: (sandbox IDs, container IDs).
+pub fn runtime_objects(uid: &str) -> (Vec<String>, Vec<String>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sock = lab().cri_socket();
+        let ep = Endpoint {
+            given: sock.display().to_string(),
+            path: sock,
+            source: EndpointSource::Flag,
+        };
+        let cri = CriClient::connect(ep, Timeouts::default())
+            .await
+            .expect("lab CRI");
+        let sel = std::collections::HashMap::from([(
+            "io.kubernetes.pod.uid".to_string(),
+            uid.to_string(),
+        )]);
+        let sandboxes = cri
+            .list_pod_sandbox(Some(api::PodSandboxFilter {
+                label_selector: sel.clone(),
+                ..Default::default()
+            }))
+            .await
+            .expect("ListPodSandbox");
+        let containers = cri
+            .list_containers(Some(api::ContainerFilter {
+                label_selector: sel,
+                ..Default::default()
+            }))
+            .await
+            .expect("ListContainers");
+        (
+            sandboxes.into_iter().map(|s| s.id).collect(),
+            containers.into_iter().map(|c| c.id).collect(),
+        )
+    })
+}

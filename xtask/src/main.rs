@@ -1,0 +1,97 @@
+//! `cargo xtask`: podtrace's workflows.
+
+mod demo;
+mod setup;
+mod test;
+mod ui;
+mod workspace;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use xtask::lab::{self, LabPaths, UpOutcome};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "podtrace's workflows")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Check every prerequisite and install what is missing (root, Debian).
+    Setup {
+        /// Only check; install nothing.
+        #[arg(long)]
+        check: bool,
+    },
+    /// The node lab: containerd, CNI and a local registry with the test images.
+    Lab {
+        #[command(subcommand)]
+        command: LabCmd,
+    },
+    /// Setup, build, lab up, run the example pods, show results, lab down.
+    Demo,
+    /// Format and lint checks, unit tests, and integration tests on the real lab.
+    Test(test::TestArgs),
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Start the lab (says so and changes nothing when it is already up).
+    Up,
+    /// Stop the lab and remove everything it made.
+    Down,
+    /// What runs, and where its sockets and logs are.
+    Status,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Setup { check } => {
+            let report = setup::run(!check, &|s| eprintln!("setup: {s}"));
+            report.print();
+            if report.ok() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!(
+                    "some prerequisites are missing (see the table)"
+                ))
+            }
+        }
+        Cmd::Lab { command } => lab_command(command),
+        Cmd::Demo => demo::run(),
+        Cmd::Test(args) => test::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn lab_command(cmd: LabCmd) -> anyhow::Result<()> {
+    let paths = LabPaths::from_env();
+    let say = |s: &str| eprintln!("lab: {s}");
+    match cmd {
+        LabCmd::Up => match lab::up(&paths, &say)? {
+            UpOutcome::Started(_) => {
+                println!("{}", lab::status(&paths)?);
+            }
+            UpOutcome::AlreadyUp(_) => {
+                println!("the lab is already up; nothing changed");
+                println!("{}", lab::status(&paths)?);
+            }
+        },
+        LabCmd::Down => {
+            let report = lab::down(&paths, &say)?;
+            println!("{report}");
+        }
+        LabCmd::Status => println!("{}", lab::status(&paths)?),
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Paths in the workspace and running cargo from xtask.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The workspace root (xtask lives one level below it).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+/// `cargo` as invoked by the user, run from the workspace root.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs a command, failing with its name when it does not succeed.
+pub fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Builds the `podtrace` binary and returns its path.
+pub fn build_podtrace(quiet: bool) -> anyhow::Result<PathBuf> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--package", "podtrace", "--bin", "podtrace"]);
+    if quiet {
+        let out = cmd.output().context("starting cargo build")?;
+        if !out.status.success() {
+            bail!(
+                "cargo build --package podtrace failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    } else {
+        run(&mut cmd, "cargo build --package podtrace")?;
+    }
+    Ok(target_dir().join("debug").join("podtrace"))
+}
