@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::sync::Mutex;
 
 use podtrace_tests::{Scratch, lab, pod, stderr};
-use xtask::lab::{UpOutcome, down, snapshot_residue, status, up};
+use xtask::lab::{CONTAINERD_ENV, UpOutcome, down, snapshot_residue, status, up};
 
 /// The lab is one per machine (port 5000, one bridge): these tests take turns.
 static ONE_LAB: Mutex<()> = Mutex::new(());
@@ -90,4 +90,93 @@ fn busy_registry_port_is_a_clear_error_and_nothing_is_left() {
     );
     assert!(!paths.state_file().exists());
     drop(holder);
+}
+
+#[test]
+fn a_lab_whose_containerd_was_killed_is_cleaned_up_by_the_next_up() {
+    let _turn = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let paths = lab();
+    let before = snapshot_residue(&paths);
+    let first = match up(&paths, &quiet).expect("lab up") {
+        UpOutcome::Started(s) => s,
+        UpOutcome::AlreadyUp(_) => panic!("the lab was already up before this test"),
+    };
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest(
+        "stale.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: stale}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+    );
+    let (out, doc) = scratch.run(&[&manifest], &[]);
+    assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
+
+    // containerd dies with a pod running: its sandbox, netns and veth are orphaned.
+    let pid = first.containerd_pid.to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    for _ in 0..100 {
+        // Bounded wait (5 s) for the kernel to finish the killed process.
+        if !proc_dir.exists()
+            || std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|s| s.contains(") Z "))
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !status(&paths).expect("status").is_up(),
+        "status still says up"
+    );
+
+    // The next `up` notices, cleans up without containerd's help, and starts afresh.
+    let second = match up(&paths, &quiet).expect("up over a stale lab") {
+        UpOutcome::Started(s) => s,
+        UpOutcome::AlreadyUp(_) => panic!("a lab with a dead containerd was taken as up"),
+    };
+    assert_ne!(second.containerd_pid, first.containerd_pid);
+    down(&paths, &quiet).expect("lab down");
+    let left = before.diff(&snapshot_residue(&paths));
+    assert!(left.is_empty(), "left behind:\n{}", left.join("\n"));
+}
+
+#[test]
+fn a_half_up_lab_names_the_failed_part_and_tears_down_what_started() {
+    let _turn = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let paths = lab();
+    // A "containerd" that dies at once, after the registry is already running.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("containerd-that-fails");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'simulated start-up failure' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let before = snapshot_residue(&paths);
+    // SAFETY: the ONE_LAB lock serialises every test in this binary that reads the
+    // environment, and the variable is removed before the lock is released.
+    unsafe { std::env::set_var(CONTAINERD_ENV, &fake) };
+    let result = up(&paths, &quiet);
+    unsafe { std::env::remove_var(CONTAINERD_ENV) };
+    let err = match result {
+        Ok(_) => panic!("up succeeded with a containerd that exits"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("containerd"), "{err}");
+    assert!(
+        err.contains("simulated start-up failure"),
+        "the log tail is missing: {err}"
+    );
+    let left = before.diff(&snapshot_residue(&paths));
+    assert!(
+        left.is_empty(),
+        "a half-up lab left behind:\n{}",
+        left.join("\n")
+    );
+    assert!(!paths.state_file().exists());
 }

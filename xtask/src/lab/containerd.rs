@@ -15,6 +15,17 @@ use super::{IMAGE_PAUSE, REGISTRY_ADDR};
 
 const PART: &str = "containerd";
 pub(crate) const PROGRAM: &str = "containerd";
+/// Names another containerd binary to run, so runtime developers can put their own build
+/// under podtrace.
+pub const PROGRAM_ENV: &str = "PODTRACE_LAB_CONTAINERD";
+
+/// The containerd binary the lab runs: `$PODTRACE_LAB_CONTAINERD`, else `containerd`.
+pub(crate) fn program() -> String {
+    std::env::var(PROGRAM_ENV)
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| PROGRAM.to_owned())
+}
 pub(crate) const SHIM: &str = "containerd-shim-runc-v2";
 pub(crate) const CRI_NAMESPACE: &str = "k8s.io";
 /// The CRI plugin's directory name under containerd's root and state.
@@ -172,7 +183,7 @@ pub(crate) fn check_socket_free(paths: &LabPaths) -> Result<(), LabError> {
 /// Writes the config and the registry hosts file, starts containerd detached and waits until
 /// it answers with its CRI plugin loaded. The CNI conflist must already be in place.
 pub(crate) fn start(paths: &LabPaths) -> Result<u32, LabError> {
-    let program = process::require_program(PART, PROGRAM)?;
+    let program = process::require_program(PART, &program())?;
     let runc = process::require_program(PART, "runc")?;
     let ctr = process::require_program(PART, "ctr")?;
     for dir in [paths.containerd_dir(), paths.containerd_tmp()] {
