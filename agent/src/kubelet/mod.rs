@@ -2,8 +2,11 @@
 //! their own. Time and runtime observations come in as arguments; actions go out as
 //! ordered values. The async shell in `kuberuntime` carries the actions out.
 
+pub mod admission;
+pub mod backoff;
 pub mod container_hash;
 pub mod pod_actions;
+pub mod pod_workers;
 pub mod quantity;
 pub mod runtime_pod;
 pub mod status;
