@@ -5,7 +5,13 @@
 //! `podtrace` command.
 
 pub mod cli;
+pub mod cm;
 pub mod config;
+pub mod credentialprovider;
 pub mod cri;
+pub mod ebpf;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod lifecycle;
+pub mod prober;
+pub mod syncloop;

@@ -1,5 +1,6 @@
 //! `cargo xtask`: podtrace's workflows.
 
+mod build_ebpf;
 mod demo;
 mod setup;
 mod test;
@@ -35,6 +36,8 @@ enum Cmd {
     Demo,
     /// Format and lint checks, unit tests, and integration tests on the real lab.
     Test(test::TestArgs),
+    /// Build the eBPF probes and copy the object to target/bpf/podtrace-probes.o.
+    BuildEbpf,
 }
 
 #[derive(Subcommand)]
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Cmd::Lab { command } => lab_command(command),
         Cmd::Demo => demo::run(),
         Cmd::Test(args) => test::run(&args),
+        Cmd::BuildEbpf => build_ebpf::run().map(|path| println!("{}", path.display())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,11 +7,11 @@ use xtask::lab::{self, LabPaths};
 use crate::ui::Step;
 use crate::{setup, workspace};
 
-/// Integration tests that start and stop their own lab: they run while the shared lab is
-/// down.
-const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle"];
+/// Integration tests that need no shared lab (some start and stop their own): they run
+/// while the shared lab is down.
+const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle", "cgroups"];
 /// Integration tests that use the lab this command starts.
-const SHARED_LAB_TESTS: &[&str] = &["cri_info", "run_pods"];
+const SHARED_LAB_TESTS: &[&str] = &["cri_info", "run_pods", "probes"];
 
 #[derive(Debug, clap::Args)]
 pub struct TestArgs {

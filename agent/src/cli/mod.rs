@@ -1,7 +1,10 @@
 //! The `podtrace` command line.
 
 mod cri_info;
+pub mod kernel_events;
+mod kubelet_args;
 mod node;
+mod pods;
 mod run;
 
 use std::path::PathBuf;
@@ -34,7 +37,13 @@ pub enum Command {
         command: CriCommand,
     },
     /// Create the pods in the given manifests over CRI, as kubelet would.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// The running agent's pods, like `kubectl get pods`.
+    Pods(pods::ApiArgs),
+    /// The pod events the running agent recorded.
+    Events(pods::EventsArgs),
+    /// Load the eBPF probes and print the kernel events they report.
+    KernelEvents(kernel_events::KernelEventsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,7 +85,8 @@ pub struct RunArgs {
     /// Pod manifests: YAML files (several documents each) or directories of them.
     #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
     pub manifests: Vec<PathBuf>,
-    /// Exit once every pod is Running (or has failed).
+    /// Exit once every pod is Running (or has failed). Without it, podtrace runs as an
+    /// agent: it watches the manifests and keeps their pods until SIGINT or SIGTERM.
     #[arg(long)]
     pub until_ready: bool,
     /// With --until-ready: stop and remove the pods before exiting.
@@ -85,11 +95,16 @@ pub struct RunArgs {
     /// With --until-ready: give up on a pod not Running after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub ready_timeout: u64,
-    /// Print the run's result as JSON instead of a table.
+    /// Without --until-ready: the socket the agent serves its API on.
+    #[arg(long, default_value = crate::syncloop::api::DEFAULT_API_SOCKET, value_name = "PATH")]
+    pub api_socket: PathBuf,
+    /// With --until-ready: print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
     pub node: node::NodeArgs,
+    #[command(flatten)]
+    pub kubelet: kubelet_args::KubeletArgs,
     #[command(flatten)]
     pub cri: CriArgs,
 }
@@ -99,6 +114,9 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Cri {
             command: CriCommand::Info { cri },
         } => cri_info::run(&cri).await,
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(*args).await,
+        Command::Pods(args) => pods::pods(&args).await,
+        Command::Events(args) => pods::events(&args).await,
+        Command::KernelEvents(args) => kernel_events::run(args).await,
     }
 }

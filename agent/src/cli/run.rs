@@ -1,24 +1,36 @@
-//! `podtrace run`: create the manifests' pods over CRI, report each as it reaches Running,
-//! optionally clean them up.
+//! `podtrace run`: the agent. It creates the manifests' pods through kubelet's pipeline and
+//! keeps them as the manifests say. With `--until-ready` it exits once every pod is
+//! Running (or has failed), optionally removing them first (`--cleanup`); without it, it
+//! watches the manifests and runs until SIGINT/SIGTERM, serving the local API.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, watch};
 
 use super::{EXIT_BAD_INPUT, RunArgs};
-use crate::config::{StaticPod, load_paths};
-use crate::cri::CriClient;
-use crate::kubelet::status::{WaitingReasons, generate_api_pod_status, phase};
-use crate::kuberuntime::{
-    EventLog, RuntimeConfig, get_pod_status, kill, labels, sync_pod, volumes,
-};
+use crate::config::load_paths;
+use crate::config::source::{self, PodUpdate};
+use crate::kubelet::status::phase;
+use crate::kuberuntime::labels;
+use crate::syncloop::{Kubelet, PodRecord, StatusStore};
 
-/// How often a pod that is waiting on the runtime is looked at again. Bounded polling is
-/// the fallback until pod lifecycle events drive the workers.
-const RECHECK: Duration = Duration::from_millis(50);
+/// Waiting reasons that mean the pod will not get to Running without a change.
+const FAILED_WAITING: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+/// Pod events that mean the same at the pod level.
+const FAILED_EVENTS: &[&str] = &["FailedCreatePodSandBox", "NetworkNotReady", "FailedSync"];
 
 /// Where one pod ended up.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -34,27 +46,12 @@ pub struct PodOutcome {
     pub events: Vec<crate::kuberuntime::PodEvent>,
 }
 
-impl PodOutcome {
-    fn running(&self) -> bool {
-        self.phase == phase::RUNNING
-    }
-}
-
 pub async fn run(args: RunArgs) -> ExitCode {
     let cfg = args.node.runtime_config();
-    let (mut pods, errors) = load_paths(&args.manifests, &cfg.node_name);
-    for e in &errors {
-        eprintln!("podtrace: {e}");
-    }
-    if pods.is_empty() {
-        eprintln!("podtrace: no valid pods in {:?}", args.manifests);
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
-    // HandlePodAdditions: oldest first; static pods without a timestamp keep file order.
-    pods.sort_by(|a, b| {
-        let t = |p: &StaticPod| p.pod.metadata.creation_timestamp.clone().map(|t| t.0);
-        t(a).cmp(&t(b))
-    });
+    let mut settings = args.kubelet.settings();
+    // A one-shot run does not own the node: removing pods it did not start would break
+    // other users of the runtime. Housekeeping belongs to the long-running agent.
+    settings.housekeeping &= !args.until_ready;
     let cri = match args.cri.connect().await {
         Ok(c) => c,
         Err(e) => {
@@ -62,37 +59,161 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    if !args.until_ready {
-        eprintln!("podtrace: run currently needs --until-ready (it exits once pods are Running)");
+    let node = cfg.node_name.clone();
+    let kubelet = Kubelet::new(cri, cfg, settings);
+    let store = kubelet.store();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let agent = tokio::spawn(kubelet.run(rx, stop_rx));
+    let code = if args.until_ready {
+        until_ready(&args, &node, &store, &tx).await
+    } else {
+        match crate::syncloop::api::serve(&args.api_socket, store.clone()) {
+            Ok(server) => {
+                let code = serve(&args, &node, &tx).await;
+                server.abort();
+                let _ = server.await;
+                code
+            }
+            Err(e) => {
+                eprintln!("podtrace: {e}");
+                ExitCode::from(EXIT_BAD_INPUT)
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    let _ = agent.await;
+    code
+}
+
+/// Agent mode: follow the manifests until a signal.
+async fn serve(args: &RunArgs, node: &str, tx: &mpsc::UnboundedSender<PodUpdate>) -> ExitCode {
+    let mut updates = match source::watch(args.manifests.clone(), node.to_string()) {
+        Ok(rx) => rx,
+        Err(e) => {
+            eprintln!("podtrace: watching {:?}: {e}", args.manifests);
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let mut sigterm = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("podtrace: cannot handle SIGTERM: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    loop {
+        tokio::select! {
+            u = updates.recv() => match u {
+                Some(u) => { let _ = tx.send(u); }
+                None => return ExitCode::FAILURE,
+            },
+            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+            _ = sigterm.recv() => return ExitCode::SUCCESS,
+        }
+    }
+}
+
+async fn until_ready(
+    args: &RunArgs,
+    node: &str,
+    store: &Arc<StatusStore>,
+    tx: &mpsc::UnboundedSender<PodUpdate>,
+) -> ExitCode {
+    let (pods, errors) = load_paths(&args.manifests, node);
+    for e in &errors {
+        eprintln!("podtrace: {e}");
+    }
+    if pods.is_empty() {
+        eprintln!("podtrace: no valid pods in {:?}", args.manifests);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
-    let cfg = Arc::new(cfg);
-    let deadline = Duration::from_secs(args.ready_timeout);
-    let mut workers = JoinSet::new();
-    for p in &pods {
-        let (cri, cfg, pod) = (cri.clone(), cfg.clone(), p.pod.clone());
-        workers.spawn(async move { pod_until_ready(&cri, &cfg, &pod, deadline).await });
-    }
-    let mut outcomes = Vec::new();
-    while let Some(done) = workers.join_next().await {
-        let outcome = done.expect("pod task panicked");
-        if !args.json {
-            print_outcome(&outcome);
-        }
-        outcomes.push(outcome);
-    }
-    outcomes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let pods: Vec<Pod> = pods.into_iter().map(|p| p.pod).collect();
+    let uids: BTreeSet<String> = pods
+        .iter()
+        .map(|p| labels::pod_uid(p).to_string())
+        .collect();
+    let mut changes = store.subscribe();
+    let _ = tx.send(PodUpdate::Add(pods.clone()));
 
-    let mut cleanup_failed = false;
-    if args.cleanup {
-        for p in &pods {
-            if let Err(e) = cleanup(&cri, &cfg, &p.pod).await {
-                eprintln!("podtrace: cleanup of {}: {e}", labels::pod_name(&p.pod));
-                cleanup_failed = true;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.ready_timeout);
+    let mut done: BTreeMap<String, PodOutcome> = BTreeMap::new();
+    loop {
+        for rec in store.list().into_iter().filter(|r| uids.contains(&r.uid)) {
+            if done.contains_key(&rec.uid) {
+                continue;
+            }
+            if let Some(outcome) = settled(&rec) {
+                if !args.json {
+                    print_outcome(&outcome);
+                }
+                done.insert(rec.uid.clone(), outcome);
+            }
+        }
+        if done.len() == uids.len() {
+            break;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                let late: Vec<PodRecord> = store
+                    .list()
+                    .into_iter()
+                    .filter(|r| uids.contains(&r.uid) && !done.contains_key(&r.uid))
+                    .collect();
+                for rec in late {
+                    let mut o = outcome_of(&rec);
+                    o.reason.get_or_insert_with(|| "Timeout".into());
+                    o.message.get_or_insert_with(|| format!("not Running after {}s", args.ready_timeout));
+                    if !args.json {
+                        print_outcome(&o);
+                    }
+                    done.insert(rec.uid.clone(), o);
+                }
+                break;
             }
         }
     }
-    let running = outcomes.iter().filter(|o| o.running()).count();
+
+    let mut cleanup_failed = false;
+    if args.cleanup {
+        let _ = tx.send(PodUpdate::Remove(pods.clone()));
+        let grace = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
+            .max()
+            .unwrap_or(30);
+        let limit = tokio::time::Instant::now() + Duration::from_secs(grace as u64 + 30);
+        loop {
+            let left = store
+                .list()
+                .iter()
+                .filter(|r| uids.contains(&r.uid))
+                .count();
+            if left == 0 {
+                break;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep_until(limit) => {
+                    eprintln!("podtrace: cleanup: {left} pods still terminating");
+                    cleanup_failed = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    let outcomes: Vec<PodOutcome> = {
+        let mut v: Vec<PodOutcome> = done.into_values().collect();
+        v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        v
+    };
+    let running = outcomes
+        .iter()
+        .filter(|o| o.phase == phase::RUNNING)
+        .count();
     if args.json {
         let doc = serde_json::json!({
             "pods": outcomes,
@@ -112,14 +233,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
             } else {
                 format!(", {} manifest errors", errors.len())
             },
-            if args.cleanup {
-                if cleanup_failed {
-                    ", cleanup FAILED"
-                } else {
-                    ", cleaned up"
-                }
-            } else {
-                ""
+            match (args.cleanup, cleanup_failed) {
+                (false, _) => "",
+                (true, false) => ", cleaned up",
+                (true, true) => ", cleanup FAILED",
             },
         );
     }
@@ -130,102 +247,72 @@ pub async fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The pod's outcome once it is Running or cannot get there.
+fn settled(rec: &PodRecord) -> Option<PodOutcome> {
+    let o = outcome_of(rec);
+    let terminal = matches!(
+        o.phase.as_str(),
+        phase::RUNNING | phase::FAILED | phase::SUCCEEDED
+    );
+    (terminal || o.reason.is_some()).then_some(o)
+}
+
+fn outcome_of(rec: &PodRecord) -> PodOutcome {
+    let st = &rec.status;
+    let waiting = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(st.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .find(|w| {
+            w.reason
+                .as_deref()
+                .is_some_and(|r| FAILED_WAITING.contains(&r))
+        });
+    let event = rec
+        .events
+        .iter()
+        .rev()
+        .find(|e| FAILED_EVENTS.contains(&e.event.reason.as_str()));
+    let phase = st.phase.clone().unwrap_or_default();
+    let (reason, message) = if let Some(w) = waiting {
+        (w.reason.clone(), w.message.clone())
+    } else if phase != phase::RUNNING
+        && let Some(e) = event
+    {
+        (Some(e.event.reason.clone()), Some(e.event.message.clone()))
+    } else {
+        (st.reason.clone(), st.message.clone())
+    };
+    let end = rec
+        .running_at
+        .unwrap_or_else(crate::syncloop::clock::wall_now);
+    PodOutcome {
+        namespace: rec.namespace.clone(),
+        name: rec.name.clone(),
+        uid: rec.uid.clone(),
+        phase,
+        ip: st.pod_ip.clone(),
+        reason,
+        message,
+        seconds: (end - rec.first_seen) as f64 / 1e9,
+        events: rec.events.iter().map(|e| e.event.clone()).collect(),
+    }
+}
+
 fn print_outcome(o: &PodOutcome) {
     let who = format!("{}/{}", o.namespace, o.name);
-    match (&o.reason, o.running()) {
-        (_, true) => println!(
-            "{who:<32} {:<9} {:<15} {:>7.3}s",
-            o.phase,
-            o.ip.as_deref().unwrap_or("-"),
-            o.seconds
-        ),
-        (reason, false) => println!(
-            "{who:<32} {:<9} {:<15} {:>7.3}s  {}: {}",
-            o.phase,
-            o.ip.as_deref().unwrap_or("-"),
-            o.seconds,
-            reason.as_deref().unwrap_or("Unknown"),
-            o.message.as_deref().unwrap_or(""),
-        ),
-    }
-}
-
-/// Syncs one pod until it is Running, has ended, or a sync step failed.
-async fn pod_until_ready(
-    cri: &CriClient,
-    cfg: &RuntimeConfig,
-    pod: &Pod,
-    deadline: Duration,
-) -> PodOutcome {
-    let started = Instant::now();
-    let events = EventLog::default();
-    let mut outcome = PodOutcome {
-        namespace: labels::pod_namespace(pod).to_string(),
-        name: labels::pod_name(pod).to_string(),
-        uid: labels::pod_uid(pod).to_string(),
-        phase: phase::PENDING.to_string(),
-        ip: None,
-        reason: None,
-        message: None,
-        seconds: 0.0,
-        events: Vec::new(),
+    let tail = match &o.reason {
+        Some(r) if o.phase != phase::RUNNING => {
+            format!("  {r}: {}", o.message.as_deref().unwrap_or(""))
+        }
+        _ => String::new(),
     };
-    let waiting = WaitingReasons::new();
-    loop {
-        let status =
-            match get_pod_status(cri, &outcome.uid, &outcome.name, &outcome.namespace).await {
-                Ok(s) => s,
-                Err(e) => {
-                    outcome.reason = Some("RuntimeError".into());
-                    outcome.message = Some(e.to_string());
-                    break;
-                }
-            };
-        let api = generate_api_pod_status(pod, &status, &waiting);
-        outcome.phase = api.phase.clone().unwrap_or_default();
-        outcome.ip = api.pod_ip.clone();
-        if outcome.phase != phase::PENDING {
-            break;
-        }
-        let result = sync_pod(cri, cfg, pod, &status, &events).await;
-        if let Some(e) = result.error {
-            outcome.reason = Some(e.reason.to_string());
-            outcome.message = Some(e.message);
-            break;
-        }
-        if result.actions.is_noop() {
-            if started.elapsed() > deadline {
-                outcome.reason = Some("Timeout".into());
-                outcome.message = Some(format!("not Running after {deadline:?}"));
-                break;
-            }
-            tokio::time::sleep(RECHECK).await;
-        }
-    }
-    outcome.seconds = started.elapsed().as_secs_f64();
-    outcome.events = events.take();
-    outcome
-}
-
-/// Stops and removes the pod's runtime objects, then its directories.
-async fn cleanup(cri: &CriClient, cfg: &RuntimeConfig, pod: &Pod) -> anyhow::Result<()> {
-    let (uid, name, ns) = (
-        labels::pod_uid(pod),
-        labels::pod_name(pod),
-        labels::pod_namespace(pod),
+    println!(
+        "{who:<32} {:<9} {:<15} {:>7.3}s{tail}",
+        o.phase,
+        o.ip.as_deref().unwrap_or("-"),
+        o.seconds
     );
-    let status = get_pod_status(cri, uid, name, ns).await?;
-    let grace = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30);
-    kill::kill_pod(cri, &status, grace).await?;
-    kill::remove_pod(cri, &status).await?;
-    volumes::remove_pod_dir(uid, cfg)?;
-    let log_dir = cfg.pod_log_dir(ns, name, uid);
-    match std::fs::remove_dir_all(&log_dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
 }

@@ -283,11 +283,13 @@ mod tests {
     }
 
     #[test]
-    fn uid_is_stable_and_content_derived() {
+    fn uid_is_stable_across_loads_and_spec_edits_but_not_names() {
         let (a, _) = load(GOOD);
         let (b, _) = load(GOOD);
-        let (c, _) = load(&GOOD.replace("app:1.0", "app:2.0"));
+        let (edited, _) = load(&GOOD.replace("app:1.0", "app:2.0"));
+        let (renamed, _) = load(&GOOD.replace("name: web", "name: web2"));
         assert_eq!(a[0].pod.metadata.uid, b[0].pod.metadata.uid);
-        assert_ne!(a[0].pod.metadata.uid, c[0].pod.metadata.uid);
+        assert_eq!(a[0].pod.metadata.uid, edited[0].pod.metadata.uid);
+        assert_ne!(a[0].pod.metadata.uid, renamed[0].pod.metadata.uid);
     }
 }

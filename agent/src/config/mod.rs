@@ -3,6 +3,7 @@
 
 mod defaults;
 mod manifest;
+pub mod source;
 mod uid;
 mod validate;
 

@@ -249,10 +249,11 @@ impl RuntimeService for CriClient {
     async fn container_status(
         &self,
         container_id: &str,
+        verbose: bool,
     ) -> CriResult<api::ContainerStatusResponse> {
         let req = api::ContainerStatusRequest {
             container_id: container_id.to_string(),
-            verbose: false,
+            verbose,
         };
         runtime_call!(self, "ContainerStatus", container_status, req)
     }

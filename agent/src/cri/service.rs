@@ -44,9 +44,11 @@ pub trait RuntimeService: Send + Sync {
         &self,
         filter: Option<api::ContainerFilter>,
     ) -> impl Future<Output = CriResult<Vec<api::Container>>> + Send;
+    /// `verbose` adds the runtime's info map (containerd puts the container's pid there).
     fn container_status(
         &self,
         container_id: &str,
+        verbose: bool,
     ) -> impl Future<Output = CriResult<api::ContainerStatusResponse>> + Send;
     fn exec_sync(
         &self,

@@ -76,6 +76,14 @@ impl Backoff {
         }
     }
 
+    /// kubelet's IsInBackOffSinceUpdate: within the delay after the last recorded failure.
+    /// Returns when that delay ends.
+    pub fn in_backoff_since_update(&self, key: &str, now: Nanos) -> Option<Nanos> {
+        let e = self.entries.get(key)?;
+        (!self.expired(e, now) && now - e.last_update < e.backoff)
+            .then_some(e.last_update + e.backoff)
+    }
+
     /// When the back-off that started at `event_time` ends.
     pub fn until(&self, key: &str, event_time: Nanos) -> Option<Nanos> {
         self.entries.get(key).map(|e| event_time + e.backoff)

@@ -7,6 +7,8 @@ pub mod backoff;
 pub mod container_hash;
 pub mod pod_actions;
 pub mod pod_workers;
+pub mod probe_results;
+pub mod qos;
 pub mod quantity;
 pub mod runtime_pod;
 pub mod status;

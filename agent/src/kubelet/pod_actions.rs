@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use super::container_hash::container_hash;
+use super::probe_results::ProbeResults;
 use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
 
 /// Why a running container is to be killed.
@@ -186,7 +187,11 @@ fn find_next_init_container_to_run<'a>(
 }
 
 /// Decides what SyncPod does for `pod` given the runtime's `status` of it.
-pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
+pub fn compute_pod_actions(
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    probes: &ProbeResults,
+) -> PodActions {
     let (create_sandbox, attempt, sandbox_id) = pod_sandbox_changed(pod, status);
     let mut actions = PodActions {
         kill_pod: create_sandbox,
@@ -256,19 +261,32 @@ pub fn compute_pod_actions(pod: &Pod, status: &RuntimePodStatus) -> PodActions {
             }
             continue;
         };
-        let want = container_hash(c);
-        if st.hash != want {
-            actions.containers_to_start.push(i);
-            actions.containers_to_kill.insert(
-                st.id.clone(),
-                KillReason {
-                    name: c.name.clone(),
-                    message: format!("Container {} definition changed", c.name),
-                },
-            );
+        let mut restart = should_restart_on_failure(pod);
+        let message = if st.hash != container_hash(c) {
+            // A changed spec restarts the container whatever the restart policy.
+            restart = true;
+            format!("Container {} definition changed", c.name)
+        } else if probes.liveness_failed.contains(&st.id) {
+            format!("Container {} failed liveness probe", c.name)
+        } else if probes.startup_failed.contains(&st.id) {
+            format!("Container {} failed startup probe", c.name)
+        } else {
+            keep += 1;
             continue;
-        }
-        keep += 1;
+        };
+        let message = if restart {
+            actions.containers_to_start.push(i);
+            format!("{message}, will be restarted")
+        } else {
+            message
+        };
+        actions.containers_to_kill.insert(
+            st.id.clone(),
+            KillReason {
+                name: c.name.clone(),
+                message,
+            },
+        );
     }
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::container_hash::container_hash;
 use super::pod_actions::{KillReason, PodActions, compute_pod_actions};
+use super::probe_results::ProbeResults;
 use super::runtime_pod::{
     ContainerState, ContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
@@ -148,19 +149,19 @@ fn create_sandbox(id: &str, attempt: u32, start: Vec<usize>) -> PodActions {
     }
 }
 
-type Mutation = fn(&mut Pod, &mut RuntimePodStatus);
+type Mutation = fn(&mut Pod, &mut RuntimePodStatus, &mut ProbeResults);
 
 #[test]
 fn compute_pod_actions_table() {
     let cases: Vec<(&str, Mutation, PodActions)> = vec![
         (
             "everything is running: nothing to do",
-            |_, _| {},
+            |_, _, _| {},
             keep("sb1"),
         ),
         (
             "no sandbox: create one and start every container",
-            |_, st| {
+            |_, st, _| {
                 st.sandboxes.clear();
                 st.containers.clear();
             },
@@ -168,12 +169,12 @@ fn compute_pod_actions_table() {
         ),
         (
             "sandbox not ready: recreate with the next attempt",
-            |_, st| st.sandboxes[0].state = SandboxState::NotReady,
+            |_, st, _| st.sandboxes[0].state = SandboxState::NotReady,
             create_sandbox("sb1", 1, vec![0, 1, 2]),
         ),
         (
             "two ready sandboxes: recreate",
-            |_, st| {
+            |_, st, _| {
                 st.sandboxes
                     .push(sandbox("sb0", SandboxState::Ready, 3, 50));
                 st.normalize();
@@ -182,7 +183,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "the newest sandbox decides the attempt",
-            |_, st| {
+            |_, st, _| {
                 st.sandboxes = vec![
                     sandbox("old", SandboxState::NotReady, 4, 10),
                     sandbox("new", SandboxState::NotReady, 5, 20),
@@ -193,12 +194,12 @@ fn compute_pod_actions_table() {
         ),
         (
             "sandbox without an IP: recreate",
-            |_, st| st.sandboxes[0].ip.clear(),
+            |_, st, _| st.sandboxes[0].ip.clear(),
             create_sandbox("sb1", 1, vec![0, 1, 2]),
         ),
         (
             "hostNetwork pod with no IP is fine",
-            |pod, st| {
+            |pod, st, _| {
                 pod.spec.as_mut().unwrap().host_network = Some(true);
                 st.sandboxes[0].host_network = true;
                 st.sandboxes[0].ip.clear();
@@ -207,12 +208,12 @@ fn compute_pod_actions_table() {
         ),
         (
             "network mode changed: recreate without reusing the sandbox",
-            |pod, _| pod.spec.as_mut().unwrap().host_network = Some(true),
+            |pod, _, _| pod.spec.as_mut().unwrap().host_network = Some(true),
             create_sandbox("", 1, vec![0, 1, 2]),
         ),
         (
             "exited container, restartPolicy Always: restart it",
-            |_, st| exited(st, "foo2", 0),
+            |_, st, _| exited(st, "foo2", 0),
             PodActions {
                 containers_to_start: vec![1],
                 ..keep("sb1")
@@ -220,7 +221,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "succeeded container, OnFailure: leave it",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "OnFailure");
                 exited(st, "foo2", 0);
             },
@@ -228,7 +229,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "failed container, OnFailure: restart it",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "OnFailure");
                 exited(st, "foo2", 1);
             },
@@ -239,7 +240,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "failed container, Never: leave it",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "Never");
                 exited(st, "foo3", 2);
             },
@@ -247,7 +248,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "all containers exited, Never: kill the pod (sandbox goes)",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "Never");
                 for n in ["foo1", "foo2", "foo3"] {
                     exited(st, n, 0);
@@ -260,7 +261,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "container spec changed: kill and start it",
-            |pod, _| {
+            |pod, _, _| {
                 pod.spec.as_mut().unwrap().containers[0].args = Some(vec!["changed".into()]);
             },
             PodActions {
@@ -268,14 +269,14 @@ fn compute_pod_actions_table() {
                 containers_to_kill: kill(
                     "id-foo1-200",
                     "foo1",
-                    "Container foo1 definition changed",
+                    "Container foo1 definition changed, will be restarted",
                 ),
                 ..keep("sb1")
             },
         ),
         (
             "container never created: start it",
-            |_, st| st.containers.retain(|c| c.name != "foo3"),
+            |_, st, _| st.containers.retain(|c| c.name != "foo3"),
             PodActions {
                 containers_to_start: vec![2],
                 ..keep("sb1")
@@ -283,7 +284,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "container created but not started: start it",
-            |_, st| find(st, "foo1").state = ContainerState::Created,
+            |_, st, _| find(st, "foo1").state = ContainerState::Created,
             PodActions {
                 containers_to_start: vec![0],
                 ..keep("sb1")
@@ -291,7 +292,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "container in unknown state: start it",
-            |_, st| find(st, "foo1").state = ContainerState::Unknown,
+            |_, st, _| find(st, "foo1").state = ContainerState::Unknown,
             PodActions {
                 containers_to_start: vec![0],
                 ..keep("sb1")
@@ -299,7 +300,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "pod being deleted: exited containers are not restarted",
-            |pod, st| {
+            |pod, st, _| {
                 pod.metadata.deletion_timestamp =
                     Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                         k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -310,7 +311,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "dead sandbox, Never, containers ran: do not run them again",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "Never");
                 st.sandboxes[0].state = SandboxState::NotReady;
             },
@@ -322,7 +323,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "dead sandbox, OnFailure: recreate and skip succeeded containers",
-            |pod, st| {
+            |pod, st, _| {
                 set_policy(pod, "OnFailure");
                 st.sandboxes[0].state = SandboxState::NotReady;
                 exited(st, "foo1", 0);
@@ -332,7 +333,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init containers, no sandbox: create it and start the first init container",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 st.sandboxes.clear();
                 st.containers.clear();
@@ -344,7 +345,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "first init container running: wait",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 *st = init_status(pod, &[("init1", ContainerState::Running, 0)]);
             },
@@ -352,7 +353,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "first init container done: start the second",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 *st = init_status(pod, &[("init1", ContainerState::Exited, 0)]);
             },
@@ -363,7 +364,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "all init containers done: start the app containers",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 *st = init_status(
                     pod,
@@ -380,7 +381,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init container failed, Always: restart that init container",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 *st = init_status(
                     pod,
@@ -397,7 +398,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init container failed, Never: kill the pod",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 set_policy(pod, "Never");
                 *st = init_status(pod, &[("init1", ContainerState::Exited, 1)]);
@@ -409,7 +410,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init container OOMKilled counts as failed",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 set_policy(pod, "Never");
                 *st = init_status(pod, &[("init1", ContainerState::Exited, 0)]);
@@ -422,7 +423,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init container in unknown state: kill it, then start it again",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 *st = init_status(pod, &[("init1", ContainerState::Unknown, 0)]);
             },
@@ -438,7 +439,7 @@ fn compute_pod_actions_table() {
         ),
         (
             "init done earlier and app containers exist: regular logic applies",
-            |pod, st| {
+            |pod, st, _| {
                 with_init(pod);
                 exited(st, "foo1", 1);
             },
@@ -447,13 +448,75 @@ fn compute_pod_actions_table() {
                 ..keep("sb1")
             },
         ),
+        (
+            "liveness failure, Always: kill and restart",
+            |_, _, probes| {
+                probes.liveness_failed.insert("id-foo2-200".into());
+            },
+            PodActions {
+                containers_to_start: vec![1],
+                containers_to_kill: kill(
+                    "id-foo2-200",
+                    "foo2",
+                    "Container foo2 failed liveness probe, will be restarted",
+                ),
+                ..keep("sb1")
+            },
+        ),
+        (
+            "liveness failure, Never: kill without restart",
+            |pod, _, probes| {
+                set_policy(pod, "Never");
+                probes.liveness_failed.insert("id-foo2-200".into());
+            },
+            PodActions {
+                containers_to_kill: kill(
+                    "id-foo2-200",
+                    "foo2",
+                    "Container foo2 failed liveness probe",
+                ),
+                ..keep("sb1")
+            },
+        ),
+        (
+            "startup probe failure: kill and restart",
+            |_, _, probes| {
+                probes.startup_failed.insert("id-foo3-200".into());
+            },
+            PodActions {
+                containers_to_start: vec![2],
+                containers_to_kill: kill(
+                    "id-foo3-200",
+                    "foo3",
+                    "Container foo3 failed startup probe, will be restarted",
+                ),
+                ..keep("sb1")
+            },
+        ),
+        (
+            "spec changed under Never: still restarted",
+            |pod, _, _| {
+                set_policy(pod, "Never");
+                pod.spec.as_mut().unwrap().containers[2].command = Some(vec!["new".into()]);
+            },
+            PodActions {
+                containers_to_start: vec![2],
+                containers_to_kill: kill(
+                    "id-foo3-200",
+                    "foo3",
+                    "Container foo3 definition changed, will be restarted",
+                ),
+                ..keep("sb1")
+            },
+        ),
     ];
     assert!(cases.len() >= 25);
     for (name, mutate, want) in cases {
         let mut pod = base_pod();
         let mut st = base_status(&pod);
-        mutate(&mut pod, &mut st);
-        let got = compute_pod_actions(&pod, &st);
+        let mut probes = ProbeResults::default();
+        mutate(&mut pod, &mut st, &mut probes);
+        let got = compute_pod_actions(&pod, &st, &probes);
         assert_eq!(got, want, "case: {name}");
     }
 }
@@ -467,5 +530,9 @@ fn decisions_do_not_depend_on_runtime_listing_order() {
     b.containers.reverse();
     b.sandboxes.reverse();
     b.normalize();
-    assert_eq!(compute_pod_actions(&pod, &a), compute_pod_actions(&pod, &b));
+    let p = ProbeResults::default();
+    assert_eq!(
+        compute_pod_actions(&pod, &a, &p),
+        compute_pod_actions(&pod, &b, &p)
+    );
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::pod_actions::should_container_be_restarted;
+use super::probe_results::ProbeResults;
 use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
 
 /// Pod phases, as the API spells them.
@@ -26,6 +27,7 @@ pub fn generate_api_pod_status(
     pod: &Pod,
     runtime: &RuntimePodStatus,
     waiting: &WaitingReasons,
+    probes: &ProbeResults,
 ) -> PodStatus {
     let spec = pod.spec.as_ref();
     let init: &[Container] = spec
@@ -35,11 +37,11 @@ pub fn generate_api_pod_status(
 
     let init_statuses: Vec<_> = init
         .iter()
-        .map(|c| container_status(pod, c, runtime, waiting))
+        .map(|c| container_status(pod, c, runtime, waiting, probes))
         .collect();
     let statuses: Vec<_> = regular
         .iter()
-        .map(|c| container_status(pod, c, runtime, waiting))
+        .map(|c| container_status(pod, c, runtime, waiting, probes))
         .collect();
 
     let sandbox_ready = runtime
@@ -98,6 +100,7 @@ fn container_status(
     c: &Container,
     runtime: &RuntimePodStatus,
     waiting: &WaitingReasons,
+    probes: &ProbeResults,
 ) -> ApiContainerStatus {
     let current = runtime.container(&c.name);
     let previous = runtime
@@ -113,7 +116,9 @@ fn container_status(
         ..ApiState::default()
     };
     let mut last_state = previous.map(terminated_state);
-    let state = match (current, waiting.get(&c.name)) {
+    let is_running = current.is_some_and(|s| s.state == ContainerState::Running);
+    let reason = waiting.get(&c.name).filter(|_| !is_running);
+    let state = match (current, reason) {
         (_, Some((reason, message))) => {
             if let Some(cur) = current.filter(|s| s.state == ContainerState::Exited) {
                 last_state = Some(terminated_state(cur));
@@ -137,13 +142,14 @@ fn container_status(
         },
     };
     let running = state.running.is_some();
+    let id = current.map(|s| s.id.as_str()).unwrap_or_default();
     ApiContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         image_id: current.map(|s| s.image_ref.clone()).unwrap_or_default(),
         container_id: current.map(|s| format!("containerd://{}", s.id)),
-        ready: running,
-        started: Some(running),
+        ready: running && probes.is_ready(id),
+        started: Some(running && !probes.not_started.contains(id)),
         restart_count: current.map(|s| s.restart_count as i32).unwrap_or(0),
         state: Some(state),
         last_state,

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::config::RuntimeConfig;
-use super::event::{EventRecorder, PodEvent};
-use super::image::ensure_image_exists;
+use super::event::PodEvent;
+use super::image::{ImagePullContext, ensure_image_exists};
 use super::labels;
+use super::sync_pod::SyncContext;
 use super::{SyncError, SyncReason};
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::container_hash::container_hash;
@@ -211,7 +212,7 @@ fn container_mounts(
     Ok(mounts)
 }
 
-/// What one startContainer did, for events and timing.
+/// What one startContainer did.
 #[derive(Debug, Clone)]
 pub struct StartedContainer {
     pub name: String,
@@ -226,17 +227,26 @@ pub struct StartedContainer {
 )]
 pub async fn start_container<R: RuntimeService + ImageService>(
     cri: &R,
+    ctx: &SyncContext<'_>,
     pod: &Pod,
     c: &Container,
     sandbox_id: &str,
     sandbox_config: &api::PodSandboxConfig,
     restart_count: u32,
     facts: &PodRuntimeFacts,
-    cfg: &RuntimeConfig,
-    events: &dyn EventRecorder,
 ) -> Result<StartedContainer, SyncError> {
-    let image_ref = ensure_image_exists(cri, c, sandbox_config, None, events).await?;
-    let config = generate_container_config(pod, c, &image_ref, restart_count, facts, cfg)?;
+    let image = c.image.clone().unwrap_or_default();
+    let pull = ImagePullContext {
+        pod_uid: labels::pod_uid(pod),
+        sandbox: sandbox_config,
+        auth: (ctx.auth)(&image),
+        backoff: ctx.backoff,
+        limiter: ctx.limiter,
+        now: ctx.now,
+        events: ctx.events,
+    };
+    let image_ref = ensure_image_exists(cri, c, &pull).await?;
+    let config = generate_container_config(pod, c, &image_ref, restart_count, facts, ctx.cfg)?;
     let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
     std::fs::create_dir_all(&log_dir).map_err(|e| {
         SyncError::new(
@@ -257,7 +267,7 @@ pub async fn start_container<R: RuntimeService + ImageService>(
         .create_container(req)
         .await
         .map_err(|e| SyncError::cri(SyncReason::CreateContainerError, e).for_container(&c.name))?;
-    events.record(PodEvent::normal(
+    ctx.events.record(PodEvent::normal(
         "Created",
         format!("Created container {}", c.name),
         Some(c.name.clone()),
@@ -265,7 +275,7 @@ pub async fn start_container<R: RuntimeService + ImageService>(
     cri.start_container(&container_id)
         .await
         .map_err(|e| SyncError::cri(SyncReason::RunContainerError, e).for_container(&c.name))?;
-    events.record(PodEvent::normal(
+    ctx.events.record(PodEvent::normal(
         "Started",
         format!("Started container {}", c.name),
         Some(c.name.clone()),

@@ -11,6 +11,10 @@ pub enum SyncReason {
     ConfigPodSandboxError,
     KillPodSandboxError,
     ErrImagePull,
+    ImagePullBackOff,
+    CrashLoopBackOff,
+    NetworkNotReady,
+    FailedPreStopHook,
     ErrImageNeverPull,
     ImageInspectError,
     CreateContainerConfigError,
@@ -34,8 +38,10 @@ pub struct SyncError {
     pub message: String,
     /// The container the step was for, if any.
     pub container: Option<String>,
+    /// When the step may be tried again (a back-off ending), if it is waiting for one.
+    pub retry_at: Option<crate::kubelet::runtime_pod::Nanos>,
     #[source]
-    pub source: Option<CriError>,
+    pub source: Option<Box<CriError>>,
 }
 
 impl SyncError {
@@ -44,6 +50,7 @@ impl SyncError {
             reason,
             message: message.into(),
             container: None,
+            retry_at: None,
             source: None,
         }
     }
@@ -53,7 +60,8 @@ impl SyncError {
             reason,
             message: source.to_string(),
             container: None,
-            source: Some(source),
+            retry_at: None,
+            source: Some(Box::new(source)),
         }
     }
 

@@ -19,6 +19,16 @@ pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGra
 /// Marks runtime objects podtrace created; housekeeping only ever touches these.
 pub const MANAGED_BY: &str = "io.podtrace.managed-by";
 pub const MANAGED_BY_VALUE: &str = "podtrace";
+/// The node (agent) that owns a runtime object: housekeeping of one agent never touches
+/// another's pods on a shared runtime.
+pub const NODE: &str = "io.podtrace.node";
+
+pub fn node_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+}
 
 pub fn pod_name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or_default()
@@ -38,6 +48,7 @@ fn pod_identity(pod: &Pod) -> HashMap<String, String> {
         (POD_NAMESPACE.to_string(), pod_namespace(pod).to_string()),
         (POD_UID.to_string(), pod_uid(pod).to_string()),
         (MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+        (NODE.to_string(), node_name(pod).to_string()),
     ])
 }
 

@@ -18,5 +18,6 @@ pub mod volumes;
 pub use config::{HostDns, RuntimeConfig};
 pub use error::{SyncError, SyncReason};
 pub use event::{EventLog, EventRecorder, PodEvent};
+pub use image::PullLimiter;
 pub use pod_status::get_pod_status;
-pub use sync_pod::{PodSyncResult, sync_pod};
+pub use sync_pod::{ContainerOutcome, PodSyncResult, SyncContext, sync_pod};

@@ -45,7 +45,7 @@ pub async fn get_pod_status<R: RuntimeService>(
         }))
         .await?;
     for c in containers {
-        match cri.container_status(&c.id).await {
+        match cri.container_status(&c.id, false).await {
             Ok(resp) => {
                 if let Some(st) = resp.status {
                     status.containers.push(container_status(st));
@@ -80,6 +80,16 @@ fn sandbox_status(sb: &api::PodSandbox, st: Option<api::PodSandboxStatus>) -> Sa
         additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
         host_network,
     }
+}
+
+/// The host pid of a running container, from containerd's verbose status info.
+pub async fn container_pid<R: RuntimeService>(cri: &R, container_id: &str) -> Option<u32> {
+    let resp = cri.container_status(container_id, true).await.ok()?;
+    let info: serde_json::Value = serde_json::from_str(resp.info.get("info")?).ok()?;
+    info.get("pid")?
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .filter(|p| *p > 0)
 }
 
 fn container_status(st: api::ContainerStatus) -> ContainerStatus {

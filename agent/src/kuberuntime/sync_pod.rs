@@ -1,25 +1,96 @@
-//! SyncPod: carry out computePodActions' decisions over CRI, in kubelet's order:
-//! kill what must go, create the sandbox, start the next init container, then the
-//! containers to start.
+//! SyncPod: carry out computePodActions' decisions over CRI, in kubelet's order: kill what
+//! must go, create the sandbox, start the next init container, then the containers to
+//! start, each held back while its crash loop or image pull is in back-off.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::config::RuntimeConfig;
 use super::container::{PodRuntimeFacts, start_container};
 use super::event::{EventRecorder, PodEvent};
+use super::image::{PullLimiter, lock};
 use super::kill::kill_pod;
 use super::sandbox::{create_pod_sandbox, generate_pod_sandbox_config};
 use super::volumes::mount_pod_volumes;
-use super::{SyncError, SyncReason};
-use crate::cri::{ImageService, RuntimeService};
+use super::{SyncError, SyncReason, labels};
+use crate::cri::{ImageService, RuntimeService, api};
+use crate::kubelet::backoff::{Backoff, do_backoff};
+use crate::kubelet::container_hash::container_hash;
 use crate::kubelet::pod_actions::{PodActions, compute_pod_actions};
-use crate::kubelet::runtime_pod::RuntimePodStatus;
+use crate::kubelet::probe_results::ProbeResults;
+use crate::kubelet::runtime_pod::{ContainerState, Nanos, RuntimePodStatus};
 
-/// What one SyncPod did: the decisions it acted on and the first error, if any.
+/// Everything SyncPod reads besides the pod and its runtime status.
+pub struct SyncContext<'a> {
+    pub cfg: &'a RuntimeConfig,
+    pub events: &'a dyn EventRecorder,
+    pub probes: &'a ProbeResults,
+    pub backoff: &'a Mutex<Backoff>,
+    pub limiter: &'a PullLimiter,
+    /// The wall clock in ns (the runtime's clock), or virtual time in replay.
+    pub now: &'a (dyn Fn() -> Nanos + Send + Sync),
+    /// The pod cgroup the sandbox goes under (empty: the runtime's default).
+    pub cgroup_parent: &'a str,
+    /// Registry credentials for an image, from the pod's pull secrets.
+    pub auth: &'a (dyn Fn(&str) -> Option<api::AuthConfig> + Send + Sync),
+}
+
+/// How starting one container went.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub enum ContainerOutcome {
+    Started {
+        container_id: String,
+    },
+    /// Not started: waiting for a back-off (CrashLoopBackOff, ImagePullBackOff) to end.
+    BackOff {
+        reason: SyncReason,
+        message: String,
+        until: Nanos,
+    },
+    Failed {
+        reason: SyncReason,
+        message: String,
+    },
+}
+
+/// What one SyncPod did.
 #[derive(Debug)]
 pub struct PodSyncResult {
     pub actions: PodActions,
-    pub error: Option<SyncError>,
+    /// A pod-level step (kill, sandbox) that failed; nothing after it ran.
+    pub pod_error: Option<SyncError>,
+    /// Per container name, what happened to the containers SyncPod tried to start.
+    pub containers: BTreeMap<String, ContainerOutcome>,
+    /// The sandbox the pod runs in after this sync (new or kept).
+    pub sandbox_id: String,
+}
+
+impl PodSyncResult {
+    /// The earliest time something is waiting for, if anything is.
+    pub fn retry_at(&self) -> Option<Nanos> {
+        let from_pod = self.pod_error.as_ref().and_then(|e| e.retry_at);
+        self.containers
+            .values()
+            .filter_map(|o| match o {
+                ContainerOutcome::BackOff { until, .. } => Some(*until),
+                ContainerOutcome::Failed { .. } | ContainerOutcome::Started { .. } => None,
+            })
+            .chain(from_pod)
+            .min()
+    }
+
+    /// True when a step failed outright (not a back-off wait).
+    pub fn failed(&self) -> bool {
+        self.pod_error
+            .as_ref()
+            .is_some_and(|e| e.retry_at.is_none())
+            || self
+                .containers
+                .values()
+                .any(|o| matches!(o, ContainerOutcome::Failed { .. }))
+    }
 }
 
 fn grace_period(pod: &Pod) -> i64 {
@@ -31,36 +102,41 @@ fn grace_period(pod: &Pod) -> i64 {
 
 pub async fn sync_pod<R: RuntimeService + ImageService>(
     cri: &R,
-    cfg: &RuntimeConfig,
+    ctx: &SyncContext<'_>,
     pod: &Pod,
     status: &RuntimePodStatus,
-    events: &dyn EventRecorder,
 ) -> PodSyncResult {
-    let actions = compute_pod_actions(pod, status);
-    let error = execute(cri, cfg, pod, status, &actions, events).await.err();
-    if let Some(e) = &error {
-        events.record(PodEvent::warning(
+    let actions = compute_pod_actions(pod, status, ctx.probes);
+    let mut result = PodSyncResult {
+        sandbox_id: actions.sandbox_id.clone(),
+        actions,
+        pod_error: None,
+        containers: BTreeMap::new(),
+    };
+    if let Err(e) = execute(cri, ctx, pod, status, &mut result).await {
+        ctx.events.record(PodEvent::warning(
             e.reason.to_string(),
             e.message.clone(),
             e.container.clone(),
         ));
+        result.pod_error = Some(e);
     }
-    PodSyncResult { actions, error }
+    result
 }
 
 async fn execute<R: RuntimeService + ImageService>(
     cri: &R,
-    cfg: &RuntimeConfig,
+    ctx: &SyncContext<'_>,
     pod: &Pod,
     status: &RuntimePodStatus,
-    actions: &PodActions,
-    events: &dyn EventRecorder,
+    result: &mut PodSyncResult,
 ) -> Result<(), SyncError> {
+    let actions = result.actions.clone();
     let grace = grace_period(pod);
     if actions.kill_pod {
         if !status.sandboxes.is_empty() {
             if actions.create_sandbox {
-                events.record(PodEvent::normal(
+                ctx.events.record(PodEvent::normal(
                     "SandboxChanged",
                     "Pod sandbox changed, it will be killed and re-created.",
                     None,
@@ -70,7 +146,7 @@ async fn execute<R: RuntimeService + ImageService>(
         }
     } else {
         for (id, why) in &actions.containers_to_kill {
-            events.record(PodEvent::normal(
+            ctx.events.record(PodEvent::normal(
                 "Killing",
                 format!("Stopping container {}: {}", why.name, why.message),
                 Some(why.name.clone()),
@@ -81,21 +157,22 @@ async fn execute<R: RuntimeService + ImageService>(
         }
     }
 
-    let mut sandbox_id = actions.sandbox_id.clone();
     let mut facts = PodRuntimeFacts::default();
     if actions.create_sandbox {
-        mount_pod_volumes(pod, cfg)?;
-        let config = generate_pod_sandbox_config(pod, actions.attempt, cfg);
+        mount_pod_volumes(pod, ctx.cfg)?;
+        let mut config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
+        set_cgroup_parent(&mut config, ctx.cgroup_parent);
         let handler = pod
             .spec
             .as_ref()
             .and_then(|s| s.runtime_class_name.clone())
-            .map(|class| cfg.runtime_handler(&class))
+            .map(|class| ctx.cfg.runtime_handler(&class))
             .transpose()?
             .unwrap_or_default();
-        sandbox_id = create_pod_sandbox(cri, config, &handler).await?;
+        let id = create_pod_sandbox(cri, config, &handler).await?;
+        result.sandbox_id = id.clone();
         let st = cri
-            .pod_sandbox_status(&sandbox_id)
+            .pod_sandbox_status(&id)
             .await
             .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
         if let Some(net) = st.status.and_then(|s| s.network) {
@@ -115,15 +192,16 @@ async fn execute<R: RuntimeService + ImageService>(
     if actions.next_init_container_to_start.is_none() && actions.containers_to_start.is_empty() {
         return Ok(());
     }
+    if result.sandbox_id.is_empty() {
+        return Err(SyncError::new(
+            SyncReason::CreatePodSandboxError,
+            "no sandbox to start containers in",
+        ));
+    }
 
-    let sandbox_config = generate_pod_sandbox_config(pod, actions.attempt, cfg);
+    let mut sandbox_config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
+    set_cgroup_parent(&mut sandbox_config, ctx.cgroup_parent);
     let spec = pod.spec.as_ref().expect("validated pods have a spec");
-    let restart_count = |name: &str| {
-        status
-            .container(name)
-            .map(|c| c.restart_count + 1)
-            .unwrap_or(0)
-    };
     let mut to_start = Vec::new();
     if let Some(i) = actions.next_init_container_to_start {
         to_start.extend(spec.init_containers.iter().flatten().nth(i));
@@ -135,38 +213,92 @@ async fn execute<R: RuntimeService + ImageService>(
             .map(|&i| &spec.containers[i]),
     );
 
-    let mut first_error = None;
     for c in to_start {
-        let started = start_container(
+        let last_exit = status
+            .containers
+            .iter()
+            .find(|s| s.name == c.name && s.state == ContainerState::Exited)
+            .map(|s| s.finished_at);
+        let held = do_backoff(
+            &mut lock(ctx.backoff),
+            labels::pod_uid(pod),
+            labels::pod_name(pod),
+            &c.name,
+            &container_hash(c),
+            last_exit,
+            (ctx.now)(),
+        );
+        if let Some((message, until)) = held {
+            ctx.events.record(PodEvent::warning(
+                "BackOff",
+                message.clone(),
+                Some(c.name.clone()),
+            ));
+            result.containers.insert(
+                c.name.clone(),
+                ContainerOutcome::BackOff {
+                    reason: SyncReason::CrashLoopBackOff,
+                    message,
+                    until,
+                },
+            );
+            continue;
+        }
+        let restart_count = status
+            .container(&c.name)
+            .map(|s| s.restart_count + 1)
+            .unwrap_or(0);
+        let outcome = match start_container(
             cri,
+            ctx,
             pod,
             c,
-            &sandbox_id,
+            &result.sandbox_id,
             &sandbox_config,
-            restart_count(&c.name),
+            restart_count,
             &facts,
-            cfg,
-            events,
         )
-        .await;
-        match started {
-            Ok(_) => {}
-            // kubelet tries every container and reports each failure; keep the first.
+        .await
+        {
+            Ok(started) => ContainerOutcome::Started {
+                container_id: started.container_id,
+            },
             Err(e) => {
-                if first_error.is_none() {
-                    first_error = Some(e);
+                let kind = if e.reason == SyncReason::ImagePullBackOff {
+                    None
                 } else {
-                    events.record(PodEvent::warning(
-                        e.reason.to_string(),
-                        e.message,
-                        e.container,
+                    Some(e.reason)
+                };
+                if let Some(reason) = kind {
+                    ctx.events.record(PodEvent::warning(
+                        "Failed",
+                        format!("Error: {reason}: {}", e.message),
+                        Some(c.name.clone()),
                     ));
                 }
+                match e.retry_at {
+                    Some(until) => ContainerOutcome::BackOff {
+                        reason: e.reason,
+                        message: e.message,
+                        until,
+                    },
+                    None => ContainerOutcome::Failed {
+                        reason: e.reason,
+                        message: e.message,
+                    },
+                }
             }
-        }
+        };
+        result.containers.insert(c.name.clone(), outcome);
     }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(()),
+    Ok(())
+}
+
+fn set_cgroup_parent(config: &mut api::PodSandboxConfig, parent: &str) {
+    if parent.is_empty() {
+        return;
+    }
+    if let Some(linux) = config.linux.as_mut() {
+        linux.cgroup_parent = parent.to_string();
     }
 }

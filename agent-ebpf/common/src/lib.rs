@@ -1,0 +1,351 @@
+//! The layout of everything podtrace's eBPF probes and its user space exchange: the
+//! events in the ring buffer, the filter entries user space writes into maps, and the
+//! names of the maps and globals.
+//!
+//! Every event starts with an [`EventHeader`]; its `kind` says which payload struct the
+//! record is. All types are `#[repr(C)]` with explicit padding, so the bytes the kernel
+//! writes are the bytes user space reads, and no byte is uninitialised padding. The
+//! sizes are asserted at compile time: a change here is a change to both sides.
+#![no_std]
+
+/// Length of a task's `comm`, as the kernel's `TASK_COMM_LEN`.
+pub const COMM_LEN: usize = 16;
+/// Bytes kept of a path: an exec'd file, a cgroup path, a CNI plugin.
+pub const PATH_LEN: usize = 256;
+/// Bytes of a configured path prefix (cgroup roots, the CNI plugin directory).
+pub const PREFIX_LEN: usize = 64;
+/// How many cgroup path prefixes the filter map holds.
+pub const MAX_CGROUP_PREFIXES: u32 = 8;
+/// How many `envp` entries the CNI probe looks at before giving up. A plugin inherits
+/// the runtime's whole environment and libcni appends the `CNI_*` variables at the end,
+/// so this must exceed the runtime's environment; the verifier needs a bound.
+pub const MAX_ENV_SCAN: u32 = 256;
+
+/// `CLONE_NEWNET` from `<linux/sched.h>`.
+pub const CLONE_NEWNET: u64 = 0x4000_0000;
+
+/// Names of the maps and globals in the probes object, as user space looks them up.
+pub mod names {
+    /// The ring buffer every event goes through.
+    pub const EVENTS: &str = "EVENTS";
+    /// Per-CPU counters of failed ring-buffer reservations, indexed by event kind.
+    pub const LOST: &str = "LOST";
+    /// Cgroup path prefixes ([`crate::Prefix`]) whose cgroup events are kept.
+    pub const CGROUP_PREFIXES: &str = "CGROUP_PREFIXES";
+    /// The directory ([`crate::Prefix`], one entry) whose executables are CNI plugins.
+    pub const CNI_BIN_DIR: &str = "CNI_BIN_DIR";
+    /// Byte offset of `task_struct.nsproxy`.
+    pub const TASK_NSPROXY_OFFSET: &str = "TASK_NSPROXY_OFFSET";
+    /// Byte offset of `nsproxy.net_ns`.
+    pub const NSPROXY_NET_NS_OFFSET: &str = "NSPROXY_NET_NS_OFFSET";
+    /// Byte offset of `net.ns.inum` (the netns inode) from the start of `struct net`.
+    pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
+    /// Byte offset of `task_struct.exit_code`.
+    pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+}
+
+/// What an event is. The discriminant is the header's `kind` and the index into the
+/// lost-event counters.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// `sched:sched_process_exec`: [`ExecEvent`].
+    Exec = 1,
+    /// `sched:sched_process_exit` of a thread-group leader: [`ExitEvent`].
+    Exit = 2,
+    /// `cgroup:cgroup_mkdir`: [`CgroupEvent`].
+    CgroupMkdir = 3,
+    /// `cgroup:cgroup_rmdir`: [`CgroupEvent`].
+    CgroupRmdir = 4,
+    /// `cgroup:cgroup_attach_task`: [`CgroupEvent`].
+    CgroupAttach = 5,
+    /// unshare, setns or clone with `CLONE_NEWNET`, after it returned: [`NetnsEvent`].
+    Netns = 6,
+    /// execve of a file in the CNI plugin directory: [`CniExecEvent`].
+    CniExec = 7,
+}
+
+impl EventKind {
+    /// One past the largest discriminant: the size of the lost-event counter array.
+    pub const COUNT: u32 = 8;
+    pub const ALL: [EventKind; 7] = [
+        EventKind::Exec,
+        EventKind::Exit,
+        EventKind::CgroupMkdir,
+        EventKind::CgroupRmdir,
+        EventKind::CgroupAttach,
+        EventKind::Netns,
+        EventKind::CniExec,
+    ];
+
+    pub fn from_u32(v: u32) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| *k as u32 == v)
+    }
+}
+
+/// Which syscall a [`NetnsEvent`] reports.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetnsSyscall {
+    Unshare = 1,
+    Setns = 2,
+    Clone = 3,
+    Clone3 = 4,
+}
+
+impl NetnsSyscall {
+    pub fn from_u32(v: u32) -> Option<NetnsSyscall> {
+        [
+            NetnsSyscall::Unshare,
+            NetnsSyscall::Setns,
+            NetnsSyscall::Clone,
+            NetnsSyscall::Clone3,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == v)
+    }
+}
+
+/// The start of every record in the ring buffer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EventHeader {
+    /// An [`EventKind`] discriminant.
+    pub kind: u32,
+    /// The CPU the probe ran on.
+    pub cpu: u32,
+    /// The kernel's pid of the current task: the thread ID.
+    pub pid: u32,
+    /// The thread-group ID: what user space calls the process ID.
+    pub tgid: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock user space reads too.
+    pub ktime_ns: u64,
+    /// The current task's `comm`, NUL-padded.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// `sched_process_exec`: a task replaced its program.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ExecEvent {
+    pub header: EventHeader,
+    /// The pid before the exec (differs when a non-leader thread exec'd).
+    pub old_pid: u32,
+    pub _pad: u32,
+    /// The executed file, NUL-terminated.
+    pub filename: [u8; PATH_LEN],
+}
+
+/// `sched_process_exit` where pid == tgid: a process ended.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ExitEvent {
+    pub header: EventHeader,
+    /// `task_struct.exit_code` as `wait(2)` encodes it: status in bits 8..16, the
+    /// terminating signal in bits 0..7. `i32::MIN` when the offset was unknown.
+    pub exit_code: i32,
+    pub _pad: u32,
+}
+
+/// `cgroup_mkdir`, `cgroup_rmdir` (the cgroup itself) and `cgroup_attach_task` (the
+/// destination cgroup and the task moved into it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CgroupEvent {
+    pub header: EventHeader,
+    /// The cgroup's ID (its kernfs inode number).
+    pub id: u64,
+    /// The hierarchy ID: cgroup v1 has one per controller, v2 is its own.
+    pub root: i32,
+    /// Depth below the hierarchy's root.
+    pub level: i32,
+    /// `cgroup_attach_task` only: the task moved, else 0.
+    pub target_pid: u32,
+    pub _pad: u32,
+    /// `cgroup_attach_task` only: the moved task's comm.
+    pub target_comm: [u8; COMM_LEN],
+    /// The cgroup's path within its hierarchy, NUL-terminated.
+    pub path: [u8; PATH_LEN],
+}
+
+/// A namespace syscall that asked for a network namespace, reported when it returned.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NetnsEvent {
+    pub header: EventHeader,
+    /// `bpf_ktime_get_ns()` at syscall entry; the header's time is the return.
+    pub start_ns: u64,
+    /// The flags the syscall was given (clone flags, unshare flags, setns nstype).
+    pub flags: u64,
+    /// The syscall's return value: 0 or -errno (clone: the child's pid, or 0 in the
+    /// child).
+    pub ret: i64,
+    /// A [`NetnsSyscall`] discriminant.
+    pub syscall: u32,
+    /// Inode of the network namespace the task is in after the call; 0 if unknown.
+    pub netns_inum: u32,
+    /// setns: the namespace fd; -1 otherwise.
+    pub fd: i32,
+    /// clone, reported by the child: the thread that called clone; 0 otherwise.
+    pub parent_pid: u32,
+}
+
+/// Bits of [`CniExecEvent::flags`].
+pub mod cni_flags {
+    /// `envp` had more entries than [`crate::MAX_ENV_SCAN`]: variables past the bound
+    /// were not looked at.
+    pub const ENV_TRUNCATED: u32 = 1;
+    /// `envp` could not be read.
+    pub const ENV_UNREADABLE: u32 = 2;
+}
+
+/// `sys_enter_execve` of a file in the CNI plugin directory, with the `CNI_*`
+/// variables from its environment. Values are NUL-terminated; empty when absent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CniExecEvent {
+    pub header: EventHeader,
+    /// Environment entries looked at.
+    pub env_scanned: u32,
+    /// [`cni_flags`] bits.
+    pub flags: u32,
+    pub filename: [u8; PATH_LEN],
+    /// `CNI_COMMAND`: ADD, DEL, CHECK, VERSION, ...
+    pub command: [u8; 16],
+    /// `CNI_IFNAME`.
+    pub ifname: [u8; 16],
+    /// `CNI_CONTAINERID`: the sandbox ID.
+    pub container_id: [u8; 128],
+    /// `CNI_NETNS`: the path of the sandbox's network namespace.
+    pub netns: [u8; PATH_LEN],
+    /// `CNI_ARGS`: `K8S_POD_NAMESPACE=..;K8S_POD_NAME=..;...`.
+    pub args: [u8; PATH_LEN],
+}
+
+/// A path prefix in a filter map. `len == 0` marks an unused slot.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Prefix {
+    pub len: u32,
+    pub _pad: u32,
+    pub bytes: [u8; PREFIX_LEN],
+}
+
+impl Prefix {
+    pub const EMPTY: Prefix = Prefix {
+        len: 0,
+        _pad: 0,
+        bytes: [0; PREFIX_LEN],
+    };
+
+    /// The prefix for `s`, or `None` when it does not fit.
+    pub fn new(s: &[u8]) -> Option<Prefix> {
+        if s.is_empty() || s.len() > PREFIX_LEN {
+            return None;
+        }
+        let mut p = Prefix::EMPTY;
+        p.bytes[..s.len()].copy_from_slice(s);
+        p.len = s.len() as u32;
+        Some(p)
+    }
+}
+
+/// True when the NUL-terminated `path` (its first [`PREFIX_LEN`] bytes are enough)
+/// starts with `prefix` at a path-component boundary: `/k8s.io` matches `/k8s.io` and
+/// `/k8s.io/abc`, not `/k8s.ionic`. A prefix ending in `/` matches anything below it.
+/// The probes run this very function, so user space can test what the kernel keeps.
+#[inline(always)]
+pub fn prefix_matches(prefix: &Prefix, path: &[u8; PREFIX_LEN]) -> bool {
+    // No indexing that could panic: in the probes a panic path is a call the verifier
+    // rejects, so every access is either bounded by the loop or a `get`.
+    let len = prefix.len as usize;
+    if len == 0 || len > PREFIX_LEN {
+        return false;
+    }
+    let mut i = 0;
+    while i < PREFIX_LEN && i < len {
+        if path[i] != prefix.bytes[i] {
+            return false;
+        }
+        i += 1;
+    }
+    match prefix.bytes.get(len - 1) {
+        Some(b'/') => return true,
+        Some(_) => {}
+        None => return false,
+    }
+    match path.get(len) {
+        // The prefix fills the buffer: nothing after it to check.
+        None => true,
+        Some(next) => *next == 0 || *next == b'/',
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<EventHeader>() == 40);
+    assert!(core::mem::size_of::<ExecEvent>() == 40 + 8 + PATH_LEN);
+    assert!(core::mem::size_of::<ExitEvent>() == 48);
+    assert!(core::mem::size_of::<CgroupEvent>() == 40 + 24 + COMM_LEN + PATH_LEN);
+    assert!(core::mem::size_of::<NetnsEvent>() == 40 + 40);
+    assert!(core::mem::size_of::<CniExecEvent>() == 40 + 8 + 3 * PATH_LEN + 32 + 128);
+    assert!(core::mem::size_of::<Prefix>() == 8 + PREFIX_LEN);
+};
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: each type is #[repr(C)], made only of integers and byte arrays, with
+    // explicit padding fields (the size asserts above prove there is no hidden
+    // padding), so every bit pattern is valid and every byte is initialised.
+    unsafe impl aya::Pod for crate::EventHeader {}
+    unsafe impl aya::Pod for crate::ExecEvent {}
+    unsafe impl aya::Pod for crate::ExitEvent {}
+    unsafe impl aya::Pod for crate::CgroupEvent {}
+    unsafe impl aya::Pod for crate::NetnsEvent {}
+    unsafe impl aya::Pod for crate::CniExecEvent {}
+    unsafe impl aya::Pod for crate::Prefix {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(s: &str) -> [u8; PREFIX_LEN] {
+        let mut p = [0u8; PREFIX_LEN];
+        let n = s.len().min(PREFIX_LEN);
+        p[..n].copy_from_slice(&s.as_bytes()[..n]);
+        p
+    }
+
+    #[test]
+    fn prefixes_match_at_component_boundaries() {
+        let k8s = Prefix::new(b"/k8s.io").unwrap();
+        assert!(prefix_matches(&k8s, &path("/k8s.io")));
+        assert!(prefix_matches(&k8s, &path("/k8s.io/0123abcd")));
+        assert!(!prefix_matches(&k8s, &path("/k8s.ionic/x")));
+        assert!(!prefix_matches(&k8s, &path("/system.slice")));
+        assert!(!prefix_matches(&k8s, &path("/k8s")));
+        let cni = Prefix::new(b"/usr/lib/cni/").unwrap();
+        assert!(prefix_matches(&cni, &path("/usr/lib/cni/bridge")));
+        assert!(!prefix_matches(&cni, &path("/usr/lib/cnix/bridge")));
+        assert!(!prefix_matches(&Prefix::EMPTY, &path("/k8s.io")));
+    }
+
+    #[test]
+    fn a_prefix_as_long_as_the_buffer_needs_no_boundary() {
+        let long = "/".repeat(PREFIX_LEN);
+        let p = Prefix::new(long.as_bytes()).unwrap();
+        assert!(prefix_matches(&p, &path(&long)));
+        assert!(Prefix::new(format!("{long}x").as_bytes()).is_none());
+        assert!(Prefix::new(b"").is_none());
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::from_u32(k as u32), Some(k));
+            assert!((k as u32) < EventKind::COUNT);
+        }
+        assert_eq!(EventKind::from_u32(0), None);
+        assert_eq!(NetnsSyscall::from_u32(3), Some(NetnsSyscall::Clone));
+    }
+}

@@ -1,0 +1,165 @@
+//! `syscalls:sys_enter_execve` of CNI plugins, with the `CNI_*` variables of their
+//! environment: `CNI_CONTAINERID` and `CNI_ARGS` tie each plugin run to its sandbox and
+//! pod exactly. Any other execve returns after one short string compare.
+
+use aya_ebpf::helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes};
+use aya_ebpf::macros::{map, tracepoint};
+use aya_ebpf::maps::Array;
+use aya_ebpf::programs::TracePointContext;
+use aya_log_ebpf::warn;
+use podtrace_ebpf_common::{
+    CniExecEvent, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
+};
+
+use crate::{fill_header, reserve};
+
+#[map(name = "CNI_BIN_DIR")]
+static CNI_BIN_DIR: Array<Prefix> = Array::with_max_entries(1, 0);
+
+// Offsets from /sys/kernel/tracing/events/syscalls/sys_enter_execve/format.
+const EXECVE_FILENAME: usize = 16;
+const EXECVE_ENVP: usize = 32;
+
+/// Bytes of an environment entry read to recognise its name: the longest name with its
+/// `=` is `CNI_CONTAINERID=` (16), and the string read needs one byte for the NUL.
+const ENV_HEAD: usize = 24;
+
+#[tracepoint]
+pub fn sys_enter_execve(ctx: TracePointContext) -> u32 {
+    match try_sys_enter_execve(&ctx) {
+        Ok(r) => r,
+        Err(r) => r,
+    }
+}
+
+fn try_sys_enter_execve(ctx: &TracePointContext) -> Result<u32, u32> {
+    // SAFETY: offsets from the format file.
+    let (filename, envp) = unsafe {
+        (
+            ctx.read_at::<u64>(EXECVE_FILENAME).map_err(|_| 1u32)? as *const u8,
+            ctx.read_at::<u64>(EXECVE_ENVP).map_err(|_| 1u32)? as *const u64,
+        )
+    };
+    let Some(dir) = CNI_BIN_DIR.get(0) else {
+        return Ok(0);
+    };
+    let mut head = [0u8; PREFIX_LEN];
+    // SAFETY: the helper checks the user address.
+    if unsafe { bpf_probe_read_user_str_bytes(filename, &mut head) }.is_err()
+        || !prefix_matches(dir, &head)
+    {
+        return Ok(0);
+    }
+    let Some(mut entry) = reserve::<CniExecEvent>(EventKind::CniExec) else {
+        return Err(1);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is the reserved entry; every user pointer goes through a checked
+    // helper.
+    let truncated = unsafe {
+        fill_header(&raw mut (*ev).header, EventKind::CniExec);
+        (*ev).filename[0] = 0;
+        let _ = bpf_probe_read_user_str_bytes(filename, &mut (*ev).filename);
+        (*ev).command[0] = 0;
+        (*ev).ifname[0] = 0;
+        (*ev).container_id[0] = 0;
+        (*ev).netns[0] = 0;
+        (*ev).args[0] = 0;
+        let (scanned, flags) = scan_env(envp, ev);
+        (*ev).env_scanned = scanned;
+        (*ev).flags = flags;
+        flags & cni_flags::ENV_TRUNCATED != 0
+    };
+    entry.submit(0);
+    if truncated {
+        warn!(
+            ctx,
+            "CNI plugin environment has more than {} entries; CNI_* variables past them were not read",
+            MAX_ENV_SCAN
+        );
+    }
+    Ok(0)
+}
+
+/// Which `CNI_*` variable an entry is, from the bytes after `CNI_`; the value starts at
+/// the returned offset.
+#[inline(always)]
+fn cni_var(head: &[u8; ENV_HEAD]) -> Option<(u8, usize)> {
+    if !named(head, b"CNI_") {
+        return None;
+    }
+    if named(head, b"CNI_COMMAND=") {
+        Some((0, 12))
+    } else if named(head, b"CNI_CONTAINERID=") {
+        Some((1, 16))
+    } else if named(head, b"CNI_NETNS=") {
+        Some((2, 10))
+    } else if named(head, b"CNI_IFNAME=") {
+        Some((3, 11))
+    } else if named(head, b"CNI_ARGS=") {
+        Some((4, 9))
+    } else {
+        None
+    }
+}
+
+/// True when `head` starts with `name`. The length is a constant so the verifier sees
+/// every access bounded (no panicking index).
+#[inline(always)]
+fn named<const N: usize>(head: &[u8; ENV_HEAD], name: &[u8; N]) -> bool {
+    let mut i = 0;
+    while i < N {
+        if head.get(i) != Some(&name[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Walks `envp`, copying the `CNI_*` values into `ev`. Returns how many entries it
+/// looked at and [`cni_flags`].
+///
+/// # Safety
+/// `ev` must be a reserved, writable event.
+#[inline(always)]
+unsafe fn scan_env(envp: *const u64, ev: *mut CniExecEvent) -> (u32, u32) {
+    if envp.is_null() {
+        return (0, cni_flags::ENV_UNREADABLE);
+    }
+    let mut found = 0u32;
+    let mut i = 0u32;
+    while i < MAX_ENV_SCAN {
+        // SAFETY: checked helper; `i` is bounded.
+        let Ok(ptr) = (unsafe { bpf_probe_read_user(envp.add(i as usize)) }) else {
+            return (i, cni_flags::ENV_UNREADABLE);
+        };
+        if ptr == 0 {
+            return (i, 0);
+        }
+        let entry = ptr as *const u8;
+        let mut head = [0u8; ENV_HEAD];
+        // SAFETY: checked helper.
+        if unsafe { bpf_probe_read_user_str_bytes(entry, &mut head) }.is_ok()
+            && let Some((which, skip)) = cni_var(&head)
+        {
+            // SAFETY: `ev` is writable (caller); the value is read by a checked helper.
+            unsafe {
+                let value = entry.add(skip);
+                let _ = match which {
+                    0 => bpf_probe_read_user_str_bytes(value, &mut (*ev).command).map(|_| ()),
+                    1 => bpf_probe_read_user_str_bytes(value, &mut (*ev).container_id).map(|_| ()),
+                    2 => bpf_probe_read_user_str_bytes(value, &mut (*ev).netns).map(|_| ()),
+                    3 => bpf_probe_read_user_str_bytes(value, &mut (*ev).ifname).map(|_| ()),
+                    _ => bpf_probe_read_user_str_bytes(value, &mut (*ev).args).map(|_| ()),
+                };
+            }
+            found |= 1 << which;
+            if found == 0b1_1111 {
+                return (i + 1, 0);
+            }
+        }
+        i += 1;
+    }
+    (i, cni_flags::ENV_TRUNCATED)
+}

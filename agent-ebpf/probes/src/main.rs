@@ -1,0 +1,90 @@
+//! podtrace's eBPF probes: classic tracepoints only (kprobes and fentry are not
+//! available on the nodes podtrace targets). Every event goes through one ring buffer;
+//! a failed reservation is counted per CPU and per kind in `LOST`, so user space can
+//! report every event it did not get.
+//!
+//! Field offsets of the tracepoints are their `format` files' (stable ABI). Offsets
+//! into kernel structs are not: user space resolves them from the running kernel's BTF
+//! and sets them as globals before loading.
+#![no_std]
+#![no_main]
+
+mod cgroup;
+mod cni;
+mod netns;
+mod sched;
+mod task;
+
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+};
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{PerCpuArray, RingBuf};
+use podtrace_ebpf_common::{EventHeader, EventKind};
+
+/// Default size; user space sets the real one (`--ringbuf-bytes`) before loading.
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+#[map(name = "LOST")]
+static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::COUNT, 0);
+
+/// Reserves a `T` in the ring buffer, or counts one lost event of `kind`.
+#[inline(always)]
+fn reserve<T: 'static>(kind: EventKind) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<T>> {
+    let entry = EVENTS.reserve::<T>(0);
+    if entry.is_none()
+        && let Some(counter) = LOST.get_ptr_mut(kind as u32)
+    {
+        // SAFETY: a per-CPU array slot is only touched by this CPU, and BPF programs do
+        // not preempt each other on one CPU for tracepoints.
+        unsafe { *counter += 1 };
+    }
+    entry
+}
+
+/// Fills the header at the start of a reserved event.
+///
+/// # Safety
+/// `header` must point at writable memory of a reserved ring-buffer entry.
+#[inline(always)]
+unsafe fn fill_header(header: *mut EventHeader, kind: EventKind) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    // SAFETY: the caller guarantees `header` is writable; the helpers have no
+    // preconditions.
+    unsafe {
+        header.write(EventHeader {
+            kind: kind as u32,
+            cpu: bpf_get_smp_processor_id(),
+            pid: pid_tgid as u32,
+            tgid: (pid_tgid >> 32) as u32,
+            ktime_ns: bpf_ktime_get_ns(),
+            comm,
+        });
+    }
+}
+
+/// The kernel's pid of the current task (the thread ID).
+#[inline(always)]
+fn current_tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+/// Reads a `__data_loc` field: the low 16 bits are the offset of the data from the
+/// start of the record, the high 16 its length.
+#[inline(always)]
+fn data_loc(ctx: &aya_ebpf::programs::TracePointContext, field: usize) -> Result<*const u8, i64> {
+    // SAFETY: `field` is an offset from the tracepoint's format file.
+    let loc: u32 = unsafe { ctx.read_at(field)? };
+    let offset = (loc & 0xffff) as usize;
+    // SAFETY: the offset points inside the same trace record.
+    Ok(unsafe { (aya_ebpf::EbpfContext::as_ptr(ctx) as *const u8).add(offset) })
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects a program that can reach this; it exists for the linker.
+    loop {}
+}

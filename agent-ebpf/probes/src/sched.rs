@@ -1,0 +1,69 @@
+//! `sched:sched_process_exec` and `sched:sched_process_exit`.
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
+use aya_ebpf::macros::tracepoint;
+use aya_ebpf::programs::TracePointContext;
+use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent};
+
+use crate::{data_loc, fill_header, reserve, task};
+
+// Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
+const EXEC_FILENAME: usize = 8;
+const EXEC_OLD_PID: usize = 16;
+
+#[tracepoint]
+pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    match try_sched_process_exec(&ctx) {
+        Ok(r) => r,
+        Err(r) => r,
+    }
+}
+
+fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
+    let filename = data_loc(ctx, EXEC_FILENAME).map_err(|_| 1u32)?;
+    // SAFETY: offset from the format file.
+    let old_pid: i32 = unsafe { ctx.read_at(EXEC_OLD_PID) }.map_err(|_| 1u32)?;
+    let Some(mut entry) = reserve::<ExecEvent>(EventKind::Exec) else {
+        return Err(1);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is the reserved entry; fields are written in place because the event
+    // is larger than the BPF stack allows.
+    unsafe {
+        fill_header(&raw mut (*ev).header, EventKind::Exec);
+        (*ev).old_pid = old_pid as u32;
+        (*ev)._pad = 0;
+        (*ev).filename[0] = 0;
+        let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
+    }
+    entry.submit(0);
+    Ok(0)
+}
+
+#[tracepoint]
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    match try_sched_process_exit(&ctx) {
+        Ok(r) => r,
+        Err(r) => r,
+    }
+}
+
+fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
+    // The tracepoint fires once per thread; a process has exited when its leader has.
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if pid_tgid as u32 != (pid_tgid >> 32) as u32 {
+        return Ok(0);
+    }
+    let Some(mut entry) = reserve::<ExitEvent>(EventKind::Exit) else {
+        return Err(1);
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is the reserved entry.
+    unsafe {
+        fill_header(&raw mut (*ev).header, EventKind::Exit);
+        (*ev).exit_code = task::current_exit_code();
+        (*ev)._pad = 0;
+    }
+    entry.submit(0);
+    Ok(0)
+}

@@ -1,0 +1,69 @@
+//! Reads from the current `task_struct` at offsets user space resolved from the running
+//! kernel's BTF. The offsets differ between kernel builds, so none is compiled in.
+
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+
+// Set by user space with `EbpfLoader::set_global` before load; 0 means "not resolved"
+// and turns the read off rather than reading a wrong field.
+#[unsafe(no_mangle)]
+static TASK_NSPROXY_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static NSPROXY_NET_NS_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static NET_INUM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_EXIT_CODE_OFFSET: u32 = 0;
+
+/// Reads a global set at load time. `read_volatile` keeps the compiler from folding the
+/// compile-time 0 into the code: the loader patches the value in `.rodata`.
+#[inline(always)]
+fn global(g: &'static u32) -> usize {
+    // SAFETY: `g` is a valid static.
+    unsafe { core::ptr::read_volatile(g) as usize }
+}
+
+/// Inode number of the current task's network namespace; 0 when unknown (offsets not
+/// resolved, or the task has no nsproxy any more because it is exiting).
+#[inline(always)]
+pub fn current_netns_inum() -> u32 {
+    let (nsproxy_off, net_ns_off, inum_off) = (
+        global(&TASK_NSPROXY_OFFSET),
+        global(&NSPROXY_NET_NS_OFFSET),
+        global(&NET_INUM_OFFSET),
+    );
+    if nsproxy_off == 0 || inum_off == 0 {
+        return 0;
+    }
+    // SAFETY: bpf_probe_read_kernel checks every address; a bad one is an error, not a
+    // fault.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let Ok(nsproxy) = bpf_probe_read_kernel(task.add(nsproxy_off) as *const *const u8) else {
+            return 0;
+        };
+        if nsproxy.is_null() {
+            return 0;
+        }
+        let Ok(net) = bpf_probe_read_kernel(nsproxy.add(net_ns_off) as *const *const u8) else {
+            return 0;
+        };
+        if net.is_null() {
+            return 0;
+        }
+        bpf_probe_read_kernel(net.add(inum_off) as *const u32).unwrap_or(0)
+    }
+}
+
+/// The current task's `exit_code`, or `i32::MIN` when unknown.
+#[inline(always)]
+pub fn current_exit_code() -> i32 {
+    let off = global(&TASK_EXIT_CODE_OFFSET);
+    if off == 0 {
+        return i32::MIN;
+    }
+    // SAFETY: as above, the helper checks the address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        bpf_probe_read_kernel(task.add(off) as *const i32).unwrap_or(i32::MIN)
+    }
+}

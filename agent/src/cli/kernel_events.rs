@@ -1,0 +1,275 @@
+//! `podtrace kernel-events`: load the probes and print what the kernel reports, one
+//! line (or JSON object) per event, then how many events were lost.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::ebpf::{
+    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EbpfError, KernelEvent,
+    KernelProbes, LostEvents, ProbeConfig, ProbeSummary, ProbesObject,
+};
+
+/// How often losses are reported while the probes run.
+const LOSS_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+/// Flags of every command that loads the probes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EbpfArgs {
+    /// The probes object. Default: $PODTRACE_PROBES, else bpf/podtrace-probes.o in the
+    /// target directory of the podtrace binary, else the workspace's target/bpf.
+    #[arg(long, value_name = "PATH")]
+    pub probes: Option<PathBuf>,
+    /// Fail when the probes cannot run, instead of continuing without kernel events.
+    #[arg(long)]
+    pub require_ebpf: bool,
+    /// Print the probes' own diagnostics (aya-log) on stderr.
+    #[arg(long)]
+    pub ebpf_log: bool,
+    /// Size of the kernel's event ring buffer: a power of two, at least one page.
+    #[arg(long, default_value_t = DEFAULT_RINGBUF_BYTES, value_name = "BYTES")]
+    pub ringbuf_bytes: u32,
+    /// Cgroup path prefix whose cgroup events are kept (repeatable).
+    #[arg(long = "cgroup-prefix", value_name = "PATH", default_values_t = DEFAULT_CGROUP_PREFIXES.map(String::from))]
+    pub cgroup_prefixes: Vec<String>,
+    /// The directory whose executables are CNI plugins.
+    #[arg(long, default_value = DEFAULT_CNI_BIN_DIR, value_name = "DIR")]
+    pub cni_bin_dir: String,
+}
+
+impl EbpfArgs {
+    pub fn probe_config(&self) -> ProbeConfig {
+        let mut config = ProbeConfig::new(ProbesObject::locate(self.probes.as_deref()));
+        config.ringbuf_bytes = self.ringbuf_bytes;
+        config.cgroup_prefixes = self.cgroup_prefixes.clone();
+        config.cni_bin_dir = self.cni_bin_dir.clone();
+        if self.ebpf_log {
+            config.ebpf_log = Some(Box::new(StderrLog));
+        }
+        config
+    }
+
+    /// Starts the probes, or says once why they cannot run. `Ok(None)`: continue
+    /// without kernel events. `Err`: the caller exits with the code.
+    pub fn start(
+        &self,
+    ) -> Result<
+        Option<(KernelProbes, tokio::sync::mpsc::Receiver<KernelEvent>)>,
+        (EbpfError, ExitCode),
+    > {
+        match KernelProbes::start(self.probe_config()) {
+            Ok(started) => Ok(Some(started)),
+            Err(e) if e.is_unavailable() && !self.require_ebpf => {
+                eprintln!("podtrace: kernel events unavailable: {e}; continuing without them");
+                Ok(None)
+            }
+            Err(e) if e.is_unavailable() => {
+                eprintln!("podtrace: kernel events unavailable (--require-ebpf): {e}");
+                Err((e, ExitCode::FAILURE))
+            }
+            Err(e) => {
+                eprintln!("podtrace: {e}");
+                if let Some(source) = std::error::Error::source(&e) {
+                    eprintln!("podtrace: caused by: {source:#}");
+                }
+                Err((e, ExitCode::FAILURE))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct KernelEventsArgs {
+    /// Stop after this many seconds (default: until interrupted).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub ebpf: EbpfArgs,
+}
+
+pub async fn run(args: KernelEventsArgs) -> ExitCode {
+    let (probes, mut events) = match args.ebpf.start() {
+        Ok(Some(started)) => started,
+        Ok(None) => {
+            print_summary(args.json, None);
+            return ExitCode::SUCCESS;
+        }
+        Err((_, code)) => return code,
+    };
+    eprintln!(
+        "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes)",
+        probes.attached().len(),
+        probes.object().display(),
+        probes.ringbuf_bytes()
+    );
+    for (program, why) in probes.skipped() {
+        eprintln!("podtrace: optional probe {program} not attached: {why}");
+    }
+
+    let deadline = args
+        .duration
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let sleep = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(sleep);
+    let (mut sigint, mut sigterm) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("podtrace: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut report = tokio::time::interval(LOSS_REPORT_EVERY);
+    report.tick().await;
+    let mut reported_lost = 0u64;
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { break };
+                if write_event(&mut stdout, args.json, &event).is_err() {
+                    // stdout closed (a pipe reader went away): nobody is listening.
+                    break;
+                }
+            }
+            _ = report.tick() => {
+                if let Ok(lost) = probes.lost()
+                    && lost.total > reported_lost
+                {
+                    eprintln!(
+                        "podtrace: {} kernel events lost in the last {}s ({} in total; ring buffer of {} bytes full)",
+                        lost.total - reported_lost,
+                        LOSS_REPORT_EVERY.as_secs(),
+                        lost.total,
+                        probes.ringbuf_bytes()
+                    );
+                    reported_lost = lost.total;
+                }
+            }
+            _ = &mut sleep => break,
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    // Events the reader drains while stopping still reach the channel: print them too.
+    let stopping = probes.stop();
+    tokio::pin!(stopping);
+    let summary = loop {
+        tokio::select! {
+            summary = &mut stopping => break summary,
+            Some(event) = events.recv() => {
+                let _ = write_event(&mut stdout, args.json, &event);
+            }
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        let _ = write_event(&mut stdout, args.json, &event);
+    }
+    drop(stdout);
+    match summary {
+        Ok(summary) => {
+            if summary.lost.total > 0 {
+                eprintln!(
+                    "podtrace: {} kernel events lost (ring buffer of {} bytes full)",
+                    summary.lost.total, args.ebpf.ringbuf_bytes
+                );
+            }
+            print_summary(args.json, Some(&summary));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_event(out: &mut impl Write, json: bool, event: &KernelEvent) -> std::io::Result<()> {
+    if json {
+        serde_json::to_writer(&mut *out, event).map_err(std::io::Error::other)?;
+        out.write_all(b"\n")
+    } else {
+        writeln!(out, "{event}")
+    }
+}
+
+/// The last line: how many events were read and lost, or that there were none to read.
+fn print_summary(json: bool, summary: Option<&ProbeSummary>) {
+    let lost = summary.map(|s| s.lost.clone()).unwrap_or_default();
+    if json {
+        let doc = serde_json::json!({
+            "kind": "summary",
+            "ebpf": summary.is_some(),
+            "events": summary.map_or(0, |s| s.events),
+            "undecodable": summary.map_or(0, |s| s.undecodable),
+            "lost": lost.total,
+            "lost_by_kind": lost.by_kind,
+        });
+        println!("{doc}");
+    } else {
+        println!("{}", summary_line(summary.map(|s| s.events), &lost));
+    }
+}
+
+fn summary_line(events: Option<u64>, lost: &LostEvents) -> String {
+    let Some(events) = events else {
+        return "kernel events: unavailable".to_string();
+    };
+    let mut line = format!("events: {events}, lost events: {}", lost.total);
+    if !lost.by_kind.is_empty() {
+        let kinds: Vec<String> = lost
+            .by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        line.push_str(&format!(" ({})", kinds.join(", ")));
+    }
+    line
+}
+
+/// The probes' aya-log records, on stderr.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        eprintln!("podtrace: probe {}: {}", record.level(), record.args());
+    }
+
+    fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_losses_by_kind() {
+        let mut lost = LostEvents::default();
+        assert_eq!(summary_line(Some(3), &lost), "events: 3, lost events: 0");
+        lost.total = 7;
+        lost.by_kind.insert("exec", 5);
+        lost.by_kind.insert("exit", 2);
+        assert_eq!(
+            summary_line(Some(3), &lost),
+            "events: 3, lost events: 7 (exec 5, exit 2)"
+        );
+        assert_eq!(summary_line(None, &lost), "kernel events: unavailable");
+    }
+}

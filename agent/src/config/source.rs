@@ -1,0 +1,181 @@
+//! kubelet's file source and pod config: watch manifest files and directories, and turn
+//! each change into ADD / UPDATE / REMOVE for the sync loop.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use notify::Watcher;
+use tokio::sync::mpsc;
+
+use super::{ManifestError, StaticPod, load_paths};
+
+/// What changed in the desired pods (kubelet's PodUpdate operations).
+#[derive(Debug, Clone)]
+pub enum PodUpdate {
+    Add(Vec<Pod>),
+    Update(Vec<Pod>),
+    Remove(Vec<Pod>),
+    /// Manifests that could not be read this time, with why.
+    Invalid(Vec<String>),
+    /// Every source has delivered its first snapshot (kubelet's sourcesReady): only now
+    /// may housekeeping treat runtime pods missing from the config as orphans.
+    SourcesReady,
+}
+
+/// kubelet re-reads static pod manifests every 20 s even with inotify; podtrace does the
+/// same so a missed notification only delays a change.
+pub const RESCAN_PERIOD: Duration = Duration::from_secs(20);
+
+/// Desired pods by UID, diffed against the next snapshot.
+#[derive(Debug, Default)]
+pub struct PodConfig {
+    pods: BTreeMap<String, Pod>,
+    last_errors: Vec<String>,
+}
+
+impl PodConfig {
+    /// Turns a fresh snapshot into the updates that take the old one to it. Pods keep the
+    /// snapshot's order within each update.
+    pub fn apply(&mut self, snapshot: Vec<StaticPod>, errors: &[ManifestError]) -> Vec<PodUpdate> {
+        let mut adds = Vec::new();
+        let mut updates = Vec::new();
+        let mut next = BTreeMap::new();
+        for sp in snapshot {
+            let uid = sp.pod.metadata.uid.clone().unwrap_or_default();
+            match self.pods.get(&uid) {
+                None => adds.push(sp.pod.clone()),
+                Some(old) if old != &sp.pod => updates.push(sp.pod.clone()),
+                Some(_) => {}
+            }
+            next.insert(uid, sp.pod);
+        }
+        let removes: Vec<Pod> = self
+            .pods
+            .iter()
+            .filter(|(uid, _)| !next.contains_key(*uid))
+            .map(|(_, p)| p.clone())
+            .collect();
+        self.pods = next;
+        let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        let mut out = Vec::new();
+        if errors != self.last_errors && !errors.is_empty() {
+            out.push(PodUpdate::Invalid(errors.clone()));
+        }
+        self.last_errors = errors;
+        if !removes.is_empty() {
+            out.push(PodUpdate::Remove(removes));
+        }
+        if !adds.is_empty() {
+            out.push(PodUpdate::Add(adds));
+        }
+        if !updates.is_empty() {
+            out.push(PodUpdate::Update(updates));
+        }
+        out
+    }
+}
+
+/// Watches `paths` and sends updates until the receiver is dropped. The first snapshot is
+/// sent before this returns, so the caller sees the initial pods at once.
+pub fn watch(
+    paths: Vec<PathBuf>,
+    node_name: String,
+) -> Result<mpsc::UnboundedReceiver<PodUpdate>, notify::Error> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (kick_tx, mut kick_rx) = mpsc::unbounded_channel::<()>();
+    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+        let _ = kick_tx.send(());
+    })?;
+    for p in &paths {
+        // Watch the directory holding a file too, so editors that replace the file are seen.
+        let target = if p.is_dir() {
+            p.clone()
+        } else {
+            p.parent()
+                .map(|d| d.to_path_buf())
+                .unwrap_or_else(|| p.clone())
+        };
+        watcher.watch(&target, notify::RecursiveMode::NonRecursive)?;
+    }
+    let mut config = PodConfig::default();
+    let (pods, errors) = load_paths(&paths, &node_name);
+    for u in config.apply(pods, &errors) {
+        let _ = tx.send(u);
+    }
+    let _ = tx.send(PodUpdate::SourcesReady);
+    tokio::spawn(async move {
+        let _watcher = watcher; // dropping it stops the notifications
+        loop {
+            tokio::select! {
+                kicked = kick_rx.recv() => {
+                    if kicked.is_none() {
+                        return;
+                    }
+                    // Coalesce a burst of notifications (an editor's write, rename, chmod).
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    while kick_rx.try_recv().is_ok() {}
+                }
+                _ = tokio::time::sleep(RESCAN_PERIOD) => {}
+            }
+            let (pods, errors) = load_paths(&paths, &node_name);
+            for u in config.apply(pods, &errors) {
+                if tx.send(u).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PodSource;
+
+    fn sp(uid: &str, image: &str) -> StaticPod {
+        let mut pod: Pod = serde_yaml::from_str(&format!(
+            "metadata: {{name: p{uid}, uid: '{uid}'}}\nspec: {{containers: [{{name: c, image: {image}}}]}}"
+        ))
+        .unwrap();
+        pod.metadata.uid = Some(uid.into());
+        StaticPod {
+            pod,
+            source: PodSource {
+                file: "x.yaml".into(),
+                document: 0,
+            },
+        }
+    }
+
+    fn kinds(us: &[PodUpdate]) -> Vec<String> {
+        us.iter()
+            .map(|u| match u {
+                PodUpdate::Add(p) => format!("ADD {}", p.len()),
+                PodUpdate::Update(p) => format!("UPDATE {}", p.len()),
+                PodUpdate::Remove(p) => format!("REMOVE {}", p.len()),
+                PodUpdate::Invalid(e) => format!("INVALID {}", e.len()),
+                PodUpdate::SourcesReady => "READY".to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_update_remove() {
+        let mut c = PodConfig::default();
+        assert_eq!(
+            kinds(&c.apply(vec![sp("a", "i:1"), sp("b", "i:1")], &[])),
+            ["ADD 2"]
+        );
+        assert!(
+            c.apply(vec![sp("a", "i:1"), sp("b", "i:1")], &[])
+                .is_empty()
+        );
+        assert_eq!(
+            kinds(&c.apply(vec![sp("a", "i:2")], &[])),
+            ["REMOVE 1", "UPDATE 1"]
+        );
+    }
+}

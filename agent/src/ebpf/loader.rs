@@ -1,0 +1,504 @@
+//! Loading the probes: check the node can run them, resolve struct offsets, load the
+//! object with its globals and ring-buffer size, fill the filter maps, attach every
+//! program, and start the ring-buffer reader.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use podtrace_ebpf_common::{EventKind, MAX_CGROUP_PREFIXES, PREFIX_LEN, Prefix, names};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::btf::{KernelOffsets, VMLINUX_BTF};
+use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
+use super::event::{KernelEvent, kind_name};
+use super::object::ProbesObject;
+use super::reader::{ReaderStats, read_events};
+
+/// Where tracefs may be mounted, in the order aya looks.
+pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// Default ring buffer: room for ~800 of the largest events (CNI execs) between two
+/// reads, a burst no sandbox creation comes near.
+pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
+/// The pod cgroup roots kept by default: podtrace's own and containerd's CRI namespace.
+pub const DEFAULT_CGROUP_PREFIXES: [&str; 2] = ["/podtrace", "/k8s.io"];
+/// Where Debian's containernetworking-plugins (and the node lab) keep CNI plugins.
+pub const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni/";
+
+/// One program of the object: its name and the tracepoint it attaches to.
+struct ProgramSpec {
+    program: &'static str,
+    category: &'static str,
+    tracepoint: &'static str,
+    /// Optional programs extend coverage (clone with CLONE_NEWNET); if one cannot
+    /// attach, it is skipped with a reason instead of failing the load.
+    optional: bool,
+}
+
+const fn spec(program: &'static str, category: &'static str, optional: bool) -> ProgramSpec {
+    ProgramSpec {
+        program,
+        category,
+        tracepoint: program,
+        optional,
+    }
+}
+
+const PROGRAMS: &[ProgramSpec] = &[
+    spec("sched_process_exec", "sched", false),
+    spec("sched_process_exit", "sched", false),
+    spec("cgroup_mkdir", "cgroup", false),
+    spec("cgroup_rmdir", "cgroup", false),
+    spec("cgroup_attach_task", "cgroup", false),
+    spec("sys_enter_unshare", "syscalls", false),
+    spec("sys_exit_unshare", "syscalls", false),
+    spec("sys_enter_setns", "syscalls", false),
+    spec("sys_exit_setns", "syscalls", false),
+    spec("sys_enter_execve", "syscalls", false),
+    spec("sys_enter_clone", "syscalls", true),
+    spec("sys_exit_clone", "syscalls", true),
+    spec("sys_enter_clone3", "syscalls", true),
+    spec("sys_exit_clone3", "syscalls", true),
+    spec("sched_process_fork", "sched", true),
+];
+
+/// What to load and how to filter.
+pub struct ProbeConfig {
+    pub object: ProbesObject,
+    /// Size of the ring buffer: a power of two, at least one page.
+    pub ringbuf_bytes: u32,
+    /// Cgroup path prefixes whose cgroup events are kept (matched per path component).
+    pub cgroup_prefixes: Vec<String>,
+    /// The directory whose executables are CNI plugins.
+    pub cni_bin_dir: String,
+    /// Decoded events buffered between the reader and the consumer.
+    pub channel_capacity: usize,
+    /// Where the probes' own diagnostics (aya-log) go; `None` leaves them unread.
+    pub ebpf_log: Option<Box<dyn log::Log>>,
+}
+
+impl ProbeConfig {
+    pub fn new(object: ProbesObject) -> ProbeConfig {
+        ProbeConfig {
+            object,
+            ringbuf_bytes: DEFAULT_RINGBUF_BYTES,
+            cgroup_prefixes: DEFAULT_CGROUP_PREFIXES.map(String::from).to_vec(),
+            cni_bin_dir: DEFAULT_CNI_BIN_DIR.to_string(),
+            channel_capacity: 16 * 1024,
+            ebpf_log: None,
+        }
+    }
+}
+
+/// Events the kernel dropped because the ring buffer was full, summed over CPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LostEvents {
+    pub total: u64,
+    /// Only kinds with losses.
+    pub by_kind: BTreeMap<&'static str, u64>,
+}
+
+/// The end of a run of the probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProbeSummary {
+    /// Events decoded and handed to the channel.
+    pub events: u64,
+    /// Records that did not decode (a probes object from another podtrace).
+    pub undecodable: u64,
+    pub lost: LostEvents,
+}
+
+/// Loaded and attached probes. Dropping it detaches them; [`KernelProbes::stop`] also
+/// drains what is left in the ring buffer and reports the losses.
+pub struct KernelProbes {
+    // Owns the programs and their links: the probes stay attached while it lives.
+    _ebpf: Ebpf,
+    lost: PerCpuArray<MapData, u64>,
+    stop: Option<oneshot::Sender<()>>,
+    reader: Option<JoinHandle<Result<ReaderStats, EbpfError>>>,
+    attached: Vec<&'static str>,
+    skipped: Vec<(&'static str, String)>,
+    offsets: KernelOffsets,
+    object: PathBuf,
+    ringbuf_bytes: u32,
+}
+
+impl KernelProbes {
+    /// Loads and attaches the probes and starts reading. Must run inside a tokio
+    /// runtime. The receiver yields events in ring-buffer order.
+    pub fn start(
+        config: ProbeConfig,
+    ) -> Result<(KernelProbes, mpsc::Receiver<KernelEvent>), EbpfError> {
+        find_tracefs()?;
+        let offsets = KernelOffsets::from_btf_file(Path::new(VMLINUX_BTF))?;
+        check_ringbuf_size(config.ringbuf_bytes)?;
+        let cgroup_prefixes = cgroup_prefixes(&config.cgroup_prefixes)?;
+        let cni_bin_dir = cni_bin_dir(&config.cni_bin_dir)?;
+        let path = config.object.path.clone();
+        let data = std::fs::read(&path).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                EbpfError::ObjectMissing {
+                    path: path.clone(),
+                    source_of_path: config.object.source,
+                }
+            } else {
+                EbpfError::ObjectUnreadable {
+                    path: path.clone(),
+                    source,
+                }
+            }
+        })?;
+
+        let mut ebpf = EbpfLoader::new()
+            .set_global(names::TASK_NSPROXY_OFFSET, &offsets.task_nsproxy, true)
+            .set_global(names::NSPROXY_NET_NS_OFFSET, &offsets.nsproxy_net_ns, true)
+            .set_global(names::NET_INUM_OFFSET, &offsets.net_inum, true)
+            .set_global(names::TASK_EXIT_CODE_OFFSET, &offsets.task_exit_code, true)
+            .set_max_entries(names::EVENTS, config.ringbuf_bytes)
+            .load(&data)
+            .map_err(|source| match permission_error(&source, DENIED) {
+                Some(denied) => EbpfError::NotPermitted {
+                    doing: format!("loading {} (creating its maps)", path.display()),
+                    source: denied,
+                },
+                None => EbpfError::Load {
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+
+        write_filters(&mut ebpf, &cgroup_prefixes, &cni_bin_dir)?;
+        if let Some(logger) = config.ebpf_log {
+            aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger)
+                .map_err(|source| EbpfError::Log { source })?;
+        }
+        let (attached, skipped) = attach_all(&mut ebpf, &path)?;
+
+        let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
+        let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
+        let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let reader = tokio::spawn(read_events(ring, tx, stop_rx));
+        Ok((
+            KernelProbes {
+                _ebpf: ebpf,
+                lost,
+                stop: Some(stop_tx),
+                reader: Some(reader),
+                attached,
+                skipped,
+                offsets,
+                object: path,
+                ringbuf_bytes: config.ringbuf_bytes,
+            },
+            rx,
+        ))
+    }
+
+    /// Programs attached, by name.
+    pub fn attached(&self) -> &[&'static str] {
+        &self.attached
+    }
+
+    /// Optional programs that could not attach, with why.
+    pub fn skipped(&self) -> &[(&'static str, String)] {
+        &self.skipped
+    }
+
+    pub fn offsets(&self) -> KernelOffsets {
+        self.offsets
+    }
+
+    pub fn object(&self) -> &Path {
+        &self.object
+    }
+
+    pub fn ringbuf_bytes(&self) -> u32 {
+        self.ringbuf_bytes
+    }
+
+    /// Events lost so far: failed ring-buffer reservations, summed over CPUs.
+    pub fn lost(&self) -> Result<LostEvents, EbpfError> {
+        let mut lost = LostEvents::default();
+        for kind in EventKind::ALL {
+            let per_cpu = self
+                .lost
+                .get(&(kind as u32), 0)
+                .map_err(|source| EbpfError::Map {
+                    map: names::LOST,
+                    source,
+                })?;
+            let n: u64 = per_cpu.iter().sum();
+            if n > 0 {
+                lost.by_kind.insert(kind_name(kind), n);
+                lost.total += n;
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Stops reading after draining what the ring buffer holds, and reports the run.
+    /// The probes detach when this returns.
+    pub async fn stop(mut self) -> Result<ProbeSummary, EbpfError> {
+        if let Some(stop) = self.stop.take() {
+            // The reader may already have ended (its receiver dropped): nothing to tell.
+            let _ = stop.send(());
+        }
+        let stats = match self.reader.take() {
+            Some(reader) => reader.await.unwrap_or_else(|e| {
+                // The reader does not panic; if the runtime cancelled it, it read
+                // nothing more.
+                tracing::warn!("kernel event reader ended abnormally: {e}");
+                Ok(ReaderStats::default())
+            })?,
+            None => ReaderStats::default(),
+        };
+        Ok(ProbeSummary {
+            events: stats.events,
+            undecodable: stats.undecodable,
+            lost: self.lost()?,
+        })
+    }
+}
+
+impl Drop for KernelProbes {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The tracefs mount aya will attach through, or what was looked for.
+pub fn find_tracefs() -> Result<PathBuf, EbpfError> {
+    TRACEFS_MOUNTS
+        .iter()
+        .map(Path::new)
+        .find(|m| m.join("events").is_dir())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| EbpfError::TracefsMissing {
+            looked: TRACEFS_MOUNTS.iter().map(PathBuf::from).collect(),
+        })
+}
+
+/// A BPF ring buffer's size must be a power of two and a multiple of the page size.
+pub fn check_ringbuf_size(bytes: u32) -> Result<(), EbpfError> {
+    let page = page_size();
+    if bytes < page || !bytes.is_power_of_two() {
+        return Err(EbpfError::RingBufSize { bytes, page });
+    }
+    Ok(())
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
+}
+
+/// The filter entries for the configured cgroup prefixes. A trailing `/` is dropped:
+/// matching is per path component already.
+pub fn cgroup_prefixes(prefixes: &[String]) -> Result<Vec<Prefix>, EbpfError> {
+    if prefixes.len() > MAX_CGROUP_PREFIXES as usize {
+        return Err(EbpfError::TooManyPrefixes {
+            count: prefixes.len(),
+            max: MAX_CGROUP_PREFIXES,
+        });
+    }
+    prefixes
+        .iter()
+        .map(|p| {
+            let trimmed = match p.trim_end_matches('/') {
+                "" => "/",
+                t => t,
+            };
+            Prefix::new(trimmed.as_bytes()).ok_or_else(|| EbpfError::FilterTooLong {
+                what: "cgroup prefix",
+                value: p.clone(),
+                max: PREFIX_LEN,
+            })
+        })
+        .collect()
+}
+
+/// The filter entry for the CNI plugin directory, with the trailing `/` that makes it
+/// match the files inside it only.
+pub fn cni_bin_dir(dir: &str) -> Result<Prefix, EbpfError> {
+    let with_slash = format!("{}/", dir.trim_end_matches('/'));
+    Prefix::new(with_slash.as_bytes()).ok_or_else(|| EbpfError::FilterTooLong {
+        what: "CNI bin dir",
+        value: dir.to_string(),
+        max: PREFIX_LEN,
+    })
+}
+
+fn write_filters(
+    ebpf: &mut Ebpf,
+    cgroup_prefixes: &[Prefix],
+    cni_bin_dir: &Prefix,
+) -> Result<(), EbpfError> {
+    let map_err = |map| move |source| EbpfError::Map { map, source };
+    let mut prefixes: Array<_, Prefix> = Array::try_from(
+        ebpf.map_mut(names::CGROUP_PREFIXES)
+            .ok_or(aya::maps::MapError::InvalidName {
+                name: names::CGROUP_PREFIXES.to_string(),
+            })
+            .map_err(map_err(names::CGROUP_PREFIXES))?,
+    )
+    .map_err(map_err(names::CGROUP_PREFIXES))?;
+    for (i, p) in cgroup_prefixes.iter().enumerate() {
+        prefixes
+            .set(i as u32, p, 0)
+            .map_err(map_err(names::CGROUP_PREFIXES))?;
+    }
+    let mut dir: Array<_, Prefix> = Array::try_from(
+        ebpf.map_mut(names::CNI_BIN_DIR)
+            .ok_or(aya::maps::MapError::InvalidName {
+                name: names::CNI_BIN_DIR.to_string(),
+            })
+            .map_err(map_err(names::CNI_BIN_DIR))?,
+    )
+    .map_err(map_err(names::CNI_BIN_DIR))?;
+    dir.set(0, cni_bin_dir, 0)
+        .map_err(map_err(names::CNI_BIN_DIR))?;
+    Ok(())
+}
+
+type Attached = (Vec<&'static str>, Vec<(&'static str, String)>);
+
+fn attach_all(ebpf: &mut Ebpf, path: &Path) -> Result<Attached, EbpfError> {
+    let mut attached = Vec::new();
+    let mut skipped = Vec::new();
+    for spec in PROGRAMS {
+        match attach_one(ebpf, path, spec) {
+            Ok(()) => attached.push(spec.program),
+            Err(e) if spec.optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
+                skipped.push((spec.program, e.to_string()));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((attached, skipped))
+}
+
+fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), EbpfError> {
+    let missing = |reason: String| EbpfError::ProgramMissing {
+        program: spec.program,
+        path: path.to_path_buf(),
+        reason,
+    };
+    let program: &mut TracePoint = ebpf
+        .program_mut(spec.program)
+        .ok_or_else(|| missing("not in the object".to_string()))?
+        .try_into()
+        .map_err(|e: aya::programs::ProgramError| missing(e.to_string()))?;
+    program.load().map_err(|source| {
+        match permission_error(&source, DENIED_LOAD) {
+            Some(denied) => EbpfError::NotPermitted {
+                doing: format!("loading program {}", spec.program),
+                source: denied,
+            },
+            None => EbpfError::ProgramLoad {
+                program: spec.program,
+                category: spec.category,
+                tracepoint: spec.tracepoint,
+                source,
+            },
+        }
+    })?;
+    program
+        .attach(spec.category, spec.tracepoint)
+        .map_err(|source| match permission_error(&source, DENIED) {
+            Some(denied) => EbpfError::NotPermitted {
+                doing: format!(
+                    "attaching {} to tracepoint {}:{}",
+                    spec.program, spec.category, spec.tracepoint
+                ),
+                source: denied,
+            },
+            None => EbpfError::Attach {
+                program: spec.program,
+                category: spec.category,
+                tracepoint: spec.tracepoint,
+                source,
+            },
+        })?;
+    Ok(())
+}
+
+fn take_map<T>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    convert: impl FnOnce(aya::maps::Map) -> Result<T, aya::maps::MapError>,
+) -> Result<T, EbpfError> {
+    let map = ebpf.take_map(name).ok_or(EbpfError::Map {
+        map: name,
+        source: aya::maps::MapError::InvalidName {
+            name: name.to_string(),
+        },
+    })?;
+    convert(map).map_err(|source| EbpfError::Map { map: name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_buffer_sizes_are_page_multiples_and_powers_of_two() {
+        let page = page_size();
+        assert!(check_ringbuf_size(page).is_ok());
+        assert!(check_ringbuf_size(DEFAULT_RINGBUF_BYTES).is_ok());
+        assert!(check_ringbuf_size(page / 2).is_err());
+        assert!(check_ringbuf_size(page * 3).is_err());
+    }
+
+    #[test]
+    fn filters_are_normalised_and_bounded() {
+        let p = cgroup_prefixes(&["/k8s.io/".to_string(), "/".to_string()]).unwrap();
+        assert_eq!(&p[0].bytes[..p[0].len as usize], b"/k8s.io");
+        assert_eq!(&p[1].bytes[..p[1].len as usize], b"/");
+        let many: Vec<String> = (0..9).map(|i| format!("/p{i}")).collect();
+        assert!(matches!(
+            cgroup_prefixes(&many),
+            Err(EbpfError::TooManyPrefixes { count: 9, .. })
+        ));
+        let long = format!("/{}", "x".repeat(PREFIX_LEN));
+        assert!(matches!(
+            cgroup_prefixes(&[long]),
+            Err(EbpfError::FilterTooLong { .. })
+        ));
+        let d = cni_bin_dir("/usr/lib/cni").unwrap();
+        assert_eq!(&d.bytes[..d.len as usize], b"/usr/lib/cni/");
+        let d = cni_bin_dir("/opt/cni/bin/").unwrap();
+        assert_eq!(&d.bytes[..d.len as usize], b"/opt/cni/bin/");
+    }
+
+    #[test]
+    fn every_required_tracepoint_is_in_the_program_table_once() {
+        let mut names: Vec<_> = PROGRAMS.iter().map(|p| p.program).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n);
+        for required in [
+            "sched_process_exec",
+            "sched_process_exit",
+            "cgroup_attach_task",
+            "sys_enter_unshare",
+            "sys_exit_setns",
+            "sys_enter_execve",
+        ] {
+            assert!(
+                PROGRAMS
+                    .iter()
+                    .any(|p| p.program == required && !p.optional),
+                "{required}"
+            );
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Kernel events from eBPF probes: the user-space side.
+//!
+//! The probes (`agent-ebpf/probes`, built by `cargo xtask build-ebpf`) attach to classic
+//! tracepoints and write [`podtrace_ebpf_common`] records into one ring buffer. This
+//! module loads them ([`KernelProbes::start`]), resolves the kernel struct offsets they
+//! need from BTF ([`btf`]), writes their filters, reads the ring buffer asynchronously
+//! and decodes each record into a [`KernelEvent`]. Events lost to a full ring buffer are
+//! counted in the kernel and reported by [`KernelProbes::lost`].
+//!
+//! Timestamps are `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC: [`now_ktime_ns`] reads the
+//! same clock, so CRI spans measured in user space and kernel events line up.
+//!
+//! A node that cannot run the probes (no permission, no tracefs, no BTF, no object)
+//! yields an error whose [`EbpfError::is_unavailable`] is true: say so once and go on.
+
+pub mod btf;
+mod error;
+pub mod event;
+mod loader;
+pub mod object;
+mod reader;
+
+pub use btf::KernelOffsets;
+pub use error::EbpfError;
+pub use event::{Cgroup, DecodeError, EventMeta, KernelEvent, NetnsCall};
+pub use loader::{
+    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelProbes, LostEvents,
+    ProbeConfig, ProbeSummary, find_tracefs,
+};
+pub use object::{ObjectSource, ProbesObject};
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns()`, so a time taken
+/// here and a kernel event's `ktime_ns` are on one timeline.
+pub fn now_ktime_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ktime_clock_is_monotonic_and_matches_std_instant() {
+        // std's Instant is CLOCK_MONOTONIC on Linux: the two advance together.
+        let a = now_ktime_ns();
+        let i = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let b = now_ktime_ns();
+        let elapsed = i.elapsed().as_nanos() as u64;
+        assert!(b > a);
+        assert!((b - a).abs_diff(elapsed) < 5_000_000, "{} vs {elapsed}", b - a);
+    }
+}

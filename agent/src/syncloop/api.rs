@@ -1,0 +1,155 @@
+//! The agent's local API: HTTP/1 on a unix socket that only root can open. `GET /pods`
+//! gives every pod's record (API status, first seen, events); `GET /events` every pod's
+//! events. `podtrace pods` and `podtrace events` read it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixListener;
+
+use super::StatusStore;
+
+/// Where the agent serves its API unless told otherwise.
+pub const DEFAULT_API_SOCKET: &str = "/run/podtrace/podtrace.sock";
+
+/// Why the API could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Another agent is already answering on the socket.
+    #[error("API socket {}: another podtrace agent is already serving it", path.display())]
+    InUse { path: PathBuf },
+    /// Creating the socket or its directory failed.
+    #[error("API socket {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Binds the socket (root-only) and serves until the task is dropped.
+pub fn serve(
+    path: &Path,
+    store: Arc<StatusStore>,
+) -> Result<tokio::task::JoinHandle<()>, ApiError> {
+    let io = |source| ApiError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(ApiError::InUse {
+                path: path.to_path_buf(),
+            });
+        }
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let listener = UnixListener::bind(path).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+    let owned = path.to_path_buf();
+    Ok(tokio::spawn(async move {
+        let _cleanup = RemoveOnDrop(owned);
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let store = store.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let store = store.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(&store, req)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    }))
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn handle(store: &StatusStore, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/pods") => {
+            json(StatusCode::OK, serde_json::json!({ "pods": store.list() }))
+        }
+        (&Method::GET, "/events") => {
+            let events: Vec<serde_json::Value> = store
+                .list()
+                .into_iter()
+                .flat_map(|p| {
+                    let (ns, name) = (p.namespace.clone(), p.name.clone());
+                    p.events.into_iter().map(move |e| {
+                        let mut v = serde_json::to_value(&e).unwrap_or_default();
+                        v["namespace"] = ns.clone().into();
+                        v["pod"] = name.clone().into();
+                        v
+                    })
+                })
+                .collect();
+            json(StatusCode::OK, serde_json::json!({ "events": events }))
+        }
+        (_, path) => json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({ "error": format!("no such resource {path:?}; try /pods or /events") }),
+        ),
+    }
+}
+
+/// A client call: `GET path` on the agent's socket, the JSON body back.
+pub async fn get(socket: &Path, path: &str) -> Result<serde_json::Value, String> {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
+        format!(
+            "agent API {}: {e} (is `podtrace run` running?)",
+            socket.display()
+        )
+    })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("agent API {}: {e}", socket.display()))?;
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header(hyper::header::HOST, "podtrace")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("agent API {}: {e}", socket.display()))?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("agent API {}: {e}", socket.display()))?
+        .to_bytes();
+    serde_json::from_slice(&body)
+        .map_err(|e| format!("agent API {}: bad answer: {e}", socket.display()))
+}

@@ -1,0 +1,87 @@
+//! HandlePodCleanups: remove what belongs to no desired pod. Runtime sandboxes and
+//! containers that carry podtrace's labels for this node, pod directories under the root
+//! dir, and (with pod cgroups) orphaned cgroups. Never touches objects without podtrace's
+//! labels or another node's.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::cri::{RuntimeService, api};
+use crate::kuberuntime::labels;
+use crate::kuberuntime::volumes;
+
+use super::shared::Shared;
+
+/// What one housekeeping pass removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    pub sandboxes: Vec<String>,
+    pub containers: Vec<String>,
+    pub pod_dirs: Vec<String>,
+}
+
+fn ours(node: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (
+            labels::MANAGED_BY.to_string(),
+            labels::MANAGED_BY_VALUE.to_string(),
+        ),
+        (labels::NODE.to_string(), node.to_string()),
+    ])
+}
+
+/// Removes runtime objects and directories of pods whose UID is not in `keep`.
+pub async fn cleanup_orphans<R: RuntimeService>(
+    cri: &R,
+    shared: &Shared,
+    keep: &BTreeSet<String>,
+) -> Cleaned {
+    let node = &shared.cfg.node_name;
+    let mut cleaned = Cleaned::default();
+    let orphan =
+        |l: &HashMap<String, String>| l.get(labels::POD_UID).is_some_and(|u| !keep.contains(u));
+
+    if let Ok(containers) = cri
+        .list_containers(Some(api::ContainerFilter {
+            label_selector: ours(node),
+            ..Default::default()
+        }))
+        .await
+    {
+        for c in containers.into_iter().filter(|c| orphan(&c.labels)) {
+            let stopped = c.state != api::ContainerState::ContainerRunning as i32
+                || cri.stop_container(&c.id, 0).await.is_ok();
+            if stopped && cri.remove_container(&c.id).await.is_ok() {
+                cleaned.containers.push(c.id);
+            }
+        }
+    }
+    if let Ok(sandboxes) = cri
+        .list_pod_sandbox(Some(api::PodSandboxFilter {
+            label_selector: ours(node),
+            ..Default::default()
+        }))
+        .await
+    {
+        for sb in sandboxes.into_iter().filter(|s| orphan(&s.labels)) {
+            if cri.stop_pod_sandbox(&sb.id).await.is_ok()
+                && cri.remove_pod_sandbox(&sb.id).await.is_ok()
+            {
+                cleaned.sandboxes.push(sb.id);
+            }
+        }
+    }
+    let pods_dir = shared.cfg.root_dir.join("pods");
+    if let Ok(entries) = std::fs::read_dir(&pods_dir) {
+        let mut uids: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|uid| !keep.contains(uid))
+            .collect();
+        uids.sort();
+        for uid in uids {
+            if volumes::remove_pod_dir(&uid, &shared.cfg).is_ok() {
+                cleaned.pod_dirs.push(uid);
+            }
+        }
+    }
+    cleaned
+}

@@ -1,0 +1,270 @@
+//! The agent's sync loop: kubelet's syncLoop, HandlePodAdditions/Updates/Removals,
+//! dispatchWork and housekeeping. The loop owns the deterministic pod workers; each unit
+//! of work runs as its own task (syncPod or syncTerminatingPod) and reports back.
+//!
+//! Inputs the loop selects over: config updates (manifests added, changed, removed), work
+//! completions, pod lifecycle events (container exits, relist), worker deadlines (resync,
+//! back-off), housekeeping, and shutdown.
+
+pub mod api;
+pub mod clock;
+mod housekeeping;
+mod pleg;
+mod pod_sync;
+pub mod settings;
+mod shared;
+pub mod status_store;
+mod terminate;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::source::PodUpdate;
+use crate::cri::{ImageService, RuntimeService};
+use crate::kubelet::admission::can_admit_pod;
+use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
+use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::{RuntimeConfig, labels};
+
+pub use housekeeping::Cleaned;
+pub use pleg::{Pleg, PlegEvent};
+pub use settings::KubeletSettings;
+pub use shared::Shared;
+pub use status_store::{PodRecord, StatusStore};
+
+use clock::{instant_at, wall_now};
+
+struct WorkDone {
+    uid: String,
+    outcome: WorkOutcome,
+}
+
+pub struct Kubelet<R> {
+    cri: R,
+    shared: Arc<Shared>,
+    workers: PodWorkers,
+    /// Desired pods by UID (kubelet's pod manager), admitted or not.
+    pod_manager: BTreeMap<String, Arc<Pod>>,
+    /// Pods admission refused: they end Failed and are never synced.
+    rejected: BTreeSet<String>,
+    /// Set once the config sources delivered their first snapshot.
+    sources_ready: bool,
+    pleg: Pleg,
+    pleg_rx: mpsc::UnboundedReceiver<PlegEvent>,
+    done_tx: mpsc::UnboundedSender<WorkDone>,
+    done_rx: mpsc::UnboundedReceiver<WorkDone>,
+}
+
+impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
+    pub fn new(cri: R, cfg: RuntimeConfig, settings: KubeletSettings) -> Kubelet<R> {
+        let ns = |d: std::time::Duration| d.as_nanos() as i64;
+        let workers = PodWorkers::new(ns(settings.resync_interval), ns(settings.error_backoff));
+        let (pleg, pleg_rx) = Pleg::new();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Kubelet {
+            cri,
+            shared: Arc::new(Shared::new(cfg, settings)),
+            workers,
+            pod_manager: BTreeMap::new(),
+            rejected: BTreeSet::new(),
+            sources_ready: false,
+            pleg,
+            pleg_rx,
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// The status store, for the local API and for callers waiting on pod states.
+    pub fn store(&self) -> Arc<StatusStore> {
+        self.shared.store.clone()
+    }
+
+    /// Runs until `shutdown` turns true or `updates` closes and every worker is done.
+    pub async fn run(
+        mut self,
+        mut updates: mpsc::UnboundedReceiver<PodUpdate>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let settings = self.shared.settings.clone();
+        let first = tokio::time::Instant::now() + settings.housekeeping_interval;
+        let mut housekeeping = tokio::time::interval_at(first, settings.housekeeping_interval);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut relist = tokio::time::interval(settings.relist_period);
+        relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut updates_open = true;
+        loop {
+            let deadline = self.workers.next_deadline();
+            tokio::select! {
+                u = updates.recv(), if updates_open => match u {
+                    Some(u) => self.handle_update(u),
+                    None => updates_open = false,
+                },
+                Some(done) = self.done_rx.recv() => self.complete(done),
+                Some(ev) = self.pleg_rx.recv() => self.handle_pleg(ev),
+                _ = tokio::time::sleep_until(instant_at(deadline.unwrap_or(i64::MAX / 2))), if deadline.is_some() => {
+                    let now = wall_now();
+                    for work in self.workers.due(now) {
+                        self.dispatch(work);
+                    }
+                }
+                _ = relist.tick() => {
+                    self.pleg.relist(&self.cri, &self.shared.cfg.node_name).await;
+                }
+                _ = housekeeping.tick() => self.housekeeping().await,
+                changed = shutdown.changed() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_update(&mut self, update: PodUpdate) {
+        match update {
+            PodUpdate::Add(pods) => self.handle_pod_additions(pods),
+            PodUpdate::Update(pods) => {
+                for pod in pods {
+                    let pod = Arc::new(pod);
+                    let uid = labels::pod_uid(&pod).to_string();
+                    self.pod_manager.insert(uid.clone(), pod.clone());
+                    if !self.rejected.contains(&uid) {
+                        let work = self.workers.update_pod(UpdateType::Update, pod);
+                        self.dispatch_opt(work);
+                    }
+                }
+            }
+            PodUpdate::Remove(pods) => {
+                for pod in pods {
+                    let uid = labels::pod_uid(&pod).to_string();
+                    self.pod_manager.remove(&uid);
+                    if self.rejected.remove(&uid) {
+                        self.shared.store.remove(&uid);
+                        continue;
+                    }
+                    let work = self.workers.update_pod(UpdateType::Kill, Arc::new(pod));
+                    self.dispatch_opt(work);
+                }
+            }
+            PodUpdate::SourcesReady => self.sources_ready = true,
+            PodUpdate::Invalid(errors) => {
+                for e in errors {
+                    tracing::warn!("{e}");
+                    eprintln!("podtrace: {e}");
+                }
+            }
+        }
+    }
+
+    /// HandlePodAdditions: oldest first, admission against what is already admitted, then
+    /// dispatch to the pod's worker.
+    fn handle_pod_additions(&mut self, mut pods: Vec<Pod>) {
+        pods.sort_by(|a, b| {
+            let t = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
+            t(a).cmp(&t(b))
+        });
+        for pod in pods {
+            let pod = Arc::new(pod);
+            let uid = labels::pod_uid(&pod).to_string();
+            self.shared.store.add_pod(&pod);
+            let admitted: Vec<&Pod> = self
+                .pod_manager
+                .iter()
+                .filter(|(u, _)| !self.rejected.contains(*u) && !self.workers.is_terminating(u))
+                .map(|(_, p)| p.as_ref())
+                .collect();
+            let verdict = can_admit_pod(&pod, &admitted, &self.shared.settings.allocatable);
+            self.pod_manager.insert(uid.clone(), pod.clone());
+            if let Err(rejection) = verdict {
+                self.rejected.insert(uid.clone());
+                self.shared.store.recorder(&uid).record(PodEvent::warning(
+                    rejection.reason.clone(),
+                    rejection.message.clone(),
+                    None,
+                ));
+                self.shared.store.set_status(
+                    &uid,
+                    PodStatus {
+                        phase: Some("Failed".into()),
+                        reason: Some(rejection.reason),
+                        message: Some(rejection.message),
+                        ..PodStatus::default()
+                    },
+                );
+                continue;
+            }
+            let work = self.workers.update_pod(UpdateType::Create, pod);
+            self.dispatch_opt(work);
+        }
+    }
+
+    fn handle_pleg(&mut self, ev: PlegEvent) {
+        if let Some(pod) = self.pod_manager.get(&ev.uid).cloned() {
+            let work = self.workers.update_pod(UpdateType::Sync, pod);
+            self.dispatch_opt(work);
+        }
+    }
+
+    fn complete(&mut self, done: WorkDone) {
+        let next = self
+            .workers
+            .complete_work(&done.uid, wall_now(), done.outcome);
+        if done.outcome == WorkOutcome::Terminated {
+            self.workers.forget(&done.uid);
+            self.shared.forget_pod(&done.uid);
+            self.shared.store.remove(&done.uid);
+        }
+        self.dispatch_opt(next);
+    }
+
+    fn dispatch_opt(&mut self, work: Option<PodWork>) {
+        if let Some(work) = work {
+            self.dispatch(work);
+        }
+    }
+
+    /// Runs one unit of work in its own task; its outcome comes back as `WorkDone`.
+    fn dispatch(&mut self, work: PodWork) {
+        let (cri, shared, pleg, done) = (
+            self.cri.clone(),
+            self.shared.clone(),
+            self.pleg.clone(),
+            self.done_tx.clone(),
+        );
+        tokio::spawn(async move {
+            let outcome = match work.kind {
+                WorkKind::Sync => pod_sync::sync(&cri, &shared, &pleg, &work.pod).await,
+                WorkKind::Terminate => terminate::terminate(&cri, &shared, &work.pod).await,
+            };
+            let _ = done.send(WorkDone {
+                uid: work.uid,
+                outcome,
+            });
+        });
+    }
+
+    async fn housekeeping(&mut self) {
+        lock_gc(&self.shared);
+        if !self.shared.settings.housekeeping || !self.sources_ready {
+            return;
+        }
+        let keep: BTreeSet<String> = self
+            .pod_manager
+            .keys()
+            .cloned()
+            .chain(self.workers.uids())
+            .collect();
+        let cleaned = housekeeping::cleanup_orphans(&self.cri, &self.shared, &keep).await;
+        if cleaned != Cleaned::default() {
+            tracing::info!(?cleaned, "housekeeping removed orphans");
+        }
+    }
+}
+
+fn lock_gc(shared: &Shared) {
+    shared::lock(&shared.backoff).gc(wall_now());
+}

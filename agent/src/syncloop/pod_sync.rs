@@ -1,0 +1,129 @@
+//! kubelet's syncPod for one pod: read the runtime's view, publish the API status, gate on
+//! network readiness, then run the runtime's SyncPod and publish again.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cri::{ImageService, RuntimeService};
+use crate::kubelet::pod_workers::WorkOutcome;
+use crate::kubelet::status::generate_api_pod_status;
+use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::{ContainerOutcome, SyncContext, get_pod_status, labels, sync_pod};
+
+use super::clock::wall_now;
+use super::pleg::Pleg;
+use super::shared::{Shared, lock};
+
+/// Syncs `pod` once and says when to look at it again.
+pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
+    cri: &R,
+    shared: &Arc<Shared>,
+    pleg: &Pleg,
+    pod: &Pod,
+) -> WorkOutcome {
+    let uid = labels::pod_uid(pod).to_string();
+    let recorder = shared.store.recorder(&uid);
+    let status =
+        match get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await {
+            Ok(s) => s,
+            Err(e) => {
+                recorder.record(PodEvent::warning("FailedSync", e.to_string(), None));
+                return WorkOutcome::Failed;
+            }
+        };
+    publish(shared, pod, &status);
+
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    if !host_network {
+        // The network-readiness gate: no new pod network while the runtime's network
+        // is not ready.
+        if let Some(why) = network_not_ready(cri).await {
+            recorder.record(PodEvent::warning(
+                "NetworkNotReady",
+                format!("network is not ready: {why}"),
+                None,
+            ));
+            return WorkOutcome::Failed;
+        }
+    }
+
+    let probes = shared.probes_of(&uid);
+    let now = || wall_now();
+    let auth = |_: &str| None;
+    let ctx = SyncContext {
+        cfg: &shared.cfg,
+        events: &recorder,
+        probes: &probes,
+        backoff: &shared.backoff,
+        limiter: &shared.limiter,
+        now: &now,
+        cgroup_parent: "",
+        auth: &auth,
+    };
+    let result = sync_pod(cri, &ctx, pod, &status).await;
+
+    {
+        let mut reasons = lock(&shared.reasons);
+        let pod_reasons = reasons.entry(uid.clone()).or_default();
+        for (name, outcome) in &result.containers {
+            match outcome {
+                ContainerOutcome::Started { .. } => {
+                    pod_reasons.remove(name);
+                }
+                ContainerOutcome::BackOff {
+                    reason, message, ..
+                }
+                | ContainerOutcome::Failed { reason, message } => {
+                    pod_reasons.insert(name.clone(), (reason.to_string(), message.clone()));
+                }
+            }
+        }
+    }
+    for outcome in result.containers.values() {
+        if let ContainerOutcome::Started { container_id } = outcome {
+            pleg.watch_container(cri, &uid, container_id).await;
+        }
+    }
+
+    // Publish what the sync changed right away rather than at the next event.
+    if !result.actions.is_noop()
+        && let Ok(after) =
+            get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await
+    {
+        publish(shared, pod, &after);
+    }
+
+    if result.failed()
+        || result
+            .pod_error
+            .as_ref()
+            .is_some_and(|e| e.retry_at.is_none())
+    {
+        WorkOutcome::Failed
+    } else if let Some(at) = result.retry_at() {
+        WorkOutcome::RetryAt(at)
+    } else {
+        WorkOutcome::Synced
+    }
+}
+
+fn publish(shared: &Shared, pod: &Pod, status: &crate::kubelet::RuntimePodStatus) {
+    let uid = labels::pod_uid(pod);
+    let api = generate_api_pod_status(pod, status, &shared.reasons_of(uid), &shared.probes_of(uid));
+    shared.store.set_status(uid, api);
+}
+
+/// The runtime's NetworkReady condition, when it is false.
+async fn network_not_ready<R: RuntimeService>(cri: &R) -> Option<String> {
+    let status = cri.status(false).await.ok()?.status?;
+    let cond = status
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "NetworkReady")?;
+    (!cond.status).then(|| format!("{}: {}", cond.reason, cond.message))
+}

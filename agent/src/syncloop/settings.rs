@@ -1,0 +1,50 @@
+//! The agent's tunables, kubelet's flags where kubelet has one. Tests shorten the long
+//! real-world delays (back-off caps, resync) through these.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::kubelet::admission::NodeAllocatable;
+
+#[derive(Debug, Clone)]
+pub struct KubeletSettings {
+    /// kubelet's --sync-frequency: how often an idle pod is synced again.
+    pub resync_interval: Duration,
+    /// Retry delay after a failed sync (kubelet's pod worker backOffPeriod).
+    pub error_backoff: Duration,
+    /// How often housekeeping runs.
+    pub housekeeping_interval: Duration,
+    /// The PLEG relist period: the fallback when no container exit event arrives.
+    pub relist_period: Duration,
+    /// Crash-loop and image-pull back-off: first delay and cap (10 s and 5 min).
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// None: unlimited parallel pulls; Some(1): serialized (kubelet's default).
+    pub max_parallel_image_pulls: Option<usize>,
+    pub allocatable: NodeAllocatable,
+    /// Root of the pod cgroups (kubelet's --cgroup-root); None leaves cgroups to the runtime.
+    pub cgroup_root: Option<String>,
+    /// Directory of image pull secrets (`<name>.json`, docker config format).
+    pub secrets_dir: Option<PathBuf>,
+    /// Remove runtime objects, directories and cgroups of pods that are not desired.
+    pub housekeeping: bool,
+}
+
+impl KubeletSettings {
+    /// kubelet's defaults, with the node's allocatable given.
+    pub fn with_allocatable(allocatable: NodeAllocatable) -> KubeletSettings {
+        KubeletSettings {
+            resync_interval: Duration::from_secs(60),
+            error_backoff: Duration::from_secs(10),
+            housekeeping_interval: Duration::from_secs(2),
+            relist_period: Duration::from_secs(1),
+            backoff_initial: Duration::from_secs(10),
+            backoff_max: Duration::from_secs(300),
+            max_parallel_image_pulls: Some(1),
+            allocatable,
+            cgroup_root: None,
+            secrets_dir: None,
+            housekeeping: true,
+        }
+    }
+}

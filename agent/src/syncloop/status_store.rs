@@ -1,0 +1,165 @@
+//! kubelet's status manager and event recorder in one place: each pod's latest API status
+//! and its events, readable by the local API and by `run --until-ready`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use serde::Serialize;
+
+use crate::kubelet::runtime_pod::Nanos;
+use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::labels;
+
+use super::clock::wall_now;
+
+/// Events kept per pod; older ones are dropped first.
+const MAX_EVENTS_PER_POD: usize = 500;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StampedEvent {
+    /// Wall-clock ns.
+    pub at: Nanos,
+    #[serde(flatten)]
+    pub event: PodEvent,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodRecord {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub status: PodStatus,
+    pub first_seen: Nanos,
+    /// When the pod first reached Running.
+    pub running_at: Option<Nanos>,
+    /// True once the pod was removed and its termination finished.
+    pub terminated: bool,
+    pub events: Vec<StampedEvent>,
+}
+
+#[derive(Debug)]
+pub struct StatusStore {
+    pods: Mutex<BTreeMap<String, PodRecord>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for StatusStore {
+    fn default() -> Self {
+        StatusStore {
+            pods: Mutex::new(BTreeMap::new()),
+            changed: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+impl StatusStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PodRecord>> {
+        self.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|g| *g += 1);
+    }
+
+    /// A receiver that sees a new value after every change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Registers a pod when it is first seen.
+    pub fn add_pod(&self, pod: &Pod) {
+        let uid = labels::pod_uid(pod).to_string();
+        self.lock().entry(uid.clone()).or_insert_with(|| PodRecord {
+            uid,
+            namespace: labels::pod_namespace(pod).to_string(),
+            name: labels::pod_name(pod).to_string(),
+            status: PodStatus {
+                phase: Some("Pending".into()),
+                ..PodStatus::default()
+            },
+            first_seen: wall_now(),
+            running_at: None,
+            terminated: false,
+            events: Vec::new(),
+        });
+        self.bump();
+    }
+
+    /// Sets a pod's API status.
+    pub fn set_status(&self, uid: &str, status: PodStatus) {
+        let mut pods = self.lock();
+        let Some(rec) = pods.get_mut(uid) else {
+            return;
+        };
+        if rec.running_at.is_none() && status.phase.as_deref() == Some("Running") {
+            rec.running_at = Some(wall_now());
+        }
+        if rec.status != status {
+            rec.status = status;
+            drop(pods);
+            self.bump();
+        }
+    }
+
+    pub fn set_terminated(&self, uid: &str) {
+        if let Some(rec) = self.lock().get_mut(uid) {
+            rec.terminated = true;
+        }
+        self.bump();
+    }
+
+    /// Forgets a pod that is gone.
+    pub fn remove(&self, uid: &str) {
+        self.lock().remove(uid);
+        self.bump();
+    }
+
+    pub fn record(&self, uid: &str, event: PodEvent) {
+        let mut pods = self.lock();
+        let Some(rec) = pods.get_mut(uid) else {
+            return;
+        };
+        if rec.events.len() >= MAX_EVENTS_PER_POD {
+            rec.events.remove(0);
+        }
+        rec.events.push(StampedEvent {
+            at: wall_now(),
+            event,
+        });
+        drop(pods);
+        self.bump();
+    }
+
+    pub fn get(&self, uid: &str) -> Option<PodRecord> {
+        self.lock().get(uid).cloned()
+    }
+
+    /// Every pod, ordered by namespace and name.
+    pub fn list(&self) -> Vec<PodRecord> {
+        let mut all: Vec<PodRecord> = self.lock().values().cloned().collect();
+        all.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+        all
+    }
+
+    /// An event recorder bound to one pod.
+    pub fn recorder(self: &Arc<Self>, uid: &str) -> PodRecorder {
+        PodRecorder {
+            store: self.clone(),
+            uid: uid.to_string(),
+        }
+    }
+}
+
+/// Records events for one pod into the store.
+pub struct PodRecorder {
+    store: Arc<StatusStore>,
+    uid: String,
+}
+
+impl EventRecorder for PodRecorder {
+    fn record(&self, event: PodEvent) {
+        tracing::debug!(pod = %self.uid, reason = %event.reason, "{}", event.message);
+        self.store.record(&self.uid, event);
+    }
+}
