@@ -1,6 +1,9 @@
 //! Shared helpers for the integration tests: the `podtrace` binary, the lab, scratch
 //! manifests, and a CRI client to check what the runtime really holds.
 
+pub mod agent;
+pub mod ebpf;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

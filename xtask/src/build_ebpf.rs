@@ -36,7 +36,14 @@ pub fn run() -> anyhow::Result<PathBuf> {
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("CARGO_BUILD_TARGET")
-        .args(["build", "--release", "--target", TARGET, "-Z", "build-std=core"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            TARGET,
+            "-Z",
+            "build-std=core",
+        ])
         .arg("--target-dir")
         .arg(&probes_target);
     workspace::run(&mut cmd, "cargo build of the eBPF probes")?;

@@ -17,6 +17,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("protobuf-compiler", "protoc for the CRI protos"),
     ("iproute2", "lab network teardown"),
     ("iptables", "CNI bridge and portmap rules"),
+    ("libcap2-bin", "capsh: the eBPF test without BPF privileges"),
     ("nftables", "removing the nat table CNI leaves behind"),
     ("llvm-22-dev", "bpf-linker"),
     ("libpolly-22-dev", "bpf-linker"),

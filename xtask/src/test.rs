@@ -11,7 +11,14 @@ use crate::{setup, workspace};
 /// while the shared lab is down.
 const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle", "cgroups"];
 /// Integration tests that use the lab this command starts.
-const SHARED_LAB_TESTS: &[&str] = &["cri_info", "run_pods", "probes"];
+const SHARED_LAB_TESTS: &[&str] = &[
+    "cri_info",
+    "run_pods",
+    "pipeline",
+    "agent",
+    "probes",
+    "kernel_events",
+];
 
 #[derive(Debug, clap::Args)]
 pub struct TestArgs {
@@ -58,6 +65,8 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     }
 
     let bin = workspace::build_podtrace(true)?;
+    // The kernel_events tests load the probes from <target>/bpf, beside the binary.
+    crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();
     if paths.state_file().exists() {
         eprintln!("the node lab is up; taking it down so the tests start from a clean node");

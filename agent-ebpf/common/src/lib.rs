@@ -8,6 +8,9 @@
 //! sizes are asserted at compile time: a change here is a change to both sides.
 #![no_std]
 
+#[cfg(test)]
+extern crate std;
+
 /// Length of a task's `comm`, as the kernel's `TASK_COMM_LEN`.
 pub const COMM_LEN: usize = 16;
 /// Bytes kept of a path: an exec'd file, a cgroup path, a CNI plugin.
@@ -120,6 +123,10 @@ pub struct EventHeader {
     pub tgid: u32,
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock user space reads too.
     pub ktime_ns: u64,
+    /// `bpf_get_current_cgroup_id()`: the current task's cgroup in the v2 (unified)
+    /// hierarchy, the ID a `cgroup_mkdir` in hierarchy 0 reports. It places an exec
+    /// inside a pod's cgroup without tracking forks.
+    pub cgroup_id: u64,
     /// The current task's `comm`, NUL-padded.
     pub comm: [u8; COMM_LEN],
 }
@@ -222,30 +229,40 @@ pub struct CniExecEvent {
     pub args: [u8; PATH_LEN],
 }
 
-/// A path prefix in a filter map. `len == 0` marks an unused slot.
+/// A path prefix in a filter map. `len == 0` marks an unused slot. `mask` and
+/// `boundary` are derived from the bytes by [`Prefix::new`] so that the probes compare
+/// without branching on `len`: a branch per byte makes the verifier walk every
+/// combination, and an index bounded by `len` is one it cannot prove in range.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Prefix {
     pub len: u32,
-    pub _pad: u32,
+    /// 1 when the byte after the prefix must end a path component (`/` or NUL): the
+    /// prefix neither ends in `/` nor fills [`PREFIX_LEN`].
+    pub boundary: u32,
     pub bytes: [u8; PREFIX_LEN],
+    /// 0xff where `bytes` is part of the prefix, 0 after it.
+    pub mask: [u8; PREFIX_LEN],
 }
 
 impl Prefix {
     pub const EMPTY: Prefix = Prefix {
         len: 0,
-        _pad: 0,
+        boundary: 0,
         bytes: [0; PREFIX_LEN],
+        mask: [0; PREFIX_LEN],
     };
 
-    /// The prefix for `s`, or `None` when it does not fit.
+    /// The prefix for `s`, or `None` when it is empty or does not fit.
     pub fn new(s: &[u8]) -> Option<Prefix> {
         if s.is_empty() || s.len() > PREFIX_LEN {
             return None;
         }
         let mut p = Prefix::EMPTY;
         p.bytes[..s.len()].copy_from_slice(s);
+        p.mask[..s.len()].fill(0xff);
         p.len = s.len() as u32;
+        p.boundary = u32::from(s.len() < PREFIX_LEN && s[s.len() - 1] != b'/');
         Some(p)
     }
 }
@@ -256,39 +273,36 @@ impl Prefix {
 /// The probes run this very function, so user space can test what the kernel keeps.
 #[inline(always)]
 pub fn prefix_matches(prefix: &Prefix, path: &[u8; PREFIX_LEN]) -> bool {
-    // No indexing that could panic: in the probes a panic path is a call the verifier
-    // rejects, so every access is either bounded by the loop or a `get`.
-    let len = prefix.len as usize;
-    if len == 0 || len > PREFIX_LEN {
+    if prefix.len == 0 {
         return false;
     }
+    let mut diff = 0u8;
     let mut i = 0;
-    while i < PREFIX_LEN && i < len {
-        if path[i] != prefix.bytes[i] {
-            return false;
-        }
+    while i < PREFIX_LEN {
+        diff |= (path[i] ^ prefix.bytes[i]) & prefix.mask[i];
         i += 1;
     }
-    match prefix.bytes.get(len - 1) {
-        Some(b'/') => return true,
-        Some(_) => {}
-        None => return false,
+    if diff != 0 {
+        return false;
     }
-    match path.get(len) {
-        // The prefix fills the buffer: nothing after it to check.
-        None => true,
-        Some(next) => *next == 0 || *next == b'/',
+    if prefix.boundary == 0 {
+        return true;
     }
+    // Masked, not compared: `boundary` is only set when len < PREFIX_LEN.
+    let next = path[(prefix.len as usize) & (PREFIX_LEN - 1)];
+    next == 0 || next == b'/'
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<EventHeader>() == 40);
-    assert!(core::mem::size_of::<ExecEvent>() == 40 + 8 + PATH_LEN);
-    assert!(core::mem::size_of::<ExitEvent>() == 48);
-    assert!(core::mem::size_of::<CgroupEvent>() == 40 + 24 + COMM_LEN + PATH_LEN);
-    assert!(core::mem::size_of::<NetnsEvent>() == 40 + 40);
-    assert!(core::mem::size_of::<CniExecEvent>() == 40 + 8 + 3 * PATH_LEN + 32 + 128);
-    assert!(core::mem::size_of::<Prefix>() == 8 + PREFIX_LEN);
+    const H: usize = core::mem::size_of::<EventHeader>();
+    assert!(H == 48);
+    assert!(core::mem::size_of::<ExecEvent>() == H + 8 + PATH_LEN);
+    assert!(core::mem::size_of::<ExitEvent>() == H + 8);
+    assert!(core::mem::size_of::<CgroupEvent>() == H + 24 + COMM_LEN + PATH_LEN);
+    assert!(core::mem::size_of::<NetnsEvent>() == H + 40);
+    assert!(core::mem::size_of::<CniExecEvent>() == H + 8 + 3 * PATH_LEN + 32 + 128);
+    assert!(core::mem::size_of::<Prefix>() == 8 + 2 * PREFIX_LEN);
+    assert!(PREFIX_LEN.is_power_of_two());
 };
 
 #[cfg(feature = "user")]
@@ -307,6 +321,8 @@ mod user {
 
 #[cfg(test)]
 mod tests {
+    use std::format;
+
     use super::*;
 
     fn path(s: &str) -> [u8; PREFIX_LEN] {

@@ -120,6 +120,10 @@ fn named<const N: usize>(head: &[u8; ENV_HEAD], name: &[u8; N]) -> bool {
 /// Walks `envp`, copying the `CNI_*` values into `ev`. Returns how many entries it
 /// looked at and [`cni_flags`].
 ///
+/// The loop keeps no state across iterations but the index: the verifier walks every
+/// iteration, and any extra register that differs between paths (such as a bitmask of
+/// variables found) multiplies the states it must keep.
+///
 /// # Safety
 /// `ev` must be a reserved, writable event.
 #[inline(always)]
@@ -127,7 +131,6 @@ unsafe fn scan_env(envp: *const u64, ev: *mut CniExecEvent) -> (u32, u32) {
     if envp.is_null() {
         return (0, cni_flags::ENV_UNREADABLE);
     }
-    let mut found = 0u32;
     let mut i = 0u32;
     while i < MAX_ENV_SCAN {
         // SAFETY: checked helper; `i` is bounded.
@@ -153,10 +156,6 @@ unsafe fn scan_env(envp: *const u64, ev: *mut CniExecEvent) -> (u32, u32) {
                     3 => bpf_probe_read_user_str_bytes(value, &mut (*ev).ifname).map(|_| ()),
                     _ => bpf_probe_read_user_str_bytes(value, &mut (*ev).args).map(|_| ()),
                 };
-            }
-            found |= 1 << which;
-            if found == 0b1_1111 {
-                return (i + 1, 0);
             }
         }
         i += 1;

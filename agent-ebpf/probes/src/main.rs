@@ -16,7 +16,8 @@ mod sched;
 mod task;
 
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{PerCpuArray, RingBuf};
@@ -60,6 +61,7 @@ unsafe fn fill_header(header: *mut EventHeader, kind: EventKind) {
             pid: pid_tgid as u32,
             tgid: (pid_tgid >> 32) as u32,
             ktime_ns: bpf_ktime_get_ns(),
+            cgroup_id: bpf_get_current_cgroup_id(),
             comm,
         });
     }

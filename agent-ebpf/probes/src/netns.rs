@@ -140,16 +140,14 @@ fn try_sched_process_fork(ctx: &TracePointContext) -> Result<u32, u32> {
     let Some(pending) = (unsafe { PENDING.get(&parent) }).copied() else {
         return Ok(0);
     };
-    if pending.syscall != NetnsSyscall::Clone as u32 && pending.syscall != NetnsSyscall::Clone3 as u32
+    if pending.syscall != NetnsSyscall::Clone as u32
+        && pending.syscall != NetnsSyscall::Clone3 as u32
     {
         return Ok(0);
     }
     let mut handed = pending;
     handed.parent_pid = parent;
-    PENDING
-        .insert(&child, &handed, 0)
-        .map(|_| 0)
-        .map_err(|_| 1)
+    PENDING.insert(&child, &handed, 0).map(|_| 0).map_err(|_| 1)
 }
 
 #[tracepoint]
@@ -201,7 +199,10 @@ fn try_exit(ctx: &TracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     if is_clone && pending.parent_pid != 0 {
-        debug!(ctx, "clone(CLONE_NEWNET) child {} of {}", tid, pending.parent_pid);
+        debug!(
+            ctx,
+            "clone(CLONE_NEWNET) child {} of {}", tid, pending.parent_pid
+        );
     }
     let inum = task::current_netns_inum();
     let Some(mut entry) = reserve::<NetnsEvent>(EventKind::Netns) else {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::ebpf::{
-    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EbpfError, KernelEvent,
-    KernelProbes, LostEvents, ProbeConfig, ProbeSummary, ProbesObject,
+    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelEvent, KernelProbes,
+    LostEvents, ProbeConfig, ProbeSummary, ProbesObject,
 };
 
 /// How often losses are reported while the probes run.
@@ -53,13 +53,8 @@ impl EbpfArgs {
     }
 
     /// Starts the probes, or says once why they cannot run. `Ok(None)`: continue
-    /// without kernel events. `Err`: the caller exits with the code.
-    pub fn start(
-        &self,
-    ) -> Result<
-        Option<(KernelProbes, tokio::sync::mpsc::Receiver<KernelEvent>)>,
-        (EbpfError, ExitCode),
-    > {
+    /// without kernel events. `Err`: the message is out; exit with the code.
+    pub fn start(&self) -> Result<Option<Started>, ExitCode> {
         match KernelProbes::start(self.probe_config()) {
             Ok(started) => Ok(Some(started)),
             Err(e) if e.is_unavailable() && !self.require_ebpf => {
@@ -68,18 +63,21 @@ impl EbpfArgs {
             }
             Err(e) if e.is_unavailable() => {
                 eprintln!("podtrace: kernel events unavailable (--require-ebpf): {e}");
-                Err((e, ExitCode::FAILURE))
+                Err(ExitCode::FAILURE)
             }
             Err(e) => {
                 eprintln!("podtrace: {e}");
                 if let Some(source) = std::error::Error::source(&e) {
                     eprintln!("podtrace: caused by: {source:#}");
                 }
-                Err((e, ExitCode::FAILURE))
+                Err(ExitCode::FAILURE)
             }
         }
     }
 }
+
+/// Running probes and the events they report.
+pub type Started = (KernelProbes, tokio::sync::mpsc::Receiver<KernelEvent>);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelEventsArgs {
@@ -94,13 +92,25 @@ pub struct KernelEventsArgs {
 }
 
 pub async fn run(args: KernelEventsArgs) -> ExitCode {
+    // Before the probes announce themselves: whoever waits for that line may interrupt
+    // right after, and an interrupt must end the run cleanly, with its summary.
+    let (mut sigint, mut sigterm) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("podtrace: cannot handle signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (probes, mut events) = match args.ebpf.start() {
         Ok(Some(started)) => started,
         Ok(None) => {
             print_summary(args.json, None);
             return ExitCode::SUCCESS;
         }
-        Err((_, code)) => return code,
+        Err(code) => return code,
     };
     eprintln!(
         "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes)",
@@ -122,16 +132,6 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         }
     };
     tokio::pin!(sleep);
-    let (mut sigint, mut sigterm) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("podtrace: cannot handle signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let mut report = tokio::time::interval(LOSS_REPORT_EVERY);
     report.tick().await;
     let mut reported_lost = 0u64;

@@ -39,7 +39,7 @@ impl KernelOffsets {
         }
         let btf = Btf::from_file(path).map_err(|source| EbpfError::BtfUnreadable {
             path: path.to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
         let r = Resolver {
             btf: &btf,
@@ -70,7 +70,7 @@ impl Resolver<'_> {
         };
         let unreadable = |source| EbpfError::BtfUnreadable {
             path: self.path.clone(),
-            source,
+            source: Box::new(source),
         };
         let mut ty = self
             .btf
@@ -87,7 +87,7 @@ impl Resolver<'_> {
             bits += member_bits;
             ty = member_ty;
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(missing(&format!("{} (a bitfield)", members.join("."))));
         }
         Ok(bits / 8)
@@ -99,7 +99,7 @@ impl Resolver<'_> {
     fn find_member(&self, ty: &Type, name: &str) -> Result<Option<(u32, Type)>, EbpfError> {
         let unreadable = |source| EbpfError::BtfUnreadable {
             path: self.path.clone(),
-            source,
+            source: Box::new(source),
         };
         let s = match self.strip(ty.clone())? {
             Type::Struct(s) | Type::Union(s) => s,
@@ -139,7 +139,7 @@ impl Resolver<'_> {
             .resolve_chained_type(t)
             .map_err(|source| EbpfError::BtfUnreadable {
                 path: self.path.clone(),
-                source,
+                source: Box::new(source),
             })
     }
 }
@@ -159,7 +159,10 @@ mod tests {
         // Plausibility, not exact values: they differ between kernel builds. Both
         // fields sit well inside task_struct, and ns_common is not at offset 0 of net.
         assert!(off.task_nsproxy > 0 && off.task_nsproxy < 16384, "{off:?}");
-        assert!(off.task_exit_code > 0 && off.task_exit_code < 16384, "{off:?}");
+        assert!(
+            off.task_exit_code > 0 && off.task_exit_code < 16384,
+            "{off:?}"
+        );
         assert!(off.net_inum > 0 && off.net_inum < 16384, "{off:?}");
         assert!(off.nsproxy_net_ns < 128, "{off:?}");
         assert_eq!(off.task_nsproxy % 8, 0, "a pointer is 8-byte aligned");
@@ -183,7 +186,10 @@ mod tests {
             .offset("task_struct", &["no_such_member"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no_such_member") && e.contains("task_struct"), "{e}");
+        assert!(
+            e.contains("no_such_member") && e.contains("task_struct"),
+            "{e}"
+        );
         let e = r.offset("net", &["ns", "nope"]).unwrap_err().to_string();
         assert!(e.contains("ns.nope"), "{e}");
     }

@@ -34,7 +34,7 @@ pub enum EbpfError {
     BtfUnreadable {
         path: PathBuf,
         #[source]
-        source: btf_rs::Error,
+        source: Box<btf_rs::Error>,
     },
     /// A struct member the probes read is not in the kernel's BTF.
     #[error("the kernel's BTF at {path} has no member `{member}` in `struct {strukt}`")]
@@ -57,7 +57,7 @@ pub enum EbpfError {
     Load {
         path: PathBuf,
         #[source]
-        source: aya::EbpfError,
+        source: Box<aya::EbpfError>,
     },
     /// A program the loader attaches is not in the object, or is not a tracepoint.
     #[error("program {program} in {path}: {reason}")]
@@ -73,7 +73,7 @@ pub enum EbpfError {
         category: &'static str,
         tracepoint: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     /// Attaching a program to its tracepoint failed.
     #[error("attaching program {program} to tracepoint {category}:{tracepoint}: {source}")]
@@ -82,14 +82,14 @@ pub enum EbpfError {
         category: &'static str,
         tracepoint: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     /// A map the loader uses is missing, has another type, or could not be written.
     #[error("map {map} of the eBPF probes: {source}")]
     Map {
         map: &'static str,
         #[source]
-        source: aya::maps::MapError,
+        source: Box<aya::maps::MapError>,
     },
     /// A filter value does not fit its map entry.
     #[error("{what} {value:?} is empty or longer than {max} bytes")]
@@ -117,7 +117,7 @@ pub enum EbpfError {
     #[error("reading the probes' log: {source}")]
     Log {
         #[source]
-        source: aya_log::Error,
+        source: Box<aya_log::Error>,
     },
 }
 
@@ -189,7 +189,10 @@ mod tests {
         assert!(denied.is_unavailable());
         assert!(denied.to_string().contains("CAP_BPF"));
         let tracefs = EbpfError::TracefsMissing {
-            looked: vec!["/sys/kernel/tracing".into(), "/sys/kernel/debug/tracing".into()],
+            looked: vec![
+                "/sys/kernel/tracing".into(),
+                "/sys/kernel/debug/tracing".into(),
+            ],
         };
         assert!(tracefs.is_unavailable());
         assert!(

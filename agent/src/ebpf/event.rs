@@ -20,6 +20,9 @@ pub struct EventMeta {
     /// Process ID.
     pub tgid: u32,
     pub comm: String,
+    /// The task's cgroup in the v2 (unified) hierarchy: matches the `cgroup_id` of a
+    /// `cgroup_mkdir` in hierarchy 0.
+    pub cgroup_id: u64,
 }
 
 /// Which namespace syscall a [`KernelEvent::Netns`] was.
@@ -227,6 +230,7 @@ fn meta(h: &EventHeader) -> EventMeta {
         pid: h.pid,
         tgid: h.tgid,
         comm: c_str(&h.comm),
+        cgroup_id: h.cgroup_id,
     }
 }
 
@@ -242,7 +246,8 @@ fn cgroup(e: &CgroupEvent) -> Cgroup {
 /// Decodes one ring-buffer record.
 pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
     let header: EventHeader = read(bytes)?;
-    let kind = EventKind::from_u32(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
+    let kind =
+        EventKind::from_u32(header.kind).ok_or(DecodeError::UnknownKind { kind: header.kind })?;
     Ok(match kind {
         EventKind::Exec => {
             let e: ExecEvent = read(bytes)?;
@@ -447,8 +452,7 @@ mod tests {
     fn bytes<T: Copy>(v: &T) -> Vec<u8> {
         // SAFETY: T is a #[repr(C)] layout type without hidden padding (the layout crate
         // asserts its sizes), so all its bytes are initialised.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
+        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
     }
 
     fn fixed<const N: usize>(s: &str) -> [u8; N] {
@@ -464,6 +468,7 @@ mod tests {
             pid: 4242,
             tgid: 4242,
             ktime_ns: 1_234_567_890_123,
+            cgroup_id: 5,
             comm: fixed::<COMM_LEN>(comm),
         }
     }
@@ -530,7 +535,10 @@ mod tests {
         assert_eq!(json["comm"], "containerd");
         assert_eq!(json["ktime_ns"], 1_234_567_890_123u64);
         let line = decoded.to_string();
-        assert!(line.contains("unshare(CLONE_NEWNET) = 0 in 890 us netns 4026532500"), "{line}");
+        assert!(
+            line.contains("unshare(CLONE_NEWNET) = 0 in 890 us netns 4026532500"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -167,14 +167,17 @@ impl KernelProbes {
                 },
                 None => EbpfError::Load {
                     path: path.clone(),
-                    source,
+                    source: Box::new(source),
                 },
             })?;
 
         write_filters(&mut ebpf, &cgroup_prefixes, &cni_bin_dir)?;
         if let Some(logger) = config.ebpf_log {
-            aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger)
-                .map_err(|source| EbpfError::Log { source })?;
+            aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger).map_err(|source| {
+                EbpfError::Log {
+                    source: Box::new(source),
+                }
+            })?;
         }
         let (attached, skipped) = attach_all(&mut ebpf, &path)?;
 
@@ -230,7 +233,7 @@ impl KernelProbes {
                 .get(&(kind as u32), 0)
                 .map_err(|source| EbpfError::Map {
                     map: names::LOST,
-                    source,
+                    source: Box::new(source),
                 })?;
             let n: u64 = per_cpu.iter().sum();
             if n > 0 {
@@ -242,7 +245,8 @@ impl KernelProbes {
     }
 
     /// Stops reading after draining what the ring buffer holds, and reports the run.
-    /// The probes detach when this returns.
+    /// The probes detach when this returns. The drain sends into the channel: keep
+    /// receiving while this runs (or drop the receiver), or a full channel stalls it.
     pub async fn stop(mut self) -> Result<ProbeSummary, EbpfError> {
         if let Some(stop) = self.stop.take() {
             // The reader may already have ended (its receiver dropped): nothing to tell.
@@ -341,7 +345,12 @@ fn write_filters(
     cgroup_prefixes: &[Prefix],
     cni_bin_dir: &Prefix,
 ) -> Result<(), EbpfError> {
-    let map_err = |map| move |source| EbpfError::Map { map, source };
+    let map_err = |map| {
+        move |source| EbpfError::Map {
+            map,
+            source: Box::new(source),
+        }
+    };
     let mut prefixes: Array<_, Prefix> = Array::try_from(
         ebpf.map_mut(names::CGROUP_PREFIXES)
             .ok_or(aya::maps::MapError::InvalidName {
@@ -396,8 +405,9 @@ fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), Eb
         .ok_or_else(|| missing("not in the object".to_string()))?
         .try_into()
         .map_err(|e: aya::programs::ProgramError| missing(e.to_string()))?;
-    program.load().map_err(|source| {
-        match permission_error(&source, DENIED_LOAD) {
+    program
+        .load()
+        .map_err(|source| match permission_error(&source, DENIED_LOAD) {
             Some(denied) => EbpfError::NotPermitted {
                 doing: format!("loading program {}", spec.program),
                 source: denied,
@@ -406,10 +416,9 @@ fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), Eb
                 program: spec.program,
                 category: spec.category,
                 tracepoint: spec.tracepoint,
-                source,
+                source: Box::new(source),
             },
-        }
-    })?;
+        })?;
     program
         .attach(spec.category, spec.tracepoint)
         .map_err(|source| match permission_error(&source, DENIED) {
@@ -424,7 +433,7 @@ fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), Eb
                 program: spec.program,
                 category: spec.category,
                 tracepoint: spec.tracepoint,
-                source,
+                source: Box::new(source),
             },
         })?;
     Ok(())
@@ -435,13 +444,16 @@ fn take_map<T>(
     name: &'static str,
     convert: impl FnOnce(aya::maps::Map) -> Result<T, aya::maps::MapError>,
 ) -> Result<T, EbpfError> {
-    let map = ebpf.take_map(name).ok_or(EbpfError::Map {
+    let map = ebpf.take_map(name).ok_or_else(|| EbpfError::Map {
         map: name,
-        source: aya::maps::MapError::InvalidName {
+        source: Box::new(aya::maps::MapError::InvalidName {
             name: name.to_string(),
-        },
+        }),
     })?;
-    convert(map).map_err(|source| EbpfError::Map { map: name, source })
+    convert(map).map_err(|source| EbpfError::Map {
+        map: name,
+        source: Box::new(source),
+    })
 }
 
 #[cfg(test)]

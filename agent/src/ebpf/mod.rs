@@ -50,6 +50,10 @@ mod tests {
         let b = now_ktime_ns();
         let elapsed = i.elapsed().as_nanos() as u64;
         assert!(b > a);
-        assert!((b - a).abs_diff(elapsed) < 5_000_000, "{} vs {elapsed}", b - a);
+        assert!(
+            (b - a).abs_diff(elapsed) < 5_000_000,
+            "{} vs {elapsed}",
+            b - a
+        );
     }
 }

@@ -111,15 +111,24 @@ mod tests {
     #[test]
     fn flag_then_env_then_beside_the_binary_then_the_workspace() {
         let o = at(Some("/x.o"), Some("/y.o"), &[BESIDE]);
-        assert_eq!((o.path.to_str(), o.source), (Some("/x.o"), ObjectSource::Flag));
+        assert_eq!(
+            (o.path.to_str(), o.source),
+            (Some("/x.o"), ObjectSource::Flag)
+        );
         let o = at(None, Some("/y.o"), &[BESIDE]);
-        assert_eq!((o.path.to_str(), o.source), (Some("/y.o"), ObjectSource::Env));
+        assert_eq!(
+            (o.path.to_str(), o.source),
+            (Some("/y.o"), ObjectSource::Env)
+        );
         let o = at(None, Some(""), &[BESIDE]);
         assert_eq!(o.source, ObjectSource::BesideBinary);
         assert_eq!(o.path, Path::new(BESIDE));
         let ws = "/src/podtrace/target/bpf/podtrace-probes.o";
         let o = at(None, None, &[ws]);
-        assert_eq!((o.path.to_str(), o.source), (Some(ws), ObjectSource::Workspace));
+        assert_eq!(
+            (o.path.to_str(), o.source),
+            (Some(ws), ObjectSource::Workspace)
+        );
     }
 
     #[test]

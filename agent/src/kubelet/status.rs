@@ -28,6 +28,7 @@ pub fn generate_api_pod_status(
     runtime: &RuntimePodStatus,
     waiting: &WaitingReasons,
     probes: &ProbeResults,
+    host_ip: &str,
 ) -> PodStatus {
     let spec = pod.spec.as_ref();
     let init: &[Container] = spec
@@ -37,11 +38,11 @@ pub fn generate_api_pod_status(
 
     let init_statuses: Vec<_> = init
         .iter()
-        .map(|c| container_status(pod, c, runtime, waiting, probes))
+        .map(|c| container_status(pod, c, true, runtime, waiting, probes))
         .collect();
     let statuses: Vec<_> = regular
         .iter()
-        .map(|c| container_status(pod, c, runtime, waiting, probes))
+        .map(|c| container_status(pod, c, false, runtime, waiting, probes))
         .collect();
 
     let sandbox_ready = runtime
@@ -58,7 +59,13 @@ pub fn generate_api_pod_status(
         .newest_sandbox()
         .filter(|s| s.state == SandboxState::Ready);
     let mut pod_ips: Vec<PodIP> = Vec::new();
-    if let Some(s) = sandbox.filter(|s| !s.ip.is_empty()) {
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    if host_network && sandbox.is_some() && !host_ip.is_empty() {
+        // A hostNetwork pod's IP is the node's, as kubelet reports it.
+        pod_ips.push(PodIP {
+            ip: host_ip.to_string(),
+        });
+    } else if let Some(s) = sandbox.filter(|s| !s.ip.is_empty()) {
         pod_ips.push(PodIP { ip: s.ip.clone() });
         pod_ips.extend(s.additional_ips.iter().map(|ip| PodIP { ip: ip.clone() }));
     }
@@ -75,6 +82,7 @@ pub fn generate_api_pod_status(
         conditions: Some(conditions),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
+        host_ip: (!host_ip.is_empty()).then(|| host_ip.to_string()),
         qos_class: None,
         ..PodStatus::default()
     }
@@ -98,6 +106,7 @@ fn terminated_with(s: &ApiContainerStatus, f: impl Fn(i32) -> bool) -> bool {
 fn container_status(
     pod: &Pod,
     c: &Container,
+    is_init: bool,
     runtime: &RuntimePodStatus,
     waiting: &WaitingReasons,
     probes: &ProbeResults,
@@ -131,7 +140,7 @@ fn container_status(
                 running: Some(ContainerStateRunning { started_at: None }),
                 ..ApiState::default()
             },
-            ContainerState::Exited if should_container_be_restarted(pod, c, runtime) => {
+            ContainerState::Exited if will_restart(pod, c, is_init, st, runtime) => {
                 last_state = Some(terminated_state(st));
                 waiting_state("ContainerCreating", "")
             }
@@ -155,6 +164,26 @@ fn container_status(
         last_state,
         ..ApiContainerStatus::default()
     }
+}
+
+/// Whether an exited container is going to run again. An init container that succeeded is
+/// done; one that failed reruns unless the policy is Never.
+fn will_restart(
+    pod: &Pod,
+    c: &Container,
+    is_init: bool,
+    st: &ContainerStatus,
+    runtime: &RuntimePodStatus,
+) -> bool {
+    if !is_init {
+        return should_container_be_restarted(pod, c, runtime);
+    }
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    st.exit_code != 0 && policy != "Never" && pod.metadata.deletion_timestamp.is_none()
 }
 
 fn terminated_state(st: &ContainerStatus) -> ApiState {

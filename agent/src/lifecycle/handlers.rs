@@ -29,7 +29,7 @@ pub enum HandlerError {
         container: String,
         pod: String,
         #[source]
-        source: ExecError,
+        source: Box<ExecError>,
         /// The command's combined output.
         message: String,
     },
@@ -45,7 +45,7 @@ pub enum HandlerError {
         container: String,
         pod: String,
         #[source]
-        source: ActionError,
+        source: Box<ActionError>,
     },
 
     /// The GET got no response (refused, reset, timed out).
@@ -59,7 +59,7 @@ pub enum HandlerError {
         container: String,
         pod: String,
         #[source]
-        source: HttpError,
+        source: Box<HttpError>,
     },
 
     /// The hook's time ran out before the sleep did.
@@ -168,7 +168,7 @@ async fn run_exec_handler<R: RuntimeService>(
         command: command.to_vec(),
         container: container.name.clone(),
         pod: gofmt::pod(pod),
-        source,
+        source: Box::new(source),
         message: String::from_utf8_lossy(&output).into_owned(),
     })
 }
@@ -188,7 +188,7 @@ pub async fn run_http_handler(
             path: path.clone(),
             container: container.name.clone(),
             pod: gofmt::pod(pod),
-            source,
+            source: Box::new(source),
         }
     })?;
     http::get(&req, timeout, false)
@@ -198,7 +198,7 @@ pub async fn run_http_handler(
             path,
             container: container.name.clone(),
             pod: gofmt::pod(pod),
-            source,
+            source: Box::new(source),
         })
 }
 

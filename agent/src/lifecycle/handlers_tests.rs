@@ -51,7 +51,10 @@ async fn http_hooks_succeed_on_any_answer_and_fail_without_one() {
         .await
         .unwrap();
     let head = heads.recv().await.unwrap().to_ascii_lowercase();
-    assert!(head.contains("user-agent: kube-lifecycle/1.33\r\n"), "{head}");
+    assert!(
+        head.contains("user-agent: kube-lifecycle/1.33\r\n"),
+        "{head}"
+    );
     // kubelet does not judge a hook by its status code.
     run_http_handler(&p, &c, "127.0.0.1", &get("/broken", port), t)
         .await

@@ -330,7 +330,10 @@ mod tests {
         );
         assert_eq!(err(IntOrString::Int(0)), "invalid port number: 0");
         assert_eq!(err(IntOrString::Int(70000)), "invalid port number: 70000");
-        assert_eq!(err(IntOrString::String("-1".into())), "invalid port number: -1");
+        assert_eq!(
+            err(IntOrString::String("-1".into())),
+            "invalid port number: -1"
+        );
     }
 
     #[test]
@@ -359,10 +362,13 @@ mod tests {
         let t = Duration::from_secs(1);
         let ok = probe_tcp(&action(open), &c, "127.0.0.1", t).await.unwrap();
         assert_eq!(ok, ProbeOutcome::new(ProbeResult::Success, ""));
-        let bad = probe_tcp(&action(closed), &c, "127.0.0.1", t).await.unwrap();
+        let bad = probe_tcp(&action(closed), &c, "127.0.0.1", t)
+            .await
+            .unwrap();
         assert_eq!(bad.result, ProbeResult::Failure);
         assert!(
-            bad.output.starts_with(&format!("dial tcp 127.0.0.1:{closed}: ")),
+            bad.output
+                .starts_with(&format!("dial tcp 127.0.0.1:{closed}: ")),
             "{}",
             bad.output
         );

@@ -94,7 +94,11 @@ impl HttpRequest {
         pod_ip: &str,
         purpose: &str,
     ) -> Result<HttpRequest, ActionError> {
-        let scheme = action.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
+        let scheme = action
+            .scheme
+            .as_deref()
+            .unwrap_or("HTTP")
+            .to_ascii_lowercase();
         if scheme != "http" {
             return Err(ActionError::UnsupportedScheme { scheme });
         }
@@ -160,36 +164,40 @@ impl HttpRequest {
         })
     }
 
-    /// The request a redirect's Location leads to, resolved against this one.
-    fn redirect(&self, location: &str) -> Result<HttpRequest, HttpError> {
+    /// Where a redirect's Location leads, resolved against this request. `origin` is the
+    /// host of the first request: kubelet follows redirects only on it.
+    fn redirect(&self, location: &str, origin: &str) -> Result<Redirect, HttpError> {
         let location = location.split('#').next().unwrap_or_default();
-        let unsupported = |reason| HttpError::Redirect {
+        let refuse = |reason| HttpError::Redirect {
             url: self.url.clone(),
             location: location.to_string(),
             reason,
         };
-        let (authority, rest) = if let Some(rest) = location.strip_prefix("http://") {
-            split_authority(rest)
+        let (https, authority, rest) = if let Some(rest) = location.strip_prefix("http://") {
+            let (authority, rest) = split_authority(rest);
+            (false, authority, rest)
+        } else if let Some(rest) = location.strip_prefix("https://") {
+            let (authority, rest) = split_authority(rest);
+            (true, authority, rest)
         } else if let Some(rest) = location.strip_prefix("//") {
-            split_authority(rest)
-        } else if location.starts_with("https://") {
-            let (authority, _) = split_authority(&location["https://".len()..]);
-            let (host, _) = parse_authority(authority, 443).ok_or(unsupported("bad host"))?;
-            if host != self.host {
-                // Off-host: the caller keeps the redirect response itself.
-                let mut next = self.clone();
-                next.host = host;
-                return Ok(next);
-            }
-            return Err(unsupported("HTTPS is not supported by podtrace"));
+            let (authority, rest) = split_authority(rest);
+            (false, authority, rest)
         } else if location.contains("://") {
-            return Err(unsupported("not an http URL"));
+            return Err(refuse("not an http URL"));
         } else {
-            ("", location)
+            (false, "", location)
         };
         let mut next = self.clone();
         if !authority.is_empty() {
-            let (host, port) = parse_authority(authority, 80).ok_or(unsupported("bad host"))?;
+            let default_port = if https { 443 } else { 80 };
+            let (host, port) =
+                parse_authority(authority, default_port).ok_or(refuse("bad host"))?;
+            if host != origin {
+                return Ok(Redirect::Elsewhere);
+            }
+            if https {
+                return Err(refuse("HTTPS is not supported by podtrace"));
+            }
             next.host = host;
             next.port = port;
         }
@@ -205,13 +213,22 @@ impl HttpRequest {
         };
         let authority = join_host_port(&next.host, next.port);
         next.url = format!("http://{authority}{}", next.target);
+        // A Host the action set stays; the default one follows the port.
         if let Some(h) = next.headers.iter_mut().find(|(n, _)| n == header::HOST)
             && h.1.as_bytes() == join_host_port(&self.host, self.port).as_bytes()
         {
-            h.1 = HeaderValue::from_str(&authority).map_err(|_| unsupported("bad host"))?;
+            h.1 = HeaderValue::from_str(&authority).map_err(|_| refuse("bad host"))?;
         }
-        Ok(next)
+        Ok(Redirect::Follow(next))
     }
+}
+
+/// What to do with a redirect.
+enum Redirect {
+    /// Same host: send this request.
+    Follow(HttpRequest),
+    /// Another host: the redirect response itself is the answer.
+    Elsewhere,
 }
 
 fn split_authority(s: &str) -> (&str, &str) {
@@ -278,10 +295,10 @@ async fn follow(first: &HttpRequest, read_body: bool) -> Result<HttpResponse, Ht
         let Some(location) = location else {
             return Ok(resp);
         };
-        let next = current.redirect(&location)?;
-        if next.host != first.host {
-            return Ok(resp);
-        }
+        let next = match current.redirect(&location, &first.host)? {
+            Redirect::Follow(next) => next,
+            Redirect::Elsewhere => return Ok(resp),
+        };
         if requests >= MAX_REQUESTS {
             return Err(HttpError::TooManyRedirects { url: next.url });
         }
@@ -386,4 +403,81 @@ pub fn probe_result(resp: &HttpResponse) -> ProbeOutcome {
         ),
     };
     ProbeOutcome { result, output }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+
+    fn request(path: &str) -> HttpRequest {
+        let action = HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(8080),
+            ..Default::default()
+        };
+        HttpRequest::new(&action, &Container::default(), "10.0.0.7", PROBE_PURPOSE).unwrap()
+    }
+
+    fn follow_to(from: &str, location: &str) -> Result<String, String> {
+        match request(from).redirect(location, "10.0.0.7") {
+            Ok(Redirect::Follow(next)) => Ok(next.url),
+            Ok(Redirect::Elsewhere) => Err("elsewhere".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn redirects_resolve_like_a_browser_and_stay_on_the_host() {
+        let ok = |s: &str| Ok(s.to_string());
+        assert_eq!(follow_to("/a/b", "/c"), ok("http://10.0.0.7:8080/c"));
+        assert_eq!(
+            follow_to("/a/b?x=1", "c?y=2"),
+            ok("http://10.0.0.7:8080/a/c?y=2")
+        );
+        assert_eq!(
+            follow_to("/a", "http://10.0.0.7:9090/z"),
+            ok("http://10.0.0.7:9090/z")
+        );
+        assert_eq!(
+            follow_to("/a", "//10.0.0.7/z#frag"),
+            ok("http://10.0.0.7:80/z")
+        );
+        assert_eq!(
+            follow_to("/a", "/with space"),
+            ok("http://10.0.0.7:8080/with%20space")
+        );
+        assert_eq!(
+            follow_to("/a", "http://10.0.0.8/z"),
+            Err("elsewhere".into())
+        );
+        assert_eq!(
+            follow_to("/a", "https://other.example/"),
+            Err("elsewhere".into())
+        );
+        assert_eq!(
+            follow_to("/a", "https://10.0.0.7/"),
+            Err(r#"Get "http://10.0.0.7:8080/a": cannot follow redirect to "https://10.0.0.7/": HTTPS is not supported by podtrace"#.into())
+        );
+    }
+
+    #[test]
+    fn the_default_host_header_follows_a_redirect_and_a_given_one_stays() {
+        let host = |r: &HttpRequest| {
+            let (_, v) = r.headers.iter().find(|(n, _)| n == header::HOST).unwrap();
+            v.to_str().unwrap().to_string()
+        };
+        let Ok(Redirect::Follow(next)) = request("/").redirect("http://10.0.0.7:81/", "10.0.0.7")
+        else {
+            panic!("not followed");
+        };
+        assert_eq!(host(&next), "10.0.0.7:81");
+        let mut given = request("/");
+        given.headers[0].1 = HeaderValue::from_static("app.example");
+        let Ok(Redirect::Follow(next)) = given.redirect("http://10.0.0.7:81/", "10.0.0.7") else {
+            panic!("not followed");
+        };
+        assert_eq!(host(&next), "app.example");
+    }
 }

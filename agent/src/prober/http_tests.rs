@@ -72,7 +72,11 @@ fn by_path(path: &str) -> Option<String> {
             "Location: http://127.0.0.2:1/x\r\n",
             "moved",
         )),
-        "/loop" => Some(response("307 Temporary Redirect", "Location: /loop\r\n", "")),
+        "/loop" => Some(response(
+            "307 Temporary Redirect",
+            "Location: /loop\r\n",
+            "",
+        )),
         "/big" => Some(response("200 OK", "", &"x".repeat(MAX_OUTPUT_BYTES * 3))),
         _ => Some(response("404 Not Found", "", "")),
     }
@@ -187,7 +191,10 @@ async fn the_request_is_what_kubelet_sends_and_named_ports_resolve() {
         "x-probe: yes".into(),
         "connection: close".into(),
     ] {
-        assert!(head.contains(&format!("{line}\r\n")), "no {line:?} in {head}");
+        assert!(
+            head.contains(&format!("{line}\r\n")),
+            "no {line:?} in {head}"
+        );
     }
 
     // The action's own Host and User-Agent win; an empty Accept removes it.

@@ -367,3 +367,26 @@ async fn run_worker<R: RuntimeService + 'static>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::*;
+
+    #[test]
+    fn wall_timestamps_map_onto_the_monotonic_clock_by_age() {
+        let wall_now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let wall_now = i64::try_from(wall_now.as_nanos()).unwrap();
+        let five_s_ago = monotonic_from_wall_ns(wall_now - 5 * 1_000_000_000);
+        let mono = now_ns();
+        let age = mono - five_s_ago;
+        // Five seconds, give or take the time between the clock reads.
+        assert!(
+            (5_000_000_000..5_500_000_000).contains(&age),
+            "age {age} ns"
+        );
+        // A timestamp from the future (clock skew) is treated as now, not as later.
+        assert!(monotonic_from_wall_ns(wall_now + 60 * 1_000_000_000) <= now_ns());
+    }
+}

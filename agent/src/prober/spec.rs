@@ -15,7 +15,11 @@ pub enum ProbeKind {
 }
 
 impl ProbeKind {
-    pub const ALL: [ProbeKind; 3] = [ProbeKind::Liveness, ProbeKind::Readiness, ProbeKind::Startup];
+    pub const ALL: [ProbeKind; 3] = [
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+        ProbeKind::Startup,
+    ];
 
     /// The container field the probe comes from, for messages that point at the manifest.
     pub fn field(self) -> &'static str {
@@ -141,7 +145,11 @@ impl ProbeSpec {
                 probe.timeout_seconds,
                 DEFAULT_TIMEOUT_SECONDS,
             )?,
-            period_seconds: field("periodSeconds", probe.period_seconds, DEFAULT_PERIOD_SECONDS)?,
+            period_seconds: field(
+                "periodSeconds",
+                probe.period_seconds,
+                DEFAULT_PERIOD_SECONDS,
+            )?,
             success_threshold: field(
                 "successThreshold",
                 probe.success_threshold,

@@ -1,8 +1,6 @@
 //! Probe validation and defaults as the API server applies them.
 
-use k8s_openapi::api::core::v1::{
-    ExecAction, GRPCAction, HTTPGetAction, Probe, TCPSocketAction,
-};
+use k8s_openapi::api::core::v1::{ExecAction, GRPCAction, HTTPGetAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::spec::{ProbeAction, ProbeError, ProbeKind, ProbeSpec};

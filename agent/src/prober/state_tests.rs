@@ -5,9 +5,7 @@
 use k8s_openapi::api::core::v1::{ExecAction, Probe};
 
 use super::spec::{ProbeKind, ProbeSpec};
-use super::state::{
-    ProbeResult, ProbeWorker, container_started, initial_result, probe_allowed,
-};
+use super::state::{ProbeResult, ProbeWorker, container_started, initial_result, probe_allowed};
 
 use ProbeKind::{Liveness, Readiness, Startup};
 use ProbeResult::{Failure, Success, Unknown};
@@ -184,7 +182,10 @@ fn cases() -> Vec<Case> {
             "startup: success ends the worker",
             Startup,
             vec![Observe(0, Failure), Observe(10_000, Success)],
-            vec![(None, Unknown, Some(10_000)), (Some(Success), Success, None)],
+            vec![
+                (None, Unknown, Some(10_000)),
+                (Some(Success), Success, None),
+            ],
         ),
         case(
             "startup: failureThreshold failures fail it and hold",
@@ -292,7 +293,12 @@ fn cases() -> Vec<Case> {
 #[test]
 fn probe_worker_table() {
     for c in cases() {
-        assert_eq!(c.steps.len(), c.want.len(), "{}: steps and wants differ", c.name);
+        assert_eq!(
+            c.steps.len(),
+            c.want.len(),
+            "{}: steps and wants differ",
+            c.name
+        );
         let spec = spec(c.kind, c.delay, c.period, c.success, c.failure);
         let mut w = ProbeWorker::new(c.kind, &spec, START_NS);
         for (i, (step, want)) in c.steps.iter().zip(&c.want).enumerate() {
@@ -307,7 +313,11 @@ fn probe_worker_table() {
                     None
                 }
             };
-            let got = (returned, w.result(), w.next_due().map(|d| (d - START_NS) / 1_000_000));
+            let got = (
+                returned,
+                w.result(),
+                w.next_due().map(|d| (d - START_NS) / 1_000_000),
+            );
             assert_eq!(&got, want, "{}: step {i} {step:?}", c.name);
         }
     }

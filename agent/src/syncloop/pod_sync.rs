@@ -9,7 +9,9 @@ use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
-use crate::kuberuntime::{ContainerOutcome, SyncContext, get_pod_status, labels, sync_pod};
+use crate::kuberuntime::{
+    ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
+};
 
 use super::clock::wall_now;
 use super::pleg::Pleg;
@@ -98,7 +100,14 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         publish(shared, pod, &after);
     }
 
-    if result.failed()
+    let pull_failed = result.containers.values().any(|o| {
+        matches!(o, ContainerOutcome::BackOff { reason, .. } if *reason == SyncReason::ErrImagePull)
+    });
+    if pull_failed {
+        // kubelet shows ErrImagePull for the failed attempt and ImagePullBackOff while it
+        // waits; sync again at once so the wait is published as such.
+        WorkOutcome::RetryAt(wall_now())
+    } else if result.failed()
         || result
             .pod_error
             .as_ref()
@@ -114,7 +123,13 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
 
 fn publish(shared: &Shared, pod: &Pod, status: &crate::kubelet::RuntimePodStatus) {
     let uid = labels::pod_uid(pod);
-    let api = generate_api_pod_status(pod, status, &shared.reasons_of(uid), &shared.probes_of(uid));
+    let api = generate_api_pod_status(
+        pod,
+        status,
+        &shared.reasons_of(uid),
+        &shared.probes_of(uid),
+        &shared.cfg.node_ip,
+    );
     shared.store.set_status(uid, api);
 }
 

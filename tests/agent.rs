@@ -1,0 +1,281 @@
+//! The long-running agent (`podtrace run` without --until-ready) on real containerd:
+//! crash-loop back-off, image-pull back-off that recovers, manifest updates, deletion,
+//! a SIGKILLed agent adopting its pods, and housekeeping of orphans.
+
+use std::process::Command;
+use std::time::Duration;
+
+use podtrace_tests::agent::{Agent, container, phase, waiting_reason};
+use podtrace_tests::{Scratch, require_lab, runtime_objects};
+
+const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn pod_yaml(name: &str, containers: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n{containers}"
+    )
+}
+
+#[test]
+fn crash_loop_back_off_grows_and_counts_restarts() {
+    require_lab();
+    let agent = Agent::start(
+        "crashloop",
+        &["--backoff-initial", "1s", "--backoff-max", "4s"],
+    );
+    agent.write(
+        "crash.yaml",
+        &pod_yaml(
+            "crasher",
+            &format!("  - {{name: c, image: {APP}, command: [/bin/sh, -c, 'exit 1']}}\n"),
+        ),
+    );
+    let p = agent.wait_pod("crasher", "restarted 4 times", MINUTE, |p| {
+        container(p, "c")["restartCount"].as_i64() >= Some(4)
+    });
+    assert_eq!(
+        phase(&p),
+        "Running",
+        "restartPolicy Always keeps the pod Running"
+    );
+    assert_eq!(container(&p, "c")["lastState"]["terminated"]["exitCode"], 1);
+    let starts: Vec<i64> = agent
+        .events("crasher")
+        .iter()
+        .filter(|e| e["reason"] == "Started")
+        .map(|e| e["at"].as_i64().unwrap())
+        .collect();
+    assert!(starts.len() >= 5, "{starts:?}");
+    let gaps: Vec<f64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as f64 / 1e9)
+        .collect();
+    // kubelet's timing: the first restart is immediate, then the delay doubles (1 s, 2 s,
+    // 4 s here with the test's shortened back-off).
+    assert!(
+        gaps[1] >= 0.9,
+        "second restart came after {:.2}s: {gaps:?}",
+        gaps[1]
+    );
+    assert!(gaps[2] >= 1.8 && gaps[2] > gaps[1] * 1.5, "{gaps:?}");
+    assert!(gaps[3] >= 3.6 && gaps[3] > gaps[2] * 1.5, "{gaps:?}");
+    assert!(
+        agent
+            .events("crasher")
+            .iter()
+            .any(|e| e["reason"] == "BackOff"
+                && e["message"].as_str().unwrap().starts_with("back-off ")
+                && e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("restarting failed container=c pod=crasher")),
+        "no BackOff event"
+    );
+    // While it waits, the container shows CrashLoopBackOff.
+    agent.wait_pod("crasher", "CrashLoopBackOff", MINUTE, |p| {
+        waiting_reason(p, "c") == Some("CrashLoopBackOff")
+    });
+}
+
+#[test]
+fn image_pull_back_off_recovers_once_the_image_is_pushed() {
+    require_lab();
+    let image = format!("127.0.0.1:5000/podtrace/late-{}:1.0", std::process::id());
+    let agent = Agent::start(
+        "latepush",
+        &["--backoff-initial", "1s", "--backoff-max", "2s"],
+    );
+    agent.write(
+        "late.yaml",
+        &pod_yaml(
+            "late",
+            &format!("  - {{name: c, image: {image}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    agent.wait_pod("late", "ErrImagePull", MINUTE, |p| {
+        waiting_reason(p, "c") == Some("ErrImagePull")
+    });
+    agent.wait_pod("late", "ImagePullBackOff", MINUTE, |p| {
+        waiting_reason(p, "c") == Some("ImagePullBackOff")
+    });
+    let pushed = Command::new("skopeo")
+        .args(["copy", "--src-tls-verify=false", "--dest-tls-verify=false"])
+        .arg(format!("docker://{APP}"))
+        .arg(format!("docker://{image}"))
+        .output()
+        .unwrap();
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let p = agent.wait_pod("late", "Running after the push", MINUTE, |p| {
+        phase(p) == "Running"
+    });
+    assert_eq!(container(&p, "c")["ready"], true);
+}
+
+#[test]
+fn a_manifest_update_restarts_only_the_changed_container() {
+    require_lab();
+    let agent = Agent::start("update", &[]);
+    let two = |b_cmd: &str| {
+        pod_yaml(
+            "two",
+            &format!(
+                "  - {{name: a, image: {APP}, command: [sleep, '3600']}}\n  - {{name: b, image: {APP}, command: [sleep, '{b_cmd}']}}\n"
+            ),
+        )
+    };
+    agent.write("two.yaml", &two("3600"));
+    let before = agent.wait_pod("two", "Running", MINUTE, |p| phase(p) == "Running");
+    let id = |p: &serde_json::Value, c: &str| {
+        container(p, c)["containerID"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let (a0, b0) = (id(&before, "a"), id(&before, "b"));
+    let uid = before["uid"].as_str().unwrap().to_string();
+
+    agent.write("two.yaml", &two("7200"));
+    let after = agent.wait_pod("two", "b replaced", MINUTE, |p| {
+        let b = id(p, "b");
+        !b.is_empty() && b != b0 && container(p, "b")["ready"] == true
+    });
+    assert_eq!(
+        after["uid"],
+        uid.as_str(),
+        "an edit is an update of the same pod"
+    );
+    assert_eq!(id(&after, "a"), a0, "the unchanged container was restarted");
+    let killing: Vec<String> = agent
+        .events("two")
+        .iter()
+        .filter(|e| e["reason"] == "Killing")
+        .map(|e| e["message"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        killing,
+        ["Stopping container b: Container b definition changed, will be restarted"]
+    );
+}
+
+#[test]
+fn a_deleted_manifest_leaves_no_runtime_object_within_the_grace_period() {
+    require_lab();
+    let agent = Agent::start("delete", &[]);
+    agent.write(
+        "gone.yaml",
+        &pod_yaml(
+            "gone",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    let p = agent.wait_pod("gone", "Running", MINUTE, |p| phase(p) == "Running");
+    let uid = p["uid"].as_str().unwrap().to_string();
+    let pod_dir = agent.scratch.root_dir().join("pods").join(&uid);
+    assert!(pod_dir.exists());
+    agent.remove("gone.yaml");
+    // terminationGracePeriodSeconds is 2; `sleep` ignores SIGTERM as PID 1, so it is
+    // killed when the grace period ends.
+    agent.wait_for("the pod to be gone", Duration::from_secs(10), |pods| {
+        pods.is_empty()
+    });
+    let (sandboxes, containers) = runtime_objects(&uid);
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "{sandboxes:?} {containers:?}"
+    );
+    assert!(!pod_dir.exists(), "the pod directory is still there");
+    let killing = agent.events("gone");
+    assert!(
+        killing.is_empty(),
+        "events of a removed pod are dropped with it"
+    );
+}
+
+#[test]
+fn an_agent_killed_mid_creation_adopts_its_pod_without_a_second_sandbox() {
+    require_lab();
+    let mut agent = Agent::start("adopt", &[]);
+    // A 50 MiB pull keeps the pod in creation long enough to kill the agent after its
+    // sandbox exists and before its container runs.
+    agent.write(
+        "slow.yaml",
+        &pod_yaml(
+            "adoptee",
+            "  - {name: c, image: 127.0.0.1:5000/podtrace/big50:1.0, imagePullPolicy: Always, command: [sleep, '3600']}\n",
+        ),
+    );
+    let p = agent.wait_pod("adoptee", "sandbox created", MINUTE, |p| {
+        p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "PodReadyToStartContainers" && c["status"] == "True")
+        }) || phase(p) == "Running"
+    });
+    let uid = p["uid"].as_str().unwrap().to_string();
+    agent.kill9();
+    let (sandboxes, _) = runtime_objects(&uid);
+    assert_eq!(sandboxes.len(), 1);
+    let first = sandboxes[0].clone();
+
+    agent.spawn();
+    let p = agent.wait_pod("adoptee", "Running", MINUTE, |p| phase(p) == "Running");
+    assert_eq!(p["uid"], uid.as_str());
+    let (sandboxes, containers) = runtime_objects(&uid);
+    assert_eq!(
+        sandboxes,
+        [first],
+        "the restarted agent made another sandbox"
+    );
+    assert_eq!(containers.len(), 1, "{containers:?}");
+}
+
+#[test]
+fn housekeeping_removes_an_orphaned_sandbox_with_podtraces_labels() {
+    require_lab();
+    // A pod of node "orphans" that no manifest of that node's agent describes.
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest(
+        "orphan.yaml",
+        &pod_yaml(
+            "orphan",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    let (out, doc) = scratch.run(&[&manifest], &["--node-name", "orphans"]);
+    assert!(out.status.success(), "{doc:#}");
+    let uid = doc["pods"][0]["uid"].as_str().unwrap().to_string();
+    // Another node's pod on the same runtime, which housekeeping must not touch.
+    let bystander = Scratch::new();
+    let other = bystander.manifest(
+        "other.yaml",
+        &pod_yaml(
+            "bystander",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    let (_, other_doc) = bystander.run(&[&other], &["--node-name", "someone-else"]);
+    let other_uid = other_doc["pods"][0]["uid"].as_str().unwrap().to_string();
+    assert_eq!(runtime_objects(&uid).0.len(), 1);
+
+    let _agent = Agent::start("orphans", &["--housekeeping-interval", "200ms"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while runtime_objects(&uid).0.len() + runtime_objects(&uid).1.len() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan is still there"
+        );
+        // Bounded polling of the runtime: housekeeping runs every 200 ms.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        runtime_objects(&other_uid).0.len(),
+        1,
+        "another node's pod was removed"
+    );
+    let (out, _) = bystander.run(&[&other], &["--node-name", "someone-else", "--cleanup"]);
+    assert!(out.status.success());
+}

@@ -1,0 +1,429 @@
+//! `podtrace kernel-events`: the eBPF probes watching a real sandbox come up on the lab,
+//! unshare/clone/setns reporting the netns each task ends up in, a ring buffer too small
+//! for a burst counting what it dropped, and nodes without BPF privileges or tracefs
+//! where podtrace says once what is missing and carries on.
+
+use std::process::Command;
+
+use podtrace::ebpf::now_ktime_ns;
+use podtrace_tests::ebpf::{Watched, Watcher, require_probes, serial};
+use podtrace_tests::{Scratch, pod, podtrace_bin, require_lab, runtime_objects, stderr};
+use serde_json::Value;
+
+const POD: &str = "kernel-events-pod";
+const CNI_PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
+
+fn ns(e: &Value, field: &str) -> u64 {
+    e[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {e}"))
+}
+
+#[test]
+fn a_sandbox_is_seen_from_the_kernel() {
+    let _one = serial();
+    require_lab();
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest(
+        "pod.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {POD}, namespace: default}}\nspec:\n  containers:\n  - {{name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}}\n"
+        ),
+    );
+    let watcher = Watcher::start(&[]);
+    let before = now_ktime_ns();
+    let (out, doc) = scratch.run(&[&manifest], &[]);
+    assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
+    let uid = pod(&doc, POD)["uid"].as_str().unwrap().to_string();
+    let (sandboxes, _) = runtime_objects(&uid);
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+    let sandbox = sandboxes[0].clone();
+    let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
+    assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
+    let after = now_ktime_ns();
+    let w = watcher.stop();
+    assert!(w.status.success(), "{}", w.stderr);
+    let timeline = Timeline::of(&w, &sandbox);
+    eprintln!("{}", timeline.render());
+
+    // The CNI plugins ran for this sandbox and pod, each exited 0.
+    let mut adds = Vec::new();
+    for plugin in CNI_PLUGINS {
+        let add = w
+            .of_kind("cni_exec")
+            .find(|e| {
+                e["plugin"] == plugin && e["command"] == "ADD" && e["container_id"] == sandbox
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "no CNI ADD of {plugin} for {sandbox}\n{}",
+                    timeline.render()
+                )
+            });
+        assert_eq!(add["pod_name"], POD, "{add}");
+        assert_eq!(add["pod_namespace"], "default", "{add}");
+        assert_eq!(add["infra_container_id"], sandbox.as_str(), "{add}");
+        assert!(add["netns"].as_str().unwrap().contains("/netns/"), "{add}");
+        let exit = w
+            .of_kind("exit")
+            .find(|e| e["tgid"] == add["pid"])
+            .unwrap_or_else(|| panic!("no exit of {plugin} (pid {})", add["pid"]));
+        assert_eq!(exit["exit_code"], 0, "{plugin}: {exit}");
+        assert!(ns(exit, "ktime_ns") > ns(add, "ktime_ns"));
+        adds.push(add);
+    }
+    let first_add = adds.iter().map(|e| ns(e, "ktime_ns")).min().unwrap();
+
+    // containerd created the sandbox's netns with unshare(CLONE_NEWNET) before CNI ADD,
+    // and the plugins entered that very namespace (same inode).
+    let plugin_pids: Vec<&Value> = adds.iter().map(|e| &e["pid"]).collect();
+    let entered: Vec<u64> = w
+        .of_kind("netns")
+        .filter(|e| e["syscall"] == "setns" && plugin_pids.contains(&&e["tgid"]))
+        .filter_map(|e| e["netns_inum"].as_u64())
+        .collect();
+    let unshare = w
+        .of_kind("netns")
+        .filter(|e| {
+            e["syscall"] == "unshare"
+                && e["comm"].as_str().unwrap_or("").starts_with("containerd")
+                && e["ret"] == 0
+                && ns(e, "ktime_ns") < first_add
+        })
+        .find(|e| e["netns_inum"].as_u64().is_some_and(|i| entered.contains(&i)))
+        .unwrap_or_else(|| {
+            panic!(
+                "no unshare(CLONE_NEWNET) by containerd into the netns the plugins entered ({entered:?})\n{}",
+                timeline.render()
+            )
+        });
+    assert!(ns(unshare, "start_ns") <= ns(unshare, "ktime_ns"));
+
+    // runc made the sandbox's cgroup, in every hierarchy; the v2 one names the cgroup the
+    // pause process runs in.
+    let mkdirs: Vec<&Value> = w
+        .of_kind("cgroup_mkdir")
+        .filter(|e| e["path"].as_str().unwrap().ends_with(&sandbox))
+        .collect();
+    assert!(
+        !mkdirs.is_empty(),
+        "no cgroup_mkdir for {sandbox}\n{}",
+        timeline.render()
+    );
+    let unified = mkdirs
+        .iter()
+        .find(|e| e["hierarchy"] == 0)
+        .unwrap_or_else(|| panic!("no cgroup v2 mkdir for the sandbox: {mkdirs:?}"));
+    let sandbox_cgroup = &unified["cgroup_id"];
+    let pause = w
+        .of_kind("exec")
+        .find(|e| &e["cgroup_id"] == sandbox_cgroup)
+        .unwrap_or_else(|| panic!("no exec inside the sandbox's cgroup\n{}", timeline.render()));
+
+    // One clock: the kernel's timestamps fall inside the window the test measured, in
+    // the order a sandbox is built.
+    let t_unshare = ns(unshare, "ktime_ns");
+    let t_mkdir = ns(unified, "ktime_ns");
+    let t_pause = ns(pause, "ktime_ns");
+    assert!(
+        before <= t_unshare && t_pause <= after,
+        "{before} {t_unshare} {t_pause} {after}"
+    );
+    assert!(t_unshare < first_add && first_add < t_mkdir && t_mkdir < t_pause);
+
+    // Teardown is visible too: CNI DEL for the sandbox and its cgroups removed.
+    assert!(
+        w.of_kind("cni_exec")
+            .any(|e| e["command"] == "DEL" && e["container_id"] == sandbox)
+    );
+    assert!(
+        w.of_kind("cgroup_rmdir")
+            .any(|e| e["path"].as_str().unwrap().ends_with(&sandbox))
+    );
+    assert_eq!(w.summary["undecodable"], 0, "{}", w.summary);
+}
+
+#[test]
+fn a_tiny_ring_buffer_counts_what_it_drops() {
+    let _one = serial();
+    require_probes();
+    let page = 4096.to_string();
+    // One page holds about a dozen exec events; a few hundred processes started from
+    // many threads at once outrun the reader.
+    const THREADS: usize = 8;
+    const PER_THREAD: usize = 100;
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let watcher = Watcher::start(&["--ringbuf-bytes", &page]);
+        let storm: Vec<_> = (0..THREADS)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..PER_THREAD {
+                        let s = Command::new("/bin/true").status().expect("/bin/true");
+                        assert!(s.success());
+                    }
+                })
+            })
+            .collect();
+        for t in storm {
+            t.join().unwrap();
+        }
+        let w = watcher.stop();
+        assert!(w.status.success(), "{}", w.stderr);
+        let lost = w.summary["lost"].as_u64().unwrap();
+        let seen = w
+            .of_kind("exec")
+            .filter(|e| e["filename"] == "/bin/true")
+            .count() as u64;
+        let lost_execs = w.summary["lost_by_kind"]["exec"].as_u64().unwrap_or(0);
+        eprintln!(
+            "ring buffer {page} bytes: {} events read, {lost} lost ({}); /bin/true execs: {seen} read + {lost_execs} exec events lost, {} started",
+            w.summary["events"],
+            w.summary["lost_by_kind"],
+            THREADS * PER_THREAD
+        );
+        // Nothing vanished silently: every exec the storm made was read or counted.
+        assert!(
+            seen + lost_execs >= (THREADS * PER_THREAD) as u64,
+            "{seen} + {lost_execs} < {}",
+            THREADS * PER_THREAD
+        );
+        if lost > 0 {
+            assert_eq!(
+                w.summary["lost_by_kind"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_u64().unwrap())
+                    .sum::<u64>(),
+                lost
+            );
+            assert!(
+                w.stderr
+                    .contains(&format!("podtrace: {lost} kernel events lost")),
+                "the loss is not reported on stderr:\n{}",
+                w.stderr
+            );
+            return;
+        }
+        attempts.push(w.summary);
+    }
+    panic!("three storms and no event lost: {attempts:?}");
+}
+
+/// The netns inode `readlink /proc/self/ns/net` printed (`net:[4026532326]`).
+fn printed_inode(out: &std::process::Output) -> u64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .strip_prefix("net:[")
+        .and_then(|t| t.strip_suffix(']'))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("not a netns link: {text:?} ({})", stderr(out)))
+}
+
+#[test]
+fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
+    let _one = serial();
+    let watcher = Watcher::start(&[]);
+    let unshared = Command::new("unshare")
+        .args(["--net", "readlink", "/proc/self/ns/net"])
+        .output()
+        .expect("unshare");
+    // clone(CLONE_NEWNET | SIGCHLD) through perl's raw syscall (56 on x86_64): the child
+    // execs readlink inside the new namespace.
+    let cloned = Command::new("perl")
+        .args([
+            "-e",
+            r#"my $r = syscall(56, 0x40000011, 0, 0, 0, 0); if ($r == 0) { exec "readlink", "/proc/self/ns/net" } waitpid($r, 0);"#,
+        ])
+        .output()
+        .expect("perl");
+    let entered = Command::new("nsenter")
+        .args(["--net=/proc/self/ns/net", "readlink", "/proc/self/ns/net"])
+        .output()
+        .expect("nsenter");
+    let w = watcher.stop();
+    assert!(w.status.success(), "{}", w.stderr);
+    let find = |syscall: &str, comm: &str, inode: u64| {
+        w.of_kind("netns")
+            .find(|e| {
+                e["syscall"] == syscall
+                    && e["comm"] == comm
+                    && e["netns_inum"].as_u64() == Some(inode)
+            })
+            .unwrap_or_else(|| {
+                let seen: Vec<&Value> = w.of_kind("netns").collect();
+                panic!("no {syscall} by {comm} into netns {inode}: {seen:#?}")
+            })
+            .clone()
+    };
+    let u = find("unshare", "unshare", printed_inode(&unshared));
+    assert_eq!(u["ret"], 0);
+    assert_eq!(u["flags"].as_u64().unwrap() & 0x4000_0000, 0x4000_0000);
+    let c = find("clone", "perl", printed_inode(&cloned));
+    assert_eq!(c["ret"], 0, "the child reports the clone");
+    assert!(c["parent_pid"].as_u64().is_some_and(|p| p > 0), "{c}");
+    let s = find("setns", "nsenter", printed_inode(&entered));
+    assert_eq!(s["ret"], 0);
+    assert!(s["fd"].as_i64().is_some_and(|fd| fd >= 0), "{s}");
+    for e in [&u, &c, &s] {
+        assert!(ns(e, "start_ns") <= ns(e, "ktime_ns"), "{e}");
+    }
+}
+
+fn without_caps(args: &[&str]) -> std::process::Output {
+    // capsh drops the capabilities from the bounding set; the shell it starts (and the
+    // podtrace it execs) cannot get them back even as root.
+    let mut cmd = Command::new("capsh");
+    cmd.args([
+        "--drop=cap_sys_admin,cap_bpf,cap_perfmon",
+        "--",
+        "-c",
+        "exec \"$0\" \"$@\"",
+    ])
+    .arg(podtrace_bin())
+    .arg("kernel-events")
+    .arg("--probes")
+    .arg(require_probes())
+    .args(args);
+    cmd.output().expect("capsh (package libcap2-bin)")
+}
+
+#[test]
+fn without_bpf_privileges_it_says_so_once_and_carries_on() {
+    let _one = serial();
+    let out = without_caps(&["--duration", "1"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("kernel events unavailable"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("denied") && said[0].contains("CAP_BPF"),
+        "does not name what is missing: {}",
+        said[0]
+    );
+    assert_eq!(err.lines().count(), 1, "more than one message:\n{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), "kernel events: unavailable");
+
+    let out = without_caps(&["--duration", "1", "--json"]);
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("a JSON summary");
+    assert_eq!(summary["ebpf"], false);
+
+    let out = without_caps(&["--duration", "1", "--require-ebpf"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("--require-ebpf"), "{}", stderr(&out));
+}
+
+#[test]
+fn without_tracefs_it_names_what_is_missing() {
+    let _one = serial();
+    // A private mount namespace where tracefs is covered by an empty tmpfs.
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs none /sys/kernel/tracing && exec {} kernel-events --duration 1 --probes {}",
+            podtrace_bin().display(),
+            require_probes().display()
+        ))
+        .output()
+        .expect("unshare");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("tracefs is not mounted"), "{err}");
+    assert!(err.contains("/sys/kernel/tracing"), "{err}");
+}
+
+/// The events of one sandbox, relative to containerd's unshare, for failure messages and
+/// the record of what a run saw.
+struct Timeline {
+    lines: Vec<(u64, String)>,
+}
+
+impl Timeline {
+    fn of(w: &Watched, sandbox: &str) -> Timeline {
+        let cni_pids: Vec<(Value, String)> = w
+            .of_kind("cni_exec")
+            .filter(|e| e["container_id"] == sandbox)
+            .map(|e| {
+                (
+                    e["pid"].clone(),
+                    format!(
+                        "{} {}",
+                        e["plugin"].as_str().unwrap(),
+                        e["command"].as_str().unwrap()
+                    ),
+                )
+            })
+            .collect();
+        let cgroup = w
+            .of_kind("cgroup_mkdir")
+            .find(|e| e["hierarchy"] == 0 && e["path"].as_str().unwrap().ends_with(sandbox))
+            .map(|e| e["cgroup_id"].clone());
+        let mut lines = Vec::new();
+        for e in &w.events {
+            let t = ns(e, "ktime_ns");
+            let comm = e["comm"].as_str().unwrap_or("");
+            let line = match e["kind"].as_str().unwrap() {
+                "netns"
+                    if e["comm"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with("containerd"))
+                        || cni_pids.iter().any(|(p, _)| *p == e["tgid"]) =>
+                {
+                    Some(format!(
+                        "{comm}: {}(CLONE_NEWNET) = {} netns {} ({} us)",
+                        e["syscall"].as_str().unwrap(),
+                        e["ret"],
+                        e["netns_inum"],
+                        (t - ns(e, "start_ns")) / 1000
+                    ))
+                }
+                "cni_exec" if e["container_id"] == sandbox => Some(format!(
+                    "exec CNI {} {} (pod {}/{})",
+                    e["plugin"].as_str().unwrap(),
+                    e["command"].as_str().unwrap(),
+                    e["pod_namespace"].as_str().unwrap_or("?"),
+                    e["pod_name"].as_str().unwrap_or("?")
+                )),
+                "exit" => cni_pids
+                    .iter()
+                    .find(|(p, _)| *p == e["tgid"])
+                    .map(|(_, what)| format!("{what} exits {}", e["exit_code"])),
+                "cgroup_mkdir" | "cgroup_rmdir" | "cgroup_attach"
+                    if e["path"].as_str().unwrap().ends_with(sandbox) =>
+                {
+                    Some(format!(
+                        "{} hierarchy {} by {comm}",
+                        e["kind"].as_str().unwrap(),
+                        e["hierarchy"]
+                    ))
+                }
+                "exec" if cgroup.as_ref().is_some_and(|c| *c == e["cgroup_id"]) => Some(format!(
+                    "exec {} in the sandbox cgroup (pid {})",
+                    e["filename"].as_str().unwrap(),
+                    e["pid"]
+                )),
+                _ => None,
+            };
+            if let Some(line) = line {
+                lines.push((t, line));
+            }
+        }
+        Timeline { lines }
+    }
+
+    fn render(&self) -> String {
+        let Some(t0) = self.lines.first().map(|(t, _)| *t) else {
+            return "(no event of the sandbox)".to_string();
+        };
+        self.lines
+            .iter()
+            .map(|(t, l)| format!("{:+9.1} ms  {l}", (*t as f64 - t0 as f64) / 1e6))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}

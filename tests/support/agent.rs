@@ -1,0 +1,194 @@
+//! A running `podtrace run` agent for a test: its own node name, API socket, root dir,
+//! cgroup root and manifests directory, so agents of parallel tests never touch each
+//! other's pods. Dropping it removes its manifests, waits for its pods to go, and stops it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Scratch, lab, podtrace_bin};
+
+pub struct Agent {
+    pub scratch: Scratch,
+    pub node: String,
+    pub socket: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Agent {
+    /// Starts an agent named `node` with extra `podtrace run` flags.
+    pub fn start(node: &str, extra: &[&str]) -> Agent {
+        let scratch = Scratch::new();
+        std::fs::create_dir_all(scratch.path().join("manifests")).unwrap();
+        let mut agent = Agent {
+            socket: scratch.path().join("api.sock"),
+            scratch,
+            node: node.to_string(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        agent.spawn();
+        agent
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.scratch.path().join("manifests")
+    }
+
+    /// (Re)starts the agent process over the same directories.
+    pub fn spawn(&mut self) {
+        let cgroup_root = format!("/podtrace-test-{}", self.node);
+        let mut cmd = Command::new(podtrace_bin());
+        cmd.args(["run", "--manifests"])
+            .arg(self.manifests())
+            .args(["--node-name", &self.node, "--cgroup-root", &cgroup_root])
+            .arg("--api-socket")
+            .arg(&self.socket)
+            .arg("--root-dir")
+            .arg(self.scratch.root_dir())
+            .arg("--pod-logs-dir")
+            .arg(self.scratch.logs_dir())
+            .args(&self.extra)
+            .env("PODTRACE_LAB_DIR", lab().root)
+            .env_remove("PODTRACE_CRI")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        self.child = Some(cmd.spawn().expect("start podtrace run"));
+        self.wait_for("the agent's API to answer", Duration::from_secs(20), |_| {
+            true
+        });
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn write(&self, file: &str, yaml: &str) {
+        // Write then rename, so the agent never reads a half-written manifest.
+        let tmp = self.scratch.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    pub fn remove(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    fn api(&self, what: &str) -> Option<Value> {
+        let out = Command::new(podtrace_bin())
+            .args([what, "-o", "json", "--api-socket"])
+            .arg(&self.socket)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Every pod record the agent serves.
+    pub fn pods(&self) -> Vec<Value> {
+        self.api("pods")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        self.pods().into_iter().find(|p| p["name"] == name)
+    }
+
+    pub fn events(&self, pod: &str) -> Vec<Value> {
+        self.api("events")
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e["pod"] == pod)
+            .collect()
+    }
+
+    /// Polls the agent's pods until `check` holds. Polling is bounded by `limit`; each
+    /// look is one API call, 50 ms apart, so the wait ends soon after the state is reached.
+    pub fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        check: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.api("pods").and_then(|v| v.as_array().cloned())
+                && check(&v)
+            {
+                return v;
+            }
+            if start.elapsed() > limit {
+                panic!(
+                    "timed out after {limit:?} waiting for {what}; pods:\n{:#}",
+                    Value::Array(self.pods())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until pod `name` satisfies `check` and returns its record.
+    pub fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        limit: Duration,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let pods = self.wait_for(&format!("{name}: {what}"), limit, |pods| {
+            pods.iter().any(|p| p["name"] == name && check(p))
+        });
+        pods.into_iter().find(|p| p["name"] == name).unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        if let Ok(entries) = std::fs::read_dir(self.manifests()) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let start = Instant::now();
+        while !self.pods().is_empty() && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Phase of a pod record.
+pub fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+/// The status of one container in a pod record.
+pub fn container<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// A container's waiting reason, if it is waiting.
+pub fn waiting_reason<'a>(p: &'a Value, name: &str) -> Option<&'a str> {
+    container(p, name)["state"]["waiting"]["reason"].as_str()
+}
