@@ -279,3 +279,189 @@ fn housekeeping_removes_an_orphaned_sandbox_with_podtraces_labels() {
     let (out, _) = bystander.run(&[&other], &["--node-name", "someone-else", "--cleanup"]);
     assert!(out.status.success());
 }
+
+/// Where an emptyDir volume of an agent's pod lives on the host.
+fn empty_dir(agent: &Agent, pod: &serde_json::Value, volume: &str) -> std::path::PathBuf {
+    agent
+        .scratch
+        .root_dir()
+        .join("pods")
+        .join(pod["uid"].as_str().unwrap())
+        .join("volumes/kubernetes.io~empty-dir")
+        .join(volume)
+}
+
+fn pod_condition(p: &serde_json::Value, kind: &str) -> Option<String> {
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str().map(str::to_string))
+}
+
+#[test]
+fn post_start_exec_hook_runs_and_a_failing_one_kills_the_container() {
+    require_lab();
+    let agent = Agent::start("hooks", &["--backoff-initial", "1s", "--backoff-max", "2s"]);
+    agent.write(
+        "hooks.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: hooked}}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{{name: out, emptyDir: {{}}}}]
+  containers:
+  - name: good
+    image: {APP}
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    lifecycle:
+      postStart:
+        exec: {{command: [/bin/sh, -c, "echo started-by-hook > /out/hook"]}}
+  - name: bad
+    image: {APP}
+    command: [sleep, "3600"]
+    lifecycle:
+      postStart:
+        exec: {{command: [/bin/sh, -c, "echo no >&2; exit 7"]}}
+"#
+        ),
+    );
+    let p = agent.wait_pod("hooked", "good running", MINUTE, |p| {
+        container(p, "good")["ready"] == true
+    });
+    let hook_file = empty_dir(&agent, &p, "out").join("hook");
+    assert_eq!(
+        std::fs::read_to_string(&hook_file).unwrap().trim(),
+        "started-by-hook"
+    );
+    // The failing hook's container is killed and restarted by its policy.
+    agent.wait_pod("hooked", "bad restarted", MINUTE, |p| {
+        container(p, "bad")["restartCount"].as_i64() >= Some(1)
+    });
+    let events = agent.events("hooked");
+    let failed: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "FailedPostStartHook")
+        .collect();
+    assert!(!failed.is_empty(), "{events:#?}");
+    assert_eq!(failed[0]["container"], "bad");
+    let msg = failed[0]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Exec lifecycle hook") && msg.contains("for Container \"bad\""),
+        "{msg}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["reason"] == "FailedPostStartHook" && e["container"] == "good"),
+        "the good hook was reported as failed"
+    );
+}
+
+#[test]
+fn readiness_probe_gates_ready() {
+    require_lab();
+    let agent = Agent::start("readiness", &[]);
+    agent.write(
+        "ready.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: gated}}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{{name: flags, emptyDir: {{}}}}]
+  containers:
+  - name: app
+    image: {APP}
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: flags, mountPath: /flags}}]
+    readinessProbe:
+      exec: {{command: [test, -f, /flags/ready]}}
+      periodSeconds: 1
+      failureThreshold: 1
+"#
+        ),
+    );
+    let p = agent.wait_pod("gated", "Running", MINUTE, |p| phase(p) == "Running");
+    // Running but not ready: the probe has not succeeded.
+    std::thread::sleep(Duration::from_millis(1500)); // at least one probe period passes
+    let p2 = agent.pod("gated").unwrap();
+    assert_eq!(container(&p2, "app")["ready"], false, "{p2:#}");
+    assert_eq!(pod_condition(&p2, "Ready").as_deref(), Some("False"));
+    std::fs::write(empty_dir(&agent, &p, "flags").join("ready"), "").unwrap();
+    let p3 = agent.wait_pod("gated", "Ready", MINUTE, |p| {
+        pod_condition(p, "Ready").as_deref() == Some("True")
+    });
+    assert_eq!(container(&p3, "app")["ready"], true);
+    std::fs::remove_file(empty_dir(&agent, &p, "flags").join("ready")).unwrap();
+    agent.wait_pod("gated", "not Ready again", MINUTE, |p| {
+        pod_condition(p, "Ready").as_deref() == Some("False")
+    });
+    assert_eq!(
+        container(&agent.pod("gated").unwrap(), "app")["restartCount"],
+        0,
+        "readiness never restarts"
+    );
+}
+
+#[test]
+fn a_liveness_failure_restarts_the_container() {
+    require_lab();
+    let agent = Agent::start(
+        "liveness",
+        &["--backoff-initial", "1s", "--backoff-max", "2s"],
+    );
+    agent.write(
+        "live.yaml",
+        &format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata: {{name: lively}}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes: [{{name: flags, emptyDir: {{}}}}]
+  containers:
+  - name: app
+    image: {APP}
+    command: [/bin/sh, -c, "touch /flags/alive; exec sleep 3600"]
+    volumeMounts: [{{name: flags, mountPath: /flags}}]
+    livenessProbe:
+      exec: {{command: [test, -f, /flags/alive]}}
+      periodSeconds: 1
+      failureThreshold: 2
+"#
+        ),
+    );
+    let p = agent.wait_pod("lively", "Running", MINUTE, |p| phase(p) == "Running");
+    let first = container(&p, "app")["containerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::remove_file(empty_dir(&agent, &p, "flags").join("alive")).unwrap_or(());
+    let p = agent.wait_pod("lively", "restarted after liveness failure", MINUTE, |p| {
+        container(p, "app")["restartCount"].as_i64() >= Some(1)
+            && container(p, "app")["state"]["running"].is_object()
+    });
+    assert_ne!(container(&p, "app")["containerID"].as_str().unwrap(), first);
+    let events = agent.events("lively");
+    assert!(
+        events.iter().any(|e| e["reason"] == "Unhealthy"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Liveness probe failed")),
+        "{events:#?}"
+    );
+    assert!(
+        events.iter().any(|e| e["reason"] == "Killing"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("Container app failed liveness probe, will be restarted")),
+        "{events:#?}"
+    );
+}

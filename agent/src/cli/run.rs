@@ -60,7 +60,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let node = cfg.node_name.clone();
-    let kubelet = Kubelet::new(cri, cfg, settings);
+    let kubelet = match Kubelet::new(cri, cfg, settings) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!(
+                "podtrace: pod cgroups: {e} (use --cgroup-root \"\" to leave cgroups to the runtime)"
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let store = kubelet.store();
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -18,6 +18,8 @@ pub struct ProbeResults {
     pub has_readiness_probe: BTreeSet<String>,
     /// Containers whose startup probe has not succeeded yet (not started).
     pub not_started: BTreeSet<String>,
+    /// Containers whose probes the prober runs.
+    pub registered: BTreeSet<String>,
 }
 
 impl ProbeResults {
@@ -39,5 +41,6 @@ impl ProbeResults {
         self.ready.remove(container_id);
         self.has_readiness_probe.remove(container_id);
         self.not_started.remove(container_id);
+        self.registered.remove(container_id);
     }
 }

@@ -12,6 +12,10 @@ use super::sync_pod::SyncContext;
 use super::{SyncError, SyncReason};
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::container_hash::container_hash;
+use crate::lifecycle::run_handler;
+
+/// How long a postStart hook may run.
+const POST_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What the pod knows at container start that the spec does not: its IPs.
 #[derive(Debug, Clone, Default)]
@@ -280,6 +284,42 @@ pub async fn start_container<R: RuntimeService + ImageService>(
         format!("Started container {}", c.name),
         Some(c.name.clone()),
     ));
+    if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+        let ran = run_handler(
+            cri,
+            pod,
+            c,
+            &container_id,
+            &facts.pod_ip,
+            hook,
+            POST_START_TIMEOUT,
+        )
+        .await;
+        if let Err(e) = ran {
+            // kubelet kills a container whose postStart hook failed; its restart policy
+            // and back-off decide what happens next.
+            let message = e.to_string();
+            ctx.events.record(PodEvent::warning(
+                "FailedPostStartHook",
+                message.clone(),
+                Some(c.name.clone()),
+            ));
+            ctx.events.record(PodEvent::normal(
+                "Killing",
+                format!("FailedPostStartHook: stopping container {}", c.name),
+                Some(c.name.clone()),
+            ));
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            let _ = cri.stop_container(&container_id, grace).await;
+            return Err(
+                SyncError::new(SyncReason::PostStartHookError, message).for_container(&c.name)
+            );
+        }
+    }
     Ok(StartedContainer {
         name: c.name.clone(),
         container_id,

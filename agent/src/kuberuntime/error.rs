@@ -21,7 +21,7 @@ pub enum SyncReason {
     CreateContainerError,
     RunContainerError,
     KillContainerError,
-    FailedPostStartHook,
+    PostStartHookError,
 }
 
 impl fmt::Display for SyncReason {

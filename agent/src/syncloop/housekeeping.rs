@@ -17,6 +17,7 @@ pub struct Cleaned {
     pub sandboxes: Vec<String>,
     pub containers: Vec<String>,
     pub pod_dirs: Vec<String>,
+    pub pod_cgroups: Vec<String>,
 }
 
 fn ours(node: &str) -> HashMap<String, String> {
@@ -80,6 +81,15 @@ pub async fn cleanup_orphans<R: RuntimeService>(
         for uid in uids {
             if volumes::remove_pod_dir(&uid, &shared.cfg).is_ok() {
                 cleaned.pod_dirs.push(uid);
+            }
+        }
+    }
+    if let Some(pcm) = &shared.pcm
+        && let Ok(uids) = pcm.list_pod_cgroups()
+    {
+        for uid in uids.into_iter().filter(|u| !keep.contains(u)) {
+            if tokio::task::block_in_place(|| pcm.destroy_pod_cgroup(&uid)).is_ok() {
+                cleaned.pod_cgroups.push(uid);
             }
         }
     }

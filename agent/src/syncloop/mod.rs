@@ -22,12 +22,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::{mpsc, watch};
 
+use crate::cm::{CgroupLayout, PodContainerManager};
 use crate::config::source::PodUpdate;
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::admission::can_admit_pod;
 use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{RuntimeConfig, labels};
+use crate::prober::{ProbeKind, ProbeManager, ProbeResult, ProbeUpdate};
 
 pub use housekeeping::Cleaned;
 pub use pleg::{Pleg, PlegEvent};
@@ -54,28 +56,47 @@ pub struct Kubelet<R> {
     sources_ready: bool,
     pleg: Pleg,
     pleg_rx: mpsc::UnboundedReceiver<PlegEvent>,
+    prober: Arc<ProbeManager<R>>,
+    probe_rx: mpsc::UnboundedReceiver<ProbeUpdate>,
     done_tx: mpsc::UnboundedSender<WorkDone>,
     done_rx: mpsc::UnboundedReceiver<WorkDone>,
 }
 
 impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
-    pub fn new(cri: R, cfg: RuntimeConfig, settings: KubeletSettings) -> Kubelet<R> {
+    /// Sets up the agent. With a cgroup root, the pod cgroups' QoS level is created now.
+    pub fn new(
+        cri: R,
+        cfg: RuntimeConfig,
+        settings: KubeletSettings,
+    ) -> Result<Kubelet<R>, crate::cm::CmError> {
+        let pcm = match &settings.cgroup_root {
+            Some(root) => {
+                let pcm = PodContainerManager::new(root, CgroupLayout::discover()?)?;
+                pcm.ensure_qos_cgroups()?;
+                Some(pcm)
+            }
+            None => None,
+        };
         let ns = |d: std::time::Duration| d.as_nanos() as i64;
         let workers = PodWorkers::new(ns(settings.resync_interval), ns(settings.error_backoff));
         let (pleg, pleg_rx) = Pleg::new();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        Kubelet {
+        let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let prober = Arc::new(ProbeManager::new(Arc::new(cri.clone()), probe_tx));
+        Ok(Kubelet {
             cri,
-            shared: Arc::new(Shared::new(cfg, settings)),
+            shared: Arc::new(Shared::new(cfg, settings, pcm)),
             workers,
             pod_manager: BTreeMap::new(),
             rejected: BTreeSet::new(),
             sources_ready: false,
             pleg,
             pleg_rx,
+            prober,
+            probe_rx,
             done_tx,
             done_rx,
-        }
+        })
     }
 
     /// The status store, for the local API and for callers waiting on pod states.
@@ -105,6 +126,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 },
                 Some(done) = self.done_rx.recv() => self.complete(done),
                 Some(ev) = self.pleg_rx.recv() => self.handle_pleg(ev),
+                Some(u) = self.probe_rx.recv() => self.handle_probe(u),
                 _ = tokio::time::sleep_until(instant_at(deadline.unwrap_or(i64::MAX / 2))), if deadline.is_some() => {
                     let now = wall_now();
                     for work in self.workers.due(now) {
@@ -209,11 +231,64 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         }
     }
 
+    /// A probe result changed: record it where the core reads it, and sync the pod so
+    /// readiness reaches its status and a liveness failure restarts the container.
+    fn handle_probe(&mut self, u: ProbeUpdate) {
+        let changed = {
+            let mut all = shared::lock(&self.shared.probes);
+            let r = all.entry(u.pod_uid.clone()).or_default();
+            let before = r.clone();
+            let id = u.container_id.clone();
+            match u.kind {
+                ProbeKind::Liveness if u.result == ProbeResult::Failure => {
+                    r.liveness_failed.insert(id);
+                }
+                ProbeKind::Liveness => {
+                    r.liveness_failed.remove(&id);
+                }
+                ProbeKind::Startup => {
+                    if u.result == ProbeResult::Failure {
+                        r.startup_failed.insert(id.clone());
+                    }
+                    if u.result == ProbeResult::Success {
+                        r.not_started.remove(&id);
+                    } else {
+                        r.not_started.insert(id);
+                    }
+                }
+                ProbeKind::Readiness => {
+                    r.ready.insert(id, u.result == ProbeResult::Success);
+                }
+            }
+            *r != before
+        };
+        if u.result == ProbeResult::Failure {
+            let mut message = format!("{} probe failed", u.kind);
+            if !u.output.is_empty() {
+                message.push_str(": ");
+                message.push_str(u.output.trim_end());
+            }
+            self.shared
+                .store
+                .recorder(&u.pod_uid)
+                .record(PodEvent::warning(
+                    "Unhealthy",
+                    message,
+                    Some(u.container_name.clone()),
+                ));
+        }
+        if changed && let Some(pod) = self.pod_manager.get(&u.pod_uid).cloned() {
+            let work = self.workers.update_pod(UpdateType::Sync, pod);
+            self.dispatch_opt(work);
+        }
+    }
+
     fn complete(&mut self, done: WorkDone) {
         let next = self
             .workers
             .complete_work(&done.uid, wall_now(), done.outcome);
         if done.outcome == WorkOutcome::Terminated {
+            self.prober.remove_pod(&done.uid);
             self.workers.forget(&done.uid);
             self.shared.forget_pod(&done.uid);
             self.shared.store.remove(&done.uid);
@@ -229,16 +304,20 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
 
     /// Runs one unit of work in its own task; its outcome comes back as `WorkDone`.
     fn dispatch(&mut self, work: PodWork) {
-        let (cri, shared, pleg, done) = (
+        let (cri, shared, pleg, prober, done) = (
             self.cri.clone(),
             self.shared.clone(),
             self.pleg.clone(),
+            self.prober.clone(),
             self.done_tx.clone(),
         );
         tokio::spawn(async move {
             let outcome = match work.kind {
-                WorkKind::Sync => pod_sync::sync(&cri, &shared, &pleg, &work.pod).await,
-                WorkKind::Terminate => terminate::terminate(&cri, &shared, &work.pod).await,
+                WorkKind::Sync => pod_sync::sync(&cri, &shared, &pleg, &prober, &work.pod).await,
+                WorkKind::Terminate => {
+                    prober.stop_liveness_and_startup(&work.uid);
+                    terminate::terminate(&cri, &shared, &work.pod).await
+                }
             };
             let _ = done.send(WorkDone {
                 uid: work.uid,

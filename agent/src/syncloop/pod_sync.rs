@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::credentialprovider::{
+    FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET, PullSecrets, failed_secrets_message, load_pull_secrets,
+};
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
@@ -16,12 +19,16 @@ use crate::kuberuntime::{
 use super::clock::wall_now;
 use super::pleg::Pleg;
 use super::shared::{Shared, lock};
+use crate::kubelet::RuntimePodStatus;
+use crate::kubelet::runtime_pod::ContainerState;
+use crate::prober::{ProbeManager, monotonic_from_wall_ns};
 
 /// Syncs `pod` once and says when to look at it again.
 pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     cri: &R,
     shared: &Arc<Shared>,
     pleg: &Pleg,
+    prober: &ProbeManager<R>,
     pod: &Pod,
 ) -> WorkOutcome {
     let uid = labels::pod_uid(pod).to_string();
@@ -54,9 +61,51 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         }
     }
 
+    let cgroup_parent = match &shared.pcm {
+        Some(pcm) => match pcm.ensure_pod_cgroup(pod) {
+            Ok(parent) => parent,
+            Err(e) => {
+                recorder.record(PodEvent::warning(
+                    "FailedCreatePodCgroup",
+                    format!("unable to ensure pod container exists: {e}"),
+                    None,
+                ));
+                return WorkOutcome::Failed;
+            }
+        },
+        None => String::new(),
+    };
+    let secrets = match &shared.settings.secrets_dir {
+        Some(dir) => match load_pull_secrets(dir, pod) {
+            Ok(s) => s,
+            Err(e) => {
+                recorder.record(PodEvent::warning(
+                    FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                    e.to_string(),
+                    None,
+                ));
+                PullSecrets::default()
+            }
+        },
+        None => PullSecrets::default(),
+    };
+    if let Some(message) = failed_secrets_message(&secrets.warnings) {
+        recorder.record(PodEvent::warning(
+            FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+            message,
+            None,
+        ));
+    }
+    // kubelet tries each matching credential in turn; podtrace passes the most specific.
+    let auth = |image: &str| {
+        secrets
+            .lookup(image)
+            .ok()
+            .and_then(|creds| creds.into_iter().next())
+            .map(|c| c.auth)
+    };
     let probes = shared.probes_of(&uid);
-    let now = || wall_now();
-    let auth = |_: &str| None;
+    let now = wall_now;
     let ctx = SyncContext {
         cfg: &shared.cfg,
         events: &recorder,
@@ -64,7 +113,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         backoff: &shared.backoff,
         limiter: &shared.limiter,
         now: &now,
-        cgroup_parent: "",
+        cgroup_parent: &cgroup_parent,
         auth: &auth,
     };
     let result = sync_pod(cri, &ctx, pod, &status).await;
@@ -93,12 +142,15 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     }
 
     // Publish what the sync changed right away rather than at the next event.
+    let mut latest = status;
     if !result.actions.is_noop()
         && let Ok(after) =
             get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await
     {
         publish(shared, pod, &after);
+        latest = after;
     }
+    register_probes(shared, prober, pod, &latest);
 
     let pull_failed = result.containers.values().any(|o| {
         matches!(o, ContainerOutcome::BackOff { reason, .. } if *reason == SyncReason::ErrImagePull)
@@ -121,7 +173,59 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     }
 }
 
-fn publish(shared: &Shared, pod: &Pod, status: &crate::kubelet::RuntimePodStatus) {
+/// Gives the prober every running container that has probes (it ignores ones it already
+/// runs) and takes exited ones away, so results always belong to the current container.
+fn register_probes<R: RuntimeService + 'static>(
+    shared: &Shared,
+    prober: &ProbeManager<R>,
+    pod: &Pod,
+    status: &RuntimePodStatus,
+) {
+    let uid = labels::pod_uid(pod);
+    let ip = status
+        .newest_sandbox()
+        .map(|s| s.ip.clone())
+        .unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        if c.liveness_probe.is_none() && c.readiness_probe.is_none() && c.startup_probe.is_none() {
+            continue;
+        }
+        let Some(st) = status.container(&c.name) else {
+            continue;
+        };
+        if st.state != ContainerState::Running {
+            prober.remove_container(uid, &c.name);
+            continue;
+        }
+        let fresh = {
+            let mut all = lock(&shared.probes);
+            let r = all.entry(uid.to_string()).or_default();
+            let fresh = r.registered.insert(st.id.clone());
+            if fresh {
+                if c.readiness_probe.is_some() {
+                    r.has_readiness_probe.insert(st.id.clone());
+                }
+                if c.startup_probe.is_some() {
+                    r.not_started.insert(st.id.clone());
+                }
+            }
+            fresh
+        };
+        if fresh {
+            let started = monotonic_from_wall_ns(st.started_at);
+            if let Err(e) = prober.add_container(pod, &c.name, &st.id, &ip, started) {
+                shared.store.recorder(uid).record(PodEvent::warning(
+                    "InvalidProbe",
+                    e.to_string(),
+                    Some(c.name.clone()),
+                ));
+            }
+        }
+    }
+}
+
+fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
     let uid = labels::pod_uid(pod);
     let api = generate_api_pod_status(
         pod,
@@ -130,6 +234,10 @@ fn publish(shared: &Shared, pod: &Pod, status: &crate::kubelet::RuntimePodStatus
         &shared.probes_of(uid),
         &shared.cfg.node_ip,
     );
+    let api = k8s_openapi::api::core::v1::PodStatus {
+        qos_class: Some(crate::kubelet::qos::pod_qos(pod).to_string()),
+        ..api
+    };
     shared.store.set_status(uid, api);
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::cm::PodContainerManager;
 use crate::kubelet::backoff::Backoff;
 use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::status::WaitingReasons;
@@ -21,6 +22,8 @@ pub struct Shared {
     pub probes: Mutex<BTreeMap<String, ProbeResults>>,
     pub limiter: PullLimiter,
     pub store: Arc<StatusStore>,
+    /// Pod cgroups under the configured root; None leaves cgroups to the runtime.
+    pub pcm: Option<PodContainerManager>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -28,7 +31,11 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(cfg: RuntimeConfig, settings: KubeletSettings) -> Shared {
+    pub fn new(
+        cfg: RuntimeConfig,
+        settings: KubeletSettings,
+        pcm: Option<PodContainerManager>,
+    ) -> Shared {
         let ns = |d: std::time::Duration| d.as_nanos() as i64;
         Shared {
             backoff: Mutex::new(Backoff::new(
@@ -39,6 +46,7 @@ impl Shared {
             probes: Mutex::new(BTreeMap::new()),
             limiter: PullLimiter::new(settings.max_parallel_image_pulls),
             store: Arc::new(StatusStore::default()),
+            pcm,
             cfg,
             settings,
         }

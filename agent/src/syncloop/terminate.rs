@@ -7,9 +7,10 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::RuntimeService;
 use crate::kubelet::pod_workers::WorkOutcome;
-use crate::kubelet::runtime_pod::ContainerState;
+use crate::kubelet::runtime_pod::{ContainerState, RuntimePodStatus};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{get_pod_status, kill, labels, volumes};
+use crate::lifecycle::run_handler;
 
 use super::shared::Shared;
 
@@ -32,6 +33,10 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30);
+    let started = std::time::Instant::now();
+    run_pre_stop_hooks(cri, pod, &status, grace, &recorder).await;
+    // The hooks used part of the grace period; kubelet leaves the containers at least 2 s.
+    let grace = (grace - started.elapsed().as_secs() as i64).max(2);
     for c in status
         .containers
         .iter()
@@ -59,6 +64,13 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
         ));
         return WorkOutcome::Failed;
     }
+    if let Some(pcm) = &shared.pcm {
+        let destroyed = tokio::task::block_in_place(|| pcm.destroy_pod_cgroup(uid));
+        if let Err(e) = destroyed {
+            recorder.record(PodEvent::warning("FailedCleanup", e.to_string(), None));
+            return WorkOutcome::Failed;
+        }
+    }
     if let Err(e) = volumes::remove_pod_dir(uid, &shared.cfg) {
         recorder.record(PodEvent::warning(
             "FailedCleanup",
@@ -79,4 +91,49 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
         return WorkOutcome::Failed;
     }
     WorkOutcome::Terminated
+}
+
+/// Runs every running container's preStop hook at once, each bounded by the grace period.
+async fn run_pre_stop_hooks<R: RuntimeService>(
+    cri: &R,
+    pod: &Pod,
+    status: &RuntimePodStatus,
+    grace: i64,
+    recorder: &dyn EventRecorder,
+) {
+    let ip = status
+        .newest_sandbox()
+        .map(|s| s.ip.clone())
+        .unwrap_or_default();
+    let limit = std::time::Duration::from_secs(grace.max(0) as u64);
+    let hooks = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| {
+            let hook = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
+            let st = status
+                .container(&c.name)
+                .filter(|st| st.state == ContainerState::Running)?;
+            Some((c, st.id.clone(), hook))
+        })
+        .map(|(c, id, hook)| {
+            let ip = ip.clone();
+            async move {
+                let ran =
+                    tokio::time::timeout(limit, run_handler(cri, pod, c, &id, &ip, hook, limit))
+                        .await;
+                match ran {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some((c.name.clone(), e.to_string())),
+                    Err(_) => Some((
+                        c.name.clone(),
+                        format!("PreStop hook did not finish within {grace}s"),
+                    )),
+                }
+            }
+        });
+    for (name, message) in futures::future::join_all(hooks).await.into_iter().flatten() {
+        recorder.record(PodEvent::warning("FailedPreStopHook", message, Some(name)));
+    }
 }

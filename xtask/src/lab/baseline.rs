@@ -100,8 +100,14 @@ pub(crate) const WATCHED_DIRS: &[WatchedDir] = &[
     },
 ];
 
-/// The cgroup containerd's CRI plugin puts pods under, below each hierarchy's root.
+/// The cgroup containerd's CRI plugin puts pods under when no parent is given.
 pub(crate) const CGROUP_PARENT: &str = "k8s.io";
+
+/// Top-level cgroups pods of the lab live under: containerd's default, and podtrace's pod
+/// cgroup roots (`/podtrace` by default; tests use `/podtrace-<something>`).
+pub(crate) fn is_pod_cgroup_root(name: &str) -> bool {
+    name == CGROUP_PARENT || name == "podtrace" || name.starts_with("podtrace-")
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub(crate) struct Baseline {
@@ -113,7 +119,7 @@ pub(crate) struct Baseline {
     pub ip_forward: Option<String>,
     /// For each watched directory: its entries, or `None` when it did not exist.
     pub dirs: BTreeMap<PathBuf, Option<Vec<String>>>,
-    /// Cgroup directories at or below `<hierarchy>/k8s.io` that already existed.
+    /// Cgroup directories at or below the pod cgroup roots that already existed.
     pub cgroups: Vec<PathBuf>,
 }
 
@@ -192,13 +198,16 @@ pub(crate) fn cgroup_hierarchies() -> Vec<PathBuf> {
     out
 }
 
-/// Every directory at or below `<hierarchy>/k8s.io` in every hierarchy.
+/// Every directory at or below a pod cgroup root in every hierarchy.
 pub(crate) fn lab_cgroups() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for h in cgroup_hierarchies() {
-        let top = h.join(CGROUP_PARENT);
-        if top.is_dir() {
-            collect_dirs(&top, &mut out);
+        let Ok(rd) = fs::read_dir(&h) else { continue };
+        for e in rd.flatten() {
+            let is_root = e.file_name().to_str().is_some_and(is_pod_cgroup_root);
+            if is_root && e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&e.path(), &mut out);
+            }
         }
     }
     out.sort();

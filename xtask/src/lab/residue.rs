@@ -98,8 +98,13 @@ pub(crate) fn is_lab_process(paths: &LabPaths, pid: u32) -> bool {
     {
         return true;
     }
-    let parent = format!("/{}/", baseline::CGROUP_PARENT);
-    process::cgroups(pid).iter().any(|c| c.contains(&parent))
+    process::cgroups(pid).iter().any(|c| {
+        c.trim_start_matches('/')
+            .split('/')
+            .next()
+            .is_some_and(baseline::is_pod_cgroup_root)
+            && c.matches('/').count() >= 2
+    })
 }
 
 impl ResidueSnapshot {
