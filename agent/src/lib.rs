@@ -15,3 +15,4 @@ pub mod kuberuntime;
 pub mod lifecycle;
 pub mod prober;
 pub mod syncloop;
+pub mod trace;

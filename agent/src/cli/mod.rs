@@ -5,6 +5,7 @@ pub mod kernel_events;
 mod kubelet_args;
 mod node;
 mod pods;
+mod recorder;
 mod run;
 
 use std::path::PathBuf;
@@ -105,6 +106,14 @@ pub struct RunArgs {
     pub node: node::NodeArgs,
     #[command(flatten)]
     pub kubelet: kubelet_args::KubeletArgs,
+    /// Record the run as a trace (JSON Lines, docs/trace-format.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Do not load the kernel probes at all.
+    #[arg(long, conflicts_with = "require_ebpf")]
+    pub no_ebpf: bool,
+    #[command(flatten)]
+    pub ebpf: kernel_events::EbpfArgs,
     #[command(flatten)]
     pub cri: CriArgs,
 }

@@ -11,9 +11,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 
+use super::recorder::RunRecorder;
 use super::{EXIT_BAD_INPUT, RunArgs};
 use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
+use crate::cri::Recording;
 use crate::kubelet::status::phase;
 use crate::kuberuntime::labels;
 use crate::syncloop::{Kubelet, PodRecord, StatusStore};
@@ -60,6 +62,24 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let node = cfg.node_name.clone();
+    let config = run_config(&args, &settings);
+    // Kernel events have a reader when a trace is written or the agent serves its API.
+    let want_kernel = !args.no_ebpf && (args.trace.is_some() || !args.until_ready);
+    let recorder = match RunRecorder::start(
+        args.trace.as_deref(),
+        want_kernel,
+        &args.ebpf,
+        settings.cgroup_root.as_deref(),
+        &cri,
+        &node,
+        config,
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let cri = Recording::new(cri, Arc::new(recorder.sink()));
     let kubelet = match Kubelet::new(cri, cfg, settings) {
         Ok(k) => k,
         Err(e) => {
@@ -70,7 +90,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let store = kubelet.store();
+    recorder.tap_events(&store);
     let (tx, rx) = mpsc::unbounded_channel();
+    let tx = Forward {
+        tx,
+        recorder: &recorder,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = tokio::spawn(kubelet.run(rx, stop_rx));
     let code = if args.until_ready {
@@ -91,11 +116,44 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let _ = stop_tx.send(true);
     let _ = agent.await;
+    let finished = recorder.finish().await;
+    if finished != ExitCode::SUCCESS {
+        return finished;
+    }
     code
 }
 
+/// Hands config updates to the agent, recording them on the way.
+struct Forward<'a> {
+    tx: mpsc::UnboundedSender<PodUpdate>,
+    recorder: &'a RunRecorder,
+}
+
+impl Forward<'_> {
+    fn send(&self, update: PodUpdate) -> Result<(), mpsc::error::SendError<PodUpdate>> {
+        self.recorder.pod_update(&update);
+        self.tx.send(update)
+    }
+}
+
+/// The settings a trace header records.
+fn run_config(args: &RunArgs, s: &crate::syncloop::KubeletSettings) -> serde_json::Value {
+    serde_json::json!({
+        "until_ready": args.until_ready,
+        "resync_interval_ns": s.resync_interval.as_nanos() as u64,
+        "error_backoff_ns": s.error_backoff.as_nanos() as u64,
+        "backoff_initial_ns": s.backoff_initial.as_nanos() as u64,
+        "backoff_max_ns": s.backoff_max.as_nanos() as u64,
+        "relist_period_ns": s.relist_period.as_nanos() as u64,
+        "max_parallel_image_pulls": s.max_parallel_image_pulls,
+        "allocatable": s.allocatable,
+        "cgroup_root": s.cgroup_root,
+        "housekeeping": s.housekeeping,
+    })
+}
+
 /// Agent mode: follow the manifests until a signal.
-async fn serve(args: &RunArgs, node: &str, tx: &mpsc::UnboundedSender<PodUpdate>) -> ExitCode {
+async fn serve(args: &RunArgs, node: &str, tx: &Forward<'_>) -> ExitCode {
     let mut updates = match source::watch(args.manifests.clone(), node.to_string()) {
         Ok(rx) => rx,
         Err(e) => {
@@ -127,7 +185,7 @@ async fn until_ready(
     args: &RunArgs,
     node: &str,
     store: &Arc<StatusStore>,
-    tx: &mpsc::UnboundedSender<PodUpdate>,
+    tx: &Forward<'_>,
 ) -> ExitCode {
     let (pods, errors) = load_paths(&args.manifests, node);
     for e in &errors {

@@ -5,11 +5,13 @@
 mod client;
 mod endpoint;
 mod error;
+pub mod recording;
 mod service;
 
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
+pub use recording::{CallSink, CriCall, Recording};
 pub use service::{ImageService, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.

@@ -10,7 +10,7 @@ use podtrace_ebpf_common::{
 use serde::Serialize;
 
 /// Who and when: the header every kernel event carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct EventMeta {
     /// CLOCK_MONOTONIC in nanoseconds, the clock of [`super::now_ktime_ns`].
     pub ktime_ns: u64,
@@ -26,7 +26,7 @@ pub struct EventMeta {
 }
 
 /// Which namespace syscall a [`KernelEvent::Netns`] was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetnsCall {
     Unshare,
@@ -58,7 +58,7 @@ impl fmt::Display for NetnsCall {
 }
 
 /// One event from the probes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum KernelEvent {
     /// A process exec'd a new program (`sched_process_exec`).
@@ -138,7 +138,7 @@ pub enum KernelEvent {
 }
 
 /// The cgroup a cgroup event is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Cgroup {
     /// Hierarchy ID (cgroup v1 has one per controller).
     pub hierarchy: i32,

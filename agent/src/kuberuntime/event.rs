@@ -1,15 +1,15 @@
 //! Pod events kubelet would record (Pulling, Pulled, Created, Started, Killing, BackOff,
 //! FailedCreatePodSandBox, ...). The shell records them; a recorder stamps and keeps them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventType {
     Normal,
     Warning,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodEvent {
     pub kind: EventType,
     pub reason: String,

@@ -20,6 +20,8 @@ const MAX_EVENTS_PER_POD: usize = 500;
 pub struct StampedEvent {
     /// Wall-clock ns.
     pub at: Nanos,
+    /// CLOCK_MONOTONIC ns, the clock of CRI spans and kernel events.
+    pub at_ns: u64,
     #[serde(flatten)]
     pub event: PodEvent,
 }
@@ -38,10 +40,19 @@ pub struct PodRecord {
     pub events: Vec<StampedEvent>,
 }
 
-#[derive(Debug)]
+/// Sees every event as it is recorded: (pod UID, namespace, name, event).
+pub type EventTap = Arc<dyn Fn(&str, &str, &str, &StampedEvent) + Send + Sync>;
+
 pub struct StatusStore {
     pods: Mutex<BTreeMap<String, PodRecord>>,
     changed: tokio::sync::watch::Sender<u64>,
+    tap: Mutex<Option<EventTap>>,
+}
+
+impl std::fmt::Debug for StatusStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusStore").finish_non_exhaustive()
+    }
 }
 
 impl Default for StatusStore {
@@ -49,6 +60,7 @@ impl Default for StatusStore {
         StatusStore {
             pods: Mutex::new(BTreeMap::new()),
             changed: tokio::sync::watch::channel(0).0,
+            tap: Mutex::new(None),
         }
     }
 }
@@ -65,6 +77,11 @@ impl StatusStore {
     /// A receiver that sees a new value after every change.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// Sends every event recorded from now on to `tap` too (the trace writer).
+    pub fn set_event_tap(&self, tap: EventTap) {
+        *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tap);
     }
 
     /// Registers a pod when it is first seen.
@@ -123,11 +140,17 @@ impl StatusStore {
         if rec.events.len() >= MAX_EVENTS_PER_POD {
             rec.events.remove(0);
         }
-        rec.events.push(StampedEvent {
+        let stamped = StampedEvent {
             at: wall_now(),
+            at_ns: crate::ebpf::now_ktime_ns(),
             event,
-        });
+        };
+        let (ns, name) = (rec.namespace.clone(), rec.name.clone());
+        rec.events.push(stamped.clone());
         drop(pods);
+        if let Some(tap) = self.tap.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            tap(uid, &ns, &name, &stamped);
+        }
         self.bump();
     }
 

@@ -1,0 +1,171 @@
+//! What `podtrace run` records besides driving pods: the trace file (`--trace`) and the
+//! kernel probes feeding it. Everything recorded goes through one [`TraceSink`].
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::kernel_events::EbpfArgs;
+use crate::config::source::PodUpdate;
+use crate::cri::{CriClient, RuntimeService};
+use crate::ebpf::{KernelProbes, now_ktime_ns};
+use crate::syncloop::StatusStore;
+use crate::syncloop::clock::wall_now;
+use crate::trace::{
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, SCHEMA_VERSION, TraceRecord, TraceSink,
+    TraceWriter, redact_pod,
+};
+
+pub struct RunRecorder {
+    writer: Option<TraceWriter>,
+    sink: TraceSink,
+    probes: Option<KernelProbes>,
+    forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl RunRecorder {
+    /// Opens the trace (if asked for) and starts the probes (if anything will read their
+    /// events). Errors are printed; the `ExitCode` says how to exit.
+    pub async fn start(
+        trace: Option<&Path>,
+        want_kernel_events: bool,
+        ebpf: &EbpfArgs,
+        cgroup_root: Option<&str>,
+        cri: &CriClient,
+        node: &str,
+        config: serde_json::Value,
+    ) -> Result<RunRecorder, ExitCode> {
+        let writer = match trace {
+            None => None,
+            Some(path) => {
+                let version = cri.version().await.map_err(|e| {
+                    eprintln!("podtrace: {e}");
+                    ExitCode::FAILURE
+                })?;
+                let header = Header {
+                    schema_version: SCHEMA_VERSION,
+                    podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+                    node: node.to_string(),
+                    kernel: nix::sys::utsname::uname()
+                        .map(|u| u.release().to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    runtime_name: version.runtime_name,
+                    runtime_version: version.runtime_version,
+                    config,
+                    started_wall_ns: wall_now(),
+                    started_ns: now_ktime_ns(),
+                };
+                let w = TraceWriter::create(path, header).await.map_err(|e| {
+                    eprintln!("podtrace: --trace {}: {e}", path.display());
+                    ExitCode::from(super::EXIT_BAD_INPUT)
+                })?;
+                Some(w)
+            }
+        };
+        let sink = writer
+            .as_ref()
+            .map(|w| w.sink())
+            .unwrap_or_else(TraceSink::discard);
+        let mut recorder = RunRecorder {
+            writer,
+            sink,
+            probes: None,
+            forwarder: None,
+        };
+        if want_kernel_events {
+            let mut ebpf = ebpf.clone();
+            if let Some(root) = cgroup_root
+                && !ebpf.cgroup_prefixes.iter().any(|p| p == root)
+            {
+                ebpf.cgroup_prefixes.push(root.to_string());
+            }
+            if let Some((probes, mut events)) = ebpf.start()? {
+                let sink = recorder.sink.clone();
+                recorder.forwarder = Some(tokio::spawn(async move {
+                    while let Some(e) = events.recv().await {
+                        sink.send(TraceRecord::Kernel(e));
+                    }
+                }));
+                recorder.probes = Some(probes);
+            }
+        }
+        Ok(recorder)
+    }
+
+    pub fn sink(&self) -> TraceSink {
+        self.sink.clone()
+    }
+
+    /// Sends the store's pod events to the trace.
+    pub fn tap_events(&self, store: &StatusStore) {
+        let sink = self.sink.clone();
+        store.set_event_tap(Arc::new(move |uid, ns, name, e| {
+            sink.send(TraceRecord::Event(PodEventRecord {
+                at_ns: e.at_ns,
+                pod_uid: uid.to_string(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                event: e.event.clone(),
+            }));
+        }));
+    }
+
+    /// Records a config change as pod records.
+    pub fn pod_update(&self, update: &PodUpdate) {
+        let (op, pods): (PodOp, &[Pod]) = match update {
+            PodUpdate::Add(p) => (PodOp::Add, p),
+            PodUpdate::Update(p) => (PodOp::Update, p),
+            PodUpdate::Remove(p) => (PodOp::Remove, p),
+            PodUpdate::Invalid(_) | PodUpdate::SourcesReady => return,
+        };
+        for pod in pods {
+            self.sink.send(TraceRecord::Pod(PodOpRecord {
+                at_ns: now_ktime_ns(),
+                op,
+                pod: redact_pod(pod),
+            }));
+        }
+    }
+
+    /// Stops the probes (reporting losses) and closes the trace with its footer.
+    pub async fn finish(self) -> ExitCode {
+        let mut footer = Footer {
+            ebpf: self.probes.is_some(),
+            ..Footer::default()
+        };
+        if let Some(probes) = self.probes {
+            match probes.stop().await {
+                Ok(summary) => {
+                    footer.lost_events = summary.lost.total;
+                    footer.lost_by_kind = summary
+                        .lost
+                        .by_kind
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), *v))
+                        .collect();
+                    if summary.lost.total > 0 {
+                        eprintln!(
+                            "podtrace: the kernel lost {} events (ring buffer full)",
+                            summary.lost.total
+                        );
+                    }
+                }
+                Err(e) => eprintln!("podtrace: stopping the probes: {e}"),
+            }
+        }
+        if let Some(f) = self.forwarder {
+            let _ = f.await;
+        }
+        footer.ended_ns = now_ktime_ns();
+        if let Some(w) = self.writer {
+            let path = w.path().to_path_buf();
+            if let Err(e) = w.finish(footer).await {
+                eprintln!("podtrace: writing {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        ExitCode::SUCCESS
+    }
+}

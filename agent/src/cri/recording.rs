@@ -1,0 +1,438 @@
+//! A recording wrapper around any CRI implementation, kubelet's instrumented services in
+//! spirit: every call goes through unchanged and comes out as a [`CriCall`] stamped on
+//! the monotonic clock the eBPF probes use, tied to the pod, container and attempt it was
+//! for. The timeline, the trace file and the metrics all read these.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use super::service::CriResult;
+use super::{ImageService, RuntimeService, api};
+use crate::ebpf::now_ktime_ns;
+
+/// One CRI call as it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CriCall {
+    /// The CRI method, e.g. `RunPodSandbox`.
+    pub method: String,
+    /// The pod the call was for; empty for node-level calls (Version, Status, lists).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_uid: String,
+    /// The container (by name) the call was for; empty for sandbox-level calls.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    /// The sandbox or container attempt the call was for.
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sandbox_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    /// CLOCK_MONOTONIC ns at the call's start and end.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// `OK`, or the gRPC status code's name.
+    pub code: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// The response fields that matter (pod IP, image ref, container state, exit code).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub response: BTreeMap<String, String>,
+}
+
+impl CriCall {
+    pub fn ok(&self) -> bool {
+        self.code == "OK"
+    }
+
+    /// Calls that only read state: frequent, and not stages of a pod's startup.
+    pub fn is_observation(&self) -> bool {
+        matches!(
+            self.method.as_str(),
+            "Version"
+                | "Status"
+                | "ListPodSandbox"
+                | "ListContainers"
+                | "PodSandboxStatus"
+                | "ContainerStatus"
+                | "ImageStatus"
+        )
+    }
+}
+
+/// Where recorded calls go.
+pub trait CallSink: Send + Sync {
+    fn record(&self, call: CriCall);
+}
+
+/// What the recorder learned about runtime IDs, so a call naming only an ID is tied to
+/// its pod and container.
+#[derive(Debug, Default)]
+struct Ids {
+    sandboxes: BTreeMap<String, (String, u32)>,
+    containers: BTreeMap<String, (String, String, u32, String)>,
+}
+
+/// Wraps `R`, recording every call into `sink`.
+#[derive(Clone)]
+pub struct Recording<R> {
+    inner: R,
+    sink: Arc<dyn CallSink>,
+    ids: Arc<Mutex<Ids>>,
+}
+
+impl<R> Recording<R> {
+    pub fn new(inner: R, sink: Arc<dyn CallSink>) -> Recording<R> {
+        Recording {
+            inner,
+            sink,
+            ids: Arc::new(Mutex::new(Ids::default())),
+        }
+    }
+
+    pub fn inner(&self) -> &R {
+        &self.inner
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn for_sandbox(&self, id: &str, call: &mut CriCall) {
+        call.sandbox_id = id.to_string();
+        if let Some((uid, attempt)) = self.ids().sandboxes.get(id) {
+            call.pod_uid = uid.clone();
+            call.attempt = *attempt;
+        }
+    }
+
+    fn for_container(&self, id: &str, call: &mut CriCall) {
+        call.container_id = id.to_string();
+        if let Some((uid, name, attempt, sandbox)) = self.ids().containers.get(id) {
+            call.pod_uid = uid.clone();
+            call.container = name.clone();
+            call.attempt = *attempt;
+            call.sandbox_id = sandbox.clone();
+        }
+    }
+
+    /// Runs `fut`, stamps it, fills `call`'s outcome and lets `describe` add response
+    /// fields, then records it.
+    async fn record<T>(
+        &self,
+        mut call: CriCall,
+        fut: impl Future<Output = CriResult<T>>,
+        describe: impl FnOnce(&T, &mut CriCall),
+    ) -> CriResult<T> {
+        call.start_ns = now_ktime_ns();
+        let result = fut.await;
+        call.end_ns = now_ktime_ns();
+        match &result {
+            Ok(v) => {
+                call.code = "OK".into();
+                describe(v, &mut call);
+            }
+            Err(e) => {
+                call.code = match e.code() {
+                    Some(code) => format!("{code:?}"),
+                    None => "Unavailable".into(),
+                };
+                call.message = e.to_string();
+            }
+        }
+        self.sink.record(call);
+        result
+    }
+}
+
+fn call(method: &str) -> CriCall {
+    CriCall {
+        method: method.to_string(),
+        pod_uid: String::new(),
+        container: String::new(),
+        attempt: 0,
+        sandbox_id: String::new(),
+        container_id: String::new(),
+        image: String::new(),
+        start_ns: 0,
+        end_ns: 0,
+        code: String::new(),
+        message: String::new(),
+        response: BTreeMap::new(),
+    }
+}
+
+fn put(call: &mut CriCall, key: &str, value: impl ToString) {
+    call.response.insert(key.to_string(), value.to_string());
+}
+
+impl<R: RuntimeService> RuntimeService for Recording<R> {
+    async fn version(&self) -> CriResult<api::VersionResponse> {
+        self.record(call("Version"), self.inner.version(), |v, c| {
+            put(c, "runtime_name", &v.runtime_name);
+            put(c, "runtime_version", &v.runtime_version);
+        })
+        .await
+    }
+
+    async fn status(&self, verbose: bool) -> CriResult<api::StatusResponse> {
+        self.record(call("Status"), self.inner.status(verbose), |v, c| {
+            for cond in v.status.iter().flat_map(|s| s.conditions.iter()) {
+                put(c, &cond.r#type, cond.status);
+            }
+        })
+        .await
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        req: api::RunPodSandboxRequest,
+    ) -> CriResult<api::RunPodSandboxResponse> {
+        let mut c = call("RunPodSandbox");
+        let meta = req
+            .config
+            .as_ref()
+            .and_then(|cfg| cfg.metadata.clone())
+            .unwrap_or_default();
+        c.pod_uid = meta.uid.clone();
+        c.attempt = meta.attempt;
+        let ids = self.ids.clone();
+        self.record(c, self.inner.run_pod_sandbox(req), move |v, c| {
+            c.sandbox_id = v.pod_sandbox_id.clone();
+            ids.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .sandboxes
+                .insert(v.pod_sandbox_id.clone(), (meta.uid, meta.attempt));
+        })
+        .await
+    }
+
+    async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
+        let mut c = call("StopPodSandbox");
+        self.for_sandbox(pod_sandbox_id, &mut c);
+        self.record(c, self.inner.stop_pod_sandbox(pod_sandbox_id), |_, _| {})
+            .await
+    }
+
+    async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
+        let mut c = call("RemovePodSandbox");
+        self.for_sandbox(pod_sandbox_id, &mut c);
+        self.record(c, self.inner.remove_pod_sandbox(pod_sandbox_id), |_, _| {})
+            .await
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> CriResult<api::PodSandboxStatusResponse> {
+        let mut c = call("PodSandboxStatus");
+        self.for_sandbox(pod_sandbox_id, &mut c);
+        let ids = self.ids.clone();
+        let id = pod_sandbox_id.to_string();
+        self.record(
+            c,
+            self.inner.pod_sandbox_status(pod_sandbox_id),
+            move |v, c| {
+                if let Some(st) = &v.status {
+                    let meta = st.metadata.clone().unwrap_or_default();
+                    c.pod_uid = meta.uid.clone();
+                    c.attempt = meta.attempt;
+                    put(c, "state", st.state);
+                    if let Some(net) = &st.network {
+                        put(c, "ip", &net.ip);
+                    }
+                    // Learn sandboxes made before this recorder existed (adopted pods).
+                    ids.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .sandboxes
+                        .entry(id)
+                        .or_insert((meta.uid, meta.attempt));
+                }
+            },
+        )
+        .await
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> CriResult<Vec<api::PodSandbox>> {
+        let mut c = call("ListPodSandbox");
+        if let Some(uid) = filter
+            .as_ref()
+            .and_then(|f| f.label_selector.get(crate::kuberuntime::labels::POD_UID))
+        {
+            c.pod_uid = uid.clone();
+        }
+        self.record(c, self.inner.list_pod_sandbox(filter), |v, c| {
+            put(c, "count", v.len())
+        })
+        .await
+    }
+
+    async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
+        let mut c = call("CreateContainer");
+        let meta = req
+            .config
+            .as_ref()
+            .and_then(|cfg| cfg.metadata.clone())
+            .unwrap_or_default();
+        let sandbox = req.pod_sandbox_id.clone();
+        self.for_sandbox(&sandbox, &mut c);
+        c.container = meta.name.clone();
+        c.attempt = meta.attempt;
+        c.image = req
+            .config
+            .as_ref()
+            .and_then(|cfg| cfg.image.as_ref())
+            .map(|i| i.user_specified_image.clone())
+            .unwrap_or_default();
+        let uid = c.pod_uid.clone();
+        let ids = self.ids.clone();
+        self.record(c, self.inner.create_container(req), move |id, c| {
+            c.container_id = id.clone();
+            ids.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .containers
+                .insert(id.clone(), (uid, meta.name, meta.attempt, sandbox));
+        })
+        .await
+    }
+
+    async fn start_container(&self, container_id: &str) -> CriResult<()> {
+        let mut c = call("StartContainer");
+        self.for_container(container_id, &mut c);
+        self.record(c, self.inner.start_container(container_id), |_, _| {})
+            .await
+    }
+
+    async fn stop_container(&self, container_id: &str, timeout_seconds: i64) -> CriResult<()> {
+        let mut c = call("StopContainer");
+        self.for_container(container_id, &mut c);
+        put(&mut c, "timeout", timeout_seconds);
+        self.record(
+            c,
+            self.inner.stop_container(container_id, timeout_seconds),
+            |_, _| {},
+        )
+        .await
+    }
+
+    async fn remove_container(&self, container_id: &str) -> CriResult<()> {
+        let mut c = call("RemoveContainer");
+        self.for_container(container_id, &mut c);
+        self.record(c, self.inner.remove_container(container_id), |_, _| {})
+            .await
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> CriResult<Vec<api::Container>> {
+        let mut c = call("ListContainers");
+        if let Some(uid) = filter
+            .as_ref()
+            .and_then(|f| f.label_selector.get(crate::kuberuntime::labels::POD_UID))
+        {
+            c.pod_uid = uid.clone();
+        }
+        self.record(c, self.inner.list_containers(filter), |v, c| {
+            put(c, "count", v.len())
+        })
+        .await
+    }
+
+    async fn container_status(
+        &self,
+        container_id: &str,
+        verbose: bool,
+    ) -> CriResult<api::ContainerStatusResponse> {
+        let mut c = call("ContainerStatus");
+        self.for_container(container_id, &mut c);
+        let ids = self.ids.clone();
+        let id = container_id.to_string();
+        self.record(
+            c,
+            self.inner.container_status(container_id, verbose),
+            move |v, c| {
+                if let Some(st) = &v.status {
+                    let meta = st.metadata.clone().unwrap_or_default();
+                    put(c, "state", st.state);
+                    put(c, "exit_code", st.exit_code);
+                    if !st.reason.is_empty() {
+                        put(c, "reason", &st.reason);
+                    }
+                    let uid = st
+                        .labels
+                        .get(crate::kuberuntime::labels::POD_UID)
+                        .cloned()
+                        .unwrap_or_default();
+                    c.pod_uid = uid.clone();
+                    c.container = meta.name.clone();
+                    c.attempt = meta.attempt;
+                    ids.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .containers
+                        .entry(id)
+                        .or_insert((uid, meta.name, meta.attempt, String::new()));
+                }
+            },
+        )
+        .await
+    }
+
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout_seconds: i64,
+    ) -> CriResult<api::ExecSyncResponse> {
+        let mut c = call("ExecSync");
+        self.for_container(container_id, &mut c);
+        self.record(
+            c,
+            self.inner.exec_sync(container_id, cmd, timeout_seconds),
+            |v, c| {
+                put(c, "exit_code", v.exit_code);
+            },
+        )
+        .await
+    }
+}
+
+impl<R: ImageService> ImageService for Recording<R> {
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
+        let mut c = call("ImageStatus");
+        c.image = image.image.clone();
+        self.record(c, self.inner.image_status(image), |v, c| {
+            put(c, "present", v.is_some())
+        })
+        .await
+    }
+
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        let mut c = call("PullImage");
+        c.image = image.image.clone();
+        if let Some(meta) = sandbox_config.as_ref().and_then(|s| s.metadata.as_ref()) {
+            c.pod_uid = meta.uid.clone();
+            c.attempt = meta.attempt;
+        }
+        // Credentials are never recorded; only whether there were any.
+        put(&mut c, "auth", auth.is_some());
+        self.record(
+            c,
+            self.inner.pull_image(image, auth, sandbox_config),
+            |v, c| put(c, "image_ref", v),
+        )
+        .await
+    }
+}

@@ -1,0 +1,13 @@
+//! The trace format, v1: JSON Lines. A header, then records in the order they happened
+//! (pod config changes, CRI calls, kernel events, pod events), then stages, then a footer.
+//! `docs/trace-format.md` is the reference; `docs/trace-format.schema.json` the schema.
+
+mod reader;
+mod record;
+mod writer;
+
+pub use reader::{Trace, TraceError, read_trace};
+pub use record::{
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, SCHEMA_VERSION, TraceRecord, redact_pod,
+};
+pub use writer::{TraceSink, TraceWriter};

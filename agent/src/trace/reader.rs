@@ -1,0 +1,210 @@
+//! Reading a trace back, strictly: a corrupt or truncated line is an error naming the
+//! file and line; a newer schema is refused naming both versions; fields and record types
+//! this version does not know are skipped (the compatibility policy in
+//! docs/trace-format.md).
+
+use std::path::{Path, PathBuf};
+
+use super::record::{Footer, Header, KNOWN_TYPES, SCHEMA_VERSION, TraceRecord};
+
+/// A trace read from a file.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    pub path: PathBuf,
+    pub header: Header,
+    /// Every record between the header and the footer, in file order.
+    pub records: Vec<TraceRecord>,
+    pub footer: Footer,
+    /// Records of types this version does not know, skipped.
+    pub skipped: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is not a valid record.
+    #[error("{}:{line}: corrupt record: {reason}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    /// The file was written by a newer podtrace.
+    #[error(
+        "{}: trace schema version {found} is newer than this podtrace reads (up to {supported}); use a newer podtrace",
+        path.display()
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: u64,
+        supported: u32,
+    },
+    /// The first line is not a header.
+    #[error("{}:1: not a podtrace trace (the first record must be the header)", path.display())]
+    NoHeader { path: PathBuf },
+    /// The file ends before its footer: the recording was cut short.
+    #[error("{}:{line}: truncated: the trace ends without its footer", path.display())]
+    Truncated { path: PathBuf, line: usize },
+}
+
+pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_trace(path, &text)
+}
+
+pub(crate) fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
+    let corrupt = |line: usize, reason: String| TraceError::Corrupt {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let mut header = None;
+    let mut footer = None;
+    let mut records = Vec::new();
+    let mut skipped = 0;
+    let mut last_line = 0;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        last_line = line;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        if footer.is_some() {
+            return Err(corrupt(line, "a record after the footer".into()));
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(raw).map_err(|e| corrupt(line, e.to_string()))?;
+        let kind = value
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| corrupt(line, "no \"type\" field".into()))?
+            .to_string();
+        if line == 1 {
+            if kind != "header" {
+                return Err(TraceError::NoHeader {
+                    path: path.to_path_buf(),
+                });
+            }
+            let found = value
+                .get("schema_version")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0);
+            if found > u64::from(SCHEMA_VERSION) {
+                return Err(TraceError::NewerSchema {
+                    path: path.to_path_buf(),
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+        }
+        if !KNOWN_TYPES.contains(&kind.as_str()) {
+            skipped += 1;
+            continue;
+        }
+        let record: TraceRecord = serde_json::from_value(value)
+            .map_err(|e| corrupt(line, format!("{kind} record: {e}")))?;
+        match record {
+            TraceRecord::Header(h) if header.is_none() => header = Some(h),
+            TraceRecord::Header(_) => return Err(corrupt(line, "a second header".into())),
+            TraceRecord::Footer(f) => footer = Some(f),
+            other => records.push(other),
+        }
+    }
+    let header = header.ok_or_else(|| TraceError::NoHeader {
+        path: path.to_path_buf(),
+    })?;
+    let footer = footer.ok_or(TraceError::Truncated {
+        path: path.to_path_buf(),
+        line: last_line,
+    })?;
+    Ok(Trace {
+        path: path.to_path_buf(),
+        header,
+        records,
+        footer,
+        skipped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = r#"{"type":"header","schema_version":1,"podtrace_version":"0.1.0","node":"n","kernel":"6.18","runtime_name":"containerd","runtime_version":"1.6","config":{},"started_wall_ns":1,"started_ns":2}"#;
+    const FOOTER: &str =
+        r#"{"type":"footer","ended_ns":9,"counts":{"cri":1},"lost_events":0,"ebpf":true}"#;
+    const CRI: &str = r#"{"type":"cri","method":"Version","start_ns":3,"end_ns":4,"code":"OK"}"#;
+
+    fn parse(text: &str) -> Result<Trace, TraceError> {
+        parse_trace(Path::new("t.jsonl"), text)
+    }
+
+    #[test]
+    fn reads_a_whole_trace() {
+        let t = parse(&format!("{HEADER}\n{CRI}\n{FOOTER}\n")).unwrap();
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.footer.counts["cri"], 1);
+    }
+
+    #[test]
+    fn a_corrupt_line_names_file_and_line() {
+        let err = parse(&format!(
+            "{HEADER}\n{CRI}\n{{\"type\":\"cri\",\"meth\n{FOOTER}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("t.jsonl:3: corrupt record"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_truncated_trace_is_an_error() {
+        let err = parse(&format!("{HEADER}\n{CRI}\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "t.jsonl:2: truncated: the trace ends without its footer"
+        );
+    }
+
+    #[test]
+    fn a_newer_schema_names_both_versions() {
+        let err =
+            parse(&HEADER.replace("\"schema_version\":1", "\"schema_version\":7")).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("version 7") && msg.contains("up to 1"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_record_types_are_skipped() {
+        let cri = CRI.replace("\"code\":\"OK\"", "\"code\":\"OK\",\"future_field\":[1,2]");
+        let t = parse(&format!(
+            "{HEADER}\n{cri}\n{{\"type\":\"hologram\",\"x\":1}}\n{FOOTER}\n"
+        ))
+        .unwrap();
+        assert_eq!((t.records.len(), t.skipped), (1, 1));
+    }
+
+    #[test]
+    fn a_known_record_with_a_bad_field_is_corrupt() {
+        let bad = CRI.replace("\"start_ns\":3", "\"start_ns\":\"soon\"");
+        let err = parse(&format!("{HEADER}\n{bad}\n{FOOTER}\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("t.jsonl:2: corrupt record: cri record"),
+            "{err}"
+        );
+    }
+}

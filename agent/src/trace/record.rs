@@ -1,0 +1,121 @@
+//! The records of a trace file. Every record is one JSON object on one line, tagged by
+//! `type`. Times are CLOCK_MONOTONIC nanoseconds (`*_ns`), the clock of the eBPF probes,
+//! unless a name says `wall`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+use crate::cri::CriCall;
+use crate::ebpf::KernelEvent;
+use crate::kuberuntime::PodEvent;
+
+/// The schema version this podtrace writes and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    pub schema_version: u32,
+    pub podtrace_version: String,
+    pub node: String,
+    /// `uname -r` of the node.
+    pub kernel: String,
+    pub runtime_name: String,
+    pub runtime_version: String,
+    /// The agent's settings for the run (flags, node allocatable, back-off).
+    pub config: serde_json::Value,
+    /// When the trace started, on both clocks, to place monotonic times in wall time.
+    pub started_wall_ns: i64,
+    pub started_ns: u64,
+}
+
+/// A change of the desired pods (kubelet's ADD / UPDATE / REMOVE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PodOp {
+    Add,
+    Update,
+    Remove,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodOpRecord {
+    pub at_ns: u64,
+    pub op: PodOp,
+    /// The pod, with environment values removed (see [`redact_pod`]).
+    pub pod: Pod,
+}
+
+/// A pod event (Pulling, Started, BackOff, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodEventRecord {
+    pub at_ns: u64,
+    pub pod_uid: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(flatten)]
+    pub event: PodEvent,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Footer {
+    pub ended_ns: u64,
+    /// Records written, by type.
+    pub counts: BTreeMap<String, u64>,
+    /// Kernel events the probes lost (ring buffer full), by kind, and in all.
+    pub lost_events: u64,
+    #[serde(default)]
+    pub lost_by_kind: BTreeMap<String, u64>,
+    /// False when the probes did not run (no permission, no tracefs).
+    pub ebpf: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TraceRecord {
+    Header(Header),
+    Pod(PodOpRecord),
+    Cri(CriCall),
+    Kernel(KernelEvent),
+    Event(PodEventRecord),
+    /// A computed stage of a pod's startup (see the timeline).
+    Stage(serde_json::Value),
+    Footer(Footer),
+}
+
+impl TraceRecord {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            TraceRecord::Header(_) => "header",
+            TraceRecord::Pod(_) => "pod",
+            TraceRecord::Cri(_) => "cri",
+            TraceRecord::Kernel(_) => "kernel",
+            TraceRecord::Event(_) => "event",
+            TraceRecord::Stage(_) => "stage",
+            TraceRecord::Footer(_) => "footer",
+        }
+    }
+}
+
+/// Record types this version knows; others are skipped when read (forward compatible).
+pub(super) const KNOWN_TYPES: &[&str] =
+    &["header", "pod", "cri", "kernel", "event", "stage", "footer"];
+
+/// A pod as a trace keeps it: environment variable values are dropped (names stay), so
+/// no configuration value or secret reaches the file.
+pub fn redact_pod(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            for e in c.env.iter_mut().flatten() {
+                e.value = None;
+            }
+        }
+    }
+    pod
+}
