@@ -124,7 +124,7 @@ impl RunRecorder {
             self.sink.send(TraceRecord::Pod(PodOpRecord {
                 at_ns: now_ktime_ns(),
                 op,
-                pod: redact_pod(pod),
+                pod: Box::new(redact_pod(pod)),
             }));
         }
     }

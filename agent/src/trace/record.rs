@@ -44,7 +44,7 @@ pub struct PodOpRecord {
     pub at_ns: u64,
     pub op: PodOp,
     /// The pod, with environment values removed (see [`redact_pod`]).
-    pub pod: Pod,
+    pub pod: Box<Pod>,
 }
 
 /// A pod event (Pulling, Started, BackOff, ...).
