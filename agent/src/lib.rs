@@ -14,5 +14,6 @@ pub mod kubelet;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod prober;
+pub mod replay;
 pub mod syncloop;
 pub mod trace;

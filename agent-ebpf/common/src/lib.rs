@@ -45,6 +45,10 @@ pub mod names {
     pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
     /// Byte offset of `task_struct.exit_code`.
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
+    /// Byte offset of `task_struct.real_parent`.
+    pub const TASK_REAL_PARENT_OFFSET: &str = "TASK_REAL_PARENT_OFFSET";
+    /// Byte offset of `task_struct.tgid`.
+    pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the
@@ -138,7 +142,9 @@ pub struct ExecEvent {
     pub header: EventHeader,
     /// The pid before the exec (differs when a non-leader thread exec'd).
     pub old_pid: u32,
-    pub _pad: u32,
+    /// The process ID of the task's parent (`real_parent->tgid`); 0 when unknown. It
+    /// ties a helper a CNI plugin runs (iptables under bridge) to that plugin's pod.
+    pub ppid: u32,
     /// The executed file, NUL-terminated.
     pub filename: [u8; PATH_LEN],
 }

@@ -32,7 +32,7 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     unsafe {
         fill_header(&raw mut (*ev).header, EventKind::Exec);
         (*ev).old_pid = old_pid as u32;
-        (*ev)._pad = 0;
+        (*ev).ppid = task::current_parent_tgid();
         (*ev).filename[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
     }

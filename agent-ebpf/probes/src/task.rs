@@ -13,6 +13,10 @@ static NSPROXY_NET_NS_OFFSET: u32 = 0;
 static NET_INUM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_EXIT_CODE_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_REAL_PARENT_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_TGID_OFFSET: u32 = 0;
 
 /// Reads a global set at load time. `read_volatile` keeps the compiler from folding the
 /// compile-time 0 into the code: the loader patches the value in `.rodata`.
@@ -65,5 +69,25 @@ pub fn current_exit_code() -> i32 {
     unsafe {
         let task = bpf_get_current_task() as *const u8;
         bpf_probe_read_kernel(task.add(off) as *const i32).unwrap_or(i32::MIN)
+    }
+}
+
+/// The process ID of the current task's parent, or 0 when unknown.
+#[inline(always)]
+pub fn current_parent_tgid() -> u32 {
+    let (parent_off, tgid_off) = (global(&TASK_REAL_PARENT_OFFSET), global(&TASK_TGID_OFFSET));
+    if parent_off == 0 || tgid_off == 0 {
+        return 0;
+    }
+    // SAFETY: as above, the helper checks every address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let Ok(parent) = bpf_probe_read_kernel(task.add(parent_off) as *const *const u8) else {
+            return 0;
+        };
+        if parent.is_null() {
+            return 0;
+        }
+        bpf_probe_read_kernel(parent.add(tgid_off) as *const i32).map_or(0, |t| t as u32)
     }
 }

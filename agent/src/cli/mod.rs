@@ -6,6 +6,7 @@ mod kubelet_args;
 mod node;
 mod pods;
 mod recorder;
+mod replay;
 mod run;
 
 use std::path::PathBuf;
@@ -39,6 +40,8 @@ pub enum Command {
     },
     /// Create the pods in the given manifests over CRI, as kubelet would.
     Run(Box<RunArgs>),
+    /// Replay recorded traces through the reconciler in virtual time and compare.
+    Replay(replay::ReplayArgs),
     /// The running agent's pods, like `kubectl get pods`.
     Pods(pods::ApiArgs),
     /// The pod events the running agent recorded.
@@ -125,6 +128,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         } => cri_info::run(&cri).await,
         Command::Run(args) => run::run(*args).await,
         Command::Pods(args) => pods::pods(&args).await,
+        Command::Replay(args) => replay::run(&args),
         Command::Events(args) => pods::events(&args).await,
         Command::KernelEvents(args) => kernel_events::run(args).await,
     }

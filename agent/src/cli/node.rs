@@ -48,6 +48,7 @@ impl NodeArgs {
                 &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
             ),
             runtime_handlers: self.runtime_classes.iter().cloned().collect(),
+            touch_host: true,
         }
     }
 }

@@ -6,7 +6,7 @@ mod client;
 mod endpoint;
 mod error;
 pub mod recording;
-mod service;
+pub mod service;
 
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};

@@ -1,7 +1,7 @@
 //! Offsets into kernel structs, resolved from the running kernel's BTF at load time.
 //!
-//! The probes read `task_struct->nsproxy->net_ns->ns.inum` (the netns inode) and
-//! `task_struct->exit_code`. Those offsets change with every kernel build and config
+//! The probes read `task_struct->nsproxy->net_ns->ns.inum` (the netns inode),
+//! `task_struct->exit_code` and `task_struct->real_parent->tgid`. Those offsets change with every kernel build and config
 //! (randomised layouts, added fields), so the probes take them as globals and this
 //! module finds them in `/sys/kernel/btf/vmlinux`. Without kprobes or CO-RE relocations
 //! in the probes' toolchain, this is how a tracepoint program reads a kernel struct
@@ -27,6 +27,10 @@ pub struct KernelOffsets {
     pub net_inum: u32,
     /// `task_struct.exit_code`.
     pub task_exit_code: u32,
+    /// `task_struct.real_parent`.
+    pub task_real_parent: u32,
+    /// `task_struct.tgid`.
+    pub task_tgid: u32,
 }
 
 impl KernelOffsets {
@@ -50,6 +54,8 @@ impl KernelOffsets {
             nsproxy_net_ns: r.offset("nsproxy", &["net_ns"])?,
             net_inum: r.offset("net", &["ns", "inum"])?,
             task_exit_code: r.offset("task_struct", &["exit_code"])?,
+            task_real_parent: r.offset("task_struct", &["real_parent"])?,
+            task_tgid: r.offset("task_struct", &["tgid"])?,
         })
     }
 }
@@ -168,6 +174,8 @@ mod tests {
         assert_eq!(off.task_nsproxy % 8, 0, "a pointer is 8-byte aligned");
         assert_eq!(off.nsproxy_net_ns % 8, 0, "a pointer is 8-byte aligned");
         assert_eq!(off.net_inum % 4, 0, "an unsigned int is 4-byte aligned");
+        assert_eq!(off.task_real_parent % 8, 0, "a pointer is 8-byte aligned");
+        assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{off:?}");
     }
 
     #[test]

@@ -67,6 +67,9 @@ pub enum KernelEvent {
         meta: EventMeta,
         filename: String,
         old_pid: u32,
+        /// The parent's process ID, when the probes could read it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ppid: Option<u32>,
     },
     /// A process ended (`sched_process_exit` of its thread-group leader).
     Exit {
@@ -143,6 +146,9 @@ pub struct Cgroup {
     /// Hierarchy ID (cgroup v1 has one per controller).
     pub hierarchy: i32,
     pub level: i32,
+    /// The created (or target) cgroup's ID. Named apart from the task's own
+    /// `cgroup_id` in the event header, which sits beside it in the JSON.
+    #[serde(rename = "target_cgroup_id")]
     pub cgroup_id: u64,
     pub path: String,
 }
@@ -255,6 +261,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 meta: meta(&e.header),
                 filename: c_str(&e.filename),
                 old_pid: e.old_pid,
+                ppid: (e.ppid != 0).then_some(e.ppid),
             }
         }
         EventKind::Exit => {
@@ -367,9 +374,15 @@ impl fmt::Display for KernelEvent {
         )?;
         match self {
             KernelEvent::Exec {
-                filename, old_pid, ..
+                filename,
+                old_pid,
+                ppid,
+                ..
             } => {
                 write!(f, "{filename}")?;
+                if let Some(p) = ppid {
+                    write!(f, " (parent {p})")?;
+                }
                 if *old_pid != m.pid {
                     write!(f, " (old pid {old_pid})")?;
                 }
@@ -593,11 +606,14 @@ mod tests {
         let ev = ExecEvent {
             header: header(EventKind::Exec, "sh"),
             old_pid: 1,
-            _pad: 0,
+            ppid: 77,
             filename: fixed::<PATH_LEN>("/bin/true"),
         };
         let b = bytes(&ev);
-        assert!(matches!(decode(&b), Ok(KernelEvent::Exec { .. })));
+        assert!(matches!(
+            decode(&b),
+            Ok(KernelEvent::Exec { ppid: Some(77), .. })
+        ));
         assert_eq!(
             decode(&b[..100]),
             Err(DecodeError::Short {

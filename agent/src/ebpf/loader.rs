@@ -158,6 +158,10 @@ impl KernelProbes {
             .set_global(names::NSPROXY_NET_NS_OFFSET, &offsets.nsproxy_net_ns, true)
             .set_global(names::NET_INUM_OFFSET, &offsets.net_inum, true)
             .set_global(names::TASK_EXIT_CODE_OFFSET, &offsets.task_exit_code, true)
+            // Optional: an object built before exec events carried the parent has no
+            // such globals, and its events simply report no parent.
+            .set_global(names::TASK_REAL_PARENT_OFFSET, &offsets.task_real_parent, false)
+            .set_global(names::TASK_TGID_OFFSET, &offsets.task_tgid, false)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .load(&data)
             .map_err(|source| match permission_error(&source, DENIED) {

@@ -5,12 +5,12 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::quantity;
 
 /// What the node offers to pods.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAllocatable {
     pub milli_cpu: i64,
     pub memory_bytes: i64,

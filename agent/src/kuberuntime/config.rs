@@ -20,6 +20,9 @@ pub struct RuntimeConfig {
     pub host_dns: HostDns,
     /// RuntimeClass name to CRI runtime handler, kubelet's RuntimeClass lookup.
     pub runtime_handlers: BTreeMap<String, String>,
+    /// Create pod directories, volumes and log directories on this host. Replay turns it
+    /// off: its runtime is a recording, not this machine.
+    pub touch_host: bool,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]

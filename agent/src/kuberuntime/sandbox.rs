@@ -132,13 +132,11 @@ pub async fn create_pod_sandbox<R: RuntimeService>(
     cri: &R,
     config: api::PodSandboxConfig,
     runtime_handler: &str,
+    touch_host: bool,
 ) -> Result<String, SyncError> {
-    std::fs::create_dir_all(&config.log_directory).map_err(|e| {
-        SyncError::new(
-            SyncReason::CreatePodSandboxError,
-            format!("creating log directory {}: {e}", config.log_directory),
-        )
-    })?;
+    if touch_host {
+        create_log_dir(&config.log_directory)?;
+    }
     let req = api::RunPodSandboxRequest {
         config: Some(config),
         runtime_handler: runtime_handler.to_string(),
@@ -148,4 +146,13 @@ pub async fn create_pod_sandbox<R: RuntimeService>(
         .await
         .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
     Ok(resp.pod_sandbox_id)
+}
+
+fn create_log_dir(dir: &str) -> Result<(), SyncError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        SyncError::new(
+            SyncReason::CreatePodSandboxError,
+            format!("creating log directory {dir}: {e}"),
+        )
+    })
 }

@@ -159,7 +159,9 @@ async fn execute<R: RuntimeService + ImageService>(
 
     let mut facts = PodRuntimeFacts::default();
     if actions.create_sandbox {
-        mount_pod_volumes(pod, ctx.cfg)?;
+        if ctx.cfg.touch_host {
+            mount_pod_volumes(pod, ctx.cfg)?;
+        }
         let mut config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
         set_cgroup_parent(&mut config, ctx.cgroup_parent);
         let handler = pod
@@ -169,7 +171,7 @@ async fn execute<R: RuntimeService + ImageService>(
             .map(|class| ctx.cfg.runtime_handler(&class))
             .transpose()?
             .unwrap_or_default();
-        let id = create_pod_sandbox(cri, config, &handler).await?;
+        let id = create_pod_sandbox(cri, config, &handler, ctx.cfg.touch_host).await?;
         result.sandbox_id = id.clone();
         let st = cri
             .pod_sandbox_status(&id)

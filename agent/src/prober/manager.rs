@@ -328,6 +328,7 @@ async fn run_worker<R: RuntimeService + 'static>(
         // kubelet triggers a readiness probe as soon as a container counts as started.
         let watch_start = ctx.kind == ProbeKind::Readiness && !*started.borrow();
         tokio::select! {
+            biased;
             () = tokio::time::sleep(wait) => {}
             Ok(()) = started.changed(), if watch_start => {
                 if *started.borrow_and_update() {

@@ -1,13 +1,63 @@
 //! Time for the shell. The core never reads a clock; the shell passes it `now` from here.
+//!
+//! Replay runs the same shell in virtual time: on its (single) thread it installs a
+//! virtual clock anchored to the trace's start and driven by tokio's paused clock, so
+//! every `now` the reconciler sees advances only as the replayed runtime's calls take
+//! their recorded time.
+
+use std::cell::Cell;
 
 use crate::kubelet::runtime_pod::Nanos;
 
+#[derive(Clone, Copy)]
+struct Virtual {
+    wall: Nanos,
+    mono: u64,
+    at: tokio::time::Instant,
+}
+
+thread_local! {
+    static VIRTUAL: Cell<Option<Virtual>> = const { Cell::new(None) };
+}
+
+/// Makes this thread's clocks virtual: from now on they read `wall` and `mono` plus the
+/// (paused, auto-advancing) tokio time elapsed since this call.
+pub fn install_virtual(wall: Nanos, mono: u64) {
+    VIRTUAL.with(|v| {
+        v.set(Some(Virtual {
+            wall,
+            mono,
+            at: tokio::time::Instant::now(),
+        }))
+    });
+}
+
+/// Back to the real clocks on this thread.
+pub fn uninstall_virtual() {
+    VIRTUAL.with(|v| v.set(None));
+}
+
+fn elapsed(v: &Virtual) -> u64 {
+    tokio::time::Instant::now().duration_since(v.at).as_nanos() as u64
+}
+
 /// Wall-clock nanoseconds since the epoch: the clock the CRI reports container times on.
 pub fn wall_now() -> Nanos {
+    if let Some(v) = VIRTUAL.with(|v| v.get()) {
+        return v.wall + elapsed(&v) as Nanos;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as Nanos)
         .unwrap_or(0)
+}
+
+/// CLOCK_MONOTONIC nanoseconds, the clock of CRI spans and kernel events.
+pub fn mono_now() -> u64 {
+    if let Some(v) = VIRTUAL.with(|v| v.get()) {
+        return v.mono + elapsed(&v);
+    }
+    crate::ebpf::now_ktime_ns()
 }
 
 /// A `tokio::time::Instant` for a wall-clock deadline.

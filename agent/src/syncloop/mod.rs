@@ -119,7 +119,10 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         let mut updates_open = true;
         loop {
             let deadline = self.workers.next_deadline();
+            // Branches are polled in this order, never at random: replay must see the
+            // same interleaving every time it runs the same trace.
             tokio::select! {
+                biased;
                 u = updates.recv(), if updates_open => match u {
                     Some(u) => self.handle_update(u),
                     None => updates_open = false,

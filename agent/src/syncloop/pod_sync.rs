@@ -116,6 +116,13 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         cgroup_parent: &cgroup_parent,
         auth: &auth,
     };
+    let flipped;
+    let pod = if shared.settings.flip_pull_policy {
+        flipped = always_pull(pod);
+        &flipped
+    } else {
+        pod
+    };
     let result = sync_pod(cri, &ctx, pod, &status).await;
 
     {
@@ -223,6 +230,21 @@ fn register_probes<R: RuntimeService + 'static>(
             }
         }
     }
+}
+
+/// The pod with every image pull policy Always (the test-only flipped decision).
+fn always_pull(pod: &Pod) -> Pod {
+    let mut pod = pod.clone();
+    if let Some(spec) = pod.spec.as_mut() {
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.image_pull_policy = Some("Always".into());
+        }
+    }
+    pod
 }
 
 fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {

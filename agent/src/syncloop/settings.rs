@@ -28,6 +28,9 @@ pub struct KubeletSettings {
     pub secrets_dir: Option<PathBuf>,
     /// Remove runtime objects, directories and cgroups of pods that are not desired.
     pub housekeeping: bool,
+    /// Test-only: pull every image as if its policy were Always. Exists to prove that
+    /// replay catches a changed decision; never set in normal runs.
+    pub flip_pull_policy: bool,
 }
 
 impl KubeletSettings {
@@ -45,6 +48,7 @@ impl KubeletSettings {
             cgroup_root: None,
             secrets_dir: None,
             housekeeping: true,
+            flip_pull_policy: false,
         }
     }
 }

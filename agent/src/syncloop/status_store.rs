@@ -142,7 +142,7 @@ impl StatusStore {
         }
         let stamped = StampedEvent {
             at: wall_now(),
-            at_ns: crate::ebpf::now_ktime_ns(),
+            at_ns: super::clock::mono_now(),
             event,
         };
         let (ns, name) = (rec.namespace.clone(), rec.name.clone());

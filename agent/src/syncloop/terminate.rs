@@ -71,6 +71,9 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
             return WorkOutcome::Failed;
         }
     }
+    if !shared.cfg.touch_host {
+        return WorkOutcome::Terminated;
+    }
     if let Err(e) = volumes::remove_pod_dir(uid, &shared.cfg) {
         recorder.record(PodEvent::warning(
             "FailedCleanup",

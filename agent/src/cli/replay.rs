@@ -1,0 +1,103 @@
+//! `podtrace replay`: replay traces through the reconciler in virtual time and compare
+//! with what was recorded. Exit 0 when every trace matches, 1 on a divergence, 2 on bad
+//! input.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::replay::{Tolerance, WhatIf, compare, replay};
+use crate::trace::read_trace;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// Trace files recorded with `podtrace run --trace`.
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Startup latency tolerance, absolute (ms).
+    #[arg(long, default_value_t = 20.0, value_name = "MS")]
+    pub tolerance_ms: f64,
+    /// Startup latency tolerance, relative (%).
+    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    pub tolerance_pct: f64,
+    /// What-if: scale a CRI method's recorded latency, e.g. PullImage=0.5 (repeatable).
+    #[arg(long = "scale", value_name = "METHOD=FACTOR", value_parser = parse_scale)]
+    pub scale: Vec<(String, f64)>,
+    /// What-if: pull images in parallel, at most N at once (0: no limit).
+    #[arg(long, value_name = "N")]
+    pub parallel_image_pulls: Option<usize>,
+    /// Test-only: flip one reconciler decision (pull every image as Always) to show the
+    /// comparison catches it.
+    #[arg(long, hide = true)]
+    pub test_flip_pull_policy: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+}
+
+fn parse_scale(s: &str) -> Result<(String, f64), String> {
+    let (m, f) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not METHOD=FACTOR"))?;
+    let f: f64 = f
+        .parse()
+        .map_err(|_| format!("{s:?}: {f:?} is not a number"))?;
+    if !(f.is_finite() && f > 0.0) {
+        return Err(format!("{s:?}: the factor must be a positive number"));
+    }
+    Ok((m.to_string(), f))
+}
+
+pub fn run(args: &ReplayArgs) -> ExitCode {
+    let what_if = WhatIf {
+        scale: args.scale.iter().cloned().collect(),
+        max_parallel_image_pulls: args.parallel_image_pulls.map(|n| (n > 0).then_some(n)),
+        flip_pull_policy: args.test_flip_pull_policy,
+    };
+    let predicting = !what_if.scale.is_empty() || what_if.max_parallel_image_pulls.is_some();
+    let tolerance = Tolerance {
+        abs_ns: (args.tolerance_ms.max(0.0) * 1e6) as u64,
+        pct: args.tolerance_pct.max(0.0),
+    };
+    let mut traces = Vec::new();
+    for path in &args.traces {
+        match read_trace(path) {
+            Ok(t) => traces.push(t),
+            Err(e) => {
+                eprintln!("podtrace: {e}");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
+        }
+    }
+    let mut all_ok = true;
+    let mut docs = Vec::new();
+    for trace in &traces {
+        let replayed = replay(trace, &what_if);
+        let cmp = compare(trace, &replayed, tolerance);
+        // A what-if replay predicts different latencies on purpose; only its calls count.
+        let ok = if predicting {
+            cmp.pods.iter().all(|p| p.divergence.is_none())
+        } else {
+            cmp.ok()
+        };
+        all_ok &= ok;
+        if args.output == "json" {
+            docs.push(serde_json::to_value(&cmp).unwrap_or_default());
+        } else {
+            print!("{cmp}");
+            if predicting {
+                print!("{}", cmp.stage_table());
+            }
+        }
+    }
+    if args.output == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&docs).unwrap_or_default()
+        );
+    }
+    if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,413 @@
+//! Recorded against replayed: per pod, the sequence of CRI calls that change state and
+//! their key arguments, the first divergence with its context, and startup latencies
+//! within a tolerance. Output is ordered and formatted the same on every run.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::Replayed;
+use crate::cri::CriCall;
+use crate::trace::{PodOp, Trace, TraceRecord};
+
+/// How far a replayed latency may be from the recorded one and still match.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Tolerance {
+    pub abs_ns: u64,
+    pub pct: f64,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance {
+            abs_ns: 20_000_000,
+            pct: 10.0,
+        }
+    }
+}
+
+impl Tolerance {
+    fn allows(&self, recorded: u64, replayed: u64) -> bool {
+        let diff = recorded.abs_diff(replayed);
+        diff <= self.abs_ns || (diff as f64) <= recorded as f64 * self.pct / 100.0
+    }
+}
+
+/// One call as compared: what it did, not when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    pub method: String,
+    pub container: String,
+    pub attempt: u32,
+    pub image: String,
+    pub code: String,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.method)?;
+        if !self.container.is_empty() {
+            write!(f, " container={}", self.container)?;
+        }
+        if !self.image.is_empty() {
+            write!(f, " image={}", self.image)?;
+        }
+        write!(f, " attempt={} -> {}", self.attempt, self.code)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstDivergence {
+    /// 0-based index in the pod's call sequence.
+    pub index: usize,
+    pub recorded: Option<Step>,
+    pub replayed: Option<Step>,
+    /// The calls just before it, which both agree on.
+    pub context: Vec<Step>,
+    /// The replay runtime's own explanation, when it could not answer a call.
+    pub why: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PodComparison {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub recorded_calls: usize,
+    pub replayed_calls: usize,
+    pub divergence: Option<FirstDivergence>,
+    /// From ADD to the last container's first start, ns.
+    pub recorded_startup_ns: Option<u64>,
+    pub replayed_startup_ns: Option<u64>,
+    pub latency_ok: bool,
+    /// Each call's duration and its end from the pod's ADD: (label, recorded, replayed).
+    pub stages: Vec<StageLatency>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StageLatency {
+    pub stage: String,
+    pub recorded_ns: Option<u64>,
+    pub replayed_ns: Option<u64>,
+    pub recorded_end_ns: Option<u64>,
+    pub replayed_end_ns: Option<u64>,
+}
+
+/// The first occurrence of each call (method, container, image, attempt) of a pod, with
+/// its duration and its end measured from the pod's ADD.
+fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for c in calls {
+        let mut label = c.method.clone();
+        if !c.container.is_empty() {
+            label.push(':');
+            label.push_str(&c.container);
+        }
+        if c.method == "PullImage" {
+            label.push(':');
+            label.push_str(&c.image);
+        }
+        if c.attempt > 0 {
+            label.push_str(&format!("#{}", c.attempt));
+        }
+        out.entry(label).or_insert((
+            c.end_ns.saturating_sub(c.start_ns),
+            c.end_ns.saturating_sub(added_ns),
+        ));
+    }
+    out
+}
+
+impl PodComparison {
+    pub fn ok(&self) -> bool {
+        self.divergence.is_none() && self.latency_ok
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub trace: String,
+    pub virtual_ns: u64,
+    pub recorded_span_ns: u64,
+    pub tolerance: Tolerance,
+    pub pods: Vec<PodComparison>,
+}
+
+impl Comparison {
+    pub fn ok(&self) -> bool {
+        self.pods.iter().all(PodComparison::ok)
+    }
+}
+
+fn step(c: &CriCall) -> Step {
+    Step {
+        method: c.method.clone(),
+        container: c.container.clone(),
+        attempt: c.attempt,
+        image: if c.method == "PullImage" {
+            c.image.clone()
+        } else {
+            String::new()
+        },
+        code: c.code.clone(),
+    }
+}
+
+/// Calls that make up a pod's behaviour: state changes, not reads; exec probes are left
+/// out because their count follows a period, not a decision.
+fn compared(c: &CriCall) -> bool {
+    !c.is_observation() && c.method != "ExecSync"
+}
+
+/// Time from the pod's ADD to the end of the first successful start of every container
+/// that started.
+fn startup(calls: &[&CriCall], added_ns: u64) -> Option<u64> {
+    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    for c in calls
+        .iter()
+        .filter(|c| c.method == "StartContainer" && c.ok())
+    {
+        first.entry(c.container.as_str()).or_insert(c.end_ns);
+    }
+    first.values().max().map(|end| end.saturating_sub(added_ns))
+}
+
+pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comparison {
+    let mut pods: BTreeMap<String, (String, String, u64)> = BTreeMap::new();
+    for r in &trace.records {
+        if let TraceRecord::Pod(p) = r
+            && p.op == PodOp::Add
+        {
+            let uid = p.pod.metadata.uid.clone().unwrap_or_default();
+            pods.entry(uid).or_insert((
+                p.pod.metadata.namespace.clone().unwrap_or_default(),
+                p.pod.metadata.name.clone().unwrap_or_default(),
+                p.at_ns,
+            ));
+        }
+    }
+    let recorded: Vec<&CriCall> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) if compared(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let mut served: Vec<&CriCall> = replayed.calls.iter().filter(|c| compared(c)).collect();
+    served.sort_by_key(|c| c.start_ns);
+
+    let mut out = Vec::new();
+    for (uid, (namespace, name, added)) in &pods {
+        let rec: Vec<&CriCall> = recorded
+            .iter()
+            .copied()
+            .filter(|c| &c.pod_uid == uid)
+            .collect();
+        let rep: Vec<&CriCall> = served
+            .iter()
+            .copied()
+            .filter(|c| &c.pod_uid == uid)
+            .collect();
+        let rec_steps: Vec<Step> = rec.iter().map(|c| step(c)).collect();
+        let mut rep_steps: Vec<(u64, Step)> = rep.iter().map(|c| (c.start_ns, step(c))).collect();
+        let mut why = BTreeMap::new();
+        for d in replayed.divergences.iter().filter(|d| &d.pod_uid == uid) {
+            let s = Step {
+                method: d.method.clone(),
+                container: d.container.clone(),
+                attempt: d.attempt,
+                image: d.image.clone(),
+                code: "NOT IN RECORDING".into(),
+            };
+            why.insert(format!("{s}"), d.why.clone());
+            rep_steps.push((d.at_ns, s));
+        }
+        rep_steps.sort_by_key(|(at, _)| *at);
+        let rep_steps: Vec<Step> = rep_steps.into_iter().map(|(_, s)| s).collect();
+        let divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
+            d.why = d
+                .replayed
+                .as_ref()
+                .and_then(|s| why.get(&format!("{s}")).cloned());
+            d
+        });
+        let recorded_startup_ns = startup(&rec, *added);
+        let replayed_startup_ns = startup(&rep, *added);
+        let latency_ok = match (recorded_startup_ns, replayed_startup_ns) {
+            (Some(a), Some(b)) => tolerance.allows(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let rec_stages = stage_times(&rec, *added);
+        let rep_stages = stage_times(&rep, *added);
+        let mut labels: Vec<&String> = rec_stages.keys().chain(rep_stages.keys()).collect();
+        labels.sort_by_key(|l| rec_stages.get(*l).or(rep_stages.get(*l)).map(|t| t.1));
+        labels.dedup();
+        let stages = labels
+            .into_iter()
+            .map(|l| StageLatency {
+                stage: l.clone(),
+                recorded_ns: rec_stages.get(l).map(|t| t.0),
+                replayed_ns: rep_stages.get(l).map(|t| t.0),
+                recorded_end_ns: rec_stages.get(l).map(|t| t.1),
+                replayed_end_ns: rep_stages.get(l).map(|t| t.1),
+            })
+            .collect();
+        out.push(PodComparison {
+            stages,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.clone(),
+            recorded_calls: rec_steps.len(),
+            replayed_calls: rep_steps.len(),
+            divergence,
+            recorded_startup_ns,
+            replayed_startup_ns,
+            latency_ok,
+        });
+    }
+    out.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+    let span = trace
+        .footer
+        .ended_ns
+        .saturating_sub(trace.header.started_ns);
+    Comparison {
+        trace: trace.path.display().to_string(),
+        virtual_ns: replayed.virtual_ns,
+        recorded_span_ns: span,
+        tolerance,
+        pods: out,
+    }
+}
+
+fn first_divergence(rec: &[Step], rep: &[Step]) -> Option<FirstDivergence> {
+    let n = rec.len().max(rep.len());
+    (0..n)
+        .find(|&i| rec.get(i) != rep.get(i))
+        .map(|i| FirstDivergence {
+            index: i,
+            recorded: rec.get(i).cloned(),
+            replayed: rep.get(i).cloned(),
+            context: rec[i.saturating_sub(3)..i].to_vec(),
+            why: None,
+        })
+}
+
+fn ms(ns: Option<u64>) -> String {
+    ns.map(|n| format!("{:.1} ms", n as f64 / 1e6))
+        .unwrap_or_else(|| "-".into())
+}
+
+impl Comparison {
+    /// The per-stage table of a what-if replay: recorded and predicted durations and
+    /// end times from each pod's ADD.
+    pub fn stage_table(&self) -> String {
+        let mut s = String::new();
+        for p in &self.pods {
+            s.push_str(&format!("{}/{}\n", p.namespace, p.name));
+            s.push_str(&format!(
+                "  {:<44} {:>12} {:>12} {:>12} {:>12}\n",
+                "STAGE", "TOOK rec", "TOOK what-if", "DONE AT rec", "DONE AT w-if"
+            ));
+            for st in &p.stages {
+                s.push_str(&format!(
+                    "  {:<44} {:>12} {:>12} {:>12} {:>12}\n",
+                    st.stage,
+                    ms(st.recorded_ns),
+                    ms(st.replayed_ns),
+                    ms(st.recorded_end_ns),
+                    ms(st.replayed_end_ns)
+                ));
+            }
+        }
+        s
+    }
+}
+
+impl fmt::Display for Comparison {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "trace {}: {} pods, recorded span {:.3} s, replayed in virtual time",
+            self.trace,
+            self.pods.len(),
+            self.recorded_span_ns as f64 / 1e9
+        )?;
+        writeln!(
+            f,
+            "{:<36} {:>9} {:<6} {:>13} {:>13} {:>10}",
+            "POD", "CALLS", "CALLS", "STARTUP", "STARTUP", "DELTA"
+        )?;
+        writeln!(
+            f,
+            "{:<36} {:>9} {:<6} {:>13} {:>13} {:>10}",
+            "", "rec/rep", "match", "recorded", "replayed", ""
+        )?;
+        for p in &self.pods {
+            let delta = match (p.recorded_startup_ns, p.replayed_startup_ns) {
+                (Some(a), Some(b)) => format!(
+                    "{:+.1} ms{}",
+                    (b as f64 - a as f64) / 1e6,
+                    if p.latency_ok { "" } else { " !" }
+                ),
+                _ if p.latency_ok => "-".into(),
+                _ => "missing !".into(),
+            };
+            writeln!(
+                f,
+                "{:<36} {:>9} {:<6} {:>13} {:>13} {:>10}",
+                format!("{}/{}", p.namespace, p.name),
+                format!("{}/{}", p.recorded_calls, p.replayed_calls),
+                if p.divergence.is_none() { "yes" } else { "NO" },
+                ms(p.recorded_startup_ns),
+                ms(p.replayed_startup_ns),
+                delta
+            )?;
+        }
+        for p in &self.pods {
+            let Some(d) = &p.divergence else { continue };
+            writeln!(
+                f,
+                "first divergence in {}/{} at call #{}:",
+                p.namespace,
+                p.name,
+                d.index + 1
+            )?;
+            for c in &d.context {
+                writeln!(f, "    both:     {c}")?;
+            }
+            match &d.recorded {
+                Some(s) => writeln!(f, "    recorded: {s}")?,
+                None => writeln!(f, "    recorded: (nothing more)")?,
+            }
+            match &d.replayed {
+                Some(s) => writeln!(f, "    replayed: {s}")?,
+                None => writeln!(f, "    replayed: (nothing more)")?,
+            }
+            if let Some(why) = &d.why {
+                writeln!(f, "    why:      {why}")?;
+            }
+        }
+        let bad_latency: Vec<&PodComparison> = self.pods.iter().filter(|p| !p.latency_ok).collect();
+        if !bad_latency.is_empty() {
+            writeln!(
+                f,
+                "startup latency outside tolerance ({:.1} ms or {}%): {}",
+                self.tolerance.abs_ns as f64 / 1e6,
+                self.tolerance.pct,
+                bad_latency
+                    .iter()
+                    .map(|p| format!("{}/{}", p.namespace, p.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
+        }
+        writeln!(
+            f,
+            "result: {}",
+            if self.ok() { "match" } else { "DIVERGED" }
+        )
+    }
+}

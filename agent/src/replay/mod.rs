@@ -1,0 +1,172 @@
+//! `podtrace replay`: the same reconciler as `podtrace run`, driven by a recorded trace in
+//! virtual time. Pod config changes are fed at their recorded times, the runtime is the
+//! recording ([`ReplayRuntime`]), and tokio's paused clock jumps over every wait, so a
+//! replay takes milliseconds and gives the same output on every run and machine.
+
+mod compare;
+mod runtime;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{mpsc, watch};
+
+pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
+pub use runtime::{Divergence, ReplayRuntime};
+
+use crate::config::source::PodUpdate;
+use crate::cri::CriCall;
+use crate::kubelet::admission::NodeAllocatable;
+use crate::kuberuntime::{HostDns, RuntimeConfig};
+use crate::syncloop::clock::{install_virtual, uninstall_virtual};
+use crate::syncloop::{Kubelet, KubeletSettings};
+use crate::trace::{PodOp, Trace, TraceRecord};
+
+/// What to change for a what-if replay.
+#[derive(Debug, Clone, Default)]
+pub struct WhatIf {
+    /// Latency factor per CRI method: `PullImage=0.5` makes pulls twice as fast.
+    pub scale: BTreeMap<String, f64>,
+    /// Override the image puller: `Some(None)` parallel without limit, `Some(Some(n))`.
+    pub max_parallel_image_pulls: Option<Option<usize>>,
+    /// A deliberately changed decision, for proving the CI gate bites.
+    pub flip_pull_policy: bool,
+}
+
+/// What a replay produced.
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    pub calls: Vec<CriCall>,
+    pub divergences: Vec<Divergence>,
+    /// Virtual time the replay covered.
+    pub virtual_ns: u64,
+}
+
+/// How long after the recording's last record the replay keeps running, so work the
+/// recording cut short (cleanup, back-off) can finish.
+const TAIL: Duration = Duration::from_secs(5);
+/// The replay's relist period: exits are found by relist in replay (no processes to watch),
+/// often enough that detection is as prompt as the recorded event-driven one.
+const REPLAY_RELIST: Duration = Duration::from_millis(5);
+
+fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
+    let c = &trace.header.config;
+    let ns = |key: &str, default: Duration| {
+        c.get(key)
+            .and_then(|v| v.as_u64())
+            .map(Duration::from_nanos)
+            .unwrap_or(default)
+    };
+    let allocatable: NodeAllocatable = c
+        .get("allocatable")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or(NodeAllocatable {
+            milli_cpu: i64::MAX / 4,
+            memory_bytes: i64::MAX / 4,
+            max_pods: 110,
+        });
+    let mut s = KubeletSettings::with_allocatable(allocatable);
+    s.resync_interval = ns("resync_interval_ns", s.resync_interval);
+    s.error_backoff = ns("error_backoff_ns", s.error_backoff);
+    s.backoff_initial = ns("backoff_initial_ns", s.backoff_initial);
+    s.backoff_max = ns("backoff_max_ns", s.backoff_max);
+    s.max_parallel_image_pulls = match c.get("max_parallel_image_pulls") {
+        Some(serde_json::Value::Null) => None,
+        Some(v) => v.as_u64().map(|n| n as usize).or(Some(1)),
+        None => Some(1),
+    };
+    if let Some(p) = what_if.max_parallel_image_pulls {
+        s.max_parallel_image_pulls = p;
+    }
+    s.relist_period = REPLAY_RELIST;
+    s.cgroup_root = None;
+    s.secrets_dir = None;
+    s.housekeeping = false;
+    s.flip_pull_policy = what_if.flip_pull_policy;
+    s
+}
+
+/// Replays `trace` through the reconciler in virtual time.
+/// Runs on a thread of its own, so it can be called from inside another runtime and its
+/// virtual clock never leaks into other work.
+pub fn replay(trace: &Trace, what_if: &WhatIf) -> Replayed {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("a current-thread runtime with time builds");
+            rt.block_on(run(trace, what_if))
+        })
+        .join()
+        .expect("the replay thread does not panic")
+    })
+}
+
+async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
+    let h = &trace.header;
+    install_virtual(h.started_wall_ns, h.started_ns);
+    let calls: Vec<CriCall> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    let runtime = ReplayRuntime::new(
+        &calls,
+        &h.runtime_name,
+        &h.runtime_version,
+        what_if.scale.clone(),
+    );
+    let cfg = RuntimeConfig {
+        node_name: h.node.clone(),
+        node_ip: String::new(),
+        root_dir: PathBuf::from("/nonexistent/podtrace-replay"),
+        pod_logs_dir: PathBuf::from("/nonexistent/podtrace-replay/logs"),
+        host_dns: HostDns::default(),
+        runtime_handlers: BTreeMap::new(),
+        touch_host: false,
+    };
+    let kubelet = Kubelet::new(runtime.clone(), cfg, settings_from(trace, what_if))
+        .expect("replay uses no cgroups");
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let agent = tokio::spawn(kubelet.run(rx, stop_rx));
+    let start = tokio::time::Instant::now();
+    let mut last_ns = h.started_ns;
+    let mut ready_sent = false;
+    for r in &trace.records {
+        let TraceRecord::Pod(p) = r else { continue };
+        let at = start + Duration::from_nanos(p.at_ns.saturating_sub(h.started_ns));
+        tokio::time::sleep_until(at).await;
+        let pods: Vec<Pod> = vec![(*p.pod).clone()];
+        let update = match p.op {
+            PodOp::Add => PodUpdate::Add(pods),
+            PodOp::Update => PodUpdate::Update(pods),
+            PodOp::Remove => PodUpdate::Remove(pods),
+        };
+        let _ = tx.send(update);
+        if !ready_sent {
+            let _ = tx.send(PodUpdate::SourcesReady);
+            ready_sent = true;
+        }
+        last_ns = last_ns.max(p.at_ns);
+    }
+    let end_ns = trace.footer.ended_ns.max(last_ns);
+    let end = start + Duration::from_nanos(end_ns.saturating_sub(h.started_ns)) + TAIL;
+    tokio::time::sleep_until(end).await;
+    let _ = stop_tx.send(true);
+    let _ = agent.await;
+    let virtual_ns = tokio::time::Instant::now().duration_since(start).as_nanos() as u64;
+    uninstall_virtual();
+    Replayed {
+        calls: runtime.served(),
+        divergences: runtime.divergences(),
+        virtual_ns,
+    }
+}

@@ -1,0 +1,742 @@
+//! The replay runtime: the same CRI traits as the real client, answered from a recording.
+//! Calls that change state are matched by what they are for (method, pod UID, container,
+//! attempt, image), never by global order, and answer with the recorded outcome after the
+//! recorded duration in virtual time. Calls that only read state are answered from a
+//! simulated runtime that those outcomes (and the recorded container exits) drive. A call
+//! the recording cannot answer is a divergence.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cri::service::CriResult;
+use crate::cri::{CriCall, CriError, ImageService, RuntimeService, api};
+use crate::syncloop::clock::{mono_now, wall_now};
+
+/// What the recording could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    /// Virtual monotonic time of the call.
+    pub at_ns: u64,
+    pub method: String,
+    pub pod_uid: String,
+    pub container: String,
+    pub attempt: u32,
+    pub image: String,
+    pub why: String,
+}
+
+/// A matchable call: what it is for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    method: String,
+    pod_uid: String,
+    container: String,
+    attempt: u32,
+    image: String,
+}
+
+impl Key {
+    fn of(c: &CriCall) -> Key {
+        Key {
+            method: c.method.clone(),
+            pod_uid: c.pod_uid.clone(),
+            container: c.container.clone(),
+            attempt: c.attempt,
+            // Only pulls are told apart by image.
+            image: if c.method == "PullImage" {
+                c.image.clone()
+            } else {
+                String::new()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Sandbox {
+    uid: String,
+    attempt: u32,
+    config: api::PodSandboxConfig,
+    ready: bool,
+    ip: String,
+    created_at: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Container {
+    uid: String,
+    sandbox_id: String,
+    config: api::ContainerConfig,
+    state: api::ContainerState,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+    image_ref: String,
+    /// How long it ran in the recording before exiting by itself, and its exit code.
+    runs_for: Option<(i64, i32)>,
+}
+
+/// Facts the recording holds about objects, found before replay starts.
+#[derive(Debug, Default)]
+struct Facts {
+    sandbox_ip: BTreeMap<String, String>,
+    runs: BTreeMap<String, (i64, i32)>,
+    images_present: BTreeSet<String>,
+    network_ready: (bool, String),
+    runtime: (String, String),
+    /// Median recorded duration of each read-only method: reads take time too, and the
+    /// reconciler makes several per sync.
+    read_ns: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending: BTreeMap<Key, VecDeque<CriCall>>,
+    last_exec: BTreeMap<(String, String), CriCall>,
+    facts: Facts,
+    sandboxes: BTreeMap<String, Sandbox>,
+    containers: BTreeMap<String, Container>,
+    images: BTreeSet<String>,
+    served: Vec<CriCall>,
+    divergences: Vec<Divergence>,
+}
+
+/// A recording, served as a container runtime.
+#[derive(Clone)]
+pub struct ReplayRuntime {
+    state: Arc<Mutex<State>>,
+    /// Latency factor per CRI method (what-if): 0.5 makes a call twice as fast.
+    scale: Arc<BTreeMap<String, f64>>,
+}
+
+fn is_mutation(method: &str) -> bool {
+    matches!(
+        method,
+        "RunPodSandbox"
+            | "StopPodSandbox"
+            | "RemovePodSandbox"
+            | "CreateContainer"
+            | "StartContainer"
+            | "StopContainer"
+            | "RemoveContainer"
+            | "PullImage"
+            | "ExecSync"
+    )
+}
+
+impl ReplayRuntime {
+    /// Builds the runtime from a run's CRI calls, in recorded order.
+    pub fn new(
+        calls: &[CriCall],
+        runtime_name: &str,
+        runtime_version: &str,
+        scale: BTreeMap<String, f64>,
+    ) -> ReplayRuntime {
+        let mut st = State::default();
+        st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
+        st.facts.network_ready = (true, String::new());
+        let mut network_seen = false;
+        let mut started: BTreeMap<String, u64> = BTreeMap::new();
+        let mut stopped: BTreeSet<String> = BTreeSet::new();
+        let mut image_seen: BTreeSet<String> = BTreeSet::new();
+        for c in calls {
+            match c.method.as_str() {
+                "Status" if !network_seen => {
+                    network_seen = true;
+                    let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
+                    st.facts.network_ready = (ready, c.message.clone());
+                }
+                "PodSandboxStatus" => {
+                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty()) {
+                        st.facts
+                            .sandbox_ip
+                            .entry(c.sandbox_id.clone())
+                            .or_insert_with(|| ip.clone());
+                    }
+                }
+                "StartContainer" if c.ok() => {
+                    started.insert(c.container_id.clone(), c.end_ns);
+                }
+                "StopContainer" => {
+                    stopped.insert(c.container_id.clone());
+                }
+                "ContainerStatus" => {
+                    let exited = c.response.get("state").is_some_and(|s| s == "2");
+                    if exited
+                        && !stopped.contains(&c.container_id)
+                        && !st.facts.runs.contains_key(&c.container_id)
+                        && let Some(start) = started.get(&c.container_id)
+                    {
+                        let code = c
+                            .response
+                            .get("exit_code")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let ran = c.start_ns.saturating_sub(*start) as i64;
+                        st.facts.runs.insert(c.container_id.clone(), (ran, code));
+                    }
+                }
+                // The first look at an image tells whether the node had it before the run.
+                "ImageStatus" if image_seen.insert(c.image.clone()) => {
+                    let present = c.response.get("present").is_some_and(|p| p == "true");
+                    if present {
+                        st.facts.images_present.insert(c.image.clone());
+                    }
+                }
+                "PullImage" => {
+                    image_seen.insert(c.image.clone());
+                }
+                _ => {}
+            }
+            if is_mutation(&c.method) {
+                st.pending
+                    .entry(Key::of(c))
+                    .or_default()
+                    .push_back(c.clone());
+            }
+        }
+        let mut reads: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for c in calls.iter().filter(|c| c.is_observation()) {
+            reads
+                .entry(c.method.clone())
+                .or_default()
+                .push(c.end_ns.saturating_sub(c.start_ns));
+        }
+        st.facts.read_ns = reads
+            .into_iter()
+            .map(|(m, mut v)| {
+                v.sort_unstable();
+                (m, v[v.len() / 2])
+            })
+            .collect();
+        st.images = st.facts.images_present.clone();
+        ReplayRuntime {
+            state: Arc::new(Mutex::new(st)),
+            scale: Arc::new(scale),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls served so far, with virtual times.
+    pub fn served(&self) -> Vec<CriCall> {
+        self.lock().served.clone()
+    }
+
+    pub fn divergences(&self) -> Vec<Divergence> {
+        self.lock().divergences.clone()
+    }
+
+    /// Takes the recorded answer for `key`, or records a divergence.
+    fn take(&self, key: &Key) -> Result<CriCall, CriError> {
+        let mut st = self.lock();
+        if let Some(c) = st.pending.get_mut(key).and_then(|q| q.pop_front()) {
+            if key.method == "ExecSync" {
+                st.last_exec
+                    .insert((key.pod_uid.clone(), key.container.clone()), c.clone());
+            }
+            return Ok(c);
+        }
+        // Probes run on a period, so their count depends on how long a container lived;
+        // past the recorded ones, an exec answers as the last one did.
+        if key.method == "ExecSync"
+            && let Some(c) = st
+                .last_exec
+                .get(&(key.pod_uid.clone(), key.container.clone()))
+        {
+            return Ok(c.clone());
+        }
+        let why = format!(
+            "the recording has no {} for pod {} {}attempt {}{}",
+            key.method,
+            key.pod_uid,
+            if key.container.is_empty() {
+                String::new()
+            } else {
+                format!("container {} ", key.container)
+            },
+            key.attempt,
+            if key.image.is_empty() {
+                String::new()
+            } else {
+                format!(" image {}", key.image)
+            },
+        );
+        st.divergences.push(Divergence {
+            at_ns: mono_now(),
+            method: key.method.clone(),
+            pod_uid: key.pod_uid.clone(),
+            container: key.container.clone(),
+            attempt: key.attempt,
+            image: key.image.clone(),
+            why: why.clone(),
+        });
+        Err(CriError::Call {
+            method: "Replay",
+            code: tonic::Code::Unknown,
+            message: format!("replay divergence: {why}"),
+        })
+    }
+
+    /// Waits the recorded duration (scaled) and returns the recorded outcome.
+    async fn answer(&self, key: Key, fill: impl FnOnce(&mut CriCall)) -> Result<CriCall, CriError> {
+        let rec = self.take(&key)?;
+        let factor = self.scale.get(&key.method).copied().unwrap_or(1.0);
+        let took = (rec.end_ns.saturating_sub(rec.start_ns) as f64 * factor) as u64;
+        let start = mono_now();
+        tokio::time::sleep(Duration::from_nanos(took)).await;
+        let mut served = rec.clone();
+        served.start_ns = start;
+        served.end_ns = mono_now();
+        fill(&mut served);
+        self.lock().served.push(served);
+        if rec.ok() {
+            Ok(rec)
+        } else {
+            Err(CriError::Call {
+                method: "Replay",
+                code: code_from_name(&rec.code),
+                message: rec.message.clone(),
+            })
+        }
+    }
+
+    /// A read takes its method's typical recorded time.
+    async fn read_delay(&self, method: &str) {
+        let base = self.lock().facts.read_ns.get(method).copied().unwrap_or(0);
+        let factor = self.scale.get(method).copied().unwrap_or(1.0);
+        tokio::time::sleep(Duration::from_nanos((base as f64 * factor) as u64)).await;
+    }
+
+    fn ids_for_sandbox(&self, id: &str) -> (String, u32) {
+        self.lock()
+            .sandboxes
+            .get(id)
+            .map(|s| (s.uid.clone(), s.attempt))
+            .unwrap_or_default()
+    }
+
+    fn ids_for_container(&self, id: &str) -> (String, String, u32) {
+        self.lock()
+            .containers
+            .get(id)
+            .map(|c| {
+                let meta = c.config.metadata.clone().unwrap_or_default();
+                (c.uid.clone(), meta.name, meta.attempt)
+            })
+            .unwrap_or_default()
+    }
+
+    /// Moves containers whose recorded run has ended to Exited.
+    fn advance(st: &mut State) {
+        let now = wall_now();
+        for c in st.containers.values_mut() {
+            if c.state != api::ContainerState::ContainerRunning {
+                continue;
+            }
+            if let Some((ran, code)) = c.runs_for
+                && now >= c.started_at + ran
+            {
+                c.state = api::ContainerState::ContainerExited;
+                c.finished_at = c.started_at + ran;
+                c.exit_code = code;
+                c.reason = if code == 0 { "Completed" } else { "Error" }.into();
+            }
+        }
+    }
+}
+
+fn code_from_name(name: &str) -> tonic::Code {
+    use tonic::Code::*;
+    match name {
+        "Cancelled" => Cancelled,
+        "InvalidArgument" => InvalidArgument,
+        "DeadlineExceeded" => DeadlineExceeded,
+        "NotFound" => NotFound,
+        "AlreadyExists" => AlreadyExists,
+        "PermissionDenied" => PermissionDenied,
+        "ResourceExhausted" => ResourceExhausted,
+        "FailedPrecondition" => FailedPrecondition,
+        "Aborted" => Aborted,
+        "OutOfRange" => OutOfRange,
+        "Unimplemented" => Unimplemented,
+        "Internal" => Internal,
+        "Unavailable" => Unavailable,
+        "DataLoss" => DataLoss,
+        "Unauthenticated" => Unauthenticated,
+        _ => Unknown,
+    }
+}
+
+fn matches_labels(want: &HashMap<String, String>, have: &HashMap<String, String>) -> bool {
+    want.iter().all(|(k, v)| have.get(k) == Some(v))
+}
+
+fn key(method: &str, pod_uid: &str, container: &str, attempt: u32) -> Key {
+    Key {
+        method: method.into(),
+        pod_uid: pod_uid.into(),
+        container: container.into(),
+        attempt,
+        image: String::new(),
+    }
+}
+
+impl RuntimeService for ReplayRuntime {
+    async fn version(&self) -> CriResult<api::VersionResponse> {
+        self.read_delay("Version").await;
+        let (name, version) = self.lock().facts.runtime.clone();
+        Ok(api::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: name,
+            runtime_version: version,
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn status(&self, _verbose: bool) -> CriResult<api::StatusResponse> {
+        self.read_delay("Status").await;
+        let (ready, message) = self.lock().facts.network_ready.clone();
+        let cond = |t: &str, status: bool| api::RuntimeCondition {
+            r#type: t.into(),
+            status,
+            reason: if status {
+                String::new()
+            } else {
+                "NetworkPluginNotReady".into()
+            },
+            message: if status {
+                String::new()
+            } else {
+                message.clone()
+            },
+        };
+        Ok(api::StatusResponse {
+            status: Some(api::RuntimeStatus {
+                conditions: vec![cond("RuntimeReady", true), cond("NetworkReady", ready)],
+            }),
+            ..Default::default()
+        })
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        req: api::RunPodSandboxRequest,
+    ) -> CriResult<api::RunPodSandboxResponse> {
+        let config = req.config.unwrap_or_default();
+        let meta = config.metadata.clone().unwrap_or_default();
+        let rec = self
+            .answer(key("RunPodSandbox", &meta.uid, "", meta.attempt), |_| {})
+            .await?;
+        let mut st = self.lock();
+        let ip = st
+            .facts
+            .sandbox_ip
+            .get(&rec.sandbox_id)
+            .cloned()
+            .unwrap_or_default();
+        st.sandboxes.insert(
+            rec.sandbox_id.clone(),
+            Sandbox {
+                uid: meta.uid,
+                attempt: meta.attempt,
+                config,
+                ready: true,
+                ip,
+                created_at: wall_now(),
+            },
+        );
+        Ok(api::RunPodSandboxResponse {
+            pod_sandbox_id: rec.sandbox_id,
+        })
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let (uid, attempt) = self.ids_for_sandbox(id);
+        self.answer(key("StopPodSandbox", &uid, "", attempt), |_| {})
+            .await?;
+        let mut st = self.lock();
+        if let Some(sb) = st.sandboxes.get_mut(id) {
+            sb.ready = false;
+        }
+        let now = wall_now();
+        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id) {
+            if c.state == api::ContainerState::ContainerRunning {
+                c.state = api::ContainerState::ContainerExited;
+                c.finished_at = now;
+                c.exit_code = 137;
+            }
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let (uid, attempt) = self.ids_for_sandbox(id);
+        self.answer(key("RemovePodSandbox", &uid, "", attempt), |_| {})
+            .await?;
+        let mut st = self.lock();
+        st.sandboxes.remove(id);
+        st.containers.retain(|_, c| c.sandbox_id != id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatusResponse> {
+        self.read_delay("PodSandboxStatus").await;
+        let st = self.lock();
+        let Some(sb) = st.sandboxes.get(id) else {
+            return Err(CriError::Call {
+                method: "PodSandboxStatus",
+                code: tonic::Code::NotFound,
+                message: format!("sandbox {id} not found"),
+            });
+        };
+        let namespaces = sb
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
+        Ok(api::PodSandboxStatusResponse {
+            status: Some(api::PodSandboxStatus {
+                id: id.to_string(),
+                metadata: sb.config.metadata.clone(),
+                state: if sb.ready {
+                    api::PodSandboxState::SandboxReady as i32
+                } else {
+                    api::PodSandboxState::SandboxNotready as i32
+                },
+                created_at: sb.created_at,
+                network: Some(api::PodSandboxNetworkStatus {
+                    ip: sb.ip.clone(),
+                    additional_ips: vec![],
+                }),
+                linux: Some(api::LinuxPodSandboxStatus {
+                    namespaces: Some(api::Namespace {
+                        options: namespaces,
+                    }),
+                }),
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> CriResult<Vec<api::PodSandbox>> {
+        self.read_delay("ListPodSandbox").await;
+        let want = filter.map(|f| f.label_selector).unwrap_or_default();
+        let st = self.lock();
+        Ok(st
+            .sandboxes
+            .iter()
+            .filter(|(_, sb)| matches_labels(&want, &sb.config.labels))
+            .map(|(id, sb)| api::PodSandbox {
+                id: id.clone(),
+                metadata: sb.config.metadata.clone(),
+                state: if sb.ready {
+                    api::PodSandboxState::SandboxReady as i32
+                } else {
+                    api::PodSandboxState::SandboxNotready as i32
+                },
+                created_at: sb.created_at,
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
+        let config = req.config.unwrap_or_default();
+        let meta = config.metadata.clone().unwrap_or_default();
+        let (uid, _) = self.ids_for_sandbox(&req.pod_sandbox_id);
+        let rec = self
+            .answer(
+                key("CreateContainer", &uid, &meta.name, meta.attempt),
+                |_| {},
+            )
+            .await?;
+        let mut st = self.lock();
+        let runs_for = st.facts.runs.get(&rec.container_id).copied();
+        st.containers.insert(
+            rec.container_id.clone(),
+            Container {
+                uid,
+                sandbox_id: req.pod_sandbox_id,
+                image_ref: config
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                config,
+                state: api::ContainerState::ContainerCreated,
+                created_at: wall_now(),
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+                runs_for,
+            },
+        );
+        Ok(rec.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> CriResult<()> {
+        let (uid, name, attempt) = self.ids_for_container(id);
+        self.answer(key("StartContainer", &uid, &name, attempt), |_| {})
+            .await?;
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.state = api::ContainerState::ContainerRunning;
+            c.started_at = wall_now();
+        }
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, _timeout: i64) -> CriResult<()> {
+        let (uid, name, attempt) = self.ids_for_container(id);
+        self.answer(key("StopContainer", &uid, &name, attempt), |_| {})
+            .await?;
+        let mut st = self.lock();
+        Self::advance(&mut st);
+        if let Some(c) = st.containers.get_mut(id)
+            && c.state != api::ContainerState::ContainerExited
+        {
+            c.state = api::ContainerState::ContainerExited;
+            c.finished_at = wall_now();
+            c.exit_code = 137;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> CriResult<()> {
+        let (uid, name, attempt) = self.ids_for_container(id);
+        self.answer(key("RemoveContainer", &uid, &name, attempt), |_| {})
+            .await?;
+        self.lock().containers.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> CriResult<Vec<api::Container>> {
+        self.read_delay("ListContainers").await;
+        let want = filter.map(|f| f.label_selector).unwrap_or_default();
+        let mut st = self.lock();
+        Self::advance(&mut st);
+        Ok(st
+            .containers
+            .iter()
+            .filter(|(_, c)| matches_labels(&want, &c.config.labels))
+            .map(|(id, c)| api::Container {
+                id: id.clone(),
+                pod_sandbox_id: c.sandbox_id.clone(),
+                metadata: c.config.metadata.clone(),
+                image: c.config.image.clone(),
+                image_ref: c.image_ref.clone(),
+                image_id: c.image_ref.clone(),
+                state: c.state as i32,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+            })
+            .collect())
+    }
+
+    async fn container_status(
+        &self,
+        id: &str,
+        _verbose: bool,
+    ) -> CriResult<api::ContainerStatusResponse> {
+        self.read_delay("ContainerStatus").await;
+        let mut st = self.lock();
+        Self::advance(&mut st);
+        let Some(c) = st.containers.get(id) else {
+            return Err(CriError::Call {
+                method: "ContainerStatus",
+                code: tonic::Code::NotFound,
+                message: format!("container {id} not found"),
+            });
+        };
+        Ok(api::ContainerStatusResponse {
+            status: Some(api::ContainerStatus {
+                id: id.to_string(),
+                metadata: c.config.metadata.clone(),
+                state: c.state as i32,
+                created_at: c.created_at,
+                started_at: c.started_at,
+                finished_at: c.finished_at,
+                exit_code: c.exit_code,
+                image: c.config.image.clone(),
+                image_ref: c.image_ref.clone(),
+                reason: c.reason.clone(),
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        _cmd: Vec<String>,
+        _timeout: i64,
+    ) -> CriResult<api::ExecSyncResponse> {
+        let (uid, name, attempt) = self.ids_for_container(id);
+        let rec = self
+            .answer(key("ExecSync", &uid, &name, attempt), |_| {})
+            .await?;
+        Ok(api::ExecSyncResponse {
+            exit_code: rec
+                .response
+                .get("exit_code")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            ..Default::default()
+        })
+    }
+}
+
+impl ImageService for ReplayRuntime {
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
+        self.read_delay("ImageStatus").await;
+        let present = self.lock().images.contains(&image.image);
+        Ok(present.then(|| api::Image {
+            id: format!("replay:{}", image.image),
+            ..Default::default()
+        }))
+    }
+
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        _auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        let meta = sandbox_config.and_then(|s| s.metadata).unwrap_or_default();
+        let k = Key {
+            method: "PullImage".into(),
+            pod_uid: meta.uid,
+            container: String::new(),
+            attempt: meta.attempt,
+            image: image.image.clone(),
+        };
+        let rec = self.answer(k, |_| {}).await?;
+        self.lock().images.insert(image.image.clone());
+        Ok(rec.response.get("image_ref").cloned().unwrap_or_default())
+    }
+}
