@@ -2,6 +2,7 @@
 
 mod build_ebpf;
 mod demo;
+mod record;
 mod setup;
 mod test;
 mod ui;
@@ -38,6 +39,13 @@ enum Cmd {
     Test(test::TestArgs),
     /// Build the eBPF probes and copy the object to target/bpf/podtrace-probes.o.
     BuildEbpf,
+    /// Record the CI fixtures in traces/ from traces/scenarios/ on the node lab.
+    Record {
+        /// Scenario names (default: all).
+        names: Vec<String>,
+    },
+    /// Replay every fixture in traces/ through the reconciler and compare.
+    Replay,
 }
 
 #[derive(Subcommand)]
@@ -68,6 +76,8 @@ fn main() -> ExitCode {
         Cmd::Demo => demo::run(),
         Cmd::Test(args) => test::run(&args),
         Cmd::BuildEbpf => build_ebpf::run().map(|path| println!("{}", path.display())),
+        Cmd::Record { names } => record::run(&names),
+        Cmd::Replay => record::replay_all(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// With --until-ready: stop and remove the pods before exiting.
     #[arg(long, requires = "until_ready")]
     pub cleanup: bool,
+    /// With --until-ready: once every pod has settled, keep running this long before
+    /// cleaning up, so restarts and back-offs play out (recording scenarios).
+    #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub hold: Option<std::time::Duration>,
     /// With --until-ready: give up on a pod not Running after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub ready_timeout: u64,

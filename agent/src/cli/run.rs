@@ -242,6 +242,9 @@ async fn until_ready(
         }
     }
 
+    if let Some(hold) = args.hold {
+        tokio::time::sleep(hold).await;
+    }
     let mut cleanup_failed = false;
     if args.cleanup {
         let _ = tx.send(PodUpdate::Remove(pods.clone()));

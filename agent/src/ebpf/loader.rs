@@ -160,7 +160,11 @@ impl KernelProbes {
             .set_global(names::TASK_EXIT_CODE_OFFSET, &offsets.task_exit_code, true)
             // Optional: an object built before exec events carried the parent has no
             // such globals, and its events simply report no parent.
-            .set_global(names::TASK_REAL_PARENT_OFFSET, &offsets.task_real_parent, false)
+            .set_global(
+                names::TASK_REAL_PARENT_OFFSET,
+                &offsets.task_real_parent,
+                false,
+            )
             .set_global(names::TASK_TGID_OFFSET, &offsets.task_tgid, false)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .load(&data)
