@@ -9,7 +9,7 @@ use crate::{setup, workspace};
 
 /// Integration tests that need no shared lab (some start and stop their own): they run
 /// while the shared lab is down.
-const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle", "cgroups"];
+const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle", "cgroups", "replay"];
 /// Integration tests that use the lab this command starts.
 const SHARED_LAB_TESTS: &[&str] = &[
     "cri_info",

@@ -1,0 +1,151 @@
+//! The records of a run, indexed: the pods the agent ran, what CRI said about which
+//! sandbox and container belongs to which pod, and every source in time order.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cri::CriCall;
+use crate::ebpf::KernelEvent;
+use crate::trace::{PodEventRecord, PodOp, TraceRecord};
+
+/// A pod the agent ran.
+#[derive(Debug, Clone)]
+pub(super) struct PodInfo<'a> {
+    pub namespace: String,
+    pub name: String,
+    /// The latest spec the config gave, if the records carry one.
+    pub pod: Option<&'a Pod>,
+    /// The first ADD.
+    pub seen_ns: Option<u64>,
+}
+
+/// A container as CRI named it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ContainerRef<'a> {
+    pub pod_uid: &'a str,
+    pub name: &'a str,
+    pub sandbox_id: &'a str,
+}
+
+pub(super) struct Index<'a> {
+    /// By UID.
+    pub pods: BTreeMap<String, PodInfo<'a>>,
+    /// Sandbox ID to pod UID.
+    pub sandboxes: BTreeMap<&'a str, &'a str>,
+    pub containers: BTreeMap<&'a str, ContainerRef<'a>>,
+    /// Ordered by start, then end, then record order.
+    pub cri: Vec<&'a CriCall>,
+    /// Ordered by time, then record order.
+    pub events: Vec<&'a PodEventRecord>,
+    /// With their index in the input, ordered by time, then input order.
+    pub kernel: Vec<(usize, &'a KernelEvent)>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(records: &'a [TraceRecord]) -> Index<'a> {
+        let mut index = Index {
+            pods: BTreeMap::new(),
+            sandboxes: BTreeMap::new(),
+            containers: BTreeMap::new(),
+            cri: Vec::new(),
+            events: Vec::new(),
+            kernel: Vec::new(),
+        };
+        for (i, r) in records.iter().enumerate() {
+            match r {
+                TraceRecord::Pod(p) => index.pod_op(p.op, p.at_ns, &p.pod),
+                TraceRecord::Cri(c) => index.cri.push(c),
+                TraceRecord::Event(e) => index.events.push(e),
+                TraceRecord::Kernel(k) => index.kernel.push((i, k)),
+                TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => {}
+            }
+        }
+        // Stable sorts keep record order among equal times, so the result does not
+        // depend on how the sort breaks ties.
+        index.cri.sort_by_key(|c| (c.start_ns, c.end_ns));
+        index.events.sort_by_key(|e| e.at_ns);
+        index.kernel.sort_by_key(|(_, k)| k.ktime_ns());
+        for c in index.cri.clone() {
+            index.learn_ids(c);
+        }
+        for e in index.events.clone() {
+            let info = index.pods.entry(e.pod_uid.clone()).or_insert_with(|| PodInfo {
+                namespace: String::new(),
+                name: String::new(),
+                pod: None,
+                seen_ns: None,
+            });
+            if info.name.is_empty() {
+                info.namespace = e.namespace.clone();
+                info.name = e.name.clone();
+            }
+        }
+        index
+    }
+
+    fn pod_op(&mut self, op: PodOp, at_ns: u64, pod: &'a Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let info = self.pods.entry(uid).or_insert_with(|| PodInfo {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            pod: None,
+            seen_ns: None,
+        });
+        if op != PodOp::Remove {
+            info.pod = Some(pod);
+        }
+        if op == PodOp::Add && info.seen_ns.is_none_or(|t| at_ns < t) {
+            info.seen_ns = Some(at_ns);
+        }
+    }
+
+    /// What a call says about which pod a sandbox or container belongs to. Only the
+    /// runtime's own answers count: the ID a create returned, or a status naming the pod.
+    fn learn_ids(&mut self, c: &'a CriCall) {
+        if c.pod_uid.is_empty() {
+            return;
+        }
+        if !self.pods.contains_key(&c.pod_uid) {
+            self.pods.insert(
+                c.pod_uid.clone(),
+                PodInfo {
+                    namespace: String::new(),
+                    name: String::new(),
+                    pod: None,
+                    seen_ns: None,
+                },
+            );
+        }
+        if !c.sandbox_id.is_empty() {
+            self.sandboxes
+                .entry(c.sandbox_id.as_str())
+                .or_insert(c.pod_uid.as_str());
+        }
+        if !c.container_id.is_empty() && !c.container.is_empty() {
+            self.containers
+                .entry(c.container_id.as_str())
+                .or_insert(ContainerRef {
+                    pod_uid: c.pod_uid.as_str(),
+                    name: c.container.as_str(),
+                    sandbox_id: c.sandbox_id.as_str(),
+                });
+        }
+    }
+
+    /// The pod's CRI calls, in order.
+    pub fn calls_of<'s>(&'s self, uid: &'s str) -> impl Iterator<Item = &'a CriCall> + 's {
+        self.cri.iter().copied().filter(move |c| c.pod_uid == uid)
+    }
+
+    /// The pod's events, in order.
+    pub fn events_of<'s>(&'s self, uid: &'s str) -> impl Iterator<Item = &'a PodEventRecord> + 's {
+        self.events.iter().copied().filter(move |e| e.pod_uid == uid)
+    }
+}

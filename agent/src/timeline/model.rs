@@ -1,0 +1,185 @@
+//! What the builder produces: per pod, the named stages of its startup, each a span on
+//! the one monotonic clock CRI calls and kernel events share.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a stage's times come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StageSource {
+    /// A CRI call's span, as the recording wrapper measured it.
+    Cri,
+    /// Kernel events from the eBPF probes.
+    Kernel,
+    /// The agent itself: a config change or a pod event it recorded.
+    Agent,
+}
+
+impl std::fmt::Display for StageSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StageSource::Cri => "cri",
+            StageSource::Kernel => "kernel",
+            StageSource::Agent => "agent",
+        })
+    }
+}
+
+/// One stage of one pod's startup. Self-contained (it names its pod), so a trace can hold
+/// stages as `stage` records one per line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage {
+    pub pod_uid: String,
+    pub namespace: String,
+    pub pod: String,
+    /// `pod_seen`, `cni_plugin:bridge`, `container_start:app`, ...
+    pub stage: String,
+    /// CLOCK_MONOTONIC ns. A point in time (an exec, a decision) has `end_ns == start_ns`.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    pub source: StageSource,
+    /// False when the stage failed: a CRI error, a process that exited non-zero or was
+    /// killed.
+    pub ok: bool,
+    /// A process's exit code (CNI plugins, exec hooks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that ended a process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// A CRI call's status code (`OK`, `Unknown`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The process a kernel stage is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The network namespace a stage created or used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_inum: Option<u32>,
+    /// The v2 cgroup a stage created or ran in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// For people: the file exec'd, the pod IP, the runtime's error message, ...
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl Stage {
+    /// The part of the name before `:` (`cni_plugin` for `cni_plugin:bridge`).
+    pub fn kind(&self) -> &str {
+        self.stage.split_once(':').map_or(&self.stage, |(k, _)| k)
+    }
+}
+
+/// One pod's stages and what the kernel attributed to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodTimeline {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// When the agent first saw the pod (`pod_seen`): offsets are measured from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_ns: Option<u64>,
+    /// Every sandbox the pod had, from CRI or from the kernel (a sandbox whose
+    /// RunPodSandbox failed is known only by the ID its CNI plugins were given).
+    pub sandbox_ids: Vec<String>,
+    /// Container ID to container name.
+    pub containers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// In the order they started.
+    pub stages: Vec<Stage>,
+    /// Kernel events attributed to the pod, by kind.
+    pub kernel_events: BTreeMap<String, u64>,
+    /// What the timeline cannot show and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl PodTimeline {
+    pub fn stage(&self, name: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.stage == name)
+    }
+
+    /// Stages that failed, in order.
+    pub fn failures(&self) -> impl Iterator<Item = &Stage> {
+        self.stages.iter().filter(|s| !s.ok)
+    }
+}
+
+/// Every pod's timeline, and the kernel events no pod could be tied to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Ordered by namespace, name and UID.
+    pub pods: Vec<PodTimeline>,
+    /// Kernel events in the input.
+    pub kernel_events: u64,
+    /// Kernel events with no pod identity: they stay on the node.
+    pub node_events: u64,
+}
+
+impl Timeline {
+    /// Every pod's stages, pod by pod.
+    pub fn stages(&self) -> impl Iterator<Item = &Stage> {
+        self.pods.iter().flat_map(|p| p.stages.iter())
+    }
+
+    /// Only the pods `pod` names: a name, `namespace/name`, or a UID.
+    pub fn only(mut self, pod: &str) -> Timeline {
+        self.pods.retain(|p| {
+            p.name == pod || p.uid == pod || format!("{}/{}", p.namespace, p.name) == pod
+        });
+        self
+    }
+
+    /// Groups stage records (as a trace holds them) back into pods, for a trace that
+    /// kept only its stages.
+    pub fn from_stages(stages: impl IntoIterator<Item = Stage>) -> Timeline {
+        let mut pods: BTreeMap<(String, String, String), PodTimeline> = BTreeMap::new();
+        for s in stages {
+            let key = (s.namespace.clone(), s.pod.clone(), s.pod_uid.clone());
+            let p = pods.entry(key).or_insert_with(|| PodTimeline {
+                uid: s.pod_uid.clone(),
+                namespace: s.namespace.clone(),
+                name: s.pod.clone(),
+                seen_ns: None,
+                sandbox_ids: Vec::new(),
+                containers: BTreeMap::new(),
+                ip: None,
+                stages: Vec::new(),
+                kernel_events: BTreeMap::new(),
+                notes: Vec::new(),
+            });
+            if s.stage == "pod_seen" {
+                p.seen_ns = Some(s.start_ns);
+            }
+            if let Some(id) = &s.sandbox_id
+                && !p.sandbox_ids.contains(id)
+            {
+                p.sandbox_ids.push(id.clone());
+            }
+            if let (Some(id), Some(name)) = (&s.container_id, &s.container) {
+                p.containers.insert(id.clone(), name.clone());
+            }
+            p.stages.push(s);
+        }
+        let mut pods: Vec<PodTimeline> = pods.into_values().collect();
+        for p in &mut pods {
+            p.stages.sort_by_key(|s| (s.start_ns, s.end_ns));
+        }
+        Timeline {
+            pods,
+            kernel_events: 0,
+            node_events: 0,
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The CI gate: every fixture in traces/ was recorded on the lab from a scenario in
+//! traces/scenarios/; each is valid against the schema, replays through the reconciler with
+//! no divergence, replays to identical bytes twice, and a deliberately changed decision is
+//! caught at the right call. Bad input is refused with the file and line. No lab needed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use podtrace_tests::{podtrace_bin, stderr, stdout, workspace_root};
+
+fn fixtures() -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("traces"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    all.sort();
+    assert!(
+        all.len() >= 5,
+        "expected the recorded fixtures in traces/, found {all:?}"
+    );
+    all
+}
+
+fn replay(args: &[&str], traces: &[&Path]) -> Output {
+    Command::new(podtrace_bin())
+        .arg("replay")
+        .args(args)
+        .args(traces)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn every_fixture_has_a_scenario_and_matches_the_schema() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_root().join("docs/trace-format.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    // The schema bites: an env value in a pod record and a CRI call without times fail.
+    let leaked: serde_json::Value = serde_json::json!({"type": "pod", "at_ns": 1, "op": "ADD",
+        "pod": {"metadata": {"name": "p", "uid": "u"},
+                "spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "s3cret"}]}]}}});
+    assert!(
+        !validator.is_valid(&leaked),
+        "the schema let an env value through"
+    );
+    let timeless = serde_json::json!({"type": "cri", "method": "RunPodSandbox", "code": "OK"});
+    assert!(!validator.is_valid(&timeless));
+    for trace in fixtures() {
+        let name = trace.file_stem().unwrap().to_string_lossy().to_string();
+        let scenario = workspace_root()
+            .join("traces/scenarios")
+            .join(format!("{name}.yaml"));
+        assert!(
+            scenario.exists(),
+            "{} has no scenario {}",
+            trace.display(),
+            scenario.display()
+        );
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let mut types = std::collections::BTreeSet::new();
+        for (i, line) in text.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(e) = validator.iter_errors(&v).next() {
+                panic!(
+                    "{}:{}: {e} at {}",
+                    trace.display(),
+                    i + 1,
+                    e.instance_path()
+                );
+            }
+            types.insert(v["type"].as_str().unwrap().to_string());
+        }
+        // A real recording: the runtime and the kernel both spoke.
+        for t in ["header", "pod", "cri", "event", "footer"] {
+            assert!(types.contains(t), "{} has no {t} record", trace.display());
+        }
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains("\"runtime_name\":\"containerd\""),
+            "{} was not recorded against containerd",
+            trace.display()
+        );
+    }
+}
+
+#[test]
+fn every_fixture_replays_without_divergence() {
+    for trace in fixtures() {
+        let out = replay(&[], &[&trace]);
+        assert!(
+            out.status.success(),
+            "{} diverged:\n{}{}",
+            trace.display(),
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(
+            stdout(&out).ends_with("result: match\n"),
+            "{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn replaying_twice_gives_identical_bytes() {
+    let all = fixtures();
+    let refs: Vec<&Path> = all.iter().map(PathBuf::as_path).collect();
+    let a = replay(&["-o", "json"], &refs);
+    let b = replay(&["-o", "json"], &refs);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout, "two replays of the same traces differ");
+}
+
+#[test]
+fn a_changed_decision_fails_replay_at_the_right_call() {
+    let trace = workspace_root().join("traces/multi-container.jsonl");
+    let out = replay(&["--test-flip-pull-policy"], &[&trace]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    // The first thing the flipped decision changes: a pull where the recording found the
+    // image present and created the container.
+    assert!(
+        text.contains("first divergence in default/web at call #2:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    both:     RunPodSandbox attempt=0 -> OK"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    recorded: CreateContainer container=httpd attempt=0 -> OK"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    replayed: PullImage image=127.0.0.1:5000/podtrace/app:1.0 attempt=0 -> NOT IN RECORDING"),
+        "{text}"
+    );
+    assert!(text.ends_with("result: DIVERGED\n"), "{text}");
+}
+
+#[test]
+fn what_if_faster_pulls_predicts_an_earlier_start() {
+    let trace = workspace_root().join("traces/multi-container.jsonl");
+    let out = replay(&["--scale", "PullImage=0.5", "-o", "json"], &[&trace]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for pod in doc[0]["pods"].as_array().unwrap() {
+        let pull = pod["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"].as_str().unwrap().starts_with("PullImage"));
+        if let Some(p) = pull {
+            let (rec, pred) = (
+                p["recorded_ns"].as_u64().unwrap(),
+                p["replayed_ns"].as_u64().unwrap(),
+            );
+            assert!(
+                pred * 2 <= rec + 2,
+                "pull predicted {pred} ns, recorded {rec} ns"
+            );
+        }
+    }
+}
+
+fn bad_input(name: &str, text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    let out = replay(&[], &[&path]);
+    assert_eq!(out.status.code(), Some(2), "{name}: {}", stdout(&out));
+    stderr(&out)
+}
+
+fn fixture_lines() -> Vec<String> {
+    std::fs::read_to_string(workspace_root().join("traces/deletion.jsonl"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_corrupt_line_is_named_with_file_and_line() {
+    let mut lines = fixture_lines();
+    lines[3] = lines[3][..lines[3].len() / 2].to_string();
+    let err = bad_input("corrupt.jsonl", &(lines.join("\n") + "\n"));
+    assert!(err.contains("corrupt.jsonl:4: corrupt record"), "{err}");
+}
+
+#[test]
+fn a_truncated_trace_is_refused() {
+    let lines = fixture_lines();
+    let err = bad_input("cut.jsonl", &(lines[..lines.len() - 1].join("\n") + "\n"));
+    assert!(
+        err.contains(&format!("cut.jsonl:{}: truncated", lines.len() - 1)),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_newer_schema_names_both_versions() {
+    let mut lines = fixture_lines();
+    lines[0] = lines[0].replace("\"schema_version\":1", "\"schema_version\":2");
+    let err = bad_input("newer.jsonl", &(lines.join("\n") + "\n"));
+    assert!(
+        err.contains("schema version 2 is newer than this podtrace reads (up to 1)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_fields_and_records_are_skipped() {
+    let mut lines = fixture_lines();
+    lines[2] = lines[2].replacen('{', "{\"added_in_a_later_release\":true,", 1);
+    lines.insert(3, "{\"type\":\"hologram\",\"at_ns\":1}".into());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let out = replay(&[], &[&path]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+}
