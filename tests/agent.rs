@@ -465,3 +465,60 @@ spec:
         "{events:#?}"
     );
 }
+
+#[test]
+fn an_invalid_manifest_shows_on_its_pod_and_disturbs_nothing_else() {
+    require_lab();
+    let agent = Agent::start("invalid", &[]);
+    agent.write(
+        "good.yaml",
+        &pod_yaml(
+            "fine",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    // A field podtrace does not support: the error says which.
+    let unsupported = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: broken}}\nspec:\n  volumes: [{{name: cfg, configMap: {{name: settings}}}}]\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
+    );
+    agent.write("broken.yaml", &unsupported);
+    let broken = agent.wait_pod("broken", "reported invalid", MINUTE, |p| {
+        phase(p) == "Failed"
+    });
+    assert_eq!(broken["status"]["reason"], "InvalidManifest");
+    let msg = broken["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("broken.yaml (document 0): field spec.volumes[0]")
+            && msg.contains("\"configMap\" is not supported"),
+        "{msg}"
+    );
+    assert!(
+        agent
+            .events("broken")
+            .iter()
+            .any(|e| e["reason"] == "FailedValidation")
+    );
+    agent.wait_pod("fine", "Running beside the invalid one", MINUTE, |p| {
+        phase(p) == "Running"
+    });
+    // Fixing the manifest turns the record into a real pod.
+    agent.write(
+        "broken.yaml",
+        &pod_yaml(
+            "broken",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    let fixed = agent.wait_pod("broken", "Running once fixed", MINUTE, |p| {
+        phase(p) == "Running"
+    });
+    assert!(!fixed["uid"].as_str().unwrap().starts_with("invalid:"));
+    assert_eq!(
+        agent
+            .pods()
+            .iter()
+            .filter(|p| p["name"] == "broken")
+            .count(),
+        1
+    );
+}

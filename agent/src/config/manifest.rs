@@ -55,10 +55,30 @@ pub enum ManifestError {
         source_at: PodSource,
         field: String,
         problem: String,
+        /// The pod's namespace and name, when the document names one.
+        pod: Option<(String, String)>,
     },
 }
 
 impl ManifestError {
+    /// The pod the error is about, when the document names one.
+    pub fn pod(&self) -> Option<&(String, String)> {
+        match self {
+            ManifestError::Field { pod, .. } => pod.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Where the error is: the file and document, or the path.
+    pub fn location(&self) -> String {
+        match self {
+            ManifestError::Read { path, .. } => path.display().to_string(),
+            ManifestError::Yaml { source_at, .. }
+            | ManifestError::NotAPod { source_at, .. }
+            | ManifestError::Field { source_at, .. } => source_at.to_string(),
+        }
+    }
+
     /// The file the error is about.
     pub fn file(&self) -> &Path {
         match self {
@@ -180,6 +200,15 @@ fn parse_pod(
             found,
         });
     }
+    let named = value.get("metadata").and_then(|m| {
+        let name = m.get("name")?.as_str()?.to_string();
+        let ns = m
+            .get("namespace")
+            .and_then(|n| n.as_str())
+            .unwrap_or(super::defaults::DEFAULT_NAMESPACE)
+            .to_string();
+        Some((ns, name))
+    });
     let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
         ManifestError::Field {
@@ -190,12 +219,14 @@ fn parse_pod(
                 field
             },
             problem: e.into_inner().to_string(),
+            pod: named.clone(),
         }
     })?;
     validate::validate(&pod).map_err(|(field, problem)| ManifestError::Field {
         source_at: source_at.clone(),
         field,
         problem,
+        pod: named.clone(),
     })?;
     defaults::apply(&mut pod, node_name);
     let uid = uid::static_pod_uid(&pod, node_name, &source_at.file);

@@ -18,10 +18,30 @@ pub enum PodUpdate {
     Update(Vec<Pod>),
     Remove(Vec<Pod>),
     /// Manifests that could not be read this time, with why.
-    Invalid(Vec<String>),
+    Invalid(Vec<InvalidManifest>),
     /// Every source has delivered its first snapshot (kubelet's sourcesReady): only now
     /// may housekeeping treat runtime pods missing from the config as orphans.
     SourcesReady,
+}
+
+/// A manifest (or one document of it) that could not become a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidManifest {
+    /// Where: the file and document.
+    pub location: String,
+    /// The pod the document names, if it names one.
+    pub pod: Option<(String, String)>,
+    pub message: String,
+}
+
+impl InvalidManifest {
+    fn of(e: &ManifestError) -> InvalidManifest {
+        InvalidManifest {
+            location: e.location(),
+            pod: e.pod().cloned(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// kubelet re-reads static pod manifests every 20 s even with inotify; podtrace does the
@@ -32,7 +52,7 @@ pub const RESCAN_PERIOD: Duration = Duration::from_secs(20);
 #[derive(Debug, Default)]
 pub struct PodConfig {
     pods: BTreeMap<String, Pod>,
-    last_errors: Vec<String>,
+    last_errors: Vec<InvalidManifest>,
 }
 
 impl PodConfig {
@@ -58,9 +78,10 @@ impl PodConfig {
             .map(|(_, p)| p.clone())
             .collect();
         self.pods = next;
-        let errors: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        let errors: Vec<InvalidManifest> = errors.iter().map(InvalidManifest::of).collect();
         let mut out = Vec::new();
-        if errors != self.last_errors && !errors.is_empty() {
+        // Sent whenever the set changes, including to empty: fixed manifests clear.
+        if errors != self.last_errors {
             out.push(PodUpdate::Invalid(errors.clone()));
         }
         self.last_errors = errors;

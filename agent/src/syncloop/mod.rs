@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use tokio::sync::{mpsc, watch};
 
 use crate::cm::{CgroupLayout, PodContainerManager};
-use crate::config::source::PodUpdate;
+use crate::config::source::{InvalidManifest, PodUpdate};
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::admission::can_admit_pod;
 use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
@@ -54,6 +54,8 @@ pub struct Kubelet<R> {
     rejected: BTreeSet<String>,
     /// Set once the config sources delivered their first snapshot.
     sources_ready: bool,
+    /// Store entries standing for invalid manifests.
+    invalid: Vec<String>,
     pleg: Pleg,
     pleg_rx: mpsc::UnboundedReceiver<PlegEvent>,
     prober: Arc<ProbeManager<R>>,
@@ -90,6 +92,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             pod_manager: BTreeMap::new(),
             rejected: BTreeSet::new(),
             sources_ready: false,
+            invalid: Vec::new(),
             pleg,
             pleg_rx,
             prober,
@@ -176,12 +179,43 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 }
             }
             PodUpdate::SourcesReady => self.sources_ready = true,
-            PodUpdate::Invalid(errors) => {
-                for e in errors {
-                    tracing::warn!("{e}");
-                    eprintln!("podtrace: {e}");
-                }
-            }
+            PodUpdate::Invalid(errors) => self.handle_invalid(errors),
+        }
+    }
+
+    /// Manifests that name a pod but cannot become one show up as that pod, Failed with
+    /// the reason and an event, so `podtrace pods` says what is wrong where the pod
+    /// would be. They are replaced whenever the set of invalid manifests changes.
+    fn handle_invalid(&mut self, errors: Vec<InvalidManifest>) {
+        for uid in std::mem::take(&mut self.invalid) {
+            self.shared.store.remove(&uid);
+        }
+        for e in errors {
+            eprintln!("podtrace: {}", e.message);
+            let Some((namespace, name)) = e.pod else {
+                continue;
+            };
+            let uid = format!("invalid:{}", e.location);
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(name);
+            pod.metadata.namespace = Some(namespace);
+            pod.metadata.uid = Some(uid.clone());
+            self.shared.store.add_pod(&pod);
+            self.shared.store.recorder(&uid).record(PodEvent::warning(
+                "FailedValidation",
+                e.message.clone(),
+                None,
+            ));
+            self.shared.store.set_status(
+                &uid,
+                PodStatus {
+                    phase: Some("Failed".into()),
+                    reason: Some("InvalidManifest".into()),
+                    message: Some(e.message),
+                    ..PodStatus::default()
+                },
+            );
+            self.invalid.push(uid);
         }
     }
 
