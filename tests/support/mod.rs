@@ -140,25 +140,7 @@ pub fn pod<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value 
         .unwrap_or_else(|| panic!("no pod {name} in {doc:#}"))
 }
 
-/// True when `ip` is an IPv4 address inside `cidr`.
-pub fn ip_in_subnet(ip: &str, cidr: &str) -> bool {
-    let Some((net, bits)) = cidr.split_once('/') else {
-        return false;
-    };
-    let (Ok(ip), Ok(net), Ok(bits)) = (
-        ip.parse::<std::net::Ipv4Addr>(),
-        net.parse::<std::net::Ipv4Addr>(),
-        bits.parse::<u32>(),
-    ) else {
-        return false;
-    };
-    let mask = if bits == 0 {
-        0
-    } else {
-        u32::MAX << (32 - bits)
-    };
-    u32::from(ip) & mask == u32::from(net) & mask
-}
+pub use xtask::lab::ip_in_subnet;
 
 /// What the lab's runtime holds for a pod UID: (sandbox IDs, container IDs).
 pub fn runtime_objects(uid: &str) -> (Vec<String>, Vec<String>) {

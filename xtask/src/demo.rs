@@ -5,7 +5,7 @@
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
-use xtask::lab::{self, LabPaths, POD_SUBNET, UpOutcome};
+use xtask::lab::{self, LabPaths, POD_SUBNET, UpOutcome, ip_in_subnet};
 
 use crate::ui::Step;
 use crate::{setup, workspace};
@@ -142,24 +142,4 @@ fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
         bail!("no pods ran from {}", examples.display());
     }
     Ok(results)
-}
-
-/// True when `ip` is an IPv4 address inside `cidr`.
-pub fn ip_in_subnet(ip: &str, cidr: &str) -> bool {
-    let Some((net, bits)) = cidr.split_once('/') else {
-        return false;
-    };
-    let (Ok(ip), Ok(net), Ok(bits)) = (
-        ip.parse::<std::net::Ipv4Addr>(),
-        net.parse::<std::net::Ipv4Addr>(),
-        bits.parse::<u32>(),
-    ) else {
-        return false;
-    };
-    let mask = if bits == 0 {
-        0
-    } else {
-        u32::MAX << (32 - bits)
-    };
-    u32::from(ip) & mask == u32::from(net) & mask
 }

@@ -56,7 +56,7 @@ pub enum ManifestError {
         field: String,
         problem: String,
         /// The pod's namespace and name, when the document names one.
-        pod: Option<(String, String)>,
+        pod: Option<Box<(String, String)>>,
     },
 }
 
@@ -64,7 +64,7 @@ impl ManifestError {
     /// The pod the error is about, when the document names one.
     pub fn pod(&self) -> Option<&(String, String)> {
         match self {
-            ManifestError::Field { pod, .. } => pod.as_ref(),
+            ManifestError::Field { pod, .. } => pod.as_deref(),
             _ => None,
         }
     }
@@ -207,7 +207,7 @@ fn parse_pod(
             .and_then(|n| n.as_str())
             .unwrap_or(super::defaults::DEFAULT_NAMESPACE)
             .to_string();
-        Some((ns, name))
+        Some(Box::new((ns, name)))
     });
     let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();

@@ -61,6 +61,26 @@ const REQUIRED_PROGRAMS: &[(&str, &str)] = &[
 ];
 const CNI_PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "loopback"];
 
+/// True when `ip` is an IPv4 address inside `cidr`.
+pub fn ip_in_subnet(ip: &str, cidr: &str) -> bool {
+    let Some((net, bits)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(ip), Ok(net), Ok(bits)) = (
+        ip.parse::<std::net::Ipv4Addr>(),
+        net.parse::<std::net::Ipv4Addr>(),
+        bits.parse::<u32>(),
+    ) else {
+        return false;
+    };
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    u32::from(ip) & mask == u32::from(net) & mask
+}
+
 /// Starts the lab, or reports that it already runs. A stale lab (state file present but a
 /// daemon gone) or leftovers of one are removed first. On any failure everything this call
 /// started is torn down again before the error is returned.
