@@ -30,6 +30,32 @@ impl fmt::Display for SyncReason {
     }
 }
 
+impl SyncReason {
+    /// The reason of the pod event kubelet records for this failure.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            SyncReason::CreatePodSandboxError => "FailedCreatePodSandBox",
+            SyncReason::ConfigPodSandboxError => "FailedCreatePodSandBox",
+            SyncReason::KillPodSandboxError => "FailedKillPod",
+            SyncReason::KillContainerError => "FailedKillPod",
+            _ => "FailedSync",
+        }
+    }
+
+    /// The event's message, worded as kubelet words it.
+    pub fn event_message(self, message: &str) -> String {
+        match self {
+            SyncReason::CreatePodSandboxError | SyncReason::ConfigPodSandboxError => {
+                format!("Failed to create pod sandbox: {message}")
+            }
+            SyncReason::KillPodSandboxError | SyncReason::KillContainerError => {
+                format!("error killing pod: {message}")
+            }
+            _ => format!("error syncing pod: {self}: {message}"),
+        }
+    }
+}
+
 /// A sync step that failed, with kubelet's reason and the message a user sees.
 #[derive(Debug, thiserror::Error)]
 #[error("{reason}: {message}")]

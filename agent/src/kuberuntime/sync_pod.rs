@@ -115,8 +115,8 @@ pub async fn sync_pod<R: RuntimeService + ImageService>(
     };
     if let Err(e) = execute(cri, ctx, pod, status, &mut result).await {
         ctx.events.record(PodEvent::warning(
-            e.reason.to_string(),
-            e.message.clone(),
+            e.reason.event_reason().to_string(),
+            e.reason.event_message(&e.message),
             e.container.clone(),
         ));
         result.pod_error = Some(e);
