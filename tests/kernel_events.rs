@@ -114,7 +114,8 @@ fn a_sandbox_is_seen_from_the_kernel() {
         .iter()
         .find(|e| e["hierarchy"] == 0)
         .unwrap_or_else(|| panic!("no cgroup v2 mkdir for the sandbox: {mkdirs:?}"));
-    let sandbox_cgroup = &unified["cgroup_id"];
+    // The created cgroup's ID; `cgroup_id` beside it is the creating task's.
+    let sandbox_cgroup = &unified["target_cgroup_id"];
     let pause = w
         .of_kind("exec")
         .find(|e| &e["cgroup_id"] == sandbox_cgroup)
@@ -362,7 +363,7 @@ impl Timeline {
         let cgroup = w
             .of_kind("cgroup_mkdir")
             .find(|e| e["hierarchy"] == 0 && e["path"].as_str().unwrap().ends_with(sandbox))
-            .map(|e| e["cgroup_id"].clone());
+            .map(|e| e["target_cgroup_id"].clone());
         let mut lines = Vec::new();
         for e in &w.events {
             let t = ns(e, "ktime_ns");

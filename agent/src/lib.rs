@@ -16,4 +16,5 @@ pub mod lifecycle;
 pub mod prober;
 pub mod replay;
 pub mod syncloop;
+pub mod timeline;
 pub mod trace;

@@ -17,9 +17,9 @@ struct Scenario {
     #[serde(default)]
     args: Vec<String>,
     pods: Vec<serde_yaml::Value>,
-    /// Lab settings the scenario needs (environment for `lab up`), e.g. a failing plugin.
+    /// CNI plugins the scenario's lab appends to its conflist (a plugin made to fail).
     #[serde(default)]
-    lab_env: std::collections::BTreeMap<String, String>,
+    lab_cni_plugins: Vec<serde_json::Value>,
 }
 
 pub fn scenarios_dir() -> PathBuf {
@@ -64,22 +64,16 @@ pub fn run(names: &[String]) -> anyhow::Result<()> {
             .to_string();
         let scenario = load(&path)?;
         eprintln!("recording {name}: {}", scenario.description);
-        // A scenario that needs lab settings gets a lab of its own with them.
-        let own_lab = !scenario.lab_env.is_empty();
+        // A scenario that needs a different network gets a lab of its own.
+        let own_lab = !scenario.lab_cni_plugins.is_empty();
         if own_lab && paths.state_file().exists() {
             lab::down(&paths, &|_| {})?;
         }
-        for (k, v) in &scenario.lab_env {
-            // SAFETY: xtask is single-threaded here; the variables configure the lab it
-            // starts next and are removed right after.
-            unsafe { std::env::set_var(k, v) };
-        }
-        let up = lab::up(&paths, &|s| eprintln!("  lab: {s}"));
-        for k in scenario.lab_env.keys() {
-            // SAFETY: as above.
-            unsafe { std::env::remove_var(k) };
-        }
-        let started_here = matches!(up?, UpOutcome::Started(_));
+        let options = lab::LabOptions {
+            extra_cni_plugins: scenario.lab_cni_plugins.clone(),
+        };
+        let up = lab::up_with(&paths, &options, &|s| eprintln!("  lab: {s}"))?;
+        let started_here = matches!(up, UpOutcome::Started(_));
         let result = record_one(&bin, &name, &scenario);
         if own_lab || started_here {
             lab::down(&paths, &|_| {})?;

@@ -9,7 +9,8 @@ use crate::{setup, workspace};
 
 /// Integration tests that need no shared lab (some start and stop their own): they run
 /// while the shared lab is down.
-const SELF_MANAGED_LAB_TESTS: &[&str] = &["lab_lifecycle", "cgroups", "replay"];
+const SELF_MANAGED_LAB_TESTS: &[&str] =
+    &["lab_lifecycle", "cgroups", "replay", "timeline_cni_failure"];
 /// Integration tests that use the lab this command starts.
 const SHARED_LAB_TESTS: &[&str] = &[
     "cri_info",
@@ -18,6 +19,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "agent",
     "probes",
     "kernel_events",
+    "timeline",
 ];
 
 #[derive(Debug, clap::Args)]

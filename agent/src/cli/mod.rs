@@ -8,6 +8,7 @@ mod pods;
 mod recorder;
 mod replay;
 mod run;
+mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +49,8 @@ pub enum Command {
     Events(pods::EventsArgs),
     /// Load the eBPF probes and print the kernel events they report.
     KernelEvents(kernel_events::KernelEventsArgs),
+    /// Each pod's startup stage by stage, from a trace file or the running agent.
+    Timeline(timeline::TimelineArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,5 +138,6 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Replay(args) => replay::run(&args),
         Command::Events(args) => pods::events(&args).await,
         Command::KernelEvents(args) => kernel_events::run(args).await,
+        Command::Timeline(args) => timeline::run(&args).await,
     }
 }

@@ -1,5 +1,6 @@
-//! What `podtrace run` records besides driving pods: the trace file (`--trace`) and the
-//! kernel probes feeding it. Everything recorded goes through one [`TraceSink`].
+//! What `podtrace run` records besides driving pods: the trace file (`--trace`), the
+//! kernel probes feeding it, and the in-memory records the agent builds timelines from.
+//! Everything recorded goes through one [`RecordSink`], which feeds both.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,18 +10,39 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::kernel_events::EbpfArgs;
 use crate::config::source::PodUpdate;
-use crate::cri::{CriClient, RuntimeService};
+use crate::cri::{CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, now_ktime_ns};
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
+use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, SCHEMA_VERSION, TraceRecord, TraceSink,
     TraceWriter, redact_pod,
 };
 
+/// The trace and the agent's timeline records, fed together.
+#[derive(Clone)]
+pub struct RecordSink {
+    trace: TraceSink,
+    collector: Arc<Collector>,
+}
+
+impl RecordSink {
+    pub fn send(&self, record: TraceRecord) {
+        self.collector.push(&record);
+        self.trace.send(record);
+    }
+}
+
+impl CallSink for RecordSink {
+    fn record(&self, call: CriCall) {
+        self.send(TraceRecord::Cri(call));
+    }
+}
+
 pub struct RunRecorder {
     writer: Option<TraceWriter>,
-    sink: TraceSink,
+    sink: RecordSink,
     probes: Option<KernelProbes>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
 }
@@ -64,10 +86,13 @@ impl RunRecorder {
                 Some(w)
             }
         };
-        let sink = writer
-            .as_ref()
-            .map(|w| w.sink())
-            .unwrap_or_else(TraceSink::discard);
+        let sink = RecordSink {
+            trace: writer
+                .as_ref()
+                .map(|w| w.sink())
+                .unwrap_or_else(TraceSink::discard),
+            collector: Arc::new(Collector::new()),
+        };
         let mut recorder = RunRecorder {
             writer,
             sink,
@@ -84,9 +109,18 @@ impl RunRecorder {
             if let Some((probes, mut events)) = ebpf.start()? {
                 let sink = recorder.sink.clone();
                 recorder.forwarder = Some(tokio::spawn(async move {
+                    let mut filter = KernelFilter::new();
+                    let mut keep = Vec::new();
                     while let Some(e) = events.recv().await {
-                        sink.send(TraceRecord::Kernel(e));
+                        filter.offer(e, &mut keep);
+                        for e in keep.drain(..) {
+                            sink.send(TraceRecord::Kernel(e));
+                        }
                     }
+                    tracing::debug!(
+                        dropped = filter.dropped(),
+                        "node-level kernel events away from pod work were not kept"
+                    );
                 }));
                 recorder.probes = Some(probes);
             }
@@ -94,8 +128,13 @@ impl RunRecorder {
         Ok(recorder)
     }
 
-    pub fn sink(&self) -> TraceSink {
+    pub fn sink(&self) -> RecordSink {
         self.sink.clone()
+    }
+
+    /// What the agent builds its timelines from (`GET /timeline`).
+    pub fn collector(&self) -> Arc<Collector> {
+        self.sink.collector.clone()
     }
 
     /// Sends the store's pod events to the trace.
@@ -157,6 +196,15 @@ impl RunRecorder {
         }
         if let Some(f) = self.forwarder {
             let _ = f.await;
+        }
+        if self.writer.is_some() {
+            // Every record is in by now: the probes are stopped and their events drained.
+            for stage in self.sink.collector.timeline().stages() {
+                match serde_json::to_value(stage) {
+                    Ok(v) => self.sink.trace.send(TraceRecord::Stage(v)),
+                    Err(e) => eprintln!("podtrace: a timeline stage: {e}"),
+                }
+            }
         }
         footer.ended_ns = now_ktime_ns();
         if let Some(w) = self.writer {

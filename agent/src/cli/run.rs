@@ -63,8 +63,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let node = cfg.node_name.clone();
     let config = run_config(&args, &settings);
-    // Kernel events have a reader when a trace is written or the agent serves its API.
-    let want_kernel = !args.no_ebpf && (args.trace.is_some() || !args.until_ready);
+    // Kernel events have a reader when a trace is written or the agent serves its API;
+    // --require-ebpf asks for them regardless, so a node without them fails loudly.
+    let want_kernel =
+        !args.no_ebpf && (args.trace.is_some() || !args.until_ready || args.ebpf.require_ebpf);
     let recorder = match RunRecorder::start(
         args.trace.as_deref(),
         want_kernel,
@@ -101,7 +103,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let code = if args.until_ready {
         until_ready(&args, &node, &store, &tx).await
     } else {
-        match crate::syncloop::api::serve(&args.api_socket, store.clone()) {
+        match crate::syncloop::api::serve(&args.api_socket, store.clone(), recorder.collector()) {
             Ok(server) => {
                 let code = serve(&args, &node, &tx).await;
                 server.abort();

@@ -1,6 +1,7 @@
 //! The agent's local API: HTTP/1 on a unix socket that only root can open. `GET /pods`
 //! gives every pod's record (API status, first seen, events); `GET /events` every pod's
-//! events. `podtrace pods` and `podtrace events` read it.
+//! events; `GET /timeline` every pod's stage timeline. `podtrace pods`, `podtrace events`
+//! and `podtrace timeline` read it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixListener;
 
 use super::StatusStore;
+use crate::timeline::Collector;
 
 /// Where the agent serves its API unless told otherwise.
 pub const DEFAULT_API_SOCKET: &str = "/run/podtrace/podtrace.sock";
@@ -37,6 +39,7 @@ pub enum ApiError {
 pub fn serve(
     path: &Path,
     store: Arc<StatusStore>,
+    timeline: Arc<Collector>,
 ) -> Result<tokio::task::JoinHandle<()>, ApiError> {
     let io = |source| ApiError::Io {
         path: path.to_path_buf(),
@@ -64,10 +67,12 @@ pub fn serve(
                 continue;
             };
             let store = store.clone();
+            let timeline = timeline.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let store = store.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(&store, req)) }
+                    let timeline = timeline.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(&store, &timeline, req)) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
@@ -95,7 +100,11 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
     resp
 }
 
-fn handle(store: &StatusStore, req: Request<Incoming>) -> Response<Full<Bytes>> {
+fn handle(
+    store: &StatusStore,
+    timeline: &Collector,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/pods") => {
             json(StatusCode::OK, serde_json::json!({ "pods": store.list() }))
@@ -116,9 +125,16 @@ fn handle(store: &StatusStore, req: Request<Incoming>) -> Response<Full<Bytes>> 
                 .collect();
             json(StatusCode::OK, serde_json::json!({ "events": events }))
         }
+        (&Method::GET, "/timeline") => match serde_json::to_value(timeline.timeline()) {
+            Ok(v) => json(StatusCode::OK, v),
+            Err(e) => json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                serde_json::json!({ "error": e.to_string() }),
+            ),
+        },
         (_, path) => json(
             StatusCode::NOT_FOUND,
-            serde_json::json!({ "error": format!("no such resource {path:?}; try /pods or /events") }),
+            serde_json::json!({ "error": format!("no such resource {path:?}; try /pods, /events or /timeline") }),
         ),
     }
 }

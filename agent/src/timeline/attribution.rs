@@ -220,13 +220,12 @@ fn attribute_netns(
     // Creation (by position in `created`) to owner: the first entry decides.
     let mut namespaces: BTreeMap<usize, Owner> = BTreeMap::new();
     for (inum, at, owner) in entered {
-        let Some(pos) = created
-            .iter()
-            .rposition(|c| c.inum == *inum && c.at <= *at)
-        else {
+        let Some(pos) = created.iter().rposition(|c| c.inum == *inum && c.at <= *at) else {
             continue;
         };
-        namespaces.entry(pos).or_insert_with(|| owner.by(Rule::Netns));
+        namespaces
+            .entry(pos)
+            .or_insert_with(|| owner.by(Rule::Netns));
     }
     for (&pos, owner) in &namespaces {
         let c = &created[pos];

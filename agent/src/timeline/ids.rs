@@ -41,7 +41,7 @@ pub fn cgroup_ids(path: &str) -> CgroupIds<'_> {
 }
 
 /// The UID in a `pod<uid>` component. The systemd driver's form carries the UID with `_`
-/// for `-`; it is returned as written, and [`same_uid`] compares the two spellings.
+/// for `-`; it is returned as written.
 fn pod_component(c: &str) -> Option<&str> {
     let c = c.strip_suffix(".slice").unwrap_or(c);
     let uid = match c.rsplit_once("-pod") {
@@ -58,15 +58,6 @@ fn pod_component(c: &str) -> Option<&str> {
 /// A runtime's sandbox or container ID: 64 lowercase hex digits.
 pub fn is_runtime_id(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// True when `a` and `b` are the same UID, one possibly in the systemd spelling.
-pub fn same_uid(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes().zip(b.bytes()).all(|(x, y)| {
-            let n = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
-            n(x) == n(y)
-        })
 }
 
 /// Files runc executes for itself while it sets a container up (its re-exec and the
@@ -110,7 +101,7 @@ mod tests {
             UID.replace('-', "_")
         );
         let ids = cgroup_ids(&systemd);
-        assert!(same_uid(ids.pod_uid.unwrap(), UID));
+        assert_eq!(ids.pod_uid.unwrap().replace('_', "-"), UID);
         assert_eq!(ids.runtime_id, Some(ID));
     }
 
@@ -119,7 +110,10 @@ mod tests {
         assert_eq!(cgroup_ids("/podtrace/besteffort"), CgroupIds::default());
         assert_eq!(cgroup_ids("/k8s.io"), CgroupIds::default());
         assert_eq!(cgroup_ids("/k8s.io/abc"), CgroupIds::default());
-        assert_eq!(cgroup_ids("/system.slice/podcast.service"), CgroupIds::default());
+        assert_eq!(
+            cgroup_ids("/system.slice/podcast.service"),
+            CgroupIds::default()
+        );
         assert_eq!(cgroup_ids(&format!("/x/{UID}")), CgroupIds::default());
         assert!(!is_runtime_id(&ID.to_uppercase()));
     }

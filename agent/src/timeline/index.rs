@@ -24,7 +24,6 @@ pub(super) struct PodInfo<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ContainerRef<'a> {
     pub pod_uid: &'a str,
-    pub name: &'a str,
     pub sandbox_id: &'a str,
 }
 
@@ -34,10 +33,10 @@ pub(super) struct Index<'a> {
     /// Sandbox ID to pod UID.
     pub sandboxes: BTreeMap<&'a str, &'a str>,
     pub containers: BTreeMap<&'a str, ContainerRef<'a>>,
-    /// Ordered by start, then end, then record order.
-    pub cri: Vec<&'a CriCall>,
-    /// Ordered by time, then record order.
-    pub events: Vec<&'a PodEventRecord>,
+    /// Each pod's calls, ordered by start, then end, then record order.
+    cri: BTreeMap<String, Vec<&'a CriCall>>,
+    /// Each pod's events, ordered by time, then record order.
+    events: BTreeMap<String, Vec<&'a PodEventRecord>>,
     /// With their index in the input, ordered by time, then input order.
     pub kernel: Vec<(usize, &'a KernelEvent)>,
 }
@@ -48,38 +47,47 @@ impl<'a> Index<'a> {
             pods: BTreeMap::new(),
             sandboxes: BTreeMap::new(),
             containers: BTreeMap::new(),
-            cri: Vec::new(),
-            events: Vec::new(),
+            cri: BTreeMap::new(),
+            events: BTreeMap::new(),
             kernel: Vec::new(),
         };
+        let mut cri: Vec<&'a CriCall> = Vec::new();
+        let mut events: Vec<&'a PodEventRecord> = Vec::new();
         for (i, r) in records.iter().enumerate() {
             match r {
                 TraceRecord::Pod(p) => index.pod_op(p.op, p.at_ns, &p.pod),
-                TraceRecord::Cri(c) => index.cri.push(c),
-                TraceRecord::Event(e) => index.events.push(e),
+                TraceRecord::Cri(c) => cri.push(c),
+                TraceRecord::Event(e) => events.push(e),
                 TraceRecord::Kernel(k) => index.kernel.push((i, k)),
                 TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => {}
             }
         }
         // Stable sorts keep record order among equal times, so the result does not
         // depend on how the sort breaks ties.
-        index.cri.sort_by_key(|c| (c.start_ns, c.end_ns));
-        index.events.sort_by_key(|e| e.at_ns);
+        cri.sort_by_key(|c| (c.start_ns, c.end_ns));
+        events.sort_by_key(|e| e.at_ns);
         index.kernel.sort_by_key(|(_, k)| k.ktime_ns());
-        for c in index.cri.clone() {
+        for c in cri {
             index.learn_ids(c);
+            if !c.pod_uid.is_empty() {
+                index.cri.entry(c.pod_uid.clone()).or_default().push(c);
+            }
         }
-        for e in index.events.clone() {
-            let info = index.pods.entry(e.pod_uid.clone()).or_insert_with(|| PodInfo {
-                namespace: String::new(),
-                name: String::new(),
-                pod: None,
-                seen_ns: None,
-            });
+        for e in events {
+            let info = index
+                .pods
+                .entry(e.pod_uid.clone())
+                .or_insert_with(|| PodInfo {
+                    namespace: String::new(),
+                    name: String::new(),
+                    pod: None,
+                    seen_ns: None,
+                });
             if info.name.is_empty() {
                 info.namespace = e.namespace.clone();
                 info.name = e.name.clone();
             }
+            index.events.entry(e.pod_uid.clone()).or_default().push(e);
         }
         index
     }
@@ -133,19 +141,18 @@ impl<'a> Index<'a> {
                 .entry(c.container_id.as_str())
                 .or_insert(ContainerRef {
                     pod_uid: c.pod_uid.as_str(),
-                    name: c.container.as_str(),
                     sandbox_id: c.sandbox_id.as_str(),
                 });
         }
     }
 
     /// The pod's CRI calls, in order.
-    pub fn calls_of<'s>(&'s self, uid: &'s str) -> impl Iterator<Item = &'a CriCall> + 's {
-        self.cri.iter().copied().filter(move |c| c.pod_uid == uid)
+    pub fn calls_of(&self, uid: &str) -> impl Iterator<Item = &'a CriCall> + '_ {
+        self.cri.get(uid).into_iter().flatten().copied()
     }
 
     /// The pod's events, in order.
-    pub fn events_of<'s>(&'s self, uid: &'s str) -> impl Iterator<Item = &'a PodEventRecord> + 's {
-        self.events.iter().copied().filter(move |e| e.pod_uid == uid)
+    pub fn events_of(&self, uid: &str) -> impl Iterator<Item = &'a PodEventRecord> + '_ {
+        self.events.get(uid).into_iter().flatten().copied()
     }
 }

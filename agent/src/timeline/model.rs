@@ -125,6 +125,9 @@ pub struct Timeline {
     pub kernel_events: u64,
     /// Kernel events with no pod identity: they stay on the node.
     pub node_events: u64,
+    /// Kernel events of pods this agent does not run (another kubelet on the runtime).
+    #[serde(default)]
+    pub other_pod_events: u64,
 }
 
 impl Timeline {
@@ -141,8 +144,8 @@ impl Timeline {
         self
     }
 
-    /// Groups stage records (as a trace holds them) back into pods, for a trace that
-    /// kept only its stages.
+    /// Groups stage records (as a trace holds them, in the builder's order) back into
+    /// pods, for a trace that kept only its stages.
     pub fn from_stages(stages: impl IntoIterator<Item = Stage>) -> Timeline {
         let mut pods: BTreeMap<(String, String, String), PodTimeline> = BTreeMap::new();
         for s in stages {
@@ -172,14 +175,12 @@ impl Timeline {
             }
             p.stages.push(s);
         }
-        let mut pods: Vec<PodTimeline> = pods.into_values().collect();
-        for p in &mut pods {
-            p.stages.sort_by_key(|s| (s.start_ns, s.end_ns));
-        }
+        // Stages keep the order they were written in: the builder's.
         Timeline {
-            pods,
+            pods: pods.into_values().collect(),
             kernel_events: 0,
             node_events: 0,
+            other_pod_events: 0,
         }
     }
 }

@@ -81,10 +81,27 @@ pub fn ip_in_subnet(ip: &str, cidr: &str) -> bool {
     u32::from(ip) & mask == u32::from(net) & mask
 }
 
+/// Variations of the lab for tests that need a node unlike the usual one.
+#[derive(Debug, Clone, Default)]
+pub struct LabOptions {
+    /// CNI plugin configurations appended to the conflist's chain, after portmap (a
+    /// plugin made to fail, for instance).
+    pub extra_cni_plugins: Vec<serde_json::Value>,
+}
+
 /// Starts the lab, or reports that it already runs. A stale lab (state file present but a
 /// daemon gone) or leftovers of one are removed first. On any failure everything this call
 /// started is torn down again before the error is returned.
 pub fn up(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<UpOutcome, LabError> {
+    up_with(paths, &LabOptions::default(), progress)
+}
+
+/// [`up`] with `options`. A lab that already runs is left as it is, options or not.
+pub fn up_with(
+    paths: &LabPaths,
+    options: &LabOptions,
+    progress: &dyn Fn(&str),
+) -> Result<UpOutcome, LabError> {
     let _lock = LabLock::acquire(paths)?;
     check_root(paths)?;
     match LabState::read(paths) {
@@ -102,7 +119,7 @@ pub fn up(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<UpOutcome, LabErr
 
     preflight(paths)?;
     let started = Instant::now();
-    match start(paths, progress) {
+    match start(paths, options, progress) {
         Ok(state) => {
             progress(&format!(
                 "lab up in {:.1} s",
@@ -282,7 +299,11 @@ fn preflight(paths: &LabPaths) -> Result<(), LabError> {
     Ok(())
 }
 
-fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<LabState, LabError> {
+fn start(
+    paths: &LabPaths,
+    options: &LabOptions,
+    progress: &dyn Fn(&str),
+) -> Result<LabState, LabError> {
     fs::create_dir_all(&paths.root).map_err(|e| LabError::io("lab", "create", &paths.root, e))?;
     progress("recording the host baseline");
     Baseline::capture()?.save(paths)?;
@@ -293,7 +314,7 @@ fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<LabState, LabError
     progress("building and pushing images");
     let images = images::build_and_push(paths, progress)?;
 
-    network::write_conflist(paths)?;
+    network::write_conflist(paths, &options.extra_cni_plugins)?;
     progress("starting containerd");
     let containerd_pid = containerd::start(paths)?;
 

@@ -50,12 +50,19 @@ pub fn conflist(paths: &LabPaths) -> serde_json::Value {
     })
 }
 
-pub(crate) fn write_conflist(paths: &LabPaths) -> Result<(), LabError> {
+pub(crate) fn write_conflist(
+    paths: &LabPaths,
+    extra_plugins: &[serde_json::Value],
+) -> Result<(), LabError> {
     let dir = paths.cni_conf_dir();
     fs::create_dir_all(&dir).map_err(|e| LabError::io("cni", "create", &dir, e))?;
     fs::create_dir_all(paths.ipam_dir())
         .map_err(|e| LabError::io("cni", "create", paths.ipam_dir(), e))?;
-    let text = serde_json::to_string_pretty(&conflist(paths)).expect("a json! value serializes");
+    let mut list = conflist(paths);
+    if let Some(plugins) = list["plugins"].as_array_mut() {
+        plugins.extend(extra_plugins.iter().cloned());
+    }
+    let text = serde_json::to_string_pretty(&list).expect("a json! value serializes");
     let file = paths.cni_conflist();
     fs::write(&file, text + "\n").map_err(|e| LabError::io("cni", "write", &file, e))
 }

@@ -1,0 +1,259 @@
+//! `podtrace timeline`: each pod's startup as a waterfall of stages, from a trace file or
+//! from the running agent.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::syncloop::api;
+use crate::timeline::{Stage, Timeline};
+use crate::trace::{TraceRecord, read_trace};
+
+/// Width of the waterfall bar, in characters.
+const BAR: usize = 40;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimelineArgs {
+    /// A trace written by `podtrace run --trace`. Without it, the running agent's
+    /// timelines.
+    #[arg(value_name = "TRACE")]
+    pub trace: Option<PathBuf>,
+    /// Only this pod: a name, namespace/name, or UID.
+    #[arg(long, value_name = "NAME")]
+    pub pod: Option<String>,
+    /// The agent's API socket (when no trace is given).
+    #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+}
+
+pub async fn run(args: &TimelineArgs) -> ExitCode {
+    let timeline = match &args.trace {
+        Some(path) => match read_trace(path) {
+            Ok(trace) => from_records(&trace.records),
+            Err(e) => {
+                eprintln!("podtrace: {e}");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
+        },
+        None => {
+            let doc = match api::get(&args.socket, "/timeline").await {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("podtrace: {e}");
+                    return ExitCode::from(super::EXIT_BAD_INPUT);
+                }
+            };
+            match serde_json::from_value::<Timeline>(doc) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!(
+                        "podtrace: agent API {}: not a timeline: {e}",
+                        args.socket.display()
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let timeline = match &args.pod {
+        Some(pod) => {
+            let t = timeline.only(pod);
+            if t.pods.is_empty() {
+                eprintln!("podtrace: no pod {pod:?} in the timeline");
+                return ExitCode::FAILURE;
+            }
+            t
+        }
+        None => timeline,
+    };
+    if args.output == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&timeline).expect("a timeline serializes")
+        );
+    } else {
+        print!("{}", render(&timeline));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The timeline of a trace's records. The builder is deterministic, so rebuilding gives
+/// what the recording computed; a trace that kept only its stage records is shown as is.
+fn from_records(records: &[TraceRecord]) -> Timeline {
+    let has_inputs = records
+        .iter()
+        .any(|r| matches!(r, TraceRecord::Pod(_) | TraceRecord::Cri(_)));
+    if has_inputs {
+        return crate::timeline::build(records);
+    }
+    Timeline::from_stages(records.iter().filter_map(|r| match r {
+        TraceRecord::Stage(v) => serde_json::from_value::<Stage>(v.clone()).ok(),
+        _ => None,
+    }))
+}
+
+/// The waterfall: per pod a header, then one line per stage with its start offset from
+/// `pod_seen`, its duration, where its times come from, its exit code, and a bar.
+pub fn render(t: &Timeline) -> String {
+    let mut out = String::new();
+    for p in &t.pods {
+        let name = if p.name.is_empty() {
+            p.uid.clone()
+        } else {
+            format!("{}/{}", p.namespace, p.name)
+        };
+        let _ = write!(out, "{name}  uid {}", p.uid);
+        if let Some(ip) = &p.ip {
+            let _ = write!(out, "  ip {ip}");
+        }
+        if let Some(s) = p.sandbox_ids.last() {
+            let _ = write!(out, "  sandbox {}", short(s));
+        }
+        out.push('\n');
+        let origin = p
+            .seen_ns
+            .or_else(|| p.stages.iter().map(|s| s.start_ns).min())
+            .unwrap_or(0);
+        let end = p.stages.iter().map(|s| s.end_ns).max().unwrap_or(origin);
+        let span = end.saturating_sub(origin).max(1);
+        let _ = writeln!(
+            out,
+            "  {:<30} {:>10} {:>10}  {:<6} {:>4}  {:<w$}  DETAIL",
+            "STAGE",
+            "START ms",
+            "DUR ms",
+            "SOURCE",
+            "EXIT",
+            "WATERFALL",
+            w = BAR + 2
+        );
+        for s in &p.stages {
+            let nested = matches!(s.kind(), "cni_plugin");
+            let label = if nested {
+                format!("  {}", s.stage)
+            } else {
+                s.stage.clone()
+            };
+            let exit = match (s.exit_code, s.signal) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(sig)) => format!("s{sig}"),
+                (None, None) => String::new(),
+            };
+            let mut detail = s.detail.clone();
+            if !s.ok {
+                detail = format!("FAILED {detail}").trim_end().to_string();
+            }
+            let _ = writeln!(
+                out,
+                "  {label:<30} {:>10.3} {:>10.3}  {:<6} {exit:>4}  |{}|  {detail}",
+                ms(s.start_ns.saturating_sub(origin)),
+                ms(s.duration_ns),
+                s.source.to_string(),
+                bar(s, origin, span),
+            );
+        }
+        for n in &p.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
+        out.push('\n');
+    }
+    let attributed = t
+        .kernel_events
+        .saturating_sub(t.node_events + t.other_pod_events);
+    let _ = writeln!(
+        out,
+        "kernel events in the run: {} ({attributed} attributed to its pods, {} node-level, {} of pods it does not run)",
+        t.kernel_events, t.node_events, t.other_pod_events
+    );
+    out
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// A stage's place on a bar of [`BAR`] characters spanning the pod's timeline: `=` for
+/// its duration, `|` for a point in time.
+fn bar(s: &Stage, origin: u64, span: u64) -> String {
+    let col = |t: u64| ((t.saturating_sub(origin) as u128 * BAR as u128) / span as u128) as usize;
+    let from = col(s.start_ns).min(BAR - 1);
+    let to = col(s.end_ns).clamp(from + 1, BAR);
+    let mark = if s.duration_ns == 0 { "|" } else { "=" };
+    let mut b = " ".repeat(from);
+    if s.duration_ns == 0 {
+        b.push_str(mark);
+    } else {
+        b.push_str(&mark.repeat(to - from));
+    }
+    format!("{b:<BAR$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::StageSource;
+
+    fn stage(name: &str, start: u64, end: u64) -> Stage {
+        Stage {
+            pod_uid: "u".into(),
+            namespace: "default".into(),
+            pod: "web".into(),
+            stage: name.into(),
+            start_ns: start,
+            end_ns: end,
+            duration_ns: end - start,
+            source: StageSource::Kernel,
+            ok: true,
+            exit_code: None,
+            signal: None,
+            code: None,
+            sandbox_id: None,
+            container: None,
+            container_id: None,
+            pid: None,
+            netns_inum: None,
+            cgroup_id: None,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_waterfall_places_stages_from_pod_seen() {
+        let mut failed = stage("cni_plugin:tuning", 50_000_000, 60_000_000);
+        failed.ok = false;
+        failed.exit_code = Some(1);
+        failed.detail = "ADD".into();
+        let t = Timeline::from_stages([
+            stage("pod_seen", 0, 0),
+            stage("cni_add", 20_000_000, 100_000_000),
+            failed,
+        ]);
+        let text = render(&t);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("default/web  uid u"), "{text}");
+        let add = lines.iter().find(|l| l.contains("cni_add")).unwrap();
+        assert!(add.contains("20.000") && add.contains("80.000"), "{add}");
+        assert!(
+            add.contains("|        ================================|"),
+            "{add}"
+        );
+        let tuning = lines.iter().find(|l| l.contains("tuning")).unwrap();
+        assert!(tuning.starts_with("    cni_plugin:tuning"), "{tuning}");
+        assert!(
+            tuning.contains("   1  |") && tuning.ends_with("FAILED ADD"),
+            "{tuning}"
+        );
+        let seen = lines.iter().find(|l| l.contains("pod_seen")).unwrap();
+        assert!(
+            seen.contains(&format!("||{}|", " ".repeat(BAR - 1))),
+            "{seen}"
+        );
+    }
+}

@@ -1,0 +1,45 @@
+//! Per-pod stage timelines: where the time between a pod being seen and Running went.
+//!
+//! [`build`] takes the records of a run (pod changes, CRI calls, pod events, kernel
+//! events: a trace's records, or what the live agent's [`Collector`] kept) and returns,
+//! per pod, its named stages on one monotonic clock. It does no IO and reads no clock:
+//! the same records always give the same timeline, so a trace can be rebuilt, replayed
+//! and compared.
+//!
+//! Two steps. [`attribute`] ties kernel events to pods by identities the kernel reports
+//! (see `attribution.rs`); events with none stay node-level. Then `stages.rs` derives each
+//! pod's stages from its CRI calls, its events and the kernel events attributed to it.
+//!
+//! [`KernelFilter`] decides, as events arrive, which kernel events a trace or the agent
+//! keeps at all: everything attributable, and node-level events only around pod work.
+
+mod attribution;
+mod collector;
+mod filter;
+mod ids;
+mod index;
+mod model;
+mod stages;
+
+#[cfg(test)]
+mod tests;
+
+pub use attribution::{Attribution, Owner, Rule};
+pub use collector::Collector;
+pub use filter::KernelFilter;
+pub use ids::{CgroupIds, cgroup_ids};
+pub use model::{PodTimeline, Stage, StageSource, Timeline};
+
+use crate::trace::TraceRecord;
+
+/// The timeline of every pod in `records`.
+pub fn build(records: &[TraceRecord]) -> Timeline {
+    let index = index::Index::new(records);
+    let attribution = attribution::attribute(&index);
+    stages::build(&index, &attribution)
+}
+
+/// Which pod each kernel event in `records` belongs to, by the event's index.
+pub fn attribute(records: &[TraceRecord]) -> Attribution {
+    attribution::attribute(&index::Index::new(records))
+}

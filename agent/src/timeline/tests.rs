@@ -1,0 +1,445 @@
+//! The builder on a small hand-built run: one pod through sandbox, CNI and one container,
+//! a node-level compile that must stay the node's, and another kubelet's pod on the same
+//! runtime.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::cri::CriCall;
+use crate::ebpf::{Cgroup, EventMeta, KernelEvent, NetnsCall};
+use crate::kuberuntime::PodEvent;
+use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+
+const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+const OTHER_UID: &str = "0a1b2c3d-0000-4000-8000-0000000000ff";
+const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const CONTAINER: &str = "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0";
+const OTHER_SANDBOX: &str = "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f";
+const CONTAINERD: u32 = 40;
+const HOST_NETNS: u32 = 4026531833;
+const POD_NETNS: u32 = 4026532900;
+const SANDBOX_CGROUP: u64 = 5000;
+const CONTAINER_CGROUP: u64 = 5001;
+const MS: u64 = 1_000_000;
+
+fn meta(t_ms: u64, pid: u32, comm: &str, cgroup_id: u64) -> EventMeta {
+    EventMeta {
+        ktime_ns: t_ms * MS,
+        cpu: 0,
+        pid,
+        tgid: pid,
+        comm: comm.into(),
+        cgroup_id,
+    }
+}
+
+fn exec(t: u64, pid: u32, ppid: u32, file: &str, cgroup_id: u64) -> TraceRecord {
+    let comm = file.rsplit('/').next().unwrap();
+    TraceRecord::Kernel(KernelEvent::Exec {
+        meta: meta(t, pid, comm, cgroup_id),
+        filename: file.into(),
+        old_pid: pid,
+        ppid: Some(ppid),
+    })
+}
+
+fn exit(t: u64, pid: u32, comm: &str, code: i32) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::Exit {
+        meta: meta(t, pid, comm, 1),
+        exit_code: Some(code),
+        signal: None,
+    })
+}
+
+fn cni(t: u64, pid: u32, caller: &str, plugin: &str, sandbox: &str, uid: &str) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::CniExec {
+        meta: meta(t, pid, caller, 1),
+        plugin: plugin.into(),
+        filename: format!("/usr/lib/cni/{plugin}"),
+        command: "ADD".into(),
+        container_id: sandbox.into(),
+        netns: "/run/netns/cni-1".into(),
+        ifname: "eth0".into(),
+        args: format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=x;K8S_POD_INFRA_CONTAINER_ID={sandbox};K8S_POD_UID={uid}"
+        ),
+        pod_namespace: Some("default".into()),
+        pod_name: Some("x".into()),
+        infra_container_id: Some(sandbox.into()),
+        env_scanned: 60,
+        env_truncated: false,
+    })
+}
+
+fn netns(t: u64, pid: u32, tgid: u32, syscall: NetnsCall, inum: u32) -> TraceRecord {
+    let mut m = meta(t, pid, "containerd", 1);
+    m.tgid = tgid;
+    TraceRecord::Kernel(KernelEvent::Netns {
+        meta: m,
+        syscall,
+        start_ns: t * MS - 100_000,
+        flags: 0x4000_0000,
+        ret: 0,
+        netns_inum: Some(inum),
+        fd: (syscall == NetnsCall::Setns).then_some(3),
+        parent_pid: None,
+    })
+}
+
+fn mkdir(t: u64, hierarchy: i32, id: u64, path: &str) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::CgroupMkdir {
+        meta: meta(t, 300, "runc", 1),
+        cgroup: Cgroup {
+            hierarchy,
+            level: 4,
+            cgroup_id: id,
+            path: path.into(),
+        },
+    })
+}
+
+fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
+    CriCall {
+        method: method.into(),
+        pod_uid: UID.into(),
+        container: String::new(),
+        attempt: 0,
+        sandbox_id: String::new(),
+        container_id: String::new(),
+        image: String::new(),
+        start_ns: start_ms * MS,
+        end_ns: end_ms * MS,
+        code: "OK".into(),
+        message: String::new(),
+        response: BTreeMap::new(),
+    }
+}
+
+fn cri(c: CriCall) -> TraceRecord {
+    TraceRecord::Cri(c)
+}
+
+fn pod_add() -> TraceRecord {
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {"containers": [{"name": "app", "image": "app:1"}]}
+    }))
+    .unwrap();
+    TraceRecord::Pod(PodOpRecord {
+        at_ns: 0,
+        op: PodOp::Add,
+        pod: Box::new(pod),
+    })
+}
+
+/// Where the node-level exec sits in `run()`'s records.
+const COMPILE: usize = 9;
+const IPTABLES: usize = 13;
+
+/// A pod whose CNI chain is loopback, bridge (with host-local and iptables under it) and
+/// `last`, which exits with `last_code`.
+fn run(last: &str, last_code: i32) -> Vec<TraceRecord> {
+    let pod_dir = format!("/podtrace/besteffort/pod{UID}");
+    let sandbox_dir = format!("{pod_dir}/{SANDBOX}");
+    let container_dir = format!("{pod_dir}/{CONTAINER}");
+    let mut run_sandbox = call("RunPodSandbox", 5, 150);
+    run_sandbox.sandbox_id = SANDBOX.into();
+    let mut status = call("PodSandboxStatus", 152, 153);
+    status.sandbox_id = SANDBOX.into();
+    status.response.insert("state".into(), "0".into());
+    status.response.insert("ip".into(), "10.244.77.9".into());
+    let mut create = call("CreateContainer", 160, 170);
+    create.sandbox_id = SANDBOX.into();
+    create.container = "app".into();
+    create.container_id = CONTAINER.into();
+    create.image = "app:1".into();
+    let mut start = create.clone();
+    start.method = "StartContainer".into();
+    start.image.clear();
+    start.start_ns = 171 * MS;
+    start.end_ns = 240 * MS;
+    let mut foreign = call("ListPodSandbox", 1, 2);
+    foreign.pod_uid.clear();
+    vec![
+        pod_add(),
+        cri(call("ListPodSandbox", 1, 2)),
+        mkdir(3, 0, 4000, &pod_dir),
+        mkdir(3, 1, 4100, &pod_dir),
+        netns(
+            10,
+            CONTAINERD + 1,
+            CONTAINERD,
+            NetnsCall::Unshare,
+            POD_NETNS,
+        ),
+        netns(10, CONTAINERD + 1, CONTAINERD, NetnsCall::Setns, HOST_NETNS),
+        cni(12, 100, "containerd", "loopback", SANDBOX, UID),
+        exec(13, 100, CONTAINERD, "/usr/lib/cni/loopback", 1),
+        netns(14, 111, 100, NetnsCall::Setns, POD_NETNS),
+        // A compiler starts on the node in the middle of the pod's CNI ADD: no identity.
+        exec(15, 900, 1, "/usr/bin/cc", 1),
+        cni(16, 101, "containerd", "bridge", SANDBOX, UID),
+        exec(17, 101, CONTAINERD, "/usr/lib/cni/bridge", 1),
+        cni(20, 102, "bridge", "host-local", SANDBOX, UID),
+        exec(21, 103, 101, "/usr/sbin/iptables", 1),
+        exec(21, 102, 101, "/usr/lib/cni/host-local", 1),
+        exit(25, 102, "host-local", 0),
+        exit(26, 103, "iptables", 0),
+        exit(27, 100, "loopback", 0),
+        exit(30, 900, "cc", 0),
+        exit(40, 101, "bridge", 0),
+        cni(41, 104, "containerd", last, SANDBOX, UID),
+        exec(42, 104, CONTAINERD, &format!("/usr/lib/cni/{last}"), 1),
+        exit(45, 104, last, last_code),
+        // Another kubelet's pod on the same runtime.
+        cni(46, 500, "containerd", "bridge", OTHER_SANDBOX, OTHER_UID),
+        mkdir(90, 1, 5100, &sandbox_dir),
+        mkdir(91, 0, SANDBOX_CGROUP, &sandbox_dir),
+        exec(100, 301, 300, "/dev/fd/6", SANDBOX_CGROUP),
+        exec(140, 302, 300, "/bin/sh", SANDBOX_CGROUP),
+        cri(run_sandbox),
+        cri(status),
+        cri(create),
+        mkdir(200, 0, CONTAINER_CGROUP, &container_dir),
+        exec(230, 310, 300, "/proc/self/exe", CONTAINER_CGROUP),
+        exec(235, 311, 300, "/bin/sleep", CONTAINER_CGROUP),
+        cri(start),
+        TraceRecord::Event(PodEventRecord {
+            at_ns: 241 * MS,
+            pod_uid: UID.into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            event: PodEvent::normal("Started", "Started container app", Some("app".into())),
+        }),
+        cri(foreign),
+    ]
+}
+
+#[test]
+fn kernel_events_are_attributed_by_identity_and_the_rest_stay_on_the_node() {
+    let records = run("portmap", 0);
+    assert!(matches!(
+        &records[COMPILE],
+        TraceRecord::Kernel(KernelEvent::Exec { filename, .. }) if filename == "/usr/bin/cc"
+    ));
+    let a = attribute(&records);
+    assert_eq!(a.owner(COMPILE), None, "a node-level exec got an owner");
+    let owner = |i: usize| {
+        a.owner(i)
+            .unwrap_or_else(|| panic!("record {i} has no owner"))
+    };
+    let of_pod = |i: usize, rule: Rule| {
+        let o = owner(i);
+        assert_eq!((o.pod_uid.as_str(), o.rule), (UID, rule), "record {i}");
+        o
+    };
+    // The pod cgroup by `pod<uid>`, the unshare by the inode a plugin entered, the
+    // plugins by their sandbox ID, iptables by its parent, pause by its cgroup.
+    assert_eq!(of_pod(2, Rule::CgroupPath).sandbox_id, None);
+    assert_eq!(of_pod(4, Rule::Netns).sandbox_id.as_deref(), Some(SANDBOX));
+    assert_eq!(a.owner(5), None, "containerd returning to the host netns");
+    of_pod(6, Rule::CniContainerId);
+    of_pod(8, Rule::Ancestry);
+    assert_eq!(
+        of_pod(IPTABLES, Rule::Ancestry).sandbox_id.as_deref(),
+        Some(SANDBOX)
+    );
+    of_pod(16, Rule::Ancestry);
+    let other = owner(23);
+    assert_eq!(
+        (other.pod_uid.as_str(), other.rule),
+        (OTHER_UID, Rule::CniPodUid)
+    );
+    of_pod(27, Rule::CgroupId);
+    let app = of_pod(33, Rule::CgroupId);
+    assert_eq!(app.container_id.as_deref(), Some(CONTAINER));
+}
+
+#[test]
+fn the_stages_come_in_the_order_the_runtime_performs_them() {
+    let t = build(&run("portmap", 0));
+    assert_eq!(t.pods.len(), 1, "{t:#?}");
+    let p = &t.pods[0];
+    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pod_seen",
+            "admitted",
+            "pod_cgroup_created",
+            "sandbox_requested",
+            "netns_created",
+            "cni_add",
+            "cni_plugin:loopback",
+            "cni_plugin:bridge",
+            "cni_plugin:host-local",
+            "cni_plugin:portmap",
+            "sandbox_cgroup",
+            "pause_exec",
+            "sandbox_ready",
+            "container_create:app",
+            "container_start:app",
+            "container_cgroup:app",
+            "app_first_exec:app",
+            "running",
+            "ready",
+        ]
+    );
+    assert!(p.failures().next().is_none(), "{:#?}", p.stages);
+    let stage = |n: &str| p.stage(n).unwrap();
+    assert_eq!(stage("netns_created").netns_inum, Some(POD_NETNS));
+    let bridge = stage("cni_plugin:bridge");
+    assert_eq!((bridge.start_ns, bridge.end_ns), (16 * MS, 40 * MS));
+    assert_eq!(bridge.exit_code, Some(0));
+    assert!(
+        stage("cni_plugin:host-local")
+            .detail
+            .contains("delegated by bridge")
+    );
+    assert_eq!(
+        stage("cni_add").detail,
+        "loopback, bridge, host-local, portmap"
+    );
+    assert_eq!(stage("sandbox_cgroup").cgroup_id, Some(SANDBOX_CGROUP));
+    assert_eq!(stage("pause_exec").detail, "/bin/sh");
+    assert_eq!(stage("app_first_exec:app").detail, "/bin/sleep");
+    assert_eq!(stage("sandbox_ready").detail, "ip 10.244.77.9");
+    assert_eq!(p.ip.as_deref(), Some("10.244.77.9"));
+    for s in p.stages.iter().filter(|s| s.kind() == "cni_plugin") {
+        assert_eq!(s.sandbox_id.as_deref(), Some(SANDBOX), "{s:?}");
+    }
+    // The compile and its exit stay on the node; the other pod's plugin is not ours.
+    assert_eq!(t.node_events, 3, "{t:#?}");
+    assert_eq!(t.other_pod_events, 1);
+}
+
+#[test]
+fn a_failed_plugin_shows_with_its_exit_code() {
+    let t = build(&run("tuning", 1));
+    let p = &t.pods[0];
+    let tuning = p.stage("cni_plugin:tuning").unwrap();
+    assert_eq!((tuning.ok, tuning.exit_code), (false, Some(1)));
+    let add = p.stage("cni_add").unwrap();
+    assert_eq!((add.ok, add.exit_code), (false, Some(1)));
+    assert_eq!(add.detail, "tuning failed with exit code 1");
+    let failed: Vec<&str> = p.failures().map(|s| s.stage.as_str()).collect();
+    assert_eq!(failed, ["cni_add", "cni_plugin:tuning"]);
+}
+
+#[test]
+fn the_agents_bounded_records_give_the_same_timeline() {
+    let mut records = run("portmap", 0);
+    // A long-running agent polls: many more status reads than the builder looks at.
+    for i in 0..50 {
+        let mut poll = call("ContainerStatus", 300 + i, 301 + i);
+        poll.container = "app".into();
+        poll.container_id = CONTAINER.into();
+        poll.sandbox_id = SANDBOX.into();
+        records.push(cri(poll));
+    }
+    let collector = Collector::new();
+    for r in &records {
+        collector.push(r);
+    }
+    assert!(collector.records().len() < records.len());
+    assert_eq!(collector.timeline(), build(&records));
+}
+
+#[test]
+fn the_kernel_filter_keeps_every_attributable_event() {
+    let records = run("portmap", 0);
+    let mut filter = KernelFilter::new();
+    let mut kept = Vec::new();
+    for r in &records {
+        if let TraceRecord::Kernel(e) = r {
+            filter.offer(e.clone(), &mut kept);
+        }
+    }
+    let attributed: Vec<&KernelEvent> = attribute(&records)
+        .iter()
+        .map(|(i, _)| match &records[i] {
+            TraceRecord::Kernel(e) => e,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    for e in attributed {
+        assert!(kept.contains(e), "dropped {e:?}");
+    }
+}
+
+#[test]
+fn node_level_execs_away_from_pod_work_are_not_kept() {
+    let mut filter = KernelFilter::new();
+    let mut kept = Vec::new();
+    let quiet = |t: u64, pid: u32| match exec(t, pid, 1, "/usr/bin/cc", 1) {
+        TraceRecord::Kernel(e) => e,
+        _ => unreachable!(),
+    };
+    // Long before any pod work: not kept.
+    filter.offer(quiet(1_000, 900), &mut kept);
+    assert!(kept.is_empty());
+    // Just before pod work starts, and during it: kept, the earlier one first.
+    filter.offer(quiet(9_800, 901), &mut kept);
+    let TraceRecord::Kernel(unshare) = netns(10_000, 41, 40, NetnsCall::Unshare, POD_NETNS) else {
+        unreachable!()
+    };
+    filter.offer(unshare, &mut kept);
+    filter.offer(quiet(10_500, 902), &mut kept);
+    let pids: Vec<u32> = kept.iter().map(|e| e.meta().pid).collect();
+    assert_eq!(pids, [901, 41, 902]);
+    // Long after: not kept.
+    filter.offer(quiet(60_000, 903), &mut kept);
+    assert_eq!(kept.len(), 3);
+    assert_eq!(filter.dropped(), 2);
+}
+
+#[test]
+fn stages_round_trip_through_stage_records() {
+    let t = build(&run("portmap", 0));
+    let values: Vec<serde_json::Value> = t
+        .stages()
+        .map(|s| serde_json::to_value(s).unwrap())
+        .collect();
+    let back = Timeline::from_stages(
+        values
+            .into_iter()
+            .map(|v| serde_json::from_value::<Stage>(v).unwrap()),
+    );
+    assert_eq!(back.pods[0].stages, t.pods[0].stages);
+    assert_eq!(back.pods[0].sandbox_ids, [SANDBOX]);
+}
+
+#[test]
+fn an_exec_hook_and_an_exec_readiness_probe_are_read_from_their_exec_syncs() {
+    let mut records = run("portmap", 0);
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {"containers": [{
+            "name": "app",
+            "image": "app:1",
+            "lifecycle": {"postStart": {"exec": {"command": ["true"]}}},
+            "readinessProbe": {"exec": {"command": ["true"]}}
+        }]}
+    }))
+    .unwrap();
+    records[0] = TraceRecord::Pod(PodOpRecord {
+        at_ns: 0,
+        op: PodOp::Add,
+        pod: Box::new(pod),
+    });
+    for (start, code) in [(242, "0"), (300, "1"), (400, "0"), (500, "0")] {
+        let mut x = call("ExecSync", start, start + 5);
+        x.container = "app".into();
+        x.container_id = CONTAINER.into();
+        x.sandbox_id = SANDBOX.into();
+        x.response.insert("exit_code".into(), code.into());
+        records.push(cri(x));
+    }
+    let t = build(&records);
+    let p = &t.pods[0];
+    let hook = p.stage("post_start:app").unwrap();
+    assert_eq!((hook.start_ns, hook.exit_code), (242 * MS, Some(0)));
+    let ready = p.stage("ready").unwrap();
+    assert_eq!(ready.start_ns, 405 * MS, "{ready:?}");
+    assert!(p.stage("running").unwrap().start_ns < ready.start_ns);
+}

@@ -1,0 +1,124 @@
+//! A CNI plugin made to fail shows on its pod's timeline: which plugin, with what exit
+//! code. The failure needs a conflist no other test could live with (every pod on the
+//! runtime would fail), so this test brings up a lab of its own, with the `tuning` plugin
+//! chained after portmap and told to set a sysctl outside `net.` (which it refuses, exit
+//! 1), and takes it down again. It runs while the shared lab is down.
+
+use podtrace::timeline::build;
+use podtrace::trace::read_trace;
+use podtrace_tests::ebpf::require_probes;
+use podtrace_tests::{Scratch, lab, pod, podtrace_bin, stderr, stdout};
+use xtask::lab::{LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
+
+/// Takes the lab down when the test ends, passed or not.
+struct OwnLab(LabPaths);
+
+impl Drop for OwnLab {
+    fn drop(&mut self) {
+        if let Err(e) = down(&self.0, &|_| {}) {
+            eprintln!("lab down: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
+    let probes = require_probes();
+    let paths = lab();
+    let before = snapshot_residue(&paths);
+    let options = LabOptions {
+        extra_cni_plugins: vec![serde_json::json!({
+            "type": "tuning",
+            "sysctl": { "kernel.podtrace_lab_fail": "1" }
+        })],
+    };
+    match up_with(&paths, &options, &|_| {}).expect("lab up") {
+        UpOutcome::Started(_) => {}
+        UpOutcome::AlreadyUp(_) => {
+            panic!(
+                "a lab was already up: this test needs its own (run it while the shared lab is down)"
+            )
+        }
+    }
+    let lab = OwnLab(paths);
+
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest(
+        "fail.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: cni-fails, namespace: default}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+    );
+    let trace_path = scratch.path().join("fail.jsonl");
+    // The agent retries the sandbox with back-off, as kubelet does; a few attempts are
+    // plenty.
+    let (out, doc) = scratch.run(
+        &[&manifest],
+        &[
+            "--ready-timeout",
+            "10",
+            "--cleanup",
+            "--trace",
+            trace_path.to_str().unwrap(),
+            "--probes",
+            probes.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "the pod ran despite its failing plugin: {doc:#}"
+    );
+    let p = pod(&doc, "cni-fails");
+    let sandbox_failed = p["events"].as_array().into_iter().flatten().any(|e| {
+        e["reason"] == "FailedCreatePodSandBox"
+            && e["message"].as_str().is_some_and(|m| m.contains("tuning"))
+    });
+    assert!(sandbox_failed, "{p:#}\n{}", stderr(&out));
+
+    let trace = read_trace(&trace_path).expect("the trace reads back");
+    assert!(trace.footer.ebpf, "{:?}", trace.footer);
+    let timeline = build(&trace.records);
+    let t = &timeline.pods[0];
+    assert_eq!(t.name, "cni-fails");
+    let tuning = t.stage("cni_plugin:tuning").unwrap_or_else(|| {
+        panic!("no tuning stage: {:#?}", t.stages);
+    });
+    assert_eq!(
+        (tuning.ok, tuning.exit_code),
+        (false, Some(1)),
+        "{tuning:?}"
+    );
+    for plugin in ["loopback", "bridge", "host-local", "portmap"] {
+        let s = t
+            .stage(&format!("cni_plugin:{plugin}"))
+            .unwrap_or_else(|| panic!("no {plugin} stage: {:#?}", t.stages));
+        assert_eq!(s.exit_code, Some(0), "{s:?}");
+        assert_eq!(s.sandbox_id, tuning.sandbox_id);
+    }
+    let add = t.stage("cni_add").unwrap();
+    assert!(!add.ok && add.exit_code == Some(1), "{add:?}");
+    assert_eq!(add.detail, "tuning failed with exit code 1");
+    // The runtime reports the failure too, and its sandbox ID was never returned: the
+    // plugins' CNI_CONTAINERID is the only name that sandbox had.
+    let requested = t.stage("sandbox_requested").unwrap();
+    assert!(!requested.ok, "{requested:?}");
+    assert!(requested.detail.contains("tuning"), "{requested:?}");
+    assert!(requested.sandbox_id.is_none());
+    assert!(t.stage("netns_created").is_some(), "{:#?}", t.stages);
+    assert!(t.stage("sandbox_ready").is_none());
+
+    let out = std::process::Command::new(podtrace_bin())
+        .args(["timeline", trace_path.to_str().unwrap()])
+        .output()
+        .expect("podtrace timeline");
+    let text = stdout(&out);
+    eprintln!("{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("cni_plugin:tuning"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(" 1  |") && line.contains("FAILED"), "{line}");
+
+    let paths = lab.0.clone();
+    drop(lab);
+    let left = before.diff(&snapshot_residue(&paths));
+    assert!(left.is_empty(), "down left behind:\n{}", left.join("\n"));
+}
