@@ -123,23 +123,34 @@ fn a_changed_decision_fails_replay_at_the_right_call() {
     let out = replay(&["--test-flip-pull-policy"], &[&trace]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let text = stdout(&out);
-    // The first thing the flipped decision changes: a pull where the recording found the
-    // image present and created the container.
+    // The flipped decision pulls an image the recording found present: the first
+    // divergence is a pull the recording never made, where it created the container.
+    let at = text
+        .find("first divergence in default/")
+        .expect("a divergence is shown");
+    let block = &text[at..];
+    let recorded = block
+        .lines()
+        .find(|l| l.starts_with("    recorded: "))
+        .unwrap();
+    let replayed = block
+        .lines()
+        .find(|l| l.starts_with("    replayed: "))
+        .unwrap();
+    assert!(recorded.contains("CreateContainer container="), "{block}");
     assert!(
-        text.contains("first divergence in default/web at call #2:"),
-        "{text}"
+        replayed.contains(
+            "PullImage image=127.0.0.1:5000/podtrace/app:1.0 attempt=0 -> NOT IN RECORDING"
+        ),
+        "{block}"
     );
     assert!(
-        text.contains("    both:     RunPodSandbox attempt=0 -> OK"),
-        "{text}"
+        block.lines().any(|l| l.starts_with("    both:     ")),
+        "no context shown: {block}"
     );
     assert!(
-        text.contains("    recorded: CreateContainer container=httpd attempt=0 -> OK"),
-        "{text}"
-    );
-    assert!(
-        text.contains("    replayed: PullImage image=127.0.0.1:5000/podtrace/app:1.0 attempt=0 -> NOT IN RECORDING"),
-        "{text}"
+        block.contains("    why:      the recording has no PullImage"),
+        "{block}"
     );
     assert!(text.ends_with("result: DIVERGED\n"), "{text}");
 }
@@ -161,8 +172,9 @@ fn what_if_faster_pulls_predicts_an_earlier_start() {
                 p["recorded_ns"].as_u64().unwrap(),
                 p["replayed_ns"].as_u64().unwrap(),
             );
+            // Virtual time advances in whole milliseconds (tokio's timer resolution).
             assert!(
-                pred * 2 <= rec + 2,
+                pred <= rec / 2 + 1_000_000,
                 "pull predicted {pred} ns, recorded {rec} ns"
             );
         }
