@@ -522,3 +522,50 @@ fn an_invalid_manifest_shows_on_its_pod_and_disturbs_nothing_else() {
         1
     );
 }
+
+#[test]
+fn metrics_use_kubelets_names_and_pass_promtool() {
+    require_lab();
+    let agent = Agent::start("metrics", &[]);
+    agent.write(
+        "m.yaml",
+        &pod_yaml(
+            "measured",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    agent.wait_pod("measured", "Running", MINUTE, |p| phase(p) == "Running");
+    let text = agent.metrics();
+    for want in [
+        "kubelet_runtime_operations_duration_seconds_count{operation_type=\"run_podsandbox\"} 1",
+        "kubelet_run_podsandbox_duration_seconds_count{runtime_handler=\"\"} 1",
+        "kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"} 1",
+        "kubelet_pod_start_sli_duration_seconds_count 1",
+        "kubelet_runtime_operations_total{operation_type=\"start_container\"} 1",
+        "podtrace_stage_duration_seconds_count{stage=\"cni_plugin\"}",
+        "podtrace_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"} 1",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

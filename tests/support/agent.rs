@@ -14,6 +14,8 @@ pub struct Agent {
     pub scratch: Scratch,
     pub node: String,
     pub socket: PathBuf,
+    /// Where the agent serves `/metrics`.
+    pub metrics_addr: String,
     child: Option<Child>,
     extra: Vec<String>,
 }
@@ -25,6 +27,7 @@ impl Agent {
         std::fs::create_dir_all(scratch.path().join("manifests")).unwrap();
         let mut agent = Agent {
             socket: scratch.path().join("api.sock"),
+            metrics_addr: free_loopback_addr(),
             scratch,
             node: node.to_string(),
             child: None,
@@ -47,6 +50,7 @@ impl Agent {
             .args(["--node-name", &self.node, "--cgroup-root", &cgroup_root])
             .arg("--api-socket")
             .arg(&self.socket)
+            .args(["--metrics-addr", &self.metrics_addr])
             .arg("--root-dir")
             .arg(self.scratch.root_dir())
             .arg("--pod-logs-dir")
@@ -91,6 +95,21 @@ impl Agent {
             return None;
         }
         serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// The agent's `/metrics` exposition.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(&self.metrics_addr).expect("metrics endpoint");
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: podtrace\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        conn.read_to_string(&mut text).unwrap();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.to_string()
     }
 
     /// Every pod record the agent serves.
@@ -191,4 +210,10 @@ pub fn container<'a>(p: &'a Value, name: &str) -> &'a Value {
 /// A container's waiting reason, if it is waiting.
 pub fn waiting_reason<'a>(p: &'a Value, name: &str) -> Option<&'a str> {
     container(p, name)["state"]["waiting"]["reason"].as_str()
+}
+
+/// A loopback address with a port nothing listens on right now (the agent binds it).
+fn free_loopback_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().unwrap().to_string()
 }

@@ -19,6 +19,7 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("iptables", "CNI bridge and portmap rules"),
     ("libcap2-bin", "capsh: the eBPF test without BPF privileges"),
     ("nftables", "removing the nat table CNI leaves behind"),
+    ("prometheus", "promtool checks the /metrics exposition"),
     ("llvm-22-dev", "bpf-linker"),
     ("libpolly-22-dev", "bpf-linker"),
     ("libzstd-dev", "bpf-linker"),

@@ -7,6 +7,7 @@ mod node;
 mod pods;
 mod recorder;
 mod replay;
+mod report;
 mod run;
 mod timeline;
 
@@ -51,6 +52,8 @@ pub enum Command {
     KernelEvents(kernel_events::KernelEventsArgs),
     /// Each pod's startup stage by stage, from a trace file or the running agent.
     Timeline(timeline::TimelineArgs),
+    /// Stage latency statistics and each pod's startup breakdown from traces.
+    Report(report::ReportArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,6 +109,9 @@ pub struct RunArgs {
     /// With --until-ready: give up on a pod not Running after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub ready_timeout: u64,
+    /// Without --until-ready: where to serve Prometheus metrics (`off` to not serve them).
+    #[arg(long, default_value = crate::metrics::DEFAULT_METRICS_ADDR, value_name = "ADDR")]
+    pub metrics_addr: String,
     /// Without --until-ready: the socket the agent serves its API on.
     #[arg(long, default_value = crate::syncloop::api::DEFAULT_API_SOCKET, value_name = "PATH")]
     pub api_socket: PathBuf,
@@ -139,5 +145,6 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Events(args) => pods::events(&args).await,
         Command::KernelEvents(args) => kernel_events::run(args).await,
         Command::Timeline(args) => timeline::run(&args).await,
+        Command::Report(args) => report::run(&args),
     }
 }

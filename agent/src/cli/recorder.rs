@@ -12,6 +12,7 @@ use super::kernel_events::EbpfArgs;
 use crate::config::source::PodUpdate;
 use crate::cri::{CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, now_ktime_ns};
+use crate::metrics::Metrics;
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
@@ -25,10 +26,14 @@ use crate::trace::{
 pub struct RecordSink {
     trace: TraceSink,
     collector: Arc<Collector>,
+    metrics: Arc<Metrics>,
 }
 
 impl RecordSink {
     pub fn send(&self, record: TraceRecord) {
+        if let TraceRecord::Cri(call) = &record {
+            self.metrics.observe_call(call);
+        }
         self.collector.push(&record);
         self.trace.send(record);
     }
@@ -92,6 +97,7 @@ impl RunRecorder {
                 .map(|w| w.sink())
                 .unwrap_or_else(TraceSink::discard),
             collector: Arc::new(Collector::new()),
+            metrics: Arc::new(Metrics::new()),
         };
         let mut recorder = RunRecorder {
             writer,
@@ -133,6 +139,26 @@ impl RunRecorder {
     }
 
     /// What the agent builds its timelines from (`GET /timeline`).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.sink.metrics.clone()
+    }
+
+    /// Brings the metrics computed from the timeline and the probes' loss counters up to
+    /// date (before a scrape).
+    pub fn refresh_metrics(&self) {
+        self.sink
+            .metrics
+            .observe_timeline(&self.sink.collector.timeline());
+        if let Some(lost) = self.probes.as_ref().and_then(|p| p.lost().ok()) {
+            let by_kind = lost
+                .by_kind
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            self.sink.metrics.set_lost(&by_kind);
+        }
+    }
+
     pub fn collector(&self) -> Arc<Collector> {
         self.sink.collector.clone()
     }

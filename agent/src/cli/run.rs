@@ -82,7 +82,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     let cri = Recording::new(cri, Arc::new(recorder.sink()));
-    let kubelet = match Kubelet::new(cri, cfg, settings) {
+    let mut kubelet = match Kubelet::new(cri, cfg, settings) {
         Ok(k) => k,
         Err(e) => {
             eprintln!(
@@ -91,6 +91,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    kubelet.set_metrics(recorder.metrics());
     let store = kubelet.store();
     recorder.tap_events(&store);
     let (tx, rx) = mpsc::unbounded_channel();
@@ -171,14 +172,57 @@ async fn serve(args: &RunArgs, node: &str, tx: &Forward<'_>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    loop {
+    let metrics_server = match start_metrics(args, tx.recorder).await {
+        Ok(server) => server,
+        Err(code) => return code,
+    };
+    // Loss counters live in the kernel; fold them into the metrics now and then.
+    let mut refresh = tokio::time::interval(METRICS_REFRESH);
+    let code = loop {
         tokio::select! {
             u = updates.recv() => match u {
                 Some(u) => { let _ = tx.send(u); }
-                None => return ExitCode::FAILURE,
+                None => break ExitCode::FAILURE,
             },
-            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
-            _ = sigterm.recv() => return ExitCode::SUCCESS,
+            _ = refresh.tick() => tx.recorder.refresh_metrics(),
+            _ = tokio::signal::ctrl_c() => break ExitCode::SUCCESS,
+            _ = sigterm.recv() => break ExitCode::SUCCESS,
+        }
+    };
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
+    code
+}
+
+/// How often the probes' loss counters reach the metrics.
+const METRICS_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves `/metrics` on `--metrics-addr` unless it is `off`.
+async fn start_metrics(
+    args: &RunArgs,
+    recorder: &RunRecorder,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ExitCode> {
+    if args.metrics_addr == "off" {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = args.metrics_addr.parse().map_err(|e| {
+        eprintln!("podtrace: --metrics-addr {:?}: {e}", args.metrics_addr);
+        ExitCode::from(EXIT_BAD_INPUT)
+    })?;
+    let (metrics, collector) = (recorder.metrics(), recorder.collector());
+    let before = {
+        let metrics = metrics.clone();
+        Arc::new(move || metrics.observe_timeline(&collector.timeline()))
+    };
+    match crate::metrics::serve(addr, metrics, before).await {
+        Ok((bound, task)) => {
+            eprintln!("podtrace: metrics on http://{bound}/metrics");
+            Ok(Some(task))
+        }
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            Err(ExitCode::from(EXIT_BAD_INPUT))
         }
     }
 }

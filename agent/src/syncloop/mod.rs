@@ -29,6 +29,7 @@ use crate::kubelet::admission::can_admit_pod;
 use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{RuntimeConfig, labels};
+use crate::metrics::Metrics;
 use crate::prober::{ProbeKind, ProbeManager, ProbeResult, ProbeUpdate};
 
 pub use housekeeping::Cleaned;
@@ -42,6 +43,9 @@ use clock::{instant_at, wall_now};
 struct WorkDone {
     uid: String,
     outcome: WorkOutcome,
+    /// kubelet's pod worker operation type, and how long the work took.
+    operation: &'static str,
+    secs: f64,
 }
 
 pub struct Kubelet<R> {
@@ -56,6 +60,9 @@ pub struct Kubelet<R> {
     sources_ready: bool,
     /// Store entries standing for invalid manifests.
     invalid: Vec<String>,
+    metrics: Option<Arc<Metrics>>,
+    /// Pods whose first Running was counted in the pod start SLI.
+    started: BTreeSet<String>,
     pleg: Pleg,
     pleg_rx: mpsc::UnboundedReceiver<PlegEvent>,
     prober: Arc<ProbeManager<R>>,
@@ -93,6 +100,8 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             rejected: BTreeSet::new(),
             sources_ready: false,
             invalid: Vec::new(),
+            metrics: None,
+            started: BTreeSet::new(),
             pleg,
             pleg_rx,
             prober,
@@ -100,6 +109,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             done_tx,
             done_rx,
         })
+    }
+
+    /// Reports pod worker durations and pod start latency into `metrics`.
+    pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
+        self.metrics = Some(metrics);
     }
 
     /// The status store, for the local API and for callers waiting on pod states.
@@ -321,10 +335,21 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     }
 
     fn complete(&mut self, done: WorkDone) {
+        if let Some(m) = &self.metrics {
+            m.observe_pod_worker(done.operation, done.secs);
+            if !self.started.contains(&done.uid)
+                && let Some(rec) = self.shared.store.get(&done.uid)
+                && let Some(running) = rec.running_at
+            {
+                self.started.insert(done.uid.clone());
+                m.observe_pod_started(&done.uid, (running - rec.first_seen) as f64 / 1e9);
+            }
+        }
         let next = self
             .workers
             .complete_work(&done.uid, wall_now(), done.outcome);
         if done.outcome == WorkOutcome::Terminated {
+            self.started.remove(&done.uid);
             self.prober.remove_pod(&done.uid);
             self.workers.forget(&done.uid);
             self.shared.forget_pod(&done.uid);
@@ -348,7 +373,14 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             self.prober.clone(),
             self.done_tx.clone(),
         );
+        let operation = match work.update_type {
+            UpdateType::Create => "create",
+            UpdateType::Update => "update",
+            UpdateType::Sync => "sync",
+            UpdateType::Kill => "kill",
+        };
         tokio::spawn(async move {
+            let began = tokio::time::Instant::now();
             let outcome = match work.kind {
                 WorkKind::Sync => pod_sync::sync(&cri, &shared, &pleg, &prober, &work.pod).await,
                 WorkKind::Terminate => {
@@ -359,6 +391,8 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             let _ = done.send(WorkDone {
                 uid: work.uid,
                 outcome,
+                operation,
+                secs: began.elapsed().as_secs_f64(),
             });
         });
     }

@@ -1,0 +1,8 @@
+//! Prometheus metrics: kubelet's histograms under kubelet's names where kubelet has one,
+//! and podtrace's own (stages, CNI plugins, lost kernel events). Served on `/metrics`.
+
+mod registry;
+mod server;
+
+pub use registry::{Metrics, operation_type};
+pub use server::{DEFAULT_METRICS_ADDR, MetricsError, serve};

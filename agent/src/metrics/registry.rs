@@ -1,0 +1,406 @@
+//! The metric families and how records feed them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::cri::CriCall;
+use crate::timeline::Timeline;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Operation {
+    operation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Handler {
+    runtime_handler: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Plugin {
+    plugin: String,
+    exit_code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: String,
+}
+
+/// kubelet's runtime operation buckets (0.005 s to 10 s, exponential) extended to 60 s.
+const OPERATION_BUCKETS: [f64; 12] = [
+    0.005,
+    0.0125,
+    0.03125,
+    0.078125,
+    0.1953125,
+    0.48828125,
+    1.220703125,
+    3.0517578125,
+    7.62939453125,
+    19.073486328125,
+    30.0,
+    60.0,
+];
+/// kubelet's pod start SLI buckets.
+const POD_START_BUCKETS: [f64; 18] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 300.0,
+    600.0, 1800.0,
+];
+/// Stages run from microseconds (a cgroup mkdir) to minutes (a pull).
+const STAGE_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0, 60.0,
+];
+
+fn histogram(buckets: &'static [f64]) -> impl Fn() -> Histogram + Clone {
+    move || Histogram::new(buckets.iter().copied())
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn ops() -> Histogram {
+    histogram(&OPERATION_BUCKETS)()
+}
+fn stages() -> Histogram {
+    histogram(&STAGE_BUCKETS)()
+}
+
+/// Every metric the agent exposes.
+pub struct Metrics {
+    registry: Registry,
+    runtime_ops: HistFamily<Operation>,
+    runtime_ops_total: Family<Operation, Counter>,
+    runtime_ops_errors: Family<Operation, Counter>,
+    run_podsandbox: HistFamily<Handler>,
+    image_pull: Histogram,
+    pod_worker: HistFamily<Operation>,
+    pod_start_sli: Histogram,
+    stage: HistFamily<StageLabel>,
+    cni_plugin: HistFamily<Plugin>,
+    lost: Family<Kind, Counter>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Image pull time per pod, which the pod start SLI leaves out (as kubelet's does).
+    pulls_ns: BTreeMap<String, u64>,
+    /// Pods whose stages were observed already.
+    staged: BTreeSet<String>,
+    lost_seen: BTreeMap<String, u64>,
+}
+
+/// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
+pub fn operation_type(method: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in method.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(ch.to_ascii_lowercase());
+    }
+    out.replace("pod_sandbox", "podsandbox")
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let runtime_ops = HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram);
+        let runtime_ops_total = Family::<Operation, Counter>::default();
+        let runtime_ops_errors = Family::<Operation, Counter>::default();
+        let run_podsandbox = HistFamily::<Handler>::new_with_constructor(ops as fn() -> Histogram);
+        let image_pull = ops();
+        let pod_worker = HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram);
+        let pod_start_sli = histogram(&POD_START_BUCKETS)();
+        let stage = HistFamily::<StageLabel>::new_with_constructor(stages as fn() -> Histogram);
+        let cni_plugin = HistFamily::<Plugin>::new_with_constructor(stages as fn() -> Histogram);
+        let lost = Family::<Kind, Counter>::default();
+        let kubelet = registry.sub_registry_with_prefix("kubelet");
+        kubelet.register(
+            "runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations, by operation type",
+            runtime_ops.clone(),
+        );
+        kubelet.register(
+            "runtime_operations",
+            "Cumulative number of runtime operations by operation type",
+            runtime_ops_total.clone(),
+        );
+        kubelet.register(
+            "runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type",
+            runtime_ops_errors.clone(),
+        );
+        kubelet.register(
+            "run_podsandbox_duration_seconds",
+            "Duration in seconds of the run_podsandbox operations, by RuntimeClass handler",
+            run_podsandbox.clone(),
+        );
+        kubelet.register(
+            "image_pull_duration_seconds",
+            "Duration in seconds to pull an image",
+            image_pull.clone(),
+        );
+        kubelet.register(
+            "pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod, by operation type: create, update, sync or kill",
+            pod_worker.clone(),
+        );
+        kubelet.register(
+            "pod_start_sli_duration_seconds",
+            "Duration in seconds to start a pod, excluding time to pull images",
+            pod_start_sli.clone(),
+        );
+        let podtrace = registry.sub_registry_with_prefix("podtrace");
+        podtrace.register(
+            "stage_duration_seconds",
+            "Duration in seconds of each stage of pod startup, from CRI spans and kernel events",
+            stage.clone(),
+        );
+        podtrace.register(
+            "cni_plugin_duration_seconds",
+            "Duration in seconds of each CNI plugin run, from its exec to its exit in the kernel",
+            cni_plugin.clone(),
+        );
+        podtrace.register(
+            "ebpf_lost_events",
+            "Kernel events the probes could not deliver because the ring buffer was full",
+            lost.clone(),
+        );
+        Metrics {
+            registry,
+            runtime_ops,
+            runtime_ops_total,
+            runtime_ops_errors,
+            run_podsandbox,
+            image_pull,
+            pod_worker,
+            pod_start_sli,
+            stage,
+            cni_plugin,
+            lost,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One CRI call.
+    pub fn observe_call(&self, call: &CriCall) {
+        let secs = call.end_ns.saturating_sub(call.start_ns) as f64 / 1e9;
+        let op = Operation {
+            operation_type: operation_type(&call.method),
+        };
+        self.runtime_ops.get_or_create(&op).observe(secs);
+        self.runtime_ops_total.get_or_create(&op).inc();
+        if !call.ok() {
+            self.runtime_ops_errors.get_or_create(&op).inc();
+        }
+        match call.method.as_str() {
+            "RunPodSandbox" => {
+                let h = Handler {
+                    runtime_handler: call
+                        .response
+                        .get("runtime_handler")
+                        .cloned()
+                        .unwrap_or_default(),
+                };
+                self.run_podsandbox.get_or_create(&h).observe(secs);
+            }
+            "PullImage" => {
+                if call.ok() {
+                    self.image_pull.observe(secs);
+                }
+                let mut st = self.state();
+                *st.pulls_ns.entry(call.pod_uid.clone()).or_default() +=
+                    call.end_ns.saturating_sub(call.start_ns);
+            }
+            _ => {}
+        }
+    }
+
+    /// A pod worker finished a unit of work (`create`, `update`, `sync`, `kill`).
+    pub fn observe_pod_worker(&self, operation: &str, secs: f64) {
+        let op = Operation {
+            operation_type: operation.to_string(),
+        };
+        self.pod_worker.get_or_create(&op).observe(secs);
+    }
+
+    /// A pod reached Running for the first time, `secs` after it was first seen.
+    pub fn observe_pod_started(&self, uid: &str, secs: f64) {
+        let pulls = self.state().pulls_ns.remove(uid).unwrap_or(0) as f64 / 1e9;
+        self.pod_start_sli.observe((secs - pulls).max(0.0));
+    }
+
+    /// Stage and CNI plugin durations of pods that got to Running or failed, once each.
+    pub fn observe_timeline(&self, timeline: &Timeline) {
+        let mut st = self.state();
+        for pod in &timeline.pods {
+            let done = pod.stage("running").is_some() || pod.failures().next().is_some();
+            if !done || !st.staged.insert(pod.uid.clone()) {
+                continue;
+            }
+            for s in &pod.stages {
+                let secs = s.duration_ns as f64 / 1e9;
+                if let Some(plugin) = s.stage.strip_prefix("cni_plugin:") {
+                    let labels = Plugin {
+                        plugin: plugin.to_string(),
+                        exit_code: s.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+                    };
+                    self.cni_plugin.get_or_create(&labels).observe(secs);
+                }
+                // Per-container stages are folded by kind: label values stay bounded.
+                let kind = s.stage.split(':').next().unwrap_or_default().to_string();
+                self.stage
+                    .get_or_create(&StageLabel { stage: kind })
+                    .observe(secs);
+            }
+        }
+    }
+
+    /// The probes' lost-event totals by kind (monotonic; only growth is added).
+    pub fn set_lost(&self, by_kind: &BTreeMap<String, u64>) {
+        let mut st = self.state();
+        for (kind, total) in by_kind {
+            let seen = st.lost_seen.entry(kind.clone()).or_default();
+            if *total > *seen {
+                self.lost
+                    .get_or_create(&Kind { kind: kind.clone() })
+                    .inc_by(*total - *seen);
+                *seen = *total;
+            }
+        }
+    }
+
+    /// The Prometheus text exposition (format 0.0.4), what `promtool` and scrapers that
+    /// do not ask for OpenMetrics read: the same samples, with counters' HELP and TYPE
+    /// named as their `_total` samples and no `# EOF`.
+    pub fn encode_prometheus(&self) -> String {
+        openmetrics_to_prometheus(&self.encode())
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+fn openmetrics_to_prometheus(text: &str) -> String {
+    let counters: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_names_counters_by_their_samples() {
+        let m = Metrics::new();
+        m.set_lost(&BTreeMap::from([("exec".to_string(), 1)]));
+        let text = m.encode_prometheus();
+        assert!(
+            text.contains("# TYPE podtrace_ebpf_lost_events_total counter"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn operation_types_are_kubelets() {
+        assert_eq!(operation_type("RunPodSandbox"), "run_podsandbox");
+        assert_eq!(operation_type("PodSandboxStatus"), "podsandbox_status");
+        assert_eq!(operation_type("ListPodSandbox"), "list_podsandbox");
+        assert_eq!(operation_type("CreateContainer"), "create_container");
+        assert_eq!(operation_type("PullImage"), "pull_image");
+        assert_eq!(operation_type("ExecSync"), "exec_sync");
+    }
+
+    #[test]
+    fn calls_feed_kubelets_histograms() {
+        let m = Metrics::new();
+        let call = CriCall {
+            method: "RunPodSandbox".into(),
+            pod_uid: "u".into(),
+            container: String::new(),
+            attempt: 0,
+            sandbox_id: "s".into(),
+            container_id: String::new(),
+            image: String::new(),
+            start_ns: 0,
+            end_ns: 150_000_000,
+            code: "OK".into(),
+            message: String::new(),
+            response: BTreeMap::new(),
+        };
+        m.observe_call(&call);
+        let text = m.encode();
+        assert!(
+            text.contains("kubelet_run_podsandbox_duration_seconds_count{runtime_handler=\"\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubelet_runtime_operations_duration_seconds_sum{operation_type=\"run_podsandbox\"} 0.15"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn lost_events_only_grow() {
+        let m = Metrics::new();
+        m.set_lost(&BTreeMap::from([("exec".to_string(), 5)]));
+        m.set_lost(&BTreeMap::from([("exec".to_string(), 7)]));
+        m.set_lost(&BTreeMap::from([("exec".to_string(), 7)]));
+        assert!(
+            m.encode()
+                .contains("podtrace_ebpf_lost_events_total{kind=\"exec\"} 7")
+        );
+    }
+}

@@ -1,0 +1,287 @@
+//! The report on hand-built timelines: shares that add up, the gap as its own row, the
+//! nesting rule for overlapping stages, and a Perfetto export whose slices nest.
+
+use super::*;
+use crate::timeline::{Stage, StageSource, Timeline};
+
+const MS: u64 = 1_000_000;
+
+fn stage(name: &str, start_ms: u64, end_ms: u64, source: StageSource) -> Stage {
+    Stage {
+        pod_uid: "u1".into(),
+        namespace: "default".into(),
+        pod: "web".into(),
+        stage: name.into(),
+        start_ns: start_ms * MS,
+        end_ns: end_ms * MS,
+        duration_ns: (end_ms - start_ms) * MS,
+        source,
+        ok: true,
+        exit_code: None,
+        signal: None,
+        code: None,
+        sandbox_id: None,
+        container: name.split_once(':').map(|(_, c)| c.to_string()),
+        container_id: None,
+        pid: None,
+        netns_inum: None,
+        cgroup_id: None,
+        detail: String::new(),
+    }
+}
+
+/// A pod like the lab's: RunPodSandbox 10..110 holding netns, CNI (bridge with
+/// host-local inside it, loopback beside it), then pull, create, start with the app's
+/// first exec inside the call.
+fn pod() -> Timeline {
+    use StageSource::{Agent, Cri, Kernel};
+    let mut ipam = stage("cni_plugin:host-local", 50, 60, Kernel);
+    ipam.detail = "ADD, delegated by bridge".into();
+    let mut start = stage("container_start:app", 150, 190, Cri);
+    start.container_id = Some("c1".into());
+    let mut exec = stage("app_first_exec:app", 180, 180, Kernel);
+    exec.container_id = Some("c1".into());
+    Timeline::from_stages([
+        stage("pod_seen", 0, 0, Agent),
+        stage("admitted", 1, 1, Cri),
+        stage("pod_cgroup_created", 2, 4, Kernel),
+        stage("sandbox_requested", 10, 110, Cri),
+        stage("netns_created", 20, 22, Kernel),
+        stage("cni_add", 30, 80, Kernel),
+        stage("cni_plugin:bridge", 30, 75, Kernel),
+        stage("cni_plugin:loopback", 32, 40, Kernel),
+        ipam,
+        stage("cni_plugin:portmap", 76, 80, Kernel),
+        stage("sandbox_cgroup", 90, 95, Kernel),
+        stage("pause_exec", 100, 100, Kernel),
+        stage("sandbox_ready", 112, 113, Cri),
+        stage("image_pull:app", 120, 130, Cri),
+        stage("container_create:app", 135, 145, Cri),
+        start,
+        stage("container_cgroup:app", 160, 165, Kernel),
+        exec,
+        stage("running", 190, 190, Cri),
+        stage("ready", 190, 190, Cri),
+    ])
+}
+
+fn input(t: Timeline) -> TraceInput {
+    TraceInput {
+        name: "t.jsonl".into(),
+        records: Vec::new(),
+        timeline: t,
+    }
+}
+
+fn part<'a>(b: &'a Breakdown, name: &str) -> &'a Part {
+    b.parts
+        .iter()
+        .find(|p| p.part == name)
+        .unwrap_or_else(|| panic!("no part {name}: {:#?}", b.parts))
+}
+
+#[test]
+fn the_parts_and_the_gap_add_up_to_the_startup() {
+    let t = pod();
+    let b = breakdown(&t.pods[0]).unwrap();
+    assert_eq!(b.total_ns, 190 * MS);
+    assert_eq!(b.end, "running");
+    assert_eq!(b.parts.iter().map(|p| p.ns).sum::<u64>(), b.total_ns);
+    let shares: f64 = b.parts.iter().map(|p| p.share).sum();
+    assert!((shares - 100.0).abs() < 1e-9, "{shares}");
+    // The most specific stage running takes each instant.
+    assert_eq!(part(&b, "cni_plugin:host-local").ns, 10 * MS);
+    assert_eq!(part(&b, "cni_plugin:loopback").ns, 8 * MS);
+    // bridge 30..75 less loopback 32..40 and host-local 50..60.
+    assert_eq!(part(&b, "cni_plugin:bridge").ns, 27 * MS);
+    assert_eq!(part(&b, "cni_plugin:portmap").ns, 4 * MS);
+    // cni_add 30..80 less its plugins: 75..76.
+    assert_eq!(part(&b, "cni_add").ns, MS);
+    assert_eq!(part(&b, "netns_created").ns, 2 * MS);
+    // RunPodSandbox 10..110 less netns (2) and CNI (50): the runtime's own.
+    assert_eq!(part(&b, "runtime_sandbox").ns, 48 * MS);
+    assert_eq!(part(&b, "container_start:app").ns, 30 * MS);
+    assert_eq!(part(&b, "app_first_exec:app").ns, 10 * MS);
+    // 0..2, 4..10, 110..112, 113..120, 130..135, 145..150.
+    let gap = b.parts.last().unwrap();
+    assert_eq!(gap.part, GAP);
+    assert_eq!(gap.ns, 27 * MS);
+    assert!((gap.share - 27.0 * 100.0 / 190.0).abs() < 1e-9);
+    // Rows in the order they first took time, the gap last.
+    let names: Vec<&str> = b.parts.iter().map(|p| p.part.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pod_cgroup_created",
+            "runtime_sandbox",
+            "netns_created",
+            "cni_plugin:bridge",
+            "cni_plugin:loopback",
+            "cni_plugin:host-local",
+            "cni_add",
+            "cni_plugin:portmap",
+            "sandbox_ready",
+            "image_pull:app",
+            "container_create:app",
+            "container_start:app",
+            "app_first_exec:app",
+            GAP
+        ]
+    );
+}
+
+#[test]
+fn readiness_after_running_extends_the_startup() {
+    let mut t = pod();
+    let ready = t.pods[0]
+        .stages
+        .iter_mut()
+        .find(|s| s.stage == "ready")
+        .unwrap();
+    ready.start_ns = 250 * MS;
+    ready.end_ns = 250 * MS;
+    let b = breakdown(&t.pods[0]).unwrap();
+    assert_eq!((b.total_ns, b.end.as_str()), (250 * MS, "ready"));
+    assert_eq!(part(&b, "ready").ns, 60 * MS);
+    assert_eq!(b.parts.iter().map(|p| p.ns).sum::<u64>(), b.total_ns);
+}
+
+#[test]
+fn a_pod_that_never_ran_has_no_breakdown_but_an_outcome() {
+    let mut failed = stage("sandbox_requested", 10, 20, StageSource::Cri);
+    failed.ok = false;
+    let t = Timeline::from_stages([stage("pod_seen", 0, 0, StageSource::Agent), failed]);
+    let r = build(&[input(t)]);
+    assert!(r.pods[0].breakdown.is_none());
+    assert_eq!(
+        r.pods[0].outcome.as_deref(),
+        Some("did not reach Running; last stage sandbox_requested; first failure sandbox_requested")
+    );
+    assert_eq!(r.stages[0].stage, "sandbox_requested");
+    assert_eq!((r.stages[0].count, r.stages[0].failed), (1, 1));
+}
+
+#[test]
+fn stage_rows_pool_containers_and_keep_plugins_apart() {
+    let r = build(&[input(pod()), input(pod())]);
+    let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "pod_cgroup_created",
+            "sandbox_requested",
+            "netns_created",
+            "cni_add",
+            "cni_plugin:bridge",
+            "cni_plugin:host-local",
+            "cni_plugin:loopback",
+            "cni_plugin:portmap",
+            "sandbox_cgroup",
+            "sandbox_ready",
+            "image_pull",
+            "container_create",
+            "container_start",
+            "container_cgroup",
+            STARTUP,
+            TO_READY
+        ]
+    );
+    let startup = r.stages.iter().find(|s| s.stage == STARTUP).unwrap();
+    assert_eq!((startup.count, startup.p50_ns, startup.max_ns), (2, 190 * MS, 190 * MS));
+    // The same input gives the same text.
+    assert_eq!(table(&r), table(&build(&[input(pod()), input(pod())])));
+}
+
+#[test]
+fn the_perfetto_export_nests_every_threads_slices() {
+    let doc = chrome_trace(&[input(pod())]);
+    let events = doc["traceEvents"].as_array().unwrap();
+    let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert_eq!(slices.len(), pod().pods[0].stages.len());
+    // loopback overlaps bridge without fitting inside it... it does fit here (32..40 in
+    // 30..75); every slice on one thread is inside or after the ones before it.
+    let mut by_tid: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+    for s in &slices {
+        let ts = s["ts"].as_f64().unwrap();
+        let dur = s["dur"].as_f64().unwrap();
+        by_tid.entry(s["tid"].as_u64().unwrap()).or_default().push((ts, ts + dur));
+    }
+    for (tid, spans) in by_tid {
+        let mut open: Vec<f64> = Vec::new();
+        for (start, end) in spans {
+            while open.last().is_some_and(|e| *e <= start) {
+                open.pop();
+            }
+            assert!(open.last().is_none_or(|e| end <= *e), "thread {tid}: {start}..{end} crosses its parent");
+            open.push(end);
+        }
+    }
+    let bridge = slices.iter().find(|s| s["name"] == "cni_plugin:bridge").unwrap();
+    assert_eq!(bridge["dur"], 45_000.0);
+    assert_eq!(bridge["cat"], "kernel");
+}
+
+#[test]
+fn overlapping_stages_go_on_a_second_thread() {
+    use StageSource::Kernel;
+    let t = Timeline::from_stages([
+        stage("pod_seen", 0, 0, StageSource::Agent),
+        stage("cni_plugin:loopback", 10, 20, Kernel),
+        stage("cni_plugin:bridge", 15, 40, Kernel),
+    ]);
+    let doc = chrome_trace(&[input(t)]);
+    let tid = |name: &str| {
+        doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap()["tid"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(tid("cni_plugin:loopback"), 100);
+    assert_eq!(tid("cni_plugin:bridge"), 101);
+    let threads: Vec<&str> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(threads, ["stages", "stages (overlapping 1)"]);
+}
+
+#[test]
+fn the_svg_parses_and_draws_every_stage_and_sample() {
+    let text = svg(&[input(pod())]);
+    let mut rects = 0;
+    let mut instants = 0;
+    let mut samples = 0;
+    let mut texts = Vec::new();
+    let mut in_text = false;
+    for event in ::svg::read(&text).unwrap() {
+        match event {
+            ::svg::parser::Event::Error(e) => panic!("{e}"),
+            ::svg::parser::Event::Tag(name, kind, attrs) => {
+                let class = attrs.get("class").map(|v| v.to_string());
+                match (name, class.as_deref()) {
+                    ("rect", Some("stage")) => rects += 1,
+                    ("polygon", Some("instant")) => instants += 1,
+                    ("circle", Some("sample")) => samples += 1,
+                    _ => {}
+                }
+                in_text = name == "text" && kind == ::svg::node::element::tag::Type::Start;
+            }
+            ::svg::parser::Event::Text(t) if in_text => texts.push(t.to_string()),
+            _ => {}
+        }
+    }
+    let stages = &pod().pods[0].stages;
+    assert_eq!(rects, stages.iter().filter(|s| s.duration_ns > 0).count());
+    assert_eq!(instants, stages.iter().filter(|s| s.duration_ns == 0).count());
+    // Every span stage's duration, plus the startup and Ready rows.
+    assert_eq!(samples, stages.iter().filter(|s| s.duration_ns > 0).count() + 2);
+    assert!(texts.iter().any(|t| t.contains("Waterfall: default/web")), "{texts:?}");
+    assert!(texts.iter().any(|t| t == "cni_plugin:host-local"), "{texts:?}");
+}
