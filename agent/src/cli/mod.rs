@@ -5,6 +5,7 @@ pub mod kernel_events;
 mod kubelet_args;
 mod node;
 mod pods;
+mod progress;
 mod recorder;
 mod replay;
 mod report;

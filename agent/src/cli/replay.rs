@@ -70,8 +70,11 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     }
     let mut all_ok = true;
     let mut docs = Vec::new();
+    let progress = super::progress::Progress::new(traces.len() as u64, "replay");
     for trace in &traces {
+        progress.set_message(trace.path.display().to_string());
         let replayed = replay(trace, &what_if);
+        progress.inc();
         let cmp = compare(trace, &replayed, tolerance);
         // A what-if replay predicts different latencies on purpose; only its calls count.
         let ok = if predicting {
@@ -83,12 +86,15 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         if args.output == "json" {
             docs.push(serde_json::to_value(&cmp).unwrap_or_default());
         } else {
-            print!("{cmp}");
-            if predicting {
-                print!("{}", cmp.stage_table());
-            }
+            progress.suspend(|| {
+                print!("{cmp}");
+                if predicting {
+                    print!("{}", cmp.stage_table());
+                }
+            });
         }
     }
+    progress.finish();
     if args.output == "json" {
         println!(
             "{}",

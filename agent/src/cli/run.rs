@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 
+use super::progress::Progress;
 use super::recorder::RunRecorder;
 use super::{EXIT_BAD_INPUT, RunArgs};
 use crate::config::load_paths;
@@ -251,6 +252,8 @@ async fn until_ready(
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.ready_timeout);
     let mut done: BTreeMap<String, PodOutcome> = BTreeMap::new();
+    let progress = Progress::new(uids.len() as u64, "pods");
+    progress.set_message("creating");
     loop {
         for rec in store.list().into_iter().filter(|r| uids.contains(&r.uid)) {
             if done.contains_key(&rec.uid) {
@@ -258,8 +261,9 @@ async fn until_ready(
             }
             if let Some(outcome) = settled(&rec) {
                 if !args.json {
-                    print_outcome(&outcome);
+                    progress.suspend(|| print_outcome(&outcome));
                 }
+                progress.inc();
                 done.insert(rec.uid.clone(), outcome);
             }
         }
@@ -289,10 +293,12 @@ async fn until_ready(
     }
 
     if let Some(hold) = args.hold {
+        progress.set_message(format!("holding for {hold:?}"));
         tokio::time::sleep(hold).await;
     }
     let mut cleanup_failed = false;
     if args.cleanup {
+        progress.set_message("cleaning up");
         let _ = tx.send(PodUpdate::Remove(pods.clone()));
         let grace = pods
             .iter()
@@ -320,6 +326,7 @@ async fn until_ready(
         }
     }
 
+    progress.finish();
     let outcomes: Vec<PodOutcome> = {
         let mut v: Vec<PodOutcome> = done.into_values().collect();
         v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
