@@ -73,7 +73,11 @@ pub fn run() -> anyhow::Result<()> {
         "Summary: {running}/{} example pods reached Running with an IP from {POD_SUBNET};",
         pods.len()
     );
-    println!("         the lab was torn down and nothing it made is left.");
+    if started_here {
+        println!("         the lab was torn down and nothing it made is left.");
+    } else {
+        println!("         the lab was already up before the demo, so it stays up.");
+    }
     if running != pods.len() {
         bail!(
             "{} example pods did not reach Running",
