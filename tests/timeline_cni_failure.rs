@@ -31,6 +31,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
             "type": "tuning",
             "sysctl": { "kernel.podtrace_lab_fail": "1" }
         })],
+        ..LabOptions::default()
     };
     match up_with(&paths, &options, &|_| {}).expect("lab up") {
         UpOutcome::Started(_) => {}

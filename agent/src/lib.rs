@@ -9,6 +9,7 @@ pub mod cm;
 pub mod config;
 pub mod credentialprovider;
 pub mod cri;
+pub mod diagnose;
 pub mod ebpf;
 pub mod kubelet;
 pub mod kuberuntime;

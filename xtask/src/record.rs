@@ -71,6 +71,7 @@ pub fn run(names: &[String]) -> anyhow::Result<()> {
         }
         let options = lab::LabOptions {
             extra_cni_plugins: scenario.lab_cni_plugins.clone(),
+            ..lab::LabOptions::default()
         };
         let up = lab::up_with(&paths, &options, &|s| eprintln!("  lab: {s}"))?;
         let started_here = matches!(up, UpOutcome::Started(_));

@@ -9,8 +9,14 @@ use crate::{setup, workspace};
 
 /// Integration tests that need no shared lab (some start and stop their own): they run
 /// while the shared lab is down.
-const SELF_MANAGED_LAB_TESTS: &[&str] =
-    &["lab_lifecycle", "cgroups", "replay", "timeline_cni_failure"];
+const SELF_MANAGED_LAB_TESTS: &[&str] = &[
+    "lab_lifecycle",
+    "cgroups",
+    "replay",
+    "timeline_cni_failure",
+    "report",
+    "diagnose_network",
+];
 /// Integration tests that use the lab this command starts.
 const SHARED_LAB_TESTS: &[&str] = &[
     "cri_info",
@@ -20,6 +26,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "probes",
     "kernel_events",
     "timeline",
+    "diagnose_faults",
 ];
 
 #[derive(Debug, clap::Args)]

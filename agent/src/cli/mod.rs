@@ -1,6 +1,7 @@
 //! The `podtrace` command line.
 
 mod cri_info;
+mod diagnose;
 pub mod kernel_events;
 mod kubelet_args;
 mod node;
@@ -55,6 +56,8 @@ pub enum Command {
     Timeline(timeline::TimelineArgs),
     /// Stage latency statistics and each pod's startup breakdown from traces.
     Report(report::ReportArgs),
+    /// Why each pod has no IP or is not Running, with the evidence.
+    Diagnose(diagnose::DiagnoseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,5 +150,6 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::KernelEvents(args) => kernel_events::run(args).await,
         Command::Timeline(args) => timeline::run(&args).await,
         Command::Report(args) => report::run(&args),
+        Command::Diagnose(args) => diagnose::run(&args).await,
     }
 }

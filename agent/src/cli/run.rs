@@ -63,7 +63,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
         }
     };
     let node = cfg.node_name.clone();
-    let config = run_config(&args, &settings);
+    let mut config = run_config(&args, &settings);
+    // The node's IP, so a diagnosis of a host-network pod can name it.
+    config["node_ip"] = cfg.node_ip.clone().into();
     // Kernel events have a reader when a trace is written or the agent serves its API;
     // --require-ebpf asks for them regardless, so a node without them fails loudly.
     let want_kernel =

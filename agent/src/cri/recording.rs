@@ -183,6 +183,12 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         self.record(call("Status"), self.inner.status(verbose), |v, c| {
             for cond in v.status.iter().flat_map(|s| s.conditions.iter()) {
                 put(c, &cond.r#type, cond.status);
+                // Why a condition is false is what a diagnosis needs ("cni plugin not
+                // initialized"); a true one has nothing to say.
+                if !cond.status {
+                    put(c, &format!("{}_reason", cond.r#type), &cond.reason);
+                    put(c, &format!("{}_message", cond.r#type), &cond.message);
+                }
             }
         })
         .await

@@ -17,10 +17,6 @@ pub(super) struct CniRun {
     pub command: String,
     pub plugin: String,
     pub at_ns: u64,
-    /// The plugin process's exit code, when its exit was seen.
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub exited: bool,
 }
 
 pub(super) struct PodFacts<'a> {
@@ -42,7 +38,10 @@ impl<'a> PodFacts<'a> {
     }
 
     pub fn calls_named<'s>(&'s self, method: &'s str) -> impl Iterator<Item = &'a CriCall> + 's {
-        self.calls.iter().copied().filter(move |c| c.method == method)
+        self.calls
+            .iter()
+            .copied()
+            .filter(move |c| c.method == method)
     }
 
     pub fn events_named<'s>(
@@ -57,7 +56,10 @@ impl<'a> PodFacts<'a> {
 
     pub fn stages(&self, kind: &str) -> impl Iterator<Item = &'a Stage> {
         let kind = kind.to_string();
-        self.timeline.stages.iter().filter(move |s| s.kind() == kind)
+        self.timeline
+            .stages
+            .iter()
+            .filter(move |s| s.kind() == kind)
     }
 
     /// Milliseconds after pod_seen, for evidence lines.
@@ -80,6 +82,8 @@ pub(super) struct Facts<'a> {
     pub status: Vec<&'a CriCall>,
     /// CNI runs by the sandbox ID they were given (`CNI_CONTAINERID`), in time order.
     pub cni: BTreeMap<&'a str, Vec<CniRun>>,
+    /// Process exits by PID: (time, exit code, signal), in time order.
+    exits: Exits,
     pub pods: Vec<PodFacts<'a>>,
 }
 
@@ -96,7 +100,11 @@ impl<'a> Facts<'a> {
         for r in records {
             match r {
                 TraceRecord::Header(h) => {
-                    host_ip = h.config.get("node_ip").and_then(|v| v.as_str()).map(str::to_string);
+                    host_ip = h
+                        .config
+                        .get("node_ip")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string);
                 }
                 TraceRecord::Footer(f) => lost_events = f.lost_events,
                 TraceRecord::Pod(p) => {
@@ -140,30 +148,39 @@ impl<'a> Facts<'a> {
                 events: events.remove(t.uid.as_str()).unwrap_or_default(),
             })
             .collect();
+        let exits = exits(&kernel);
         Facts {
             host_ip,
             kernel: !kernel.is_empty(),
             lost_events,
             status,
             cni: cni_runs(&kernel),
+            exits,
             pods,
         }
     }
 
+    /// The first exit of process `pid` at or after `t`: (time, exit code, signal).
+    pub fn exit_of(&self, pid: u32, t: u64) -> Option<(u64, Option<i32>, Option<i32>)> {
+        self.exits
+            .get(&pid)?
+            .iter()
+            .find(|(at, _, _)| *at >= t)
+            .copied()
+    }
+
     /// The runtime's last Status answer at or before `t` that said NetworkReady=false.
     pub fn network_not_ready_before(&self, t: u64) -> Option<&'a CriCall> {
-        self.status
-            .iter()
-            .copied()
-            .filter(|c| c.start_ns <= t)
-            .filter(|c| c.response.get("NetworkReady").map(String::as_str) == Some("false"))
-            .next_back()
+        self.status.iter().copied().rfind(|c| {
+            c.start_ns <= t && c.response.get("NetworkReady").map(String::as_str) == Some("false")
+        })
     }
 }
 
-/// Plugin runs by sandbox, each with the exit of its process.
-fn cni_runs<'a>(kernel: &[&'a KernelEvent]) -> BTreeMap<&'a str, Vec<CniRun>> {
-    let mut exits: BTreeMap<u32, Vec<(u64, Option<i32>, Option<i32>)>> = BTreeMap::new();
+type Exits = BTreeMap<u32, Vec<(u64, Option<i32>, Option<i32>)>>;
+
+fn exits(kernel: &[&KernelEvent]) -> Exits {
+    let mut exits = Exits::new();
     for e in kernel {
         if let KernelEvent::Exit {
             meta,
@@ -177,6 +194,12 @@ fn cni_runs<'a>(kernel: &[&'a KernelEvent]) -> BTreeMap<&'a str, Vec<CniRun>> {
                 .push((meta.ktime_ns, *exit_code, *signal));
         }
     }
+    exits
+}
+
+/// Plugin runs by the sandbox ID they were given. (Their exits are in the timeline's
+/// `cni_plugin` stages.)
+fn cni_runs<'a>(kernel: &[&'a KernelEvent]) -> BTreeMap<&'a str, Vec<CniRun>> {
     let mut out: BTreeMap<&str, Vec<CniRun>> = BTreeMap::new();
     for e in kernel {
         let KernelEvent::CniExec {
@@ -192,16 +215,10 @@ fn cni_runs<'a>(kernel: &[&'a KernelEvent]) -> BTreeMap<&'a str, Vec<CniRun>> {
         if container_id.is_empty() {
             continue;
         }
-        let exit = exits
-            .get(&meta.tgid)
-            .and_then(|v| v.iter().find(|(t, _, _)| *t >= meta.ktime_ns));
         out.entry(container_id.as_str()).or_default().push(CniRun {
             command: command.clone(),
             plugin: plugin.clone(),
             at_ns: meta.ktime_ns,
-            exit_code: exit.and_then(|x| x.1),
-            signal: exit.and_then(|x| x.2),
-            exited: exit.is_some(),
         });
     }
     out

@@ -149,7 +149,8 @@ impl ReplayRuntime {
                 "Status" if !network_seen => {
                     network_seen = true;
                     let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
-                    st.facts.network_ready = (ready, c.message.clone());
+                    let message = c.response.get("NetworkReady_message").unwrap_or(&c.message);
+                    st.facts.network_ready = (ready, message.clone());
                 }
                 "PodSandboxStatus" => {
                     if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty()) {

@@ -68,10 +68,7 @@ const ORDER: &[&str] = &[
 
 fn order(part: &str) -> usize {
     let kind = part.split_once(':').map_or(part, |(k, _)| k);
-    ORDER
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or(ORDER.len())
+    ORDER.iter().position(|k| *k == kind).unwrap_or(ORDER.len())
 }
 
 fn claim(part: String, what: String, start: u64, end: u64) -> Claim {
@@ -91,15 +88,24 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
     for s in &p.stages {
         let c = s.container.clone().unwrap_or_default();
         let (part, what) = match s.kind() {
-            "pod_cgroup_created" => (s.stage.clone(), "the agent creating the pod's cgroups".to_string()),
+            "pod_cgroup_created" => (
+                s.stage.clone(),
+                "the agent creating the pod's cgroups".to_string(),
+            ),
             "sandbox_requested" => (
                 "runtime_sandbox".to_string(),
                 "RunPodSandbox less netns and CNI: the runtime's own sandbox work".to_string(),
             ),
-            "netns_created" => (s.stage.clone(), "the pod's network namespace created".to_string()),
+            "netns_created" => (
+                s.stage.clone(),
+                "the pod's network namespace created".to_string(),
+            ),
             "cni_add" => (s.stage.clone(), "CNI ADD between plugin runs".to_string()),
             "cni_plugin" => (s.stage.clone(), plugin_what(s)),
-            "sandbox_ready" => (s.stage.clone(), "the status read that found the sandbox ready".to_string()),
+            "sandbox_ready" => (
+                s.stage.clone(),
+                "the status read that found the sandbox ready".to_string(),
+            ),
             "image_pull" => (s.stage.clone(), format!("pulling {c}'s image")),
             "container_create" => (s.stage.clone(), format!("CreateContainer for {c}")),
             "container_start" => {
@@ -129,7 +135,10 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
 fn plugin_what(s: &Stage) -> String {
     let name = s.stage.trim_start_matches("cni_plugin:");
     if s.detail.contains("delegated by") {
-        format!("{name}'s run (IPAM, {})", s.detail.trim_start_matches("ADD, "))
+        format!(
+            "{name}'s run (IPAM, {})",
+            s.detail.trim_start_matches("ADD, ")
+        )
     } else {
         format!("{name}'s own run")
     }
@@ -248,7 +257,9 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
             )
         })
         .collect();
-    parts.sort_by(|a, b| (a.0, order(&a.1.part), &a.1.part).cmp(&(b.0, order(&b.1.part), &b.1.part)));
+    parts.sort_by(|a, b| {
+        (a.0, order(&a.1.part), &a.1.part).cmp(&(b.0, order(&b.1.part), &b.1.part))
+    });
     let mut parts: Vec<Part> = parts.into_iter().map(|(_, p)| p).collect();
     parts.push(Part {
         part: GAP.into(),

@@ -107,7 +107,10 @@ fn outcome(p: &PodTimeline) -> String {
         .max_by_key(|s| s.end_ns)
         .map_or("no stage", |s| s.stage.as_str());
     match p.failures().next() {
-        Some(f) => format!("did not reach Running; last stage {last}; first failure {}", f.stage),
+        Some(f) => format!(
+            "did not reach Running; last stage {last}; first failure {}",
+            f.stage
+        ),
         None => format!("did not reach Running; last stage {last}"),
     }
 }

@@ -43,8 +43,10 @@ pub fn chrome_trace(inputs: &[TraceInput]) -> Value {
                 format!("{}/{}", p.namespace, p.name)
             };
             meta.push(process_name(pid, &format!("{name} ({})", input.name)));
-            meta.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid * TIDS,
-                "args": {"sort_index": pid}}));
+            meta.push(
+                json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid * TIDS,
+                "args": {"sort_index": pid}}),
+            );
             for (lane, stages) in lanes(p).into_iter().enumerate() {
                 let tid = pid * TIDS + lane as u64;
                 let label = if lane == 0 {

@@ -105,7 +105,12 @@ pub fn table(r: &Report) -> String {
 /// The same report as markdown tables.
 pub fn markdown(r: &Report) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# podtrace report\n\n{}: {}\n", header(r), r.traces.join(", "));
+    let _ = writeln!(
+        out,
+        "# podtrace report\n\n{}: {}\n",
+        header(r),
+        r.traces.join(", ")
+    );
     let _ = writeln!(out, "## Stages\n");
     let _ = writeln!(
         out,

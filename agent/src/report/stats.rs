@@ -84,10 +84,7 @@ fn group(s: &Stage) -> Option<String> {
 
 fn rank(group: &str) -> usize {
     let kind = group.split_once(':').map_or(group, |(k, _)| k);
-    ORDER
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or(ORDER.len())
+    ORDER.iter().position(|k| *k == kind).unwrap_or(ORDER.len())
 }
 
 /// Every recorded duration per row of the stage table, each with whether the stage

@@ -4,7 +4,7 @@
 //! The waterfall has a row per stage on a linear time axis from pod_seen: a bar for a
 //! span, a diamond for an instant, coloured by where the time comes from (CRI, kernel,
 //! agent), red when the stage failed. The distributions share one logarithmic axis
-//! (stage latencies span microseconds to seconds): every pod's value as a dot, a box
+//! (stage latencies span microseconds to seconds): every recorded value as a dot, a box
 //! from p50 to p90, a line from the smallest to the largest value, and the figures in
 //! words beside it. Hovering a mark shows its details (`<title>`).
 
@@ -107,7 +107,8 @@ pub fn svg(inputs: &[TraceInput]) -> String {
     if names.chars().count() > 110 {
         names = format!("{} traces", traces.len());
     }
-    let heading = text(LABEL_X, y, 18.0, format!("podtrace report: {names}")).set("font-weight", "bold");
+    let heading =
+        text(LABEL_X, y, 18.0, format!("podtrace report: {names}")).set("font-weight", "bold");
     y += 16.0;
     let first = match waterfall_pod(inputs) {
         Some((trace, pod)) => {
@@ -258,7 +259,10 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
                     .set("fill", colour(s))
                     .add(Title::new(tip)),
             );
-            (x0 + d, format!("at {}", ms(s.start_ns.saturating_sub(origin))))
+            (
+                x0 + d,
+                format!("at {}", ms(s.start_ns.saturating_sub(origin))),
+            )
         } else {
             let w = (x_of(s.end_ns) - x0).max(1.5);
             g = g.add(
@@ -279,7 +283,8 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
             _ => label,
         };
         g = g.add(
-            text(mark_end + 5.0, y + 14.5, 11.0, label).set("fill", if s.ok { MUTED } else { FAILED }),
+            text(mark_end + 5.0, y + 14.5, 11.0, label)
+                .set("fill", if s.ok { MUTED } else { FAILED }),
         );
     }
     let mut h = rows_top + rows_h - top;
@@ -314,7 +319,7 @@ fn distributions(inputs: &[TraceInput], top: f64) -> (Group, f64) {
             top,
             15.0,
             format!(
-                "Stage latency across {} pod{}: dots are pods, box p50 to p90, line min to max",
+                "Stage latency across {} pod{}: a dot per recorded value, box p50 to p90, line min to max",
                 pods.len(),
                 if pods.len() == 1 { "" } else { "s" }
             ),

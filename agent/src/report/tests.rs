@@ -155,7 +155,9 @@ fn a_pod_that_never_ran_has_no_breakdown_but_an_outcome() {
     assert!(r.pods[0].breakdown.is_none());
     assert_eq!(
         r.pods[0].outcome.as_deref(),
-        Some("did not reach Running; last stage sandbox_requested; first failure sandbox_requested")
+        Some(
+            "did not reach Running; last stage sandbox_requested; first failure sandbox_requested"
+        )
     );
     assert_eq!(r.stages[0].stage, "sandbox_requested");
     assert_eq!((r.stages[0].count, r.stages[0].failed), (1, 1));
@@ -187,7 +189,10 @@ fn stage_rows_pool_containers_and_keep_plugins_apart() {
         ]
     );
     let startup = r.stages.iter().find(|s| s.stage == STARTUP).unwrap();
-    assert_eq!((startup.count, startup.p50_ns, startup.max_ns), (2, 190 * MS, 190 * MS));
+    assert_eq!(
+        (startup.count, startup.p50_ns, startup.max_ns),
+        (2, 190 * MS, 190 * MS)
+    );
     // The same input gives the same text.
     assert_eq!(table(&r), table(&build(&[input(pod()), input(pod())])));
 }
@@ -198,13 +203,16 @@ fn the_perfetto_export_nests_every_threads_slices() {
     let events = doc["traceEvents"].as_array().unwrap();
     let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
     assert_eq!(slices.len(), pod().pods[0].stages.len());
-    // loopback overlaps bridge without fitting inside it... it does fit here (32..40 in
-    // 30..75); every slice on one thread is inside or after the ones before it.
+    // Perfetto's importer needs every slice on a thread to lie inside the one open
+    // around it or after it ended.
     let mut by_tid: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
     for s in &slices {
         let ts = s["ts"].as_f64().unwrap();
         let dur = s["dur"].as_f64().unwrap();
-        by_tid.entry(s["tid"].as_u64().unwrap()).or_default().push((ts, ts + dur));
+        by_tid
+            .entry(s["tid"].as_u64().unwrap())
+            .or_default()
+            .push((ts, ts + dur));
     }
     for (tid, spans) in by_tid {
         let mut open: Vec<f64> = Vec::new();
@@ -212,11 +220,17 @@ fn the_perfetto_export_nests_every_threads_slices() {
             while open.last().is_some_and(|e| *e <= start) {
                 open.pop();
             }
-            assert!(open.last().is_none_or(|e| end <= *e), "thread {tid}: {start}..{end} crosses its parent");
+            assert!(
+                open.last().is_none_or(|e| end <= *e),
+                "thread {tid}: {start}..{end} crosses its parent"
+            );
             open.push(end);
         }
     }
-    let bridge = slices.iter().find(|s| s["name"] == "cni_plugin:bridge").unwrap();
+    let bridge = slices
+        .iter()
+        .find(|s| s["name"] == "cni_plugin:bridge")
+        .unwrap();
     assert_eq!(bridge["dur"], 45_000.0);
     assert_eq!(bridge["cat"], "kernel");
 }
@@ -279,9 +293,21 @@ fn the_svg_parses_and_draws_every_stage_and_sample() {
     }
     let stages = &pod().pods[0].stages;
     assert_eq!(rects, stages.iter().filter(|s| s.duration_ns > 0).count());
-    assert_eq!(instants, stages.iter().filter(|s| s.duration_ns == 0).count());
+    assert_eq!(
+        instants,
+        stages.iter().filter(|s| s.duration_ns == 0).count()
+    );
     // Every span stage's duration, plus the startup and Ready rows.
-    assert_eq!(samples, stages.iter().filter(|s| s.duration_ns > 0).count() + 2);
-    assert!(texts.iter().any(|t| t.contains("Waterfall: default/web")), "{texts:?}");
-    assert!(texts.iter().any(|t| t == "cni_plugin:host-local"), "{texts:?}");
+    assert_eq!(
+        samples,
+        stages.iter().filter(|s| s.duration_ns > 0).count() + 2
+    );
+    assert!(
+        texts.iter().any(|t| t.contains("Waterfall: default/web")),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t == "cni_plugin:host-local"),
+        "{texts:?}"
+    );
 }

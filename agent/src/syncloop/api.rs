@@ -1,7 +1,8 @@
 //! The agent's local API: HTTP/1 on a unix socket that only root can open. `GET /pods`
 //! gives every pod's record (API status, first seen, events); `GET /events` every pod's
-//! events; `GET /timeline` every pod's stage timeline. `podtrace pods`, `podtrace events`
-//! and `podtrace timeline` read it.
+//! events; `GET /timeline` every pod's stage timeline; `GET /diagnose` every pod's
+//! verdict. `podtrace pods`, `podtrace events`, `podtrace timeline` and `podtrace
+//! diagnose` read it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -125,6 +126,17 @@ fn handle(
                 .collect();
             json(StatusCode::OK, serde_json::json!({ "events": events }))
         }
+        (&Method::GET, "/diagnose") => {
+            let node_ip = store.list().into_iter().find_map(|p| p.status.host_ip);
+            let diagnosis = crate::diagnose::diagnose(&timeline.records(), node_ip.as_deref());
+            match serde_json::to_value(diagnosis) {
+                Ok(v) => json(StatusCode::OK, v),
+                Err(e) => json(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    serde_json::json!({ "error": e.to_string() }),
+                ),
+            }
+        }
         (&Method::GET, "/timeline") => match serde_json::to_value(timeline.timeline()) {
             Ok(v) => json(StatusCode::OK, v),
             Err(e) => json(
@@ -134,7 +146,7 @@ fn handle(
         },
         (_, path) => json(
             StatusCode::NOT_FOUND,
-            serde_json::json!({ "error": format!("no such resource {path:?}; try /pods, /events or /timeline") }),
+            serde_json::json!({ "error": format!("no such resource {path:?}; try /pods, /events, /timeline or /diagnose") }),
         ),
     }
 }

@@ -3,9 +3,9 @@
 //! change state are kept up to a cap each, oldest dropped first. Of the calls that only
 //! read state (relists, status polls) only the first few per pod, sandbox and container
 //! are kept: the builder reads no others, so the timeline is the same as from a full
-//! trace.
+//! trace. The runtime's Status answers are kept when they change, for `diagnose`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use super::model::Timeline;
@@ -29,6 +29,7 @@ struct Kept {
     events: VecDeque<TraceRecord>,
     kernel: VecDeque<TraceRecord>,
     observations: HashMap<String, u32>,
+    last_status: Option<BTreeMap<String, String>>,
 }
 
 /// The agent's in-memory record of a run. Cheap to share; every method takes `&self`.
@@ -53,6 +54,16 @@ impl Collector {
             TraceRecord::Pod(_) => (&mut kept.pods, MAX_PODS),
             TraceRecord::Event(_) => (&mut kept.events, MAX_EVENTS),
             TraceRecord::Kernel(_) => (&mut kept.kernel, MAX_KERNEL),
+            // The runtime's status is node-wide and polled on every sync: keep an answer
+            // only when it differs from the last one kept, so a diagnosis can still show
+            // when NetworkReady turned false and why.
+            TraceRecord::Cri(c) if c.method == "Status" => {
+                if kept.last_status.as_ref() == Some(&c.response) {
+                    return;
+                }
+                kept.last_status = Some(c.response.clone());
+                (&mut kept.calls, MAX_CALLS)
+            }
             TraceRecord::Cri(c) => {
                 if c.is_observation() && !keep_observation(&mut kept.observations, c) {
                     return;

@@ -87,6 +87,9 @@ pub struct LabOptions {
     /// CNI plugin configurations appended to the conflist's chain, after portmap (a
     /// plugin made to fail, for instance).
     pub extra_cni_plugins: Vec<serde_json::Value>,
+    /// At most this many pod IPs: host-local's range ends after them, so a test can use
+    /// the pool up. `None` leaves it the whole subnet.
+    pub max_pod_ips: Option<u8>,
 }
 
 /// Starts the lab, or reports that it already runs. A stale lab (state file present but a
@@ -314,7 +317,7 @@ fn start(
     progress("building and pushing images");
     let images = images::build_and_push(paths, progress)?;
 
-    network::write_conflist(paths, &options.extra_cni_plugins)?;
+    network::write_conflist(paths, &options.extra_cni_plugins, options.max_pod_ips)?;
     progress("starting containerd");
     let containerd_pid = containerd::start(paths)?;
 

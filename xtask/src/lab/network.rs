@@ -53,18 +53,40 @@ pub fn conflist(paths: &LabPaths) -> serde_json::Value {
 pub(crate) fn write_conflist(
     paths: &LabPaths,
     extra_plugins: &[serde_json::Value],
+    max_pod_ips: Option<u8>,
 ) -> Result<(), LabError> {
     let dir = paths.cni_conf_dir();
     fs::create_dir_all(&dir).map_err(|e| LabError::io("cni", "create", &dir, e))?;
     fs::create_dir_all(paths.ipam_dir())
         .map_err(|e| LabError::io("cni", "create", paths.ipam_dir(), e))?;
     let mut list = conflist(paths);
+    if let Some(n) = max_pod_ips {
+        let (start, end) = pod_ip_range(n);
+        let range = &mut list["plugins"][0]["ipam"]["ranges"][0][0];
+        range["rangeStart"] = start.into();
+        range["rangeEnd"] = end.into();
+    }
     if let Some(plugins) = list["plugins"].as_array_mut() {
         plugins.extend(extra_plugins.iter().cloned());
     }
     let text = serde_json::to_string_pretty(&list).expect("a json! value serializes");
     let file = paths.cni_conflist();
     fs::write(&file, text + "\n").map_err(|e| LabError::io("cni", "write", &file, e))
+}
+
+/// The first and last of `n` pod IPs (at least one): from the address after the
+/// gateway, which the bridge takes (the subnet's first).
+pub(crate) fn pod_ip_range(n: u8) -> (String, String) {
+    let net: std::net::Ipv4Addr = POD_SUBNET
+        .split_once('/')
+        .and_then(|(ip, _)| ip.parse().ok())
+        .expect("POD_SUBNET is an IPv4 CIDR");
+    let first = u32::from(net) + 2;
+    let last = first + u32::from(n.max(1)) - 1;
+    (
+        std::net::Ipv4Addr::from(first).to_string(),
+        std::net::Ipv4Addr::from(last).to_string(),
+    )
 }
 
 /// IP reservations host-local holds under the lab's IPAM dir, as `<network>/<ip>`. Its
@@ -593,6 +615,18 @@ COMMIT
         assert_eq!(c["plugins"][1]["type"], "portmap");
         assert_eq!(c["plugins"][1]["capabilities"]["portMappings"], true);
         assert_eq!(c["plugins"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_pod_ip_limit_ends_host_locals_range_after_the_gateway() {
+        assert_eq!(
+            pod_ip_range(2),
+            ("10.244.77.2".to_owned(), "10.244.77.3".to_owned())
+        );
+        assert_eq!(
+            pod_ip_range(0),
+            ("10.244.77.2".to_owned(), "10.244.77.2".to_owned())
+        );
     }
 
     #[test]

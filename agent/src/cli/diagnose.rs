@@ -1,0 +1,81 @@
+//! `podtrace diagnose`: why each pod has no IP or is not Running, from a trace file or
+//! the running agent. Exit code 0 when every pod is healthy, 1 when one is not, 2 on bad
+//! input.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::diagnose::{Diagnosis, diagnose, render};
+use crate::syncloop::api;
+use crate::trace::read_trace;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DiagnoseArgs {
+    /// A trace written by `podtrace run --trace`. Without it, the running agent's pods.
+    #[arg(value_name = "TRACE")]
+    pub trace: Option<PathBuf>,
+    /// Only this pod: a name, namespace/name, or UID.
+    #[arg(long, value_name = "NAME")]
+    pub pod: Option<String>,
+    /// The agent's API socket (when no trace is given).
+    #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+}
+
+pub async fn run(args: &DiagnoseArgs) -> ExitCode {
+    let diagnosis = match &args.trace {
+        Some(path) => match read_trace(path) {
+            Ok(trace) => diagnose(&trace.records, None),
+            Err(e) => {
+                eprintln!("podtrace: {e}");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
+        },
+        None => {
+            let doc = match api::get(&args.socket, "/diagnose").await {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("podtrace: {e}");
+                    return ExitCode::from(super::EXIT_BAD_INPUT);
+                }
+            };
+            match serde_json::from_value::<Diagnosis>(doc) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!(
+                        "podtrace: agent API {}: not a diagnosis: {e}",
+                        args.socket.display()
+                    );
+                    return ExitCode::from(super::EXIT_BAD_INPUT);
+                }
+            }
+        }
+    };
+    let diagnosis = match &args.pod {
+        Some(pod) => {
+            let d = diagnosis.only(pod);
+            if d.pods.is_empty() {
+                eprintln!("podtrace: no pod {pod:?} to diagnose");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
+            d
+        }
+        None => diagnosis,
+    };
+    if args.output == "json" {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes")
+        );
+    } else {
+        print!("{}", render(&diagnosis));
+    }
+    if diagnosis.all_healthy() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,535 @@
+//! One check per fault. Each reads a pod's facts and returns a finding with its
+//! evidence, or nothing. The order they are tried in (`findings`) is their importance:
+//! the first cause in the pipeline that stopped the pod is its verdict.
+
+use super::facts::{CniRun, Facts, PodFacts};
+use super::model::{Cause, Finding};
+use crate::cri::CriCall;
+use crate::timeline::Stage;
+
+/// What host-local (and other IPAM plugins) say when their range is used up.
+const IPAM_EXHAUSTED: &str = "no IP addresses available";
+/// kubelet's message for a container restarted after it exited.
+const RESTARTING_FAILED: &str = "restarting failed container";
+
+fn finding(
+    cause: Cause,
+    stage: impl Into<String>,
+    summary: String,
+    evidence: Vec<String>,
+) -> Finding {
+    Finding {
+        cause,
+        stage: stage.into(),
+        summary,
+        evidence,
+    }
+}
+
+/// Every finding for the pod, most important first.
+pub(super) fn findings(p: &PodFacts<'_>, f: &Facts<'_>) -> Vec<Finding> {
+    let checks: [&dyn Fn() -> Option<Finding>; 7] = [
+        &|| not_admitted(p),
+        &|| network_not_ready(p, f),
+        &|| sandbox_failed(p, f),
+        &|| image_pull_failed(p),
+        &|| crash_loop(p, f),
+        &|| sandbox_recreated(p),
+        &|| leaked_ip(p, f),
+    ];
+    checks.iter().filter_map(|c| c()).collect()
+}
+
+/// No CRI call was ever made for the pod, and it was turned away.
+fn not_admitted(p: &PodFacts<'_>) -> Option<Finding> {
+    if !p.calls.is_empty() {
+        return None;
+    }
+    let rejected: Vec<String> = p
+        .events
+        .iter()
+        .filter(|e| e.event.reason != "NetworkNotReady")
+        .map(|e| {
+            format!(
+                "{} event {}: {}",
+                p.at(e.at_ns),
+                e.event.reason,
+                e.event.message
+            )
+        })
+        .collect();
+    if rejected.is_empty() {
+        return None;
+    }
+    Some(finding(
+        Cause::NotAdmitted,
+        "admitted",
+        "the pod was not admitted: no pod worker ever asked the runtime for anything".into(),
+        rejected,
+    ))
+}
+
+/// The runtime said NetworkReady=false, so the network gate held the pod back.
+fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
+    if p.calls_named("RunPodSandbox").any(|c| c.ok()) || p.host_network() {
+        return None;
+    }
+    let gated: Vec<_> = p.events_named("NetworkNotReady").collect();
+    let last = gated.last().map_or(u64::MAX, |e| e.at_ns);
+    let status = f.network_not_ready_before(last);
+    if gated.is_empty() && (status.is_none() || p.timeline.stage("running").is_some()) {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    if let Some(s) = status {
+        let why = [
+            s.response.get("NetworkReady_reason"),
+            s.response.get("NetworkReady_message"),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(": ");
+        evidence.push(format!(
+            "{} CRI Status: NetworkReady=false{}",
+            p.at(s.end_ns),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({why})")
+            }
+        ));
+    }
+    match (gated.first(), gated.last()) {
+        (Some(only), _) if gated.len() == 1 => evidence.push(format!(
+            "{} event NetworkNotReady: {}",
+            p.at(only.at_ns),
+            only.event.message
+        )),
+        (Some(first), Some(last)) => evidence.push(format!(
+            "{} event NetworkNotReady, {} times until {}: {}",
+            p.at(first.at_ns),
+            gated.len(),
+            p.at(last.at_ns),
+            last.event.message
+        )),
+        _ => {}
+    }
+    if p.calls_named("RunPodSandbox").next().is_none() {
+        evidence.push("no RunPodSandbox was called for the pod".into());
+    }
+    Some(finding(
+        Cause::NetworkNotReady,
+        "sandbox_requested",
+        "the runtime reports NetworkReady=false (no CNI configuration loaded), so no sandbox was requested".into(),
+        evidence,
+    ))
+}
+
+/// The stages that ran during a RunPodSandbox call.
+fn during<'a>(p: &'a PodFacts<'_>, call: &CriCall) -> impl Iterator<Item = &'a Stage> {
+    let (from, to) = (call.start_ns, call.end_ns);
+    p.timeline
+        .stages
+        .iter()
+        .filter(move |s| s.start_ns >= from && s.start_ns <= to)
+}
+
+/// `plugin type="tuning"` in the runtime's error text.
+fn plugin_in_message(message: &str) -> Option<&str> {
+    let rest = message.split("plugin type=\"").nth(1)?;
+    rest.split('"').next().filter(|s| !s.is_empty())
+}
+
+fn exit_text(s: &Stage) -> String {
+    match (s.exit_code, s.signal) {
+        (_, Some(sig)) => format!("was killed by signal {sig}"),
+        (Some(c), None) => format!("exited with code {c}"),
+        (None, None) => "did not exit while recorded".into(),
+    }
+}
+
+/// The last RunPodSandbox failed: narrow down where, from the kernel's view of that
+/// attempt and the runtime's error text.
+fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
+    let runs: Vec<&CriCall> = p.calls_named("RunPodSandbox").collect();
+    let last = *runs.last()?;
+    if last.ok() {
+        return None;
+    }
+    let failed = runs.iter().filter(|c| !c.ok()).count();
+    let mut evidence = vec![format!(
+        "{} RunPodSandbox failed ({} of {} attempt{} failed): {}: {}",
+        p.at(last.end_ns),
+        failed,
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        last.code,
+        last.message
+    )];
+    let stages: Vec<&Stage> = during(p, last).collect();
+    let mut plugins: Vec<&Stage> = stages
+        .iter()
+        .copied()
+        .filter(|s| s.kind() == "cni_plugin" && !s.ok)
+        .collect();
+    // The one that failed first is the cause; a plugin that delegated to it fails after.
+    plugins.sort_by_key(|s| s.end_ns);
+    let describe = |s: &Stage| {
+        format!(
+            "{} {} ADD {} (kernel, pid {}){}",
+            p.at(s.end_ns),
+            s.stage,
+            exit_text(s),
+            s.pid.map_or("?".into(), |x| x.to_string()),
+            if s.detail.contains("delegated by") {
+                format!(", {}", s.detail.trim_start_matches("ADD, "))
+            } else {
+                String::new()
+            }
+        )
+    };
+    evidence.extend(plugins.iter().map(|s| describe(s)));
+    let event_text = p
+        .events_named("FailedCreatePodSandBox")
+        .last()
+        .map(|e| e.event.message.clone())
+        .unwrap_or_default();
+    let exhausted = last.message.contains(IPAM_EXHAUSTED) || event_text.contains(IPAM_EXHAUSTED);
+    let ipam = plugins.iter().find(|s| s.detail.contains("delegated by"));
+    if exhausted || ipam.is_some() {
+        let stage = ipam
+            .map(|s| s.stage.clone())
+            .or_else(|| plugins.first().map(|s| s.stage.clone()))
+            .unwrap_or_else(|| "cni_add".into());
+        let plugin = stage.trim_start_matches("cni_plugin:").to_string();
+        let summary = if exhausted {
+            format!("IPAM exhaustion: {plugin} has no free IP address in its range")
+        } else {
+            format!("the IPAM plugin {plugin} failed")
+        };
+        return Some(finding(
+            if exhausted {
+                Cause::IpamExhausted
+            } else {
+                Cause::CniPluginFailed
+            },
+            stage,
+            summary,
+            evidence,
+        ));
+    }
+    if let Some(s) = plugins.first() {
+        return Some(finding(
+            Cause::CniPluginFailed,
+            s.stage.clone(),
+            format!(
+                "CNI plugin {} {} during ADD",
+                s.stage.trim_start_matches("cni_plugin:"),
+                exit_text(s)
+            ),
+            evidence,
+        ));
+    }
+    if let Some(plugin) = plugin_in_message(&last.message) {
+        evidence.push("the kernel saw no failing plugin exit (no probes, or events lost)".into());
+        return Some(finding(
+            Cause::CniPluginFailed,
+            format!("cni_plugin:{plugin}"),
+            format!("CNI plugin {plugin} failed during ADD, by the runtime's account"),
+            evidence,
+        ));
+    }
+    let netns = stages.iter().any(|s| s.kind() == "netns_created");
+    if f.kernel && !netns {
+        evidence.push("the kernel saw no network namespace created during the call".into());
+        return Some(finding(
+            Cause::NetnsNotCreated,
+            "netns_created",
+            "the sandbox failed before its network namespace was created".into(),
+            evidence,
+        ));
+    }
+    Some(finding(
+        Cause::SandboxFailed,
+        "sandbox_requested",
+        "RunPodSandbox failed".into(),
+        evidence,
+    ))
+}
+
+/// An image whose last pull failed, for a container never created since.
+fn image_pull_failed(p: &PodFacts<'_>) -> Option<Finding> {
+    let failed: Vec<&Stage> = p.stages("image_pull").filter(|s| !s.ok).collect();
+    let last = *failed.last()?;
+    let container = last.container.clone().unwrap_or_default();
+    let created_since = p
+        .stages("container_create")
+        .any(|s| s.ok && s.container.as_deref() == Some(&container) && s.start_ns > last.end_ns);
+    if created_since {
+        return None;
+    }
+    let mut evidence = vec![format!(
+        "{} PullImage failed ({} failed pull{}): {}: {}",
+        p.at(last.start_ns),
+        failed.len(),
+        if failed.len() == 1 { "" } else { "s" },
+        last.code.as_deref().unwrap_or("?"),
+        last.detail
+    )];
+    let backoffs: Vec<_> = p
+        .events_named("BackOff")
+        .filter(|e| {
+            e.event.container.as_deref() == Some(&container)
+                || e.event.message.contains("pulling image")
+        })
+        .collect();
+    if let Some(b) = backoffs.last() {
+        evidence.push(format!(
+            "{} event BackOff ({} time{}): {}",
+            p.at(b.at_ns),
+            backoffs.len(),
+            if backoffs.len() == 1 { "" } else { "s" },
+            b.event.message
+        ));
+    }
+    Some(finding(
+        Cause::ImagePullFailed,
+        last.stage.clone(),
+        format!("the image of container {container} cannot be pulled"),
+        evidence,
+    ))
+}
+
+/// A container that keeps exiting after it starts and is restarted with back-off.
+fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
+    let backoffs: Vec<_> = p
+        .events_named("BackOff")
+        .filter(|e| e.event.message.contains(RESTARTING_FAILED))
+        .collect();
+    let mut by_starts: Vec<(String, usize)> = Vec::new();
+    for c in p.calls_named("StartContainer").filter(|c| c.ok()) {
+        match by_starts.iter_mut().find(|(n, _)| *n == c.container) {
+            Some((_, k)) => *k += 1,
+            None => by_starts.push((c.container.clone(), 1)),
+        }
+    }
+    let container = backoffs
+        .iter()
+        .find_map(|e| e.event.container.clone())
+        .or_else(|| {
+            backoffs.first().and_then(|e| {
+                by_starts
+                    .iter()
+                    .find(|(n, _)| e.event.message.contains(&format!("container={n} ")))
+                    .map(|(n, _)| n.clone())
+            })
+        })?;
+    let starts = by_starts
+        .iter()
+        .find(|(n, _)| *n == container)
+        .map_or(0, |(_, k)| *k);
+    let mut evidence = vec![format!(
+        "StartContainer succeeded {starts} time{}",
+        if starts == 1 { "" } else { "s" }
+    )];
+    // The container's main process, as the kernel saw it end.
+    let ends: Vec<(u64, Option<i32>, Option<i32>)> = p
+        .stages("app_first_exec")
+        .filter(|s| s.container.as_deref() == Some(&container))
+        .filter_map(|s| f.exit_of(s.pid?, s.start_ns))
+        .collect();
+    if !ends.is_empty() {
+        let text: Vec<String> = ends
+            .iter()
+            .map(|(t, code, signal)| match (code, signal) {
+                (_, Some(sig)) => format!("{} signal {sig}", p.at(*t)),
+                (Some(c), None) => format!("{} exit {c}", p.at(*t)),
+                (None, None) => format!("{} exit", p.at(*t)),
+            })
+            .collect();
+        evidence.push(format!(
+            "the kernel saw its process end: {}",
+            text.join(", ")
+        ));
+    }
+    let exited = p
+        .calls_named("ContainerStatus")
+        .filter(|c| {
+            c.container == container && c.response.get("state").map(String::as_str) == Some("2")
+        })
+        .last();
+    let mut code = ends.last().and_then(|(_, c, _)| *c).map(|c| c.to_string());
+    if let Some(c) = exited {
+        code = c.response.get("exit_code").cloned().or(code);
+        evidence.push(format!(
+            "{} runtime: exited with code {}{}",
+            p.at(c.end_ns),
+            code.as_deref().unwrap_or("?"),
+            c.response
+                .get("reason")
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(b) = backoffs.last() {
+        evidence.push(format!(
+            "{} event BackOff ({} time{}): {}",
+            p.at(b.at_ns),
+            backoffs.len(),
+            if backoffs.len() == 1 { "" } else { "s" },
+            b.event.message
+        ));
+    }
+    Some(finding(
+        Cause::CrashLoop,
+        format!("container_start:{container}"),
+        format!(
+            "crash loop: container {container} exits after it starts{} and is restarted with back-off",
+            code.map(|c| format!(" (exit code {c})"))
+                .unwrap_or_default()
+        ),
+        evidence,
+    ))
+}
+
+/// Three or more sandboxes created, and the pod's IP changed between them.
+fn sandbox_recreated(p: &PodFacts<'_>) -> Option<Finding> {
+    let created: Vec<&CriCall> = p.calls_named("RunPodSandbox").filter(|c| c.ok()).collect();
+    if created.len() < 3 {
+        return None;
+    }
+    let ips: Vec<(&Stage, &str)> = p
+        .stages("sandbox_ready")
+        .filter_map(|s| s.detail.strip_prefix("ip ").map(|ip| (s, ip)))
+        .collect();
+    let mut distinct: Vec<&str> = ips.iter().map(|(_, ip)| *ip).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 2 {
+        return None;
+    }
+    let evidence = ips
+        .iter()
+        .map(|(s, ip)| {
+            format!(
+                "{} sandbox {} ready with IP {ip}",
+                p.at(s.start_ns),
+                short(s.sandbox_id.as_deref().unwrap_or("?"))
+            )
+        })
+        .collect();
+    Some(finding(
+        Cause::SandboxRecreated,
+        "sandbox_requested",
+        format!(
+            "the sandbox was created {} times and the pod's IP changed {} times",
+            created.len(),
+            distinct.len() - 1
+        ),
+        evidence,
+    ))
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// A sandbox whose CNI ADD ran, that went away (stopped, removed, or failed to come
+/// up), with no CNI DEL after the ADD: the IP it was given is never released.
+fn leaked_ip(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
+    if !f.kernel {
+        return None;
+    }
+    let mut evidence = Vec::new();
+    let mut leaked = Vec::new();
+    for id in &p.timeline.sandbox_ids {
+        let Some(runs) = f.cni.get(id.as_str()) else {
+            continue;
+        };
+        let Some(add) = runs.iter().rfind(|r| r.command == "ADD") else {
+            continue;
+        };
+        let deleted = runs
+            .iter()
+            .any(|r| r.command == "DEL" && r.at_ns >= add.at_ns);
+        if deleted {
+            continue;
+        }
+        let gone = gone_at(p, id, add);
+        let Some((t, how)) = gone else {
+            continue;
+        };
+        let ip = p
+            .stages("sandbox_ready")
+            .find(|s| s.sandbox_id.as_deref() == Some(id.as_str()))
+            .and_then(|s| s.detail.strip_prefix("ip "))
+            .map(|ip| format!(" (IP {ip})"))
+            .unwrap_or_default();
+        let plugins: Vec<&str> = runs
+            .iter()
+            .filter(|r| r.command == "ADD")
+            .map(|r| r.plugin.as_str())
+            .collect();
+        evidence.push(format!(
+            "{} CNI ADD for sandbox {}{ip}: {}; {} {how}; no CNI DEL for it was seen",
+            p.at(add.at_ns),
+            short(id),
+            plugins.join(", "),
+            p.at(t),
+        ));
+        leaked.push(id.clone());
+    }
+    if leaked.is_empty() {
+        return None;
+    }
+    if f.lost_events > 0 {
+        evidence.push(format!(
+            "the probes lost {} events in this recording: a DEL may be among them",
+            f.lost_events
+        ));
+    }
+    Some(finding(
+        Cause::LeakedIp,
+        "cni_add",
+        format!(
+            "{} sandbox{} went away after CNI ADD without a CNI DEL: {} IP{} still allocated",
+            leaked.len(),
+            if leaked.len() == 1 { "" } else { "es" },
+            if leaked.len() == 1 { "its" } else { "their" },
+            if leaked.len() == 1 { " is" } else { "s are" },
+        ),
+        evidence,
+    ))
+}
+
+/// When and how sandbox `id` went away after `add`, if it did while recorded.
+fn gone_at(p: &PodFacts<'_>, id: &str, add: &CniRun) -> Option<(u64, &'static str)> {
+    let stopped = p
+        .calls
+        .iter()
+        .find(|c| {
+            (c.method == "StopPodSandbox" || c.method == "RemovePodSandbox")
+                && c.ok()
+                && c.sandbox_id == id
+                && c.end_ns >= add.at_ns
+        })
+        .map(|c| {
+            (
+                c.end_ns,
+                if c.method == "StopPodSandbox" {
+                    "StopPodSandbox returned"
+                } else {
+                    "RemovePodSandbox returned"
+                },
+            )
+        });
+    // A sandbox the runtime never returned was torn down by the failed call itself.
+    let failed = p
+        .calls_named("RunPodSandbox")
+        .find(|c| !c.ok() && c.start_ns <= add.at_ns && add.at_ns <= c.end_ns)
+        .map(|c| (c.end_ns, "RunPodSandbox failed and returned"));
+    stopped.or(failed)
+}

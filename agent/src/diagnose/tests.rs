@@ -1,0 +1,473 @@
+//! Verdicts on hand-built records, one fault at a time, each naming its stage.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::cri::CriCall;
+use crate::ebpf::{EventMeta, KernelEvent};
+use crate::kuberuntime::PodEvent;
+use crate::trace::{Header, PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+
+const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const FAILED_SANDBOX: &str = "6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b";
+const MS: u64 = 1_000_000;
+
+fn meta(t_ms: u64, pid: u32, comm: &str) -> EventMeta {
+    EventMeta {
+        ktime_ns: t_ms * MS,
+        cpu: 0,
+        pid,
+        tgid: pid,
+        comm: comm.into(),
+        cgroup_id: 1,
+    }
+}
+
+fn header(node_ip: &str) -> TraceRecord {
+    TraceRecord::Header(Header {
+        schema_version: 1,
+        podtrace_version: "0.1.0".into(),
+        node: "n".into(),
+        kernel: "6.18".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "1.6".into(),
+        config: serde_json::json!({ "node_ip": node_ip }),
+        started_wall_ns: 0,
+        started_ns: 0,
+    })
+}
+
+fn pod_add(host_network: bool) -> TraceRecord {
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {"hostNetwork": host_network, "containers": [{"name": "app", "image": "app:1"}]}
+    }))
+    .unwrap();
+    TraceRecord::Pod(PodOpRecord {
+        at_ns: 0,
+        op: PodOp::Add,
+        pod: Box::new(pod),
+    })
+}
+
+fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
+    CriCall {
+        method: method.into(),
+        pod_uid: UID.into(),
+        container: String::new(),
+        attempt: 0,
+        sandbox_id: String::new(),
+        container_id: String::new(),
+        image: String::new(),
+        start_ns: start_ms * MS,
+        end_ns: end_ms * MS,
+        code: "OK".into(),
+        message: String::new(),
+        response: BTreeMap::new(),
+    }
+}
+
+fn failed(mut c: CriCall, code: &str, message: &str) -> CriCall {
+    c.code = code.into();
+    c.message = message.into();
+    c
+}
+
+fn with(mut c: CriCall, f: impl FnOnce(&mut CriCall)) -> TraceRecord {
+    f(&mut c);
+    TraceRecord::Cri(c)
+}
+
+fn event(t_ms: u64, reason: &str, message: &str, container: Option<&str>) -> TraceRecord {
+    TraceRecord::Event(PodEventRecord {
+        at_ns: t_ms * MS,
+        pod_uid: UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        event: PodEvent::warning(reason, message, container.map(str::to_string)),
+    })
+}
+
+fn cni(t_ms: u64, pid: u32, command: &str, plugin: &str, sandbox: &str) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::CniExec {
+        meta: meta(t_ms, pid, "containerd"),
+        plugin: plugin.into(),
+        filename: format!("/usr/lib/cni/{plugin}"),
+        command: command.into(),
+        container_id: sandbox.into(),
+        netns: "/run/netns/cni-1".into(),
+        ifname: "eth0".into(),
+        args: format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID={sandbox};K8S_POD_UID={UID}"
+        ),
+        pod_namespace: Some("default".into()),
+        pod_name: Some("web".into()),
+        infra_container_id: Some(sandbox.into()),
+        env_scanned: 60,
+        env_truncated: false,
+    })
+}
+
+fn exec(t_ms: u64, pid: u32, ppid: u32, file: &str) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::Exec {
+        meta: meta(t_ms, pid, file.rsplit('/').next().unwrap()),
+        filename: file.into(),
+        old_pid: pid,
+        ppid: Some(ppid),
+    })
+}
+
+fn exit(t_ms: u64, pid: u32, code: i32) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::Exit {
+        meta: meta(t_ms, pid, "plugin"),
+        exit_code: Some(code),
+        signal: None,
+    })
+}
+
+/// A sandbox that came up with `ip` ("" on the host network), between `at` and `at + 10`.
+fn sandbox(at: u64, id: &str, ip: &str) -> Vec<TraceRecord> {
+    vec![
+        with(call("RunPodSandbox", at, at + 10), |c| {
+            c.sandbox_id = id.into()
+        }),
+        with(call("PodSandboxStatus", at + 11, at + 12), |c| {
+            c.sandbox_id = id.into();
+            c.response.insert("state".into(), "0".into());
+            c.response.insert("ip".into(), ip.into());
+        }),
+    ]
+}
+
+/// Pull, create and start of container `app` (container ID `id`) from `at`.
+fn app(at: u64, id: &str, pull: bool) -> Vec<TraceRecord> {
+    let mut v = Vec::new();
+    if pull {
+        v.push(with(call("PullImage", at, at + 5), |c| {
+            c.image = "app:1".into()
+        }));
+    }
+    v.push(with(call("CreateContainer", at + 6, at + 8), |c| {
+        c.container = "app".into();
+        c.sandbox_id = SANDBOX.into();
+        c.container_id = id.into();
+        c.image = "app:1".into();
+    }));
+    v.push(with(call("StartContainer", at + 9, at + 12), |c| {
+        c.container = "app".into();
+        c.container_id = id.into();
+    }));
+    v
+}
+
+fn healthy_run() -> Vec<TraceRecord> {
+    let mut r = vec![header("192.0.2.10"), pod_add(false)];
+    r.push(with(call("ListPodSandbox", 1, 2), |_| {}));
+    r.extend(sandbox(10, SANDBOX, "10.244.77.5"));
+    r.extend([cni(12, 100, "ADD", "bridge", SANDBOX), exit(15, 100, 0)]);
+    r.extend(app(30, "c1", true));
+    r
+}
+
+fn one(records: &[TraceRecord]) -> PodDiagnosis {
+    let d = diagnose(records, None);
+    assert_eq!(d.pods.len(), 1, "{d:#?}");
+    d.pods[0].clone()
+}
+
+fn has(f: &Finding, text: &str) -> bool {
+    f.summary.contains(text) || f.evidence.iter().any(|e| e.contains(text))
+}
+
+#[test]
+fn a_running_pod_with_an_ip_is_healthy() {
+    let p = one(&healthy_run());
+    assert_eq!(p.verdict.cause, Cause::Healthy, "{p:#?}");
+    assert_eq!(p.verdict.stage, "running");
+    assert_eq!(p.ip.as_deref(), Some("10.244.77.5"));
+    assert!(p.running && p.also.is_empty(), "{p:#?}");
+}
+
+#[test]
+fn a_host_network_pod_has_no_ip_by_design_and_shows_the_hosts() {
+    let mut r = vec![header("192.0.2.10"), pod_add(true)];
+    r.extend(sandbox(10, SANDBOX, ""));
+    r.extend(app(30, "c1", true));
+    let p = one(&r);
+    assert_eq!(p.verdict.cause, Cause::HostNetwork, "{p:#?}");
+    assert_eq!(p.verdict.stage, "sandbox_ready");
+    assert!(has(&p.verdict, "192.0.2.10"), "{p:#?}");
+    assert!(p.ip.is_none() && p.verdict.cause.is_healthy());
+}
+
+#[test]
+fn network_not_ready_names_the_sandbox_that_was_never_requested() {
+    let mut status = call("Status", 3, 4);
+    status.pod_uid.clear();
+    status.response = BTreeMap::from([
+        ("RuntimeReady".into(), "true".into()),
+        ("NetworkReady".into(), "false".into()),
+        ("NetworkReady_reason".into(), "NetworkPluginNotReady".into()),
+        (
+            "NetworkReady_message".into(),
+            "Network plugin returns error: cni plugin not initialized".into(),
+        ),
+    ]);
+    let msg = "network is not ready: NetworkPluginNotReady: Network plugin returns error: cni plugin not initialized";
+    let r = vec![
+        pod_add(false),
+        with(call("ListPodSandbox", 1, 2), |_| {}),
+        TraceRecord::Cri(status),
+        event(5, "NetworkNotReady", msg, None),
+        event(1005, "NetworkNotReady", msg, None),
+        // Another node-level event, so the kernel's silence about this pod means something.
+        exec(6, 900, 1, "/usr/bin/true"),
+    ];
+    let p = one(&r);
+    assert_eq!(p.verdict.cause, Cause::NetworkNotReady, "{p:#?}");
+    assert_eq!(p.verdict.stage, "sandbox_requested");
+    assert!(
+        has(
+            &p.verdict,
+            "NetworkReady=false (NetworkPluginNotReady: Network plugin returns error: cni plugin not initialized)"
+        ),
+        "{p:#?}"
+    );
+    assert!(has(&p.verdict, "2 times"), "{p:#?}");
+    assert!(!p.running && p.ip.is_none());
+}
+
+/// A failed RunPodSandbox whose chain is bridge (with host-local under it) then `last`.
+fn failed_sandbox(message: &str, ipam_code: i32, last: Option<(&str, i32)>) -> Vec<TraceRecord> {
+    let mut r = vec![header("192.0.2.10"), pod_add(false)];
+    r.push(TraceRecord::Cri(failed(
+        call("RunPodSandbox", 10, 100),
+        "Unknown",
+        message,
+    )));
+    r.extend([
+        cni(20, 100, "ADD", "bridge", FAILED_SANDBOX),
+        cni(22, 101, "ADD", "host-local", FAILED_SANDBOX),
+        exec(22, 101, 100, "/usr/lib/cni/host-local"),
+        exit(25, 101, ipam_code),
+        exit(40, 100, if ipam_code == 0 { 0 } else { 1 }),
+    ]);
+    if let Some((plugin, code)) = last {
+        r.extend([
+            cni(50, 102, "ADD", plugin, FAILED_SANDBOX),
+            exit(55, 102, code),
+        ]);
+    }
+    r.extend([
+        cni(60, 110, "DEL", "bridge", FAILED_SANDBOX),
+        exit(65, 110, 0),
+        event(
+            101,
+            "FailedCreatePodSandBox",
+            &format!("Failed to create pod sandbox: {message}"),
+            None,
+        ),
+    ]);
+    r
+}
+
+#[test]
+fn a_cni_plugin_that_exits_non_zero_is_named_with_its_exit_code_and_the_runtimes_text() {
+    let msg = "failed to setup network for sandbox \"6b6b\": plugin type=\"tuning\" failed (add): invalid net sysctl key: \"kernel.podtrace_lab_fail\"";
+    let p = one(&failed_sandbox(msg, 0, Some(("tuning", 1))));
+    assert_eq!(p.verdict.cause, Cause::CniPluginFailed, "{p:#?}");
+    assert_eq!(p.verdict.stage, "cni_plugin:tuning");
+    assert!(p.verdict.summary.contains("exited with code 1"), "{p:#?}");
+    assert!(has(&p.verdict, "invalid net sysctl key"), "{p:#?}");
+    assert!(
+        has(
+            &p.verdict,
+            "cni_plugin:tuning ADD exited with code 1 (kernel, pid 102)"
+        ),
+        "{p:#?}"
+    );
+    // Its sandbox was DEL'd by the runtime: no leak.
+    assert!(p.also.is_empty(), "{p:#?}");
+}
+
+#[test]
+fn without_kernel_events_the_plugin_comes_from_the_runtimes_text() {
+    let msg = "plugin type=\"tuning\" failed (add): invalid net sysctl key";
+    let r = vec![
+        pod_add(false),
+        TraceRecord::Cri(failed(call("RunPodSandbox", 10, 100), "Unknown", msg)),
+    ];
+    let d = diagnose(&r, None);
+    let p = &d.pods[0];
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::CniPluginFailed, "cni_plugin:tuning"),
+        "{p:#?}"
+    );
+    assert!(d.notes[0].contains("no kernel events"), "{d:#?}");
+}
+
+#[test]
+fn ipam_exhaustion_names_the_ipam_plugin() {
+    let msg = "plugin type=\"bridge\" name=\"podtrace-lab\" failed (add): failed to allocate for range 0: no IP addresses available in range set: 10.244.77.2-10.244.77.3";
+    let p = one(&failed_sandbox(msg, 1, None));
+    assert_eq!(p.verdict.cause, Cause::IpamExhausted, "{p:#?}");
+    assert_eq!(p.verdict.stage, "cni_plugin:host-local");
+    assert!(has(&p.verdict, "no IP addresses available"), "{p:#?}");
+    assert!(
+        has(&p.verdict, "host-local ADD exited with code 1"),
+        "{p:#?}"
+    );
+    assert!(has(&p.verdict, "delegated by bridge"), "{p:#?}");
+}
+
+#[test]
+fn a_sandbox_that_failed_before_any_netns_names_netns_created() {
+    let r = vec![
+        pod_add(false),
+        TraceRecord::Cri(failed(
+            call("RunPodSandbox", 10, 100),
+            "Unknown",
+            "failed to get sandbox image \"pause:3.10\": not found",
+        )),
+        exec(50, 900, 1, "/usr/bin/true"),
+    ];
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::NetnsNotCreated, "netns_created"),
+        "{p:#?}"
+    );
+    assert!(has(&p.verdict, "failed to get sandbox image"), "{p:#?}");
+}
+
+#[test]
+fn an_image_that_cannot_be_pulled_names_its_pull() {
+    let mut r = vec![pod_add(false)];
+    r.extend(sandbox(10, SANDBOX, "10.244.77.5"));
+    r.push(with(
+        failed(
+            call("PullImage", 30, 35),
+            "NotFound",
+            "failed to pull and unpack image \"app:1\": not found",
+        ),
+        |c| c.image = "app:1".into(),
+    ));
+    r.push(event(
+        36,
+        "BackOff",
+        "Back-off pulling image \"app:1\"",
+        Some("app"),
+    ));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::ImagePullFailed, "image_pull:app"),
+        "{p:#?}"
+    );
+    assert!(has(&p.verdict, "NotFound"), "{p:#?}");
+    assert!(has(&p.verdict, "Back-off pulling image"), "{p:#?}");
+}
+
+#[test]
+fn a_container_that_keeps_exiting_is_a_crash_loop_on_its_start() {
+    let mut r = healthy_run();
+    r.push(with(call("ContainerStatus", 50, 51), |c| {
+        c.container = "app".into();
+        c.container_id = "c1".into();
+        c.response = BTreeMap::from([
+            ("state".into(), "2".into()),
+            ("exit_code".into(), "1".into()),
+            ("reason".into(), "Error".into()),
+        ]);
+    }));
+    r.push(event(
+        52,
+        "BackOff",
+        "back-off 10s restarting failed container=app pod=web",
+        Some("app"),
+    ));
+    r.extend(app(70, "c2", false));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::CrashLoop, "container_start:app"),
+        "{p:#?}"
+    );
+    assert!(p.verdict.summary.contains("exit code 1"), "{p:#?}");
+    assert!(
+        has(&p.verdict, "StartContainer succeeded 2 times"),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn an_add_without_a_del_after_the_sandbox_stopped_is_a_leaked_ip() {
+    let mut r = healthy_run();
+    r.push(with(call("StopPodSandbox", 200, 210), |c| {
+        c.sandbox_id = SANDBOX.into()
+    }));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::LeakedIp, "cni_add"),
+        "{p:#?}"
+    );
+    assert!(has(&p.verdict, "IP 10.244.77.5"), "{p:#?}");
+    assert!(has(&p.verdict, "StopPodSandbox returned"), "{p:#?}");
+
+    r.extend([cni(205, 120, "DEL", "bridge", SANDBOX), exit(206, 120, 0)]);
+    assert_eq!(one(&r).verdict.cause, Cause::Healthy);
+}
+
+#[test]
+fn a_sandbox_recreated_again_and_again_with_new_ips_is_named() {
+    let mut r = vec![pod_add(false)];
+    r.extend(sandbox(10, "s1", "10.244.77.5"));
+    r.extend(sandbox(100, "s2", "10.244.77.6"));
+    r.extend(sandbox(200, "s3", "10.244.77.7"));
+    r.extend(app(300, "c1", true));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::SandboxRecreated, "sandbox_requested"),
+        "{p:#?}"
+    );
+    assert!(p.verdict.summary.contains("created 3 times"), "{p:#?}");
+    assert!(has(&p.verdict, "10.244.77.6"), "{p:#?}");
+}
+
+#[test]
+fn a_pod_admission_turned_away_is_not_admitted() {
+    let r = vec![
+        pod_add(false),
+        event(1, "OutOfcpu", "Node didn't have enough resource: cpu", None),
+    ];
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::NotAdmitted, "admitted"),
+        "{p:#?}"
+    );
+}
+
+#[test]
+fn the_same_records_give_the_same_text() {
+    let r = failed_sandbox(
+        "plugin type=\"tuning\" failed (add)",
+        0,
+        Some(("tuning", 1)),
+    );
+    assert_eq!(render(&diagnose(&r, None)), render(&diagnose(&r, None)));
+    let text = render(&diagnose(&r, None));
+    assert!(text.starts_with("default/web  uid "), "{text}");
+    assert!(
+        text.contains("cni_plugin_failed  stage cni_plugin:tuning"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("1 pod, 0 healthy, 1 with a problem\n"),
+        "{text}"
+    );
+}
