@@ -2,7 +2,6 @@
 //! the running agent. Exit code 0 when every pod is healthy, 1 when one is not, 2 on bad
 //! input.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::diagnose::{Diagnosis, diagnose, render};
@@ -11,21 +10,12 @@ use crate::trace::read_trace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DiagnoseArgs {
-    /// A trace written by `podtrace run --trace`. Without it, the running agent's pods.
-    #[arg(value_name = "TRACE")]
-    pub trace: Option<PathBuf>,
-    /// Only this pod: a name, namespace/name, or UID.
-    #[arg(long, value_name = "NAME")]
-    pub pod: Option<String>,
-    /// The agent's API socket (when no trace is given).
-    #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
-    pub socket: PathBuf,
-    /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
+    #[command(flatten)]
+    pub source: super::trace_or_agent::TraceOrAgentArgs,
 }
 
 pub async fn run(args: &DiagnoseArgs) -> ExitCode {
+    let args = &args.source;
     let diagnosis = match &args.trace {
         Some(path) => match read_trace(path) {
             Ok(trace) => diagnose(&trace.records, None),

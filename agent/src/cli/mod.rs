@@ -12,6 +12,7 @@ mod replay;
 mod report;
 mod run;
 mod timeline;
+mod trace_or_agent;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

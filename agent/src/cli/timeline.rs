@@ -2,7 +2,6 @@
 //! from the running agent.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::syncloop::api;
@@ -14,22 +13,12 @@ const BAR: usize = 40;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TimelineArgs {
-    /// A trace written by `podtrace run --trace`. Without it, the running agent's
-    /// timelines.
-    #[arg(value_name = "TRACE")]
-    pub trace: Option<PathBuf>,
-    /// Only this pod: a name, namespace/name, or UID.
-    #[arg(long, value_name = "NAME")]
-    pub pod: Option<String>,
-    /// The agent's API socket (when no trace is given).
-    #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
-    pub socket: PathBuf,
-    /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
+    #[command(flatten)]
+    pub source: super::trace_or_agent::TraceOrAgentArgs,
 }
 
 pub async fn run(args: &TimelineArgs) -> ExitCode {
+    let args = &args.source;
     let timeline = match &args.trace {
         Some(path) => match read_trace(path) {
             Ok(trace) => from_records(&trace.records),
