@@ -1,5 +1,6 @@
 //! `cargo xtask`: podtrace's workflows.
 
+mod bench;
 mod build_ebpf;
 mod demo;
 mod record;
@@ -46,6 +47,8 @@ enum Cmd {
     },
     /// Replay every fixture in traces/ through the reconciler and compare.
     Replay,
+    /// Run the benchmarks and write BENCHMARKS.md and target/bench/samples.json.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Cmd::BuildEbpf => build_ebpf::run().map(|path| println!("{}", path.display())),
         Cmd::Record { names } => record::run(&names),
         Cmd::Replay => record::replay_all(),
+        Cmd::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! The `podtrace` command line.
 
+mod bench_direct;
 mod cri_info;
 mod diagnose;
 pub mod kernel_events;
@@ -59,6 +60,9 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Why each pod has no IP or is not Running, with the evidence.
     Diagnose(diagnose::DiagnoseArgs),
+    /// The runtime's own limit for the benchmarks: the pipeline's CRI calls, nothing else.
+    #[command(hide = true)]
+    BenchDirect(bench_direct::BenchDirectArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,5 +156,6 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Timeline(args) => timeline::run(&args).await,
         Command::Report(args) => report::run(&args),
         Command::Diagnose(args) => diagnose::run(&args).await,
+        Command::BenchDirect(args) => bench_direct::run(&args).await,
     }
 }

@@ -1,0 +1,284 @@
+//! Benchmarks 1 and 2: podtrace's pipeline against the direct CRI driver
+//! (`podtrace bench-direct`: the same requests in the same order, nothing in between), on
+//! the node lab with the image already present. Arms alternate within one run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use xtask::lab::LabPaths;
+
+use super::{Figure, Outcome};
+
+const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+pub const OVERHEAD_PODS: usize = 200;
+const OVERHEAD_ROUNDS: usize = 2;
+const GOAL_RATIO: f64 = 1.05;
+const GOAL_GAP_MS: f64 = 10.0;
+const CONCURRENCY: &[usize] = &[1, 2, 8, 32];
+const GOAL_THROUGHPUT: f64 = 0.95;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    Podtrace,
+    Direct,
+}
+
+impl Arm {
+    fn name(self) -> &'static str {
+        match self {
+            Arm::Podtrace => "podtrace",
+            Arm::Direct => "direct",
+        }
+    }
+}
+
+fn manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n\
+         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
+         image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
+/// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
+/// Both arms print `{"pods": [{"name", "seconds", ...}]}`.
+fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::Result<Vec<f64>> {
+    let dir: PathBuf = work.join(format!("{}-{tag}", arm.name()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let manifests = dir.join("manifests");
+    std::fs::create_dir_all(&manifests)?;
+    for i in 0..pods {
+        let name = format!("{}-{tag}-{i:03}", arm.name());
+        std::fs::write(manifests.join(format!("{name}.yaml")), manifest(&name))?;
+    }
+    let mut cmd = Command::new(bin);
+    match arm {
+        Arm::Podtrace => {
+            cmd.args(["run", "--until-ready", "--cleanup", "--json"])
+                .args([
+                    "--node-cpu",
+                    "1000000",
+                    "--max-pods",
+                    "1000",
+                    "--node-memory",
+                ])
+                .arg((1_u64 << 40).to_string());
+        }
+        Arm::Direct => {
+            cmd.args(["bench-direct", "--cleanup"]);
+        }
+    }
+    let out = cmd
+        .arg("--manifests")
+        .arg(&manifests)
+        .args(["--node-name", &format!("podtrace-bench-{}", arm.name())])
+        .arg("--root-dir")
+        .arg(dir.join("root"))
+        .arg("--pod-logs-dir")
+        .arg(dir.join("logs"))
+        .arg("--cri")
+        .arg(LabPaths::from_env().cri_socket())
+        .output()
+        .with_context(|| format!("running the {} arm", arm.name()))?;
+    // Kept for after the run: cleanup errors from either arm show only here.
+    std::fs::write(dir.join("stderr.log"), &out.stderr)?;
+    let doc: Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "the {} arm printed no result ({}): {}",
+            arm.name(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    let list = doc["pods"].as_array().cloned().unwrap_or_default();
+    let bad: Vec<&Value> = list
+        .iter()
+        .filter(|p| p["error"].is_string() || p["phase"].as_str().is_some_and(|s| s != "Running"))
+        .collect();
+    // podtrace exits 1 when its cleanup failed even though every pod ran; the timing still
+    // counts, and the lab's teardown removes whatever was left.
+    if !out.status.success() {
+        eprintln!(
+            "bench: the {} arm exited {} (cleaned up: {}): {}",
+            arm.name(),
+            out.status,
+            doc["cleaned_up"],
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    if !bad.is_empty() || list.len() != pods {
+        bail!(
+            "the {} arm did not run every pod ({} of {pods} listed, {} failed, {}): {}",
+            arm.name(),
+            list.len(),
+            bad.len(),
+            out.status,
+            bad.first().map(|p| p.to_string()).unwrap_or_default()
+        );
+    }
+    Ok(list.iter().filter_map(|p| p["seconds"].as_f64()).collect())
+}
+
+/// Nearest-rank percentile.
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
+    let work = dir.join("overhead");
+    let mut samples: Vec<(Arm, Vec<f64>)> = Vec::new();
+    for round in 0..OVERHEAD_ROUNDS {
+        // ABBA: neither arm always goes first on a node that warms up or fills up.
+        let order = if round % 2 == 0 {
+            [Arm::Podtrace, Arm::Direct]
+        } else {
+            [Arm::Direct, Arm::Podtrace]
+        };
+        for arm in order {
+            let s = create(bin, &work, arm, &format!("r{round}"), pods)?;
+            eprintln!(
+                "bench: overhead: round {} {}: p50 {:.1} ms",
+                round + 1,
+                arm.name(),
+                percentile(&s, 50.0) * 1e3
+            );
+            samples.push((arm, s));
+        }
+    }
+    let pooled = |arm: Arm| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|(a, _)| *a == arm)
+            .flat_map(|(_, s)| s.iter().copied())
+            .collect()
+    };
+    let (p, d) = (pooled(Arm::Podtrace), pooled(Arm::Direct));
+    let ms = |v: &[f64], q: f64| percentile(v, q) * 1e3;
+    let (p50, d50, p99, d99) = (ms(&p, 50.0), ms(&d, 50.0), ms(&p, 99.0), ms(&d, 99.0));
+    let ratio50 = p50 / d50;
+    let gap50 = p50 - d50;
+    let met = ratio50 <= GOAL_RATIO && gap50 <= GOAL_GAP_MS;
+    let verdict = if met {
+        format!("met: p50 ratio {ratio50:.3}, gap {gap50:.1} ms")
+    } else {
+        let mut misses = Vec::new();
+        if ratio50 > GOAL_RATIO {
+            misses.push(format!(
+                "p50 ratio {ratio50:.3} is {:.3} over {GOAL_RATIO}",
+                ratio50 - GOAL_RATIO
+            ));
+        }
+        if gap50 > GOAL_GAP_MS {
+            misses.push(format!(
+                "p50 gap {gap50:.1} ms is {:.1} ms over {GOAL_GAP_MS:.0} ms",
+                gap50 - GOAL_GAP_MS
+            ));
+        }
+        format!("missed: {}", misses.join("; "))
+    };
+    Ok(Outcome {
+        number: 1,
+        title: "Pipeline overhead",
+        method: format!(
+            "{pods} one-container `sleep` pods, image present, all submitted at once: \
+             `podtrace run --until-ready --cleanup` (time from the pod's ADD to Running) \
+             against `podtrace bench-direct` (RunPodSandbox, PodSandboxStatus, CreateContainer, \
+             StartContainer with the same requests, from the first call to the last), \
+             {OVERHEAD_ROUNDS} rounds in ABBA order, samples pooled per arm."
+        ),
+        figures: vec![
+            Figure::new(
+                "time to Running p50: podtrace / direct",
+                format!("{p50:.1} ms / {d50:.1} ms"),
+            ),
+            Figure::new(
+                "time to Running p99: podtrace / direct",
+                format!("{p99:.1} ms / {d99:.1} ms"),
+            ),
+            Figure::new(
+                "ratio p50 / p99",
+                format!("{ratio50:.3} / {:.3}", p99 / d99),
+            ),
+            Figure::new(
+                "gap p50 / p99",
+                format!("{gap50:.1} ms / {:.1} ms", p99 - d99),
+            ),
+        ],
+        goal: format!("p50 ratio ≤ {GOAL_RATIO} and gap ≤ {GOAL_GAP_MS:.0} ms"),
+        verdict,
+        samples: json!({
+            "pods": pods,
+            "runs": samples.iter().map(|(a, s)| json!({"arm": a.name(), "seconds": s}))
+                .collect::<Vec<_>>(),
+        }),
+    })
+}
+
+pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let work = dir.join("throughput");
+    let mut figures = Vec::new();
+    let mut raw = Vec::new();
+    let mut worst = f64::INFINITY;
+    let mut misses = Vec::new();
+    for &c in CONCURRENCY {
+        // Enough batches that one slow batch does not decide the figure.
+        let batches = (16 / c).max(2);
+        let mut busy = [0.0_f64; 2];
+        for b in 0..batches {
+            let order = if b % 2 == 0 {
+                [Arm::Podtrace, Arm::Direct]
+            } else {
+                [Arm::Direct, Arm::Podtrace]
+            };
+            for arm in order {
+                let s = create(bin, &work, arm, &format!("c{c}-b{b}"), c)?;
+                // A batch's pods start together; it takes as long as its slowest pod.
+                let took = s.iter().copied().fold(0.0, f64::max);
+                busy[(arm == Arm::Direct) as usize] += took;
+                raw.push(json!({"concurrency": c, "batch": b, "arm": arm.name(), "seconds": s}));
+            }
+        }
+        let pods = (c * batches) as f64;
+        let (tp, td) = (pods / busy[0], pods / busy[1]);
+        let ratio = tp / td;
+        eprintln!("bench: throughput: concurrency {c}: {tp:.1} vs {td:.1} pods/s");
+        worst = worst.min(ratio);
+        if ratio < GOAL_THROUGHPUT {
+            misses.push(format!(
+                "{ratio:.3}× at concurrency {c} ({:.3} short)",
+                GOAL_THROUGHPUT - ratio
+            ));
+        }
+        figures.push(Figure::new(
+            &format!("concurrency {c} ({batches} batches): podtrace / direct"),
+            format!("{tp:.2} / {td:.2} pods/s = {ratio:.3}×"),
+        ));
+    }
+    let verdict = if misses.is_empty() {
+        format!("met: worst {worst:.3}×")
+    } else {
+        format!("missed: {}", misses.join("; "))
+    };
+    Ok(Outcome {
+        number: 2,
+        title: "Throughput",
+        method: "At each concurrency c, batches of c pods submitted at once (image present), \
+                 arms alternating per batch in ABBA order; a batch lasts until its slowest pod \
+                 is Running (podtrace: from the pods' ADD; direct: from each pod's first call), \
+                 and pods/s = pods / the batches' summed durations. Process start and cleanup \
+                 are outside the timing for both arms."
+            .to_string(),
+        figures,
+        goal: format!("≥ {GOAL_THROUGHPUT}× the direct driver at every concurrency"),
+        verdict,
+        samples: json!({"batches": raw}),
+    })
+}

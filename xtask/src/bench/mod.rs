@@ -1,0 +1,212 @@
+//! `cargo xtask bench`: podtrace against its own goals on this machine. Writes
+//! `BENCHMARKS.md` (figures, the command, the machine) and `target/bench/samples.json`
+//! (every raw sample). Not part of `cargo xtask test`: timing is never asserted in a test.
+
+mod direct;
+mod machine;
+mod memory;
+mod replay_speed;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use xtask::lab::{self, LabPaths, UpOutcome};
+
+use crate::workspace;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 5 replay, 6
+    /// memory); default all.
+    #[arg(long = "only", value_name = "N")]
+    pub only: Vec<u8>,
+    /// Pods per arm and round in the pipeline overhead benchmark (1).
+    #[arg(long, default_value_t = direct::OVERHEAD_PODS, value_name = "N")]
+    pub overhead_pods: usize,
+    /// Pods in the generated replay trace (benchmark 5).
+    #[arg(long, default_value_t = replay_speed::PODS, value_name = "N")]
+    pub replay_pods: usize,
+}
+
+/// One line of a benchmark's results table.
+pub struct Figure {
+    pub name: String,
+    pub value: String,
+}
+
+impl Figure {
+    pub fn new(name: &str, value: String) -> Figure {
+        Figure {
+            name: name.to_string(),
+            value,
+        }
+    }
+}
+
+/// What one benchmark measured, for BENCHMARKS.md and the samples file.
+pub struct Outcome {
+    pub number: u8,
+    pub title: &'static str,
+    pub method: String,
+    pub figures: Vec<Figure>,
+    pub goal: String,
+    pub verdict: String,
+    pub samples: Value,
+}
+
+const BENCHMARKS: &[(u8, &str)] = &[
+    (1, "pipeline overhead"),
+    (2, "throughput"),
+    (5, "replay speed"),
+    (6, "memory"),
+];
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let command = std::iter::once("cargo xtask bench".to_string())
+        .chain(args.only.iter().map(|n| format!("--only {n}")))
+        .chain(
+            (args.overhead_pods != direct::OVERHEAD_PODS)
+                .then(|| format!("--overhead-pods {}", args.overhead_pods)),
+        )
+        .chain(
+            (args.replay_pods != replay_speed::PODS)
+                .then(|| format!("--replay-pods {}", args.replay_pods)),
+        )
+        .collect::<Vec<_>>()
+        .join(" ");
+    let selected: Vec<u8> = BENCHMARKS
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| args.only.is_empty() || args.only.contains(n))
+        .collect();
+    let dir = workspace::target_dir().join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    eprintln!("bench: building podtrace (release)");
+    let bin = build_release()?;
+    let machine = machine::describe();
+    let started = std::time::Instant::now();
+    let mut outcomes = Vec::new();
+    for n in selected {
+        let name = BENCHMARKS.iter().find(|(m, _)| *m == n).map_or("", |b| b.1);
+        eprintln!("bench: {n}. {name}");
+        let outcome = match n {
+            1 => with_lab(|| direct::overhead(&bin, &dir, args.overhead_pods)),
+            2 => with_lab(|| direct::throughput(&bin, &dir)),
+            5 => replay_speed::run(&bin, &dir, args.replay_pods),
+            6 => with_lab(|| memory::run(&bin, &dir)),
+            _ => continue,
+        };
+        match outcome {
+            Ok(o) => outcomes.push(o),
+            // One benchmark failing must not lose the others' figures.
+            Err(e) => eprintln!("bench: {n}. {name} failed: {e:#}"),
+        }
+    }
+    let total_s = started.elapsed().as_secs_f64();
+    let samples_path = dir.join("samples.json");
+    let samples = json!({
+        "command": command,
+        "machine": machine.to_json(),
+        "total_seconds": total_s,
+        "benchmarks": outcomes.iter().map(|o| json!({
+            "number": o.number,
+            "title": o.title,
+            "goal": o.goal,
+            "verdict": o.verdict,
+            "samples": o.samples,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&samples_path, serde_json::to_string_pretty(&samples)?)
+        .with_context(|| format!("writing {}", samples_path.display()))?;
+    let copy = dir.join(format!("samples-{}.json", machine.unix_time));
+    std::fs::copy(&samples_path, &copy)
+        .with_context(|| format!("copying to {}", copy.display()))?;
+    let md_path: PathBuf = workspace::root().join("BENCHMARKS.md");
+    std::fs::write(&md_path, render(&command, &machine, total_s, &outcomes))
+        .with_context(|| format!("writing {}", md_path.display()))?;
+    println!("wrote {}", md_path.display());
+    println!(
+        "raw samples: {} (copy: {})",
+        samples_path.display(),
+        copy.display()
+    );
+    if outcomes.is_empty() {
+        anyhow::bail!("no benchmark finished");
+    }
+    Ok(())
+}
+
+/// Runs `f` on the node lab, starting it first when it is down and then taking it down
+/// again, so a bench leaves the lab as it found it.
+fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let paths = LabPaths::from_env();
+    let say = |s: &str| eprintln!("lab: {s}");
+    let started = matches!(lab::up(&paths, &say)?, UpOutcome::Started(_));
+    let result = f();
+    if started {
+        lab::down(&paths, &say)?;
+    }
+    result
+}
+
+fn build_release() -> anyhow::Result<PathBuf> {
+    let mut cmd = workspace::cargo();
+    cmd.args([
+        "build",
+        "--release",
+        "--package",
+        "podtrace",
+        "--bin",
+        "podtrace",
+    ]);
+    workspace::run(&mut cmd, "cargo build --release --package podtrace")?;
+    Ok(workspace::target_dir().join("release").join("podtrace"))
+}
+
+fn render(command: &str, machine: &machine::Machine, total_s: f64, outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Benchmarks\n");
+    let _ = writeln!(
+        s,
+        "Produced by `{command}` (raw samples in `target/bench/samples.json`), in {total_s:.0} s."
+    );
+    let _ = writeln!(
+        s,
+        "Regenerate with the same command; every figure below comes from that one run.\n"
+    );
+    let _ = writeln!(s, "## Machine\n");
+    let _ = writeln!(s, "| | |\n|---|---|");
+    for (k, v) in machine.rows() {
+        let _ = writeln!(s, "| {k} | {v} |");
+    }
+    let _ = writeln!(s, "\n## Summary\n");
+    let _ = writeln!(s, "| # | benchmark | goal | result |\n|---|---|---|---|");
+    for o in outcomes {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            o.number, o.title, o.goal, o.verdict
+        );
+    }
+    for o in outcomes {
+        let _ = writeln!(s, "\n## {}. {}\n", o.number, o.title);
+        let _ = writeln!(s, "{}\n", o.method);
+        let _ = writeln!(s, "| figure | value |\n|---|---|");
+        for f in &o.figures {
+            let _ = writeln!(s, "| {} | {} |", f.name, f.value);
+        }
+        let _ = writeln!(s, "\nGoal: {}. Result: {}.", o.goal, o.verdict);
+    }
+    let _ = writeln!(s, "\n## Not measured yet\n");
+    let _ = writeln!(
+        s,
+        "3. Seeing state (kernel exec/exit to podtrace's status change; goal ≤ 10 ms p99) and \
+         4. probe overhead (exec-heavy workload with probes on and off, losses, run time per \
+         hit from the kernel's BPF statistics; goals ≥ 0.97×, zero lost, ≤ 1 µs per hit) \
+         have no benchmark yet."
+    );
+    s
+}
