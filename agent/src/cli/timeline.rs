@@ -190,27 +190,15 @@ mod tests {
     use crate::timeline::StageSource;
 
     fn stage(name: &str, start: u64, end: u64) -> Stage {
-        Stage {
-            pod_uid: "u".into(),
-            namespace: "default".into(),
-            pod: "web".into(),
-            stage: name.into(),
-            start_ns: start,
-            end_ns: end,
-            duration_ns: end - start,
-            source: StageSource::Kernel,
-            ok: true,
-            exit_code: None,
-            signal: None,
-            code: None,
-            sandbox_id: None,
-            container: None,
-            container_id: None,
-            pid: None,
-            netns_inum: None,
-            cgroup_id: None,
-            detail: String::new(),
-        }
+        Stage::new(
+            "u",
+            "default",
+            "web",
+            name.into(),
+            start,
+            end,
+            StageSource::Kernel,
+        )
     }
 
     #[test]

@@ -74,6 +74,40 @@ pub struct Stage {
 }
 
 impl Stage {
+    /// A successful stage with no details yet; `end_ns` is raised to `start_ns` if earlier.
+    pub fn new(
+        pod_uid: &str,
+        namespace: &str,
+        pod: &str,
+        stage: String,
+        start_ns: u64,
+        end_ns: u64,
+        source: StageSource,
+    ) -> Stage {
+        let end_ns = end_ns.max(start_ns);
+        Stage {
+            pod_uid: pod_uid.to_string(),
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            stage,
+            start_ns,
+            end_ns,
+            duration_ns: end_ns - start_ns,
+            source,
+            ok: true,
+            exit_code: None,
+            signal: None,
+            code: None,
+            sandbox_id: None,
+            container: None,
+            container_id: None,
+            pid: None,
+            netns_inum: None,
+            cgroup_id: None,
+            detail: String::new(),
+        }
+    }
+
     /// The part of the name before `:` (`cni_plugin` for `cni_plugin:bridge`).
     pub fn kind(&self) -> &str {
         self.stage.split_once(':').map_or(&self.stage, |(k, _)| k)

@@ -104,28 +104,15 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     }
 
     fn stage(&self, name: String, start_ns: u64, end_ns: u64, source: StageSource) -> Stage {
-        let end_ns = end_ns.max(start_ns);
-        Stage {
-            pod_uid: self.uid.to_string(),
-            namespace: self.info.namespace.clone(),
-            pod: self.info.name.clone(),
-            stage: name,
+        Stage::new(
+            self.uid,
+            &self.info.namespace,
+            &self.info.name,
+            name,
             start_ns,
             end_ns,
-            duration_ns: end_ns - start_ns,
             source,
-            ok: true,
-            exit_code: None,
-            signal: None,
-            code: None,
-            sandbox_id: None,
-            container: None,
-            container_id: None,
-            pid: None,
-            netns_inum: None,
-            cgroup_id: None,
-            detail: String::new(),
-        }
+        )
     }
 
     fn cri_stage(&self, name: String, call: &CriCall) -> Stage {
