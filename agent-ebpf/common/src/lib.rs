@@ -299,6 +299,35 @@ pub fn prefix_matches(prefix: &Prefix, path: &[u8; PREFIX_LEN]) -> bool {
     next == 0 || next == b'/'
 }
 
+/// The probes wake the ring buffer's reader each time the unread data grows past
+/// another `1 / 2^WAKEUP_SHIFT` of the ring (an eighth); user space also drains the ring
+/// on a short timer, so no record waits for a wakeup.
+pub const WAKEUP_SHIFT: u32 = 3;
+
+/// Bytes a record with a `payload`-byte sample takes in a BPF ring buffer: the kernel's
+/// 8-byte record header, and the whole rounded up to 8.
+pub const fn ringbuf_record_bytes(payload: usize) -> u64 {
+    ((payload as u64) + 8 + 7) & !7
+}
+
+/// Whether the record just reserved, of `record` bytes (see [`ringbuf_record_bytes`]),
+/// took the ring's unread data (`avail`, `BPF_RB_AVAIL_DATA` right after the
+/// reservation, so including the record) across a multiple of `ring_size >>`
+/// [`WAKEUP_SHIFT`]: then it is submitted with `BPF_RB_FORCE_WAKEUP`, otherwise with
+/// `BPF_RB_NO_WAKEUP`. A reader that falls behind gets one wakeup per eighth of the ring
+/// rather than one per record; a record larger than an eighth (a one-page ring) always
+/// wakes it. `ring_size` is a power of two (the kernel requires it), so the marks are
+/// too and crossing one is a change in the bits above it. The probes run this very
+/// function.
+#[inline(always)]
+pub fn wakeup_due(avail: u64, record: u64, ring_size: u64) -> bool {
+    let mark = ring_size >> WAKEUP_SHIFT;
+    let before = avail.saturating_sub(record);
+    // `before` and `avail` are in different multiples of `mark` exactly when they
+    // differ in a bit at or above it. A zero mark (no ring size) always wakes.
+    (before ^ avail) >= mark
+}
+
 const _: () = {
     const H: usize = core::mem::size_of::<EventHeader>();
     assert!(H == 48);
@@ -359,6 +388,66 @@ mod tests {
         assert!(prefix_matches(&p, &path(&long)));
         assert!(Prefix::new(format!("{long}x").as_bytes()).is_none());
         assert!(Prefix::new(b"").is_none());
+    }
+
+    #[test]
+    fn ring_buffer_records_carry_an_8_byte_header_and_round_up_to_8() {
+        assert_eq!(ringbuf_record_bytes(size_of::<ExecEvent>()), 320);
+        assert_eq!(ringbuf_record_bytes(size_of::<ExitEvent>()), 64);
+        assert_eq!(ringbuf_record_bytes(size_of::<CniExecEvent>()), 992);
+        assert_eq!(ringbuf_record_bytes(1), 16);
+        assert_eq!(ringbuf_record_bytes(0), 8);
+    }
+
+    #[test]
+    fn the_reader_is_woken_once_per_eighth_of_the_ring_crossed() {
+        const RING: u64 = 1 << 20;
+        const MARK: u64 = RING / 8;
+        let exec = ringbuf_record_bytes(size_of::<ExecEvent>());
+        let exit = ringbuf_record_bytes(size_of::<ExitEvent>());
+        // Records into an empty ring wake nobody until one reaches the first mark.
+        assert!(!wakeup_due(exec, exec, RING));
+        assert!(!wakeup_due(MARK - 1, exec, RING));
+        assert!(wakeup_due(MARK, exec, RING));
+        assert!(wakeup_due(MARK + exec - 8, exec, RING));
+        // Starting on the mark is not crossing it.
+        assert!(!wakeup_due(MARK + exec, exec, RING));
+        assert!(wakeup_due(3 * MARK + 16, exec, RING));
+
+        // A reader that never reads: exec and exit events until the ring is full wake
+        // it once per mark passed, each at the first record that reaches the mark.
+        let mut avail = 0;
+        let mut woken_at = std::vec::Vec::new();
+        for i in 0.. {
+            let record = if i % 2 == 0 { exec } else { exit };
+            if avail + record > RING {
+                break;
+            }
+            avail += record;
+            if wakeup_due(avail, record, RING) {
+                woken_at.push(avail);
+            }
+        }
+        assert_eq!(woken_at.len() as u64, avail / MARK, "{woken_at:?}");
+        for (k, at) in woken_at.iter().enumerate() {
+            let mark = (k as u64 + 1) * MARK;
+            assert!(
+                *at >= mark && *at - mark < exec,
+                "mark {mark} woken at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_larger_than_an_eighth_of_the_ring_always_wake() {
+        let page = 4096;
+        let cni = ringbuf_record_bytes(size_of::<CniExecEvent>());
+        assert!(cni > page / 8);
+        for avail in [cni, cni + 8, 2 * cni, page] {
+            assert!(wakeup_due(avail, cni, page), "{avail}");
+        }
+        // No ring size to go by: always wake, as without the marks.
+        assert!(wakeup_due(64, 64, 0));
     }
 
     #[test]

@@ -145,6 +145,6 @@ fn emit(
         (*ev).path[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(path, &mut (*ev).path);
     }
-    entry.submit(0);
+    entry.submit();
     Ok(0)
 }

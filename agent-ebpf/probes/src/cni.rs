@@ -70,7 +70,7 @@ fn try_sys_enter_execve(ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).flags = flags;
         flags & cni_flags::ENV_TRUNCATED != 0
     };
-    entry.submit(0);
+    entry.submit();
     if truncated {
         warn!(
             ctx,

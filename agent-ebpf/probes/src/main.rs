@@ -3,6 +3,12 @@
 //! a failed reservation is counted per CPU and per kind in `LOST`, so user space can
 //! report every event it did not get.
 //!
+//! Events are submitted without waking the reader: a wakeup is IRQ work, a self-IPI
+//! that costs more than the probe itself (several microseconds under a hypervisor),
+//! and the reader drains the ring on a short timer anyway. Only a record that takes the
+//! unread data past another eighth of the ring forces a wakeup, so a burst is read
+//! long before the ring fills.
+//!
 //! Field offsets of the tracepoints are their `format` files' (stable ABI). Offsets
 //! into kernel structs are not: user space resolves them from the running kernel's BTF
 //! and sets them as globals before loading.
@@ -15,13 +21,17 @@ mod netns;
 mod sched;
 mod task;
 
+use aya_ebpf::bindings::{
+    BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
+};
 use aya_ebpf::helpers::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
     bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };
 use aya_ebpf::macros::map;
+use aya_ebpf::maps::ring_buf::RingBufEntry;
 use aya_ebpf::maps::{PerCpuArray, RingBuf};
-use podtrace_ebpf_common::{EventHeader, EventKind};
+use podtrace_ebpf_common::{EventHeader, EventKind, ringbuf_record_bytes, wakeup_due};
 
 /// Default size; user space sets the real one (`--ringbuf-bytes`) before loading.
 #[map(name = "EVENTS")]
@@ -30,18 +40,53 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 #[map(name = "LOST")]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::COUNT, 0);
 
+/// A reserved event and how to submit it.
+#[must_use = "the verifier requires a reserved entry to be submitted"]
+struct Reserved<T: 'static> {
+    entry: RingBufEntry<T>,
+    /// `BPF_RB_FORCE_WAKEUP` or `BPF_RB_NO_WAKEUP`.
+    flags: u64,
+}
+
+impl<T: 'static> Reserved<T> {
+    #[inline(always)]
+    fn as_mut_ptr(&mut self) -> *mut T {
+        self.entry.as_mut_ptr()
+    }
+
+    /// Makes the event visible to the reader, waking it only if the reservation passed
+    /// a wakeup mark.
+    #[inline(always)]
+    fn submit(self) {
+        self.entry.submit(self.flags);
+    }
+}
+
 /// Reserves a `T` in the ring buffer, or counts one lost event of `kind`.
 #[inline(always)]
-fn reserve<T: 'static>(kind: EventKind) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<T>> {
-    let entry = EVENTS.reserve::<T>(0);
-    if entry.is_none()
-        && let Some(counter) = LOST.get_ptr_mut(kind as u32)
-    {
-        // SAFETY: a per-CPU array slot is only touched by this CPU, and BPF programs do
-        // not preempt each other on one CPU for tracepoints.
-        unsafe { *counter += 1 };
-    }
-    entry
+fn reserve<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
+    let Some(entry) = EVENTS.reserve::<T>(0) else {
+        if let Some(counter) = LOST.get_ptr_mut(kind as u32) {
+            // SAFETY: a per-CPU array slot is only touched by this CPU, and BPF programs
+            // do not preempt each other on one CPU for tracepoints.
+            unsafe { *counter += 1 };
+        }
+        return None;
+    };
+    // Right after the reservation, so the unread data counted ends with this record.
+    // Another CPU reserving in between can move a wakeup to another record or skip a
+    // mark; the reader's timer drains the ring regardless.
+    let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    let ring_size = EVENTS.query(BPF_RB_RING_SIZE as u64);
+    let flags = if wakeup_due(avail, ringbuf_record_bytes(size_of::<T>()), ring_size) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    Some(Reserved {
+        entry,
+        flags: flags as u64,
+    })
 }
 
 /// Fills the header at the start of a reserved event.

@@ -220,6 +220,6 @@ fn try_exit(ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).fd = pending.fd;
         (*ev).parent_pid = pending.parent_pid;
     }
-    entry.submit(0);
+    entry.submit();
     Ok(0)
 }

@@ -36,7 +36,7 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).filename[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
     }
-    entry.submit(0);
+    entry.submit();
     Ok(0)
 }
 
@@ -64,6 +64,6 @@ fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).exit_code = task::current_exit_code();
         (*ev)._pad = 0;
     }
-    entry.submit(0);
+    entry.submit();
     Ok(0)
 }

@@ -10,7 +10,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::ebpf::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelEvent, KernelProbes,
-    LostEvents, ProbeConfig, ProbeSummary, ProbesObject,
+    LostEvents, ProbeConfig, ProbeSummary, ProbesObject, ProgramStats,
 };
 
 /// How often losses are reported while the probes run.
@@ -55,7 +55,10 @@ impl EbpfArgs {
     /// Starts the probes, or says once why they cannot run. `Ok(None)`: continue
     /// without kernel events. `Err`: the message is out; exit with the code.
     pub fn start(&self) -> Result<Option<Started>, ExitCode> {
-        match KernelProbes::start(self.probe_config()) {
+        let started = KernelProbes::start(self.probe_config());
+        // Loading parsed the kernel's BTF twice (offsets, relocations): give that back.
+        super::malloc::trim();
+        match started {
             Ok(started) => Ok(Some(started)),
             Err(e) if e.is_unavailable() && !self.require_ebpf => {
                 eprintln!("podtrace: kernel events unavailable: {e}; continuing without them");
@@ -87,6 +90,11 @@ pub struct KernelEventsArgs {
     /// One JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Read and count the events but print only the summary (with --json, it also holds
+    /// each program's run time and count, which the kernel keeps while
+    /// kernel.bpf_stats_enabled is set).
+    #[arg(long)]
+    pub summary_only: bool,
     #[command(flatten)]
     pub ebpf: EbpfArgs,
 }
@@ -107,7 +115,7 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
     let (probes, mut events) = match args.ebpf.start() {
         Ok(Some(started)) => started,
         Ok(None) => {
-            print_summary(args.json, None);
+            print_summary(args.json, None, &[]);
             return ExitCode::SUCCESS;
         }
         Err(code) => return code,
@@ -140,6 +148,9 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { break };
+                if args.summary_only {
+                    continue;
+                }
                 if write_event(&mut stdout, args.json, &event).is_err() {
                     // stdout closed (a pipe reader went away): nobody is listening.
                     break;
@@ -164,6 +175,11 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
             _ = sigterm.recv() => break,
         }
     }
+    // Read before stopping: the programs detach when the probes stop.
+    let programs = probes.program_stats().unwrap_or_else(|e| {
+        eprintln!("podtrace: {e}");
+        Vec::new()
+    });
     // Events the reader drains while stopping still reach the channel: print them too.
     let stopping = probes.stop();
     tokio::pin!(stopping);
@@ -171,12 +187,16 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         tokio::select! {
             summary = &mut stopping => break summary,
             Some(event) = events.recv() => {
-                let _ = write_event(&mut stdout, args.json, &event);
+                if !args.summary_only {
+                    let _ = write_event(&mut stdout, args.json, &event);
+                }
             }
         }
     };
     while let Ok(event) = events.try_recv() {
-        let _ = write_event(&mut stdout, args.json, &event);
+        if !args.summary_only {
+            let _ = write_event(&mut stdout, args.json, &event);
+        }
     }
     drop(stdout);
     match summary {
@@ -187,7 +207,7 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
                     summary.lost.total, args.ebpf.ringbuf_bytes
                 );
             }
-            print_summary(args.json, Some(&summary));
+            print_summary(args.json, Some(&summary), &programs);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -207,7 +227,7 @@ fn write_event(out: &mut impl Write, json: bool, event: &KernelEvent) -> std::io
 }
 
 /// The last line: how many events were read and lost, or that there were none to read.
-fn print_summary(json: bool, summary: Option<&ProbeSummary>) {
+fn print_summary(json: bool, summary: Option<&ProbeSummary>, programs: &[ProgramStats]) {
     let lost = summary.map(|s| s.lost.clone()).unwrap_or_default();
     if json {
         let doc = serde_json::json!({
@@ -217,6 +237,7 @@ fn print_summary(json: bool, summary: Option<&ProbeSummary>) {
             "undecodable": summary.map_or(0, |s| s.undecodable),
             "lost": lost.total,
             "lost_by_kind": lost.by_kind,
+            "programs": programs,
         });
         println!("{doc}");
     } else {

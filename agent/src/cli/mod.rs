@@ -1,10 +1,12 @@
 //! The `podtrace` command line.
 
 mod bench_direct;
+mod bench_seeing;
 mod cri_info;
 mod diagnose;
 pub mod kernel_events;
 mod kubelet_args;
+pub mod malloc;
 mod node;
 mod pods;
 mod progress;
@@ -63,6 +65,10 @@ pub enum Command {
     /// The runtime's own limit for the benchmarks: the pipeline's CRI calls, nothing else.
     #[command(hide = true)]
     BenchDirect(bench_direct::BenchDirectArgs),
+    /// Each container state change in a trace, from the kernel event to the status
+    /// showing it: the benchmarks' measure of how fast the agent sees state.
+    #[command(hide = true)]
+    BenchSeeing(bench_seeing::BenchSeeingArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -157,5 +163,6 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Report(args) => report::run(&args),
         Command::Diagnose(args) => diagnose::run(&args).await,
         Command::BenchDirect(args) => bench_direct::run(&args).await,
+        Command::BenchSeeing(args) => bench_seeing::run(&args),
     }
 }

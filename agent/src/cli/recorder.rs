@@ -17,8 +17,8 @@ use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, SCHEMA_VERSION, TraceRecord, TraceSink,
-    TraceWriter, redact_pod,
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
+    TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
 /// The trace and the agent's timeline records, fed together.
@@ -163,8 +163,18 @@ impl RunRecorder {
         self.sink.collector.clone()
     }
 
-    /// Sends the store's pod events to the trace.
+    /// Sends the store's pod events and status changes to the trace.
     pub fn tap_events(&self, store: &StatusStore) {
+        let status_sink = self.sink.clone();
+        store.set_status_tap(Arc::new(move |uid, ns, name, at_ns, status| {
+            status_sink.send(TraceRecord::Status(PodStatusRecord {
+                at_ns,
+                pod_uid: uid.to_string(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                status: Box::new(status.clone()),
+            }));
+        }));
         let sink = self.sink.clone();
         store.set_event_tap(Arc::new(move |uid, ns, name, e| {
             sink.send(TraceRecord::Event(PodEventRecord {

@@ -109,7 +109,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
     } else {
         match crate::syncloop::api::serve(&args.api_socket, store.clone(), recorder.collector()) {
             Ok(server) => {
+                let trimmer = tokio::spawn(super::malloc::trim_every(super::malloc::TRIM_PERIOD));
                 let code = serve(&args, &node, &tx).await;
+                trimmer.abort();
                 server.abort();
                 let _ = server.await;
                 code

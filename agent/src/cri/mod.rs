@@ -12,7 +12,7 @@ pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
 pub use recording::{CallSink, CriCall, Recording};
-pub use service::{ImageService, RuntimeService};
+pub use service::{ImageService, ListedContainerState, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.
 pub use k8s_cri::v1 as api;

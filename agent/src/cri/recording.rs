@@ -408,6 +408,13 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         )
         .await
     }
+
+    fn exit_notice(
+        &self,
+        container_id: &str,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        self.inner.exit_notice(container_id)
+    }
 }
 
 impl<R: ImageService> ImageService for Recording<R> {

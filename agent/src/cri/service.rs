@@ -8,6 +8,16 @@ use super::api;
 /// Result of one CRI call.
 pub type CriResult<T> = Result<T, CriError>;
 
+/// A listed container as the PLEG's relist compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedContainerState {
+    pub id: String,
+    /// The value of the label the caller asked for (the pod UID), empty without it.
+    pub label: String,
+    /// `api::ContainerState` as an integer, as `api::Container` carries it.
+    pub state: i32,
+}
+
 /// kubelet's `RuntimeService`: sandboxes, containers, exec and runtime status.
 pub trait RuntimeService: Send + Sync {
     fn version(&self) -> impl Future<Output = CriResult<api::VersionResponse>> + Send;
@@ -56,6 +66,39 @@ pub trait RuntimeService: Send + Sync {
         cmd: Vec<String>,
         timeout_seconds: i64,
     ) -> impl Future<Output = CriResult<api::ExecSyncResponse>> + Send;
+
+    /// Not a CRI call: ListContainers reduced to what a relist compares, each container's
+    /// ID, state and the value of its label `label`. The default lists whole containers,
+    /// so a real runtime answers it with one ListContainers; the replay runtime, which holds
+    /// its containers in memory, answers without copying every label and annotation.
+    fn list_container_states(
+        &self,
+        filter: Option<api::ContainerFilter>,
+        label: &str,
+    ) -> impl Future<Output = CriResult<Vec<ListedContainerState>>> + Send {
+        async move {
+            let containers = self.list_containers(filter).await?;
+            Ok(containers
+                .into_iter()
+                .map(|mut c| ListedContainerState {
+                    label: c.labels.remove(label).unwrap_or_default(),
+                    id: c.id,
+                    state: c.state,
+                })
+                .collect())
+        }
+    }
+
+    /// Not a CRI call: for a runtime that knows when a started container exits without a
+    /// process to watch (the replay runtime, whose containers exit when the recording
+    /// says), a future that resolves then. `None`, the default and what a real runtime
+    /// gives: the PLEG watches the container's process instead.
+    fn exit_notice(
+        &self,
+        _container_id: &str,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        None::<std::future::Pending<()>>
+    }
 }
 
 /// kubelet's `ImageManagerService`: image presence and pulls.

@@ -84,6 +84,14 @@ pub enum EbpfError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
+    /// The kernel's information about a loaded program (its run-time statistics) could
+    /// not be read.
+    #[error("reading the kernel's information about program {program}: {source}")]
+    ProgramInfo {
+        program: &'static str,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
     /// A map the loader uses is missing, has another type, or could not be written.
     #[error("map {map} of the eBPF probes: {source}")]
     Map {

@@ -21,8 +21,11 @@ use super::reader::{ReaderStats, read_events};
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// Default ring buffer: room for ~800 of the largest events (CNI execs) between two
-/// reads, a burst no sandbox creation comes near.
+/// Default ring buffer: room for ~1000 of the largest events (CNI execs), a burst no
+/// sandbox creation comes near. The reader drains it every
+/// [`POLL_PERIOD`](super::reader::POLL_PERIOD) and is woken early at each eighth
+/// (128 KiB) of unread data, which leaves seven eighths as headroom while it gets
+/// scheduled.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
 /// The pod cgroup roots kept by default: podtrace's own and containerd's CRI namespace.
 pub const DEFAULT_CGROUP_PREFIXES: [&str; 2] = ["/podtrace", "/k8s.io"];
@@ -112,11 +115,22 @@ pub struct ProbeSummary {
     pub lost: LostEvents,
 }
 
+/// One program's cost as the kernel counts it: both counters stay zero unless the kernel's
+/// BPF statistics are enabled (`kernel.bpf_stats_enabled`, or `BPF_ENABLE_STATS`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProgramStats {
+    pub program: &'static str,
+    /// Time spent running the program, summed over its runs.
+    pub run_time_ns: u64,
+    /// How many times it ran.
+    pub run_count: u64,
+}
+
 /// Loaded and attached probes. Dropping it detaches them; [`KernelProbes::stop`] also
 /// drains what is left in the ring buffer and reports the losses.
 pub struct KernelProbes {
     // Owns the programs and their links: the probes stay attached while it lives.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     lost: PerCpuArray<MapData, u64>,
     stop: Option<oneshot::Sender<()>>,
     reader: Option<JoinHandle<Result<ReaderStats, EbpfError>>>,
@@ -196,7 +210,7 @@ impl KernelProbes {
         let reader = tokio::spawn(read_events(ring, tx, stop_rx));
         Ok((
             KernelProbes {
-                _ebpf: ebpf,
+                ebpf,
                 lost,
                 stop: Some(stop_tx),
                 reader: Some(reader),
@@ -250,6 +264,33 @@ impl KernelProbes {
             }
         }
         Ok(lost)
+    }
+
+    /// Each attached program's run time and run count so far, in attach order.
+    pub fn program_stats(&self) -> Result<Vec<ProgramStats>, EbpfError> {
+        self.attached
+            .iter()
+            .map(|&program| {
+                let info = self
+                    .ebpf
+                    .program(program)
+                    .ok_or_else(|| EbpfError::ProgramMissing {
+                        program,
+                        path: self.object.clone(),
+                        reason: "not in the object".to_string(),
+                    })?
+                    .info()
+                    .map_err(|source| EbpfError::ProgramInfo {
+                        program,
+                        source: Box::new(source),
+                    })?;
+                Ok(ProgramStats {
+                    program,
+                    run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
     }
 
     /// Stops reading after draining what the ring buffer holds, and reports the run.

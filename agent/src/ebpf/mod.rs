@@ -4,8 +4,9 @@
 //! tracepoints and write [`podtrace_ebpf_common`] records into one ring buffer. This
 //! module loads them ([`KernelProbes::start`]), resolves the kernel struct offsets they
 //! need from BTF ([`btf`]), writes their filters, reads the ring buffer asynchronously
-//! and decodes each record into a [`KernelEvent`]. Events lost to a full ring buffer are
-//! counted in the kernel and reported by [`KernelProbes::lost`].
+//! (every few milliseconds, and at once when the probes wake the reader because much of
+//! the ring is unread) and decodes each record into a [`KernelEvent`]. Events lost to a
+//! full ring buffer are counted in the kernel and reported by [`KernelProbes::lost`].
 //!
 //! Timestamps are `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC: [`now_ktime_ns`] reads the
 //! same clock, so CRI spans measured in user space and kernel events line up.
@@ -25,7 +26,7 @@ pub use error::EbpfError;
 pub use event::{Cgroup, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelProbes, LostEvents,
-    ProbeConfig, ProbeSummary, find_tracefs,
+    ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
 pub use object::{ObjectSource, ProbesObject};
 

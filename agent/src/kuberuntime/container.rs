@@ -251,17 +251,21 @@ pub async fn start_container<R: RuntimeService + ImageService>(
     };
     let image_ref = ensure_image_exists(cri, c, &pull).await?;
     let config = generate_container_config(pod, c, &image_ref, restart_count, facts, ctx.cfg)?;
-    let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
-    std::fs::create_dir_all(&log_dir).map_err(|e| {
-        SyncError::new(
-            SyncReason::CreateContainerConfigError,
-            format!(
-                "creating container log directory {}: {e}",
-                log_dir.display()
-            ),
-        )
-        .for_container(&c.name)
-    })?;
+    // Like the sandbox's log directory: only an agent that runs pods on this host makes it;
+    // a replay touches no file.
+    if ctx.cfg.touch_host {
+        let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
+        std::fs::create_dir_all(&log_dir).map_err(|e| {
+            SyncError::new(
+                SyncReason::CreateContainerConfigError,
+                format!(
+                    "creating container log directory {}: {e}",
+                    log_dir.display()
+                ),
+            )
+            .for_container(&c.name)
+        })?;
+    }
     let req = api::CreateContainerRequest {
         pod_sandbox_id: sandbox_id.to_string(),
         config: Some(config),

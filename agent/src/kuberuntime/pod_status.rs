@@ -18,34 +18,46 @@ pub async fn get_pod_status<R: RuntimeService>(
     name: &str,
     namespace: &str,
 ) -> Result<RuntimePodStatus, CriError> {
-    let sandboxes = cri
-        .list_pod_sandbox(Some(api::PodSandboxFilter {
+    // The reads are independent, so they go out together: this runs before every sync and
+    // after every change, on the path from a pod's ADD to its Running status.
+    let (sandboxes, containers) = futures::future::try_join(
+        cri.list_pod_sandbox(Some(api::PodSandboxFilter {
             label_selector: uid_selector(uid),
             ..Default::default()
-        }))
-        .await?;
+        })),
+        cri.list_containers(Some(api::ContainerFilter {
+            label_selector: uid_selector(uid),
+            ..Default::default()
+        })),
+    )
+    .await?;
+    let (sandbox_statuses, container_statuses) = futures::future::join(
+        futures::future::join_all(sandboxes.iter().map(|sb| cri.pod_sandbox_status(&sb.id))),
+        futures::future::join_all(
+            containers
+                .iter()
+                .map(|c| cri.container_status(&c.id, false)),
+        ),
+    )
+    .await;
     let mut status = RuntimePodStatus {
         uid: uid.to_string(),
         name: name.to_string(),
         namespace: namespace.to_string(),
         ..Default::default()
     };
-    for sb in sandboxes {
-        match cri.pod_sandbox_status(&sb.id).await {
-            Ok(resp) => status.sandboxes.push(sandbox_status(&sb, resp.status)),
+    // Results come back in list order, so the status does not depend on which read
+    // finished first.
+    for (sb, result) in sandboxes.iter().zip(sandbox_statuses) {
+        match result {
+            Ok(resp) => status.sandboxes.push(sandbox_status(sb, resp.status)),
             // Removed between list and status: it no longer counts.
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }
-    let containers = cri
-        .list_containers(Some(api::ContainerFilter {
-            label_selector: uid_selector(uid),
-            ..Default::default()
-        }))
-        .await?;
-    for c in containers {
-        match cri.container_status(&c.id, false).await {
+    for result in container_statuses {
+        match result {
             Ok(resp) => {
                 if let Some(st) = resp.status {
                     status.containers.push(container_status(st));

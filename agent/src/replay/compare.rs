@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::Replayed;
+use super::{Divergence, Replayed};
 use crate::cri::CriCall;
 use crate::trace::{PodOp, Trace, TraceRecord};
 
@@ -34,14 +34,18 @@ impl Tolerance {
     }
 }
 
+// The structs `-o json` writes keep their fields in name order, the order of a JSON
+// object's keys in serde_json's maps: the output is serialized straight from them and
+// reads as if it went through `serde_json::Value` (a test holds this).
+
 /// One call as compared: what it did, not when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Step {
-    pub method: String,
-    pub container: String,
     pub attempt: u32,
-    pub image: String,
     pub code: String,
+    pub container: String,
+    pub image: String,
+    pub method: String,
 }
 
 impl fmt::Display for Step {
@@ -59,39 +63,39 @@ impl fmt::Display for Step {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FirstDivergence {
+    /// The calls just before it, which both agree on.
+    pub context: Vec<Step>,
     /// 0-based index in the pod's call sequence.
     pub index: usize,
     pub recorded: Option<Step>,
     pub replayed: Option<Step>,
-    /// The calls just before it, which both agree on.
-    pub context: Vec<Step>,
     /// The replay runtime's own explanation, when it could not answer a call.
     pub why: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PodComparison {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub recorded_calls: usize,
-    pub replayed_calls: usize,
     pub divergence: Option<FirstDivergence>,
+    pub latency_ok: bool,
+    pub name: String,
+    pub namespace: String,
+    pub recorded_calls: usize,
     /// From ADD to the last container's first start, ns.
     pub recorded_startup_ns: Option<u64>,
+    pub replayed_calls: usize,
     pub replayed_startup_ns: Option<u64>,
-    pub latency_ok: bool,
     /// Each call's duration and its end from the pod's ADD: (label, recorded, replayed).
     pub stages: Vec<StageLatency>,
+    pub uid: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StageLatency {
-    pub stage: String,
-    pub recorded_ns: Option<u64>,
-    pub replayed_ns: Option<u64>,
     pub recorded_end_ns: Option<u64>,
+    pub recorded_ns: Option<u64>,
     pub replayed_end_ns: Option<u64>,
+    pub replayed_ns: Option<u64>,
+    pub stage: String,
 }
 
 /// The first occurrence of each call (method, container, image, attempt) of a pod, with
@@ -127,11 +131,11 @@ impl PodComparison {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
-    pub trace: String,
-    pub virtual_ns: u64,
+    pub pods: Vec<PodComparison>,
     pub recorded_span_ns: u64,
     pub tolerance: Tolerance,
-    pub pods: Vec<PodComparison>,
+    pub trace: String,
+    pub virtual_ns: u64,
 }
 
 impl Comparison {
@@ -187,33 +191,34 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
             ));
         }
     }
-    let recorded: Vec<&CriCall> = trace
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) if compared(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    // Each pod's calls and divergences, in one pass over each list.
+    let mut recorded: BTreeMap<&str, Vec<&CriCall>> = BTreeMap::new();
+    for r in &trace.records {
+        if let TraceRecord::Cri(c) = r
+            && compared(c)
+        {
+            recorded.entry(&c.pod_uid).or_default().push(c);
+        }
+    }
     let mut served: Vec<&CriCall> = replayed.calls.iter().filter(|c| compared(c)).collect();
     served.sort_by_key(|c| c.start_ns);
+    let mut served_by_pod: BTreeMap<&str, Vec<&CriCall>> = BTreeMap::new();
+    for c in served {
+        served_by_pod.entry(&c.pod_uid).or_default().push(c);
+    }
+    let mut divergences: BTreeMap<&str, Vec<&Divergence>> = BTreeMap::new();
+    for d in &replayed.divergences {
+        divergences.entry(&d.pod_uid).or_default().push(d);
+    }
 
     let mut out = Vec::new();
     for (uid, (namespace, name, added)) in &pods {
-        let rec: Vec<&CriCall> = recorded
-            .iter()
-            .copied()
-            .filter(|c| &c.pod_uid == uid)
-            .collect();
-        let rep: Vec<&CriCall> = served
-            .iter()
-            .copied()
-            .filter(|c| &c.pod_uid == uid)
-            .collect();
+        let rec: &[&CriCall] = recorded.get(uid.as_str()).map_or(&[], Vec::as_slice);
+        let rep: &[&CriCall] = served_by_pod.get(uid.as_str()).map_or(&[], Vec::as_slice);
         let rec_steps: Vec<Step> = rec.iter().map(|c| step(c)).collect();
         let mut rep_steps: Vec<(u64, Step)> = rep.iter().map(|c| (c.start_ns, step(c))).collect();
         let mut why = BTreeMap::new();
-        for d in replayed.divergences.iter().filter(|d| &d.pod_uid == uid) {
+        for d in divergences.get(uid.as_str()).into_iter().flatten() {
             let s = Step {
                 method: d.method.clone(),
                 container: d.container.clone(),
@@ -233,15 +238,15 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
                 .and_then(|s| why.get(&format!("{s}")).cloned());
             d
         });
-        let recorded_startup_ns = startup(&rec, *added);
-        let replayed_startup_ns = startup(&rep, *added);
+        let recorded_startup_ns = startup(rec, *added);
+        let replayed_startup_ns = startup(rep, *added);
         let latency_ok = match (recorded_startup_ns, replayed_startup_ns) {
             (Some(a), Some(b)) => tolerance.allows(a, b),
             (None, None) => true,
             _ => false,
         };
-        let rec_stages = stage_times(&rec, *added);
-        let rep_stages = stage_times(&rep, *added);
+        let rec_stages = stage_times(rec, *added);
+        let rep_stages = stage_times(rep, *added);
         let mut labels: Vec<&String> = rec_stages.keys().chain(rep_stages.keys()).collect();
         labels.sort_by_key(|l| rec_stages.get(*l).or(rep_stages.get(*l)).map(|t| t.1));
         labels.dedup();
@@ -409,5 +414,62 @@ impl fmt::Display for Comparison {
             "result: {}",
             if self.ok() { "match" } else { "DIVERGED" }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(method: &str) -> Step {
+        Step {
+            attempt: 1,
+            code: "OK".into(),
+            container: "app".into(),
+            image: "img".into(),
+            method: method.into(),
+        }
+    }
+
+    /// Every field set, nested ones included.
+    fn full() -> Comparison {
+        Comparison {
+            pods: vec![PodComparison {
+                divergence: Some(FirstDivergence {
+                    context: vec![step("CreateContainer")],
+                    index: 3,
+                    recorded: Some(step("StartContainer")),
+                    replayed: Some(step("PullImage")),
+                    why: Some("because".into()),
+                }),
+                latency_ok: false,
+                name: "p".into(),
+                namespace: "default".into(),
+                recorded_calls: 5,
+                recorded_startup_ns: Some(7),
+                replayed_calls: 6,
+                replayed_startup_ns: Some(8),
+                stages: vec![StageLatency {
+                    recorded_end_ns: Some(1),
+                    recorded_ns: Some(2),
+                    replayed_end_ns: Some(3),
+                    replayed_ns: None,
+                    stage: "RunPodSandbox".into(),
+                }],
+                uid: "u".into(),
+            }],
+            recorded_span_ns: 9,
+            tolerance: Tolerance::default(),
+            trace: "t.jsonl".into(),
+            virtual_ns: 10,
+        }
+    }
+
+    #[test]
+    fn json_output_has_its_keys_in_name_order() {
+        let direct = serde_json::to_string_pretty(&full()).unwrap();
+        let via_value =
+            serde_json::to_string_pretty(&serde_json::to_value(full()).unwrap()).unwrap();
+        assert_eq!(direct, via_value);
     }
 }

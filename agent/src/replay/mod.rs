@@ -4,6 +4,7 @@
 //! replay takes milliseconds and gives the same output on every run and machine.
 
 mod compare;
+mod objects;
 mod runtime;
 
 use std::collections::BTreeMap;
@@ -47,9 +48,6 @@ pub struct Replayed {
 /// How long after the recording's last record the replay keeps running, so work the
 /// recording cut short (cleanup, back-off) can finish.
 const TAIL: Duration = Duration::from_secs(5);
-/// The replay's relist period: exits are found by relist in replay (no processes to watch),
-/// often enough that detection is as prompt as the recorded event-driven one.
-const REPLAY_RELIST: Duration = Duration::from_millis(5);
 
 fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
     let c = &trace.header.config;
@@ -80,7 +78,9 @@ fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
     if let Some(p) = what_if.max_parallel_image_pulls {
         s.max_parallel_image_pulls = p;
     }
-    s.relist_period = REPLAY_RELIST;
+    // Exits reach the PLEG as the recording has them (`ReplayRuntime::exit_notice`), as
+    // a process watcher's would, so the relist runs at its recorded period.
+    s.relist_period = ns("relist_period_ns", s.relist_period);
     s.cgroup_root = None;
     s.secrets_dir = None;
     s.housekeeping = false;
@@ -109,11 +109,11 @@ pub fn replay(trace: &Trace, what_if: &WhatIf) -> Replayed {
 async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     let h = &trace.header;
     install_virtual(h.started_wall_ns, h.started_ns);
-    let calls: Vec<CriCall> = trace
+    let calls: Vec<&CriCall> = trace
         .records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c.clone()),
+            TraceRecord::Cri(c) => Some(c),
             _ => None,
         })
         .collect();
@@ -164,9 +164,10 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     let _ = agent.await;
     let virtual_ns = tokio::time::Instant::now().duration_since(start).as_nanos() as u64;
     uninstall_virtual();
+    let (calls, divergences) = runtime.take_results();
     Replayed {
-        calls: runtime.served(),
-        divergences: runtime.divergences(),
+        calls,
+        divergences,
         virtual_ns,
     }
 }

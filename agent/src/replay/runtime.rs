@@ -5,15 +5,16 @@
 //! simulated runtime that those outcomes (and the recorded container exits) drive. A call
 //! the recording cannot answer is a divergence.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
-use crate::cri::{CriCall, CriError, ImageService, RuntimeService, api};
-use crate::syncloop::clock::{mono_now, wall_now};
+use crate::cri::{CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api};
+use crate::syncloop::clock::{instant_at, mono_now, wall_now};
 
 /// What the recording could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,11 +29,12 @@ pub struct Divergence {
     pub why: String,
 }
 
-/// A matchable call: what it is for.
+/// A matchable call: what it is for. The pod UID comes first, so looking a key up among
+/// every recorded call compares UIDs, which differ within their first bytes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
-    method: String,
     pod_uid: String,
+    method: String,
     container: String,
     attempt: u32,
     image: String,
@@ -41,8 +43,8 @@ struct Key {
 impl Key {
     fn of(c: &CriCall) -> Key {
         Key {
-            method: c.method.clone(),
             pod_uid: c.pod_uid.clone(),
+            method: c.method.clone(),
             container: c.container.clone(),
             attempt: c.attempt,
             // Only pulls are told apart by image.
@@ -53,32 +55,6 @@ impl Key {
             },
         }
     }
-}
-
-#[derive(Debug, Clone)]
-struct Sandbox {
-    uid: String,
-    attempt: u32,
-    config: api::PodSandboxConfig,
-    ready: bool,
-    ip: String,
-    created_at: i64,
-}
-
-#[derive(Debug, Clone)]
-struct Container {
-    uid: String,
-    sandbox_id: String,
-    config: api::ContainerConfig,
-    state: api::ContainerState,
-    created_at: i64,
-    started_at: i64,
-    finished_at: i64,
-    exit_code: i32,
-    reason: String,
-    image_ref: String,
-    /// How long it ran in the recording before exiting by itself, and its exit code.
-    runs_for: Option<(i64, i32)>,
 }
 
 /// Facts the recording holds about objects, found before replay starts.
@@ -99,8 +75,7 @@ struct State {
     pending: BTreeMap<Key, VecDeque<CriCall>>,
     last_exec: BTreeMap<(String, String), CriCall>,
     facts: Facts,
-    sandboxes: BTreeMap<String, Sandbox>,
-    containers: BTreeMap<String, Container>,
+    objects: Objects,
     images: BTreeSet<String>,
     served: Vec<CriCall>,
     divergences: Vec<Divergence>,
@@ -132,7 +107,7 @@ fn is_mutation(method: &str) -> bool {
 impl ReplayRuntime {
     /// Builds the runtime from a run's CRI calls, in recorded order.
     pub fn new(
-        calls: &[CriCall],
+        calls: &[&CriCall],
         runtime_name: &str,
         runtime_version: &str,
         scale: BTreeMap<String, f64>,
@@ -198,13 +173,13 @@ impl ReplayRuntime {
                 st.pending
                     .entry(Key::of(c))
                     .or_default()
-                    .push_back(c.clone());
+                    .push_back((*c).clone());
             }
         }
-        let mut reads: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let mut reads: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
         for c in calls.iter().filter(|c| c.is_observation()) {
             reads
-                .entry(c.method.clone())
+                .entry(&c.method)
                 .or_default()
                 .push(c.end_ns.saturating_sub(c.start_ns));
         }
@@ -212,7 +187,7 @@ impl ReplayRuntime {
             .into_iter()
             .map(|(m, mut v)| {
                 v.sort_unstable();
-                (m, v[v.len() / 2])
+                (m.to_string(), v[v.len() / 2])
             })
             .collect();
         st.images = st.facts.images_present.clone();
@@ -226,13 +201,13 @@ impl ReplayRuntime {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Calls served so far, with virtual times.
-    pub fn served(&self) -> Vec<CriCall> {
-        self.lock().served.clone()
-    }
-
-    pub fn divergences(&self) -> Vec<Divergence> {
-        self.lock().divergences.clone()
+    /// Takes the calls served so far, with virtual times, and what could not be answered.
+    pub fn take_results(&self) -> (Vec<CriCall>, Vec<Divergence>) {
+        let mut st = self.lock();
+        (
+            std::mem::take(&mut st.served),
+            std::mem::take(&mut st.divergences),
+        )
     }
 
     /// Takes the recorded answer for `key`, or records a divergence.
@@ -318,39 +293,30 @@ impl ReplayRuntime {
 
     fn ids_for_sandbox(&self, id: &str) -> (String, u32) {
         self.lock()
-            .sandboxes
-            .get(id)
+            .objects
+            .sandbox(id)
             .map(|s| (s.uid.clone(), s.attempt))
             .unwrap_or_default()
     }
 
     fn ids_for_container(&self, id: &str) -> (String, String, u32) {
         self.lock()
-            .containers
-            .get(id)
+            .objects
+            .container(id)
             .map(|c| {
-                let meta = c.config.metadata.clone().unwrap_or_default();
-                (c.uid.clone(), meta.name, meta.attempt)
+                let meta = c.config.metadata.as_ref();
+                (
+                    c.uid.clone(),
+                    meta.map(|m| m.name.clone()).unwrap_or_default(),
+                    meta.map_or(0, |m| m.attempt),
+                )
             })
             .unwrap_or_default()
     }
 
     /// Moves containers whose recorded run has ended to Exited.
     fn advance(st: &mut State) {
-        let now = wall_now();
-        for c in st.containers.values_mut() {
-            if c.state != api::ContainerState::ContainerRunning {
-                continue;
-            }
-            if let Some((ran, code)) = c.runs_for
-                && now >= c.started_at + ran
-            {
-                c.state = api::ContainerState::ContainerExited;
-                c.finished_at = c.started_at + ran;
-                c.exit_code = code;
-                c.reason = if code == 0 { "Completed" } else { "Error" }.into();
-            }
-        }
+        st.objects.advance(wall_now());
     }
 }
 
@@ -374,10 +340,6 @@ fn code_from_name(name: &str) -> tonic::Code {
         "Unauthenticated" => Unauthenticated,
         _ => Unknown,
     }
-}
-
-fn matches_labels(want: &HashMap<String, String>, have: &HashMap<String, String>) -> bool {
-    want.iter().all(|(k, v)| have.get(k) == Some(v))
 }
 
 fn key(method: &str, pod_uid: &str, container: &str, attempt: u32) -> Key {
@@ -443,7 +405,7 @@ impl RuntimeService for ReplayRuntime {
             .get(&rec.sandbox_id)
             .cloned()
             .unwrap_or_default();
-        st.sandboxes.insert(
+        st.objects.add_sandbox(
             rec.sandbox_id.clone(),
             Sandbox {
                 uid: meta.uid,
@@ -464,17 +426,8 @@ impl RuntimeService for ReplayRuntime {
         self.answer(key("StopPodSandbox", &uid, "", attempt), |_| {})
             .await?;
         let mut st = self.lock();
-        if let Some(sb) = st.sandboxes.get_mut(id) {
-            sb.ready = false;
-        }
-        let now = wall_now();
-        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id) {
-            if c.state == api::ContainerState::ContainerRunning {
-                c.state = api::ContainerState::ContainerExited;
-                c.finished_at = now;
-                c.exit_code = 137;
-            }
-        }
+        Self::advance(&mut st);
+        st.objects.stop_sandbox(id, wall_now());
         Ok(())
     }
 
@@ -483,15 +436,14 @@ impl RuntimeService for ReplayRuntime {
         self.answer(key("RemovePodSandbox", &uid, "", attempt), |_| {})
             .await?;
         let mut st = self.lock();
-        st.sandboxes.remove(id);
-        st.containers.retain(|_, c| c.sandbox_id != id);
+        st.objects.remove_sandbox(id);
         Ok(())
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatusResponse> {
         self.read_delay("PodSandboxStatus").await;
         let st = self.lock();
-        let Some(sb) = st.sandboxes.get(id) else {
+        let Some(sb) = st.objects.sandbox(id) else {
             return Err(CriError::Call {
                 method: "PodSandboxStatus",
                 code: tonic::Code::NotFound,
@@ -539,9 +491,8 @@ impl RuntimeService for ReplayRuntime {
         let want = filter.map(|f| f.label_selector).unwrap_or_default();
         let st = self.lock();
         Ok(st
-            .sandboxes
-            .iter()
-            .filter(|(_, sb)| matches_labels(&want, &sb.config.labels))
+            .objects
+            .sandboxes_matching(&want)
             .map(|(id, sb)| api::PodSandbox {
                 id: id.clone(),
                 metadata: sb.config.metadata.clone(),
@@ -570,7 +521,7 @@ impl RuntimeService for ReplayRuntime {
             .await?;
         let mut st = self.lock();
         let runs_for = st.facts.runs.get(&rec.container_id).copied();
-        st.containers.insert(
+        st.objects.add_container(
             rec.container_id.clone(),
             Container {
                 uid,
@@ -588,6 +539,7 @@ impl RuntimeService for ReplayRuntime {
                 exit_code: 0,
                 reason: String::new(),
                 runs_for,
+                exited: tokio::sync::watch::Sender::new(false),
             },
         );
         Ok(rec.container_id)
@@ -597,10 +549,7 @@ impl RuntimeService for ReplayRuntime {
         let (uid, name, attempt) = self.ids_for_container(id);
         self.answer(key("StartContainer", &uid, &name, attempt), |_| {})
             .await?;
-        if let Some(c) = self.lock().containers.get_mut(id) {
-            c.state = api::ContainerState::ContainerRunning;
-            c.started_at = wall_now();
-        }
+        self.lock().objects.start_container(id, wall_now());
         Ok(())
     }
 
@@ -610,14 +559,7 @@ impl RuntimeService for ReplayRuntime {
             .await?;
         let mut st = self.lock();
         Self::advance(&mut st);
-        if let Some(c) = st.containers.get_mut(id)
-            && c.state != api::ContainerState::ContainerExited
-        {
-            c.state = api::ContainerState::ContainerExited;
-            c.finished_at = wall_now();
-            c.exit_code = 137;
-            c.reason = "Error".into();
-        }
+        st.objects.stop_container(id, wall_now(), 137, "Error");
         Ok(())
     }
 
@@ -625,7 +567,7 @@ impl RuntimeService for ReplayRuntime {
         let (uid, name, attempt) = self.ids_for_container(id);
         self.answer(key("RemoveContainer", &uid, &name, attempt), |_| {})
             .await?;
-        self.lock().containers.remove(id);
+        self.lock().objects.remove_container(id);
         Ok(())
     }
 
@@ -638,9 +580,8 @@ impl RuntimeService for ReplayRuntime {
         let mut st = self.lock();
         Self::advance(&mut st);
         Ok(st
-            .containers
-            .iter()
-            .filter(|(_, c)| matches_labels(&want, &c.config.labels))
+            .objects
+            .containers_matching(&want)
             .map(|(id, c)| api::Container {
                 id: id.clone(),
                 pod_sandbox_id: c.sandbox_id.clone(),
@@ -656,6 +597,28 @@ impl RuntimeService for ReplayRuntime {
             .collect())
     }
 
+    /// The same containers as `list_containers`, after the same read time, without copying
+    /// their labels and annotations: the relist runs every second over every container.
+    async fn list_container_states(
+        &self,
+        filter: Option<api::ContainerFilter>,
+        label: &str,
+    ) -> CriResult<Vec<ListedContainerState>> {
+        self.read_delay("ListContainers").await;
+        let want = filter.map(|f| f.label_selector).unwrap_or_default();
+        let mut st = self.lock();
+        Self::advance(&mut st);
+        Ok(st
+            .objects
+            .containers_matching(&want)
+            .map(|(id, c)| ListedContainerState {
+                id: id.clone(),
+                label: c.config.labels.get(label).cloned().unwrap_or_default(),
+                state: c.state as i32,
+            })
+            .collect())
+    }
+
     async fn container_status(
         &self,
         id: &str,
@@ -664,7 +627,7 @@ impl RuntimeService for ReplayRuntime {
         self.read_delay("ContainerStatus").await;
         let mut st = self.lock();
         Self::advance(&mut st);
-        let Some(c) = st.containers.get(id) else {
+        let Some(c) = st.objects.container(id) else {
             return Err(CriError::Call {
                 method: "ContainerStatus",
                 code: tonic::Code::NotFound,
@@ -710,6 +673,33 @@ impl RuntimeService for ReplayRuntime {
             ..Default::default()
         })
     }
+
+    /// Resolves when the container exits: at its recorded exit, or when it is stopped or
+    /// removed first. The PLEG waits on this where it would watch a process.
+    fn exit_notice(
+        &self,
+        container_id: &str,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let st = self.lock();
+        let c = st.objects.container(container_id)?;
+        let mut exited = c.exited.subscribe();
+        let at = c.exits_at().map(instant_at);
+        Some(async move {
+            let stopped = exited.wait_for(|e| *e);
+            match at {
+                Some(at) => {
+                    tokio::select! {
+                        biased;
+                        _ = stopped => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => {
+                    let _ = stopped.await;
+                }
+            }
+        })
+    }
 }
 
 impl ImageService for ReplayRuntime {
@@ -739,5 +729,170 @@ impl ImageService for ReplayRuntime {
         let rec = self.answer(k, |_| {}).await?;
         self.lock().images.insert(image.image.clone());
         Ok(rec.response.get("image_ref").cloned().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syncloop::clock::{install_virtual, uninstall_virtual};
+
+    const MS: u64 = 1_000_000;
+
+    fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
+        CriCall {
+            method: method.into(),
+            pod_uid: "u".into(),
+            container: if method.contains("Sandbox") {
+                String::new()
+            } else {
+                "app".into()
+            },
+            attempt: 0,
+            sandbox_id: "s".into(),
+            container_id: "c".into(),
+            image: String::new(),
+            start_ns: start_ms * MS,
+            end_ns: end_ms * MS,
+            code: "OK".into(),
+            message: String::new(),
+            response: BTreeMap::new(),
+        }
+    }
+
+    /// A pod whose container started at 1000 ms and was seen exited (code 1) at 3000 ms.
+    fn recording() -> Vec<CriCall> {
+        let mut exited = call("ContainerStatus", 3000, 3001);
+        exited.response = BTreeMap::from([
+            ("state".to_string(), "2".to_string()),
+            ("exit_code".to_string(), "1".to_string()),
+        ]);
+        vec![
+            call("RunPodSandbox", 0, 100),
+            call("CreateContainer", 100, 200),
+            call("StartContainer", 200, 1000),
+            exited,
+            call("StopContainer", 500, 600),
+        ]
+    }
+
+    /// Runs `f` on a paused current-thread runtime with the virtual clock installed.
+    fn in_virtual_time<F: std::future::Future<Output = ()>>(f: impl FnOnce() -> F) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            install_virtual(0, 0);
+            f().await;
+            uninstall_virtual();
+        });
+    }
+
+    /// Creates and starts the recorded container; returns its ID.
+    async fn start(rt: &ReplayRuntime) -> String {
+        let sandbox = rt
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(api::PodSandboxConfig {
+                    metadata: Some(api::PodSandboxMetadata {
+                        uid: "u".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .pod_sandbox_id;
+        let id = rt
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox,
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: "app".into(),
+                        attempt: 0,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        rt.start_container(&id).await.unwrap();
+        id
+    }
+
+    fn runtime() -> ReplayRuntime {
+        let calls = recording();
+        let refs: Vec<&CriCall> = calls.iter().collect();
+        ReplayRuntime::new(&refs, "containerd", "test", BTreeMap::new())
+    }
+
+    #[test]
+    fn a_recorded_exit_is_announced_when_the_recording_has_it() {
+        in_virtual_time(|| async {
+            let rt = runtime();
+            let id = start(&rt).await;
+            let started = mono_now();
+            rt.exit_notice(&id).expect("a replayed container").await;
+            assert_eq!(mono_now() - started, 2000 * MS);
+            let st = rt
+                .container_status(&id, false)
+                .await
+                .unwrap()
+                .status
+                .unwrap();
+            assert_eq!(st.state, api::ContainerState::ContainerExited as i32);
+            assert_eq!(st.exit_code, 1);
+        });
+    }
+
+    #[test]
+    fn listed_states_are_the_listed_containers_reduced() {
+        in_virtual_time(|| async {
+            let rt = runtime();
+            start(&rt).await;
+            let label = crate::kuberuntime::labels::POD_UID;
+            let full: Vec<ListedContainerState> = rt
+                .list_containers(None)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| ListedContainerState {
+                    label: c.labels.get(label).cloned().unwrap_or_default(),
+                    id: c.id,
+                    state: c.state,
+                })
+                .collect();
+            let states = rt.list_container_states(None, label).await.unwrap();
+            assert_eq!(states, full);
+            assert_eq!(states.len(), 1);
+            assert_eq!(
+                states[0].state,
+                api::ContainerState::ContainerRunning as i32
+            );
+        });
+    }
+
+    #[test]
+    fn a_stop_is_announced_at_once() {
+        in_virtual_time(|| async {
+            let rt = runtime();
+            let id = start(&rt).await;
+            let notice = rt.exit_notice(&id).expect("a replayed container");
+            rt.stop_container(&id, 30).await.unwrap();
+            let stopped = mono_now();
+            notice.await;
+            assert_eq!(mono_now(), stopped);
+            let st = rt
+                .container_status(&id, false)
+                .await
+                .unwrap()
+                .status
+                .unwrap();
+            assert_eq!(st.exit_code, 137);
+        });
     }
 }

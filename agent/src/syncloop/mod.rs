@@ -9,6 +9,7 @@
 pub mod api;
 pub mod clock;
 mod housekeeping;
+mod pidfd_exit;
 mod pleg;
 mod pod_sync;
 pub mod settings;
@@ -16,6 +17,7 @@ mod shared;
 pub mod status_store;
 mod terminate;
 
+use crate::kubelet::observed_exit::with_observed_exit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -88,13 +90,22 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         };
         let ns = |d: std::time::Duration| d.as_nanos() as i64;
         let workers = PodWorkers::new(ns(settings.resync_interval), ns(settings.error_backoff));
-        let (pleg, pleg_rx) = Pleg::new();
+        let (mut pleg, pleg_rx) = Pleg::new();
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
         let prober = Arc::new(ProbeManager::new(Arc::new(cri.clone()), probe_tx));
+        let shared = Arc::new(Shared::new(cfg, settings, pcm));
+        // Show an exit as soon as the kernel reports it; the sync that follows the
+        // runtime's confirmation publishes the runtime's own account.
+        let store = shared.store.clone();
+        pleg.set_exit_observer(Arc::new(move |uid, container_id, exit_code| {
+            store.update_status(uid, |current| {
+                with_observed_exit(current, container_id, exit_code)
+            });
+        }));
         Ok(Kubelet {
             cri,
-            shared: Arc::new(Shared::new(cfg, settings, pcm)),
+            shared,
             workers,
             pod_manager: BTreeMap::new(),
             rejected: BTreeSet::new(),

@@ -4,17 +4,29 @@
 //! watchers cannot see: containers started before the agent, runtime-side changes.
 
 use std::collections::BTreeMap;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::Either;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use crate::cri::{RuntimeService, api};
+use crate::kubelet::observed_exit::exit_code_of_wait_status;
 use crate::kuberuntime::labels;
 use crate::kuberuntime::pod_status::container_pid;
+
+use super::pidfd_exit::reaped_wait_status;
+
+/// Told of a container's exit the moment the kernel reports it, with its exit code:
+/// (pod UID, container ID, exit code). The runtime confirms it later.
+pub type ExitObserver = Arc<dyn Fn(&str, &str, i32) + Send + Sync>;
+
+/// How long to wait, after a container's process exits, for its parent (the runtime's
+/// shim) to reap it and the kernel to have its exit status.
+const REAP_LIMIT: Duration = Duration::from_millis(20);
 
 /// A pod whose containers changed state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +45,7 @@ pub struct Pleg {
     tx: mpsc::UnboundedSender<PlegEvent>,
     /// Last relisted state of each container: (pod UID, state).
     seen: Arc<Mutex<BTreeMap<String, (String, i32)>>>,
+    exit_observer: Option<ExitObserver>,
 }
 
 impl Pleg {
@@ -42,29 +55,48 @@ impl Pleg {
             Pleg {
                 tx,
                 seen: Arc::new(Mutex::new(BTreeMap::new())),
+                exit_observer: None,
             },
             rx,
         )
     }
 
-    /// Watches a started container's process and reports its exit.
+    /// Tells `observer` of every exit a watched process reports.
+    pub fn set_exit_observer(&mut self, observer: ExitObserver) {
+        self.exit_observer = Some(observer);
+    }
+
+    /// Watches a started container's process and reports its exit. A runtime with no
+    /// process to watch (replay) gives notice of the exit itself.
     pub async fn watch_container<R: RuntimeService + Clone + 'static>(
         &self,
         cri: &R,
         uid: &str,
         container_id: &str,
     ) {
-        let Some(pid) = container_pid(cri, container_id).await else {
-            return; // already gone, or no pid: the relist will see it
+        let pid = container_pid(cri, container_id).await;
+        let exited = match (cri.exit_notice(container_id), pid) {
+            (Some(notice), _) => Either::Left(async move {
+                notice.await;
+                None
+            }),
+            (None, Some(pid)) => Either::Right(async move {
+                let fd = pidfd_open(pid).ok()?;
+                let fd = wait_readable(fd).await?;
+                let status = reaped_wait_status(fd.as_fd(), REAP_LIMIT).await?;
+                Some(exit_code_of_wait_status(status))
+            }),
+            // Already gone, or no pid: the relist will see it.
+            (None, None) => return,
         };
-        let (tx, cri) = (self.tx.clone(), cri.clone());
+        let (tx, cri, observer) = (self.tx.clone(), cri.clone(), self.exit_observer.clone());
         let event = PlegEvent {
             uid: uid.to_string(),
             container_id: container_id.to_string(),
         };
         tokio::spawn(async move {
-            if let Ok(fd) = pidfd_open(pid) {
-                wait_readable(fd).await;
+            if let (Some(code), Some(observe)) = (exited.await, observer) {
+                observe(&event.uid, &event.container_id, code);
             }
             settle(&cri, &event.container_id).await;
             let _ = tx.send(event);
@@ -84,15 +116,15 @@ impl Pleg {
             ]),
             ..Default::default()
         };
-        let Ok(containers) = cri.list_containers(Some(filter)).await else {
+        let Ok(containers) = cri
+            .list_container_states(Some(filter), labels::POD_UID)
+            .await
+        else {
             return;
         };
         let now: BTreeMap<String, (String, i32)> = containers
             .into_iter()
-            .map(|c| {
-                let uid = c.labels.get(labels::POD_UID).cloned().unwrap_or_default();
-                (c.id, (uid, c.state))
-            })
+            .map(|c| (c.id, (c.label, c.state)))
             .collect();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut changed = Vec::new();
@@ -130,12 +162,12 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// A pidfd becomes readable when the process exits.
-async fn wait_readable(fd: OwnedFd) {
+/// A pidfd becomes readable when the process exits; gives the fd back then.
+async fn wait_readable(fd: OwnedFd) -> Option<OwnedFd> {
     // SAFETY: `fd` is an owned pidfd that stays open for as long as `afd` lives.
-    if let Ok(afd) = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) } {
-        let _ = afd.readable().await;
-    }
+    let afd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()?;
+    let _ = afd.readable().await;
+    Some(afd.into_inner())
 }
 
 /// Waits, bounded, until the runtime no longer reports the container as running.

@@ -33,25 +33,36 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
 ) -> WorkOutcome {
     let uid = labels::pod_uid(pod).to_string();
     let recorder = shared.store.recorder(&uid);
-    let status =
-        match get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await {
-            Ok(s) => s,
-            Err(e) => {
-                recorder.record(PodEvent::warning("FailedSync", e.to_string(), None));
-                return WorkOutcome::Failed;
-            }
-        };
-    publish(shared, pod, &status);
-
     let host_network = pod
         .spec
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false);
-    if !host_network {
+    // The runtime's view of the pod and its network condition are independent reads.
+    let (status, network) = futures::future::join(
+        get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)),
+        async {
+            if host_network {
+                None
+            } else {
+                network_not_ready(cri).await
+            }
+        },
+    )
+    .await;
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            recorder.record(PodEvent::warning("FailedSync", e.to_string(), None));
+            return WorkOutcome::Failed;
+        }
+    };
+    publish(shared, pod, &status);
+
+    {
         // The network-readiness gate: no new pod network while the runtime's network
         // is not ready.
-        if let Some(why) = network_not_ready(cri).await {
+        if let Some(why) = network {
             recorder.record(PodEvent::warning(
                 "NetworkNotReady",
                 format!("network is not ready: {why}"),
@@ -142,12 +153,6 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
             }
         }
     }
-    for outcome in result.containers.values() {
-        if let ContainerOutcome::Started { container_id } = outcome {
-            pleg.watch_container(cri, &uid, container_id).await;
-        }
-    }
-
     // Publish what the sync changed right away rather than at the next event.
     let mut latest = status;
     if !result.actions.is_noop()
@@ -156,6 +161,14 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     {
         publish(shared, pod, &after);
         latest = after;
+    }
+    // After publishing, so watching the new processes is not on the way to Running. An exit
+    // in between is not missed: a watch whose process is already gone reports it at once,
+    // and one that finds no pid leaves it to the relist.
+    for outcome in result.containers.values() {
+        if let ContainerOutcome::Started { container_id } = outcome {
+            pleg.watch_container(cri, &uid, container_id).await;
+        }
     }
     register_probes(shared, prober, pod, &latest);
 

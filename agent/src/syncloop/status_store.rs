@@ -43,10 +43,15 @@ pub struct PodRecord {
 /// Sees every event as it is recorded: (pod UID, namespace, name, event).
 pub type EventTap = Arc<dyn Fn(&str, &str, &str, &StampedEvent) + Send + Sync>;
 
+/// Sees every status change as it is published: (pod UID, namespace, name, CLOCK_MONOTONIC
+/// ns, the new status).
+pub type StatusTap = Arc<dyn Fn(&str, &str, &str, u64, &PodStatus) + Send + Sync>;
+
 pub struct StatusStore {
     pods: Mutex<BTreeMap<String, PodRecord>>,
     changed: tokio::sync::watch::Sender<u64>,
     tap: Mutex<Option<EventTap>>,
+    status_tap: Mutex<Option<StatusTap>>,
 }
 
 impl std::fmt::Debug for StatusStore {
@@ -61,6 +66,7 @@ impl Default for StatusStore {
             pods: Mutex::new(BTreeMap::new()),
             changed: tokio::sync::watch::channel(0).0,
             tap: Mutex::new(None),
+            status_tap: Mutex::new(None),
         }
     }
 }
@@ -84,6 +90,11 @@ impl StatusStore {
         *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tap);
     }
 
+    /// Sends every status change from now on to `tap` too (the trace writer).
+    pub fn set_status_tap(&self, tap: StatusTap) {
+        *self.status_tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tap);
+    }
+
     /// Registers a pod when it is first seen.
     pub fn add_pod(&self, pod: &Pod) {
         let uid = labels::pod_uid(pod).to_string();
@@ -105,16 +116,36 @@ impl StatusStore {
 
     /// Sets a pod's API status.
     pub fn set_status(&self, uid: &str, status: PodStatus) {
+        self.update_status(uid, |_| Some(status));
+    }
+
+    /// Sets a pod's API status to what `change` makes of the current one, under one lock,
+    /// so no status published in between is overwritten; `None` leaves it as it is.
+    pub fn update_status(&self, uid: &str, change: impl FnOnce(&PodStatus) -> Option<PodStatus>) {
         let mut pods = self.lock();
         let Some(rec) = pods.get_mut(uid) else {
+            return;
+        };
+        let Some(status) = change(&rec.status) else {
             return;
         };
         if rec.running_at.is_none() && status.phase.as_deref() == Some("Running") {
             rec.running_at = Some(wall_now());
         }
         if rec.status != status {
+            let at_ns = super::clock::mono_now();
+            let tap = self
+                .status_tap
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let named = tap.map(|t| (t, rec.namespace.clone(), rec.name.clone()));
             rec.status = status;
+            let published = named.as_ref().map(|_| rec.status.clone());
             drop(pods);
+            if let (Some((tap, ns, name)), Some(status)) = (named, published) {
+                tap(uid, &ns, &name, at_ns, &status);
+            }
             self.bump();
         }
     }

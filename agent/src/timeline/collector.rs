@@ -70,7 +70,11 @@ impl Collector {
                 }
                 (&mut kept.calls, MAX_CALLS)
             }
-            TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => return,
+            // The status store holds the latest status; the builder reads none.
+            TraceRecord::Header(_)
+            | TraceRecord::Status(_)
+            | TraceRecord::Stage(_)
+            | TraceRecord::Footer(_) => return,
         };
         if queue.len() >= cap {
             queue.pop_front();

@@ -59,7 +59,10 @@ impl<'a> Index<'a> {
                 TraceRecord::Cri(c) => cri.push(c),
                 TraceRecord::Event(e) => events.push(e),
                 TraceRecord::Kernel(k) => index.kernel.push((i, k)),
-                TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => {}
+                TraceRecord::Header(_)
+                | TraceRecord::Status(_)
+                | TraceRecord::Stage(_)
+                | TraceRecord::Footer(_) => {}
             }
         }
         // Stable sorts keep record order among equal times, so the result does not

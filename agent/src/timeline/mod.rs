@@ -19,6 +19,7 @@ mod filter;
 mod ids;
 mod index;
 mod model;
+mod seeing;
 mod stages;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ pub use collector::Collector;
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};
+pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
 
 use crate::trace::TraceRecord;
 

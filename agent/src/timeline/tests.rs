@@ -443,3 +443,96 @@ fn an_exec_hook_and_an_exec_readiness_probe_are_read_from_their_exec_syncs() {
     assert_eq!(ready.start_ns, 405 * MS, "{ready:?}");
     assert!(p.stage("running").unwrap().start_ns < ready.start_ns);
 }
+
+fn status_record(t_ms: u64, state: &str) -> TraceRecord {
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+    let state = match state {
+        "running" => ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..Default::default()
+        },
+        "terminated" => ContainerState {
+            terminated: Some(ContainerStateTerminated::default()),
+            ..Default::default()
+        },
+        _ => ContainerState::default(),
+    };
+    // Back-off after the exit: waiting now, the exit as the last state.
+    let (state, last_state) = if state.running.is_none() && state.terminated.is_none() {
+        let last = ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                container_id: Some(format!("containerd://{CONTAINER}")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        (state, (t_ms > 260).then_some(last))
+    } else {
+        (state, None)
+    };
+    TraceRecord::Status(crate::trace::PodStatusRecord {
+        at_ns: t_ms * MS,
+        pod_uid: UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        status: Box::new(PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                name: "app".into(),
+                container_id: Some(format!("containerd://{CONTAINER}")),
+                state: Some(state),
+                last_state,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    })
+}
+
+#[test]
+fn the_time_to_see_a_container_start_and_exit_runs_from_the_kernel_event_to_the_status() {
+    let mut records = run("portmap", 0);
+    records.push(status_record(239, "waiting"));
+    records.push(status_record(242, "running"));
+    records.push(status_record(250, "running"));
+    // The main process (not the runtime's re-exec, pid 310) exits; a thread-group
+    // leader of another process in the cgroup exiting first does not count.
+    records.push(TraceRecord::Kernel(KernelEvent::Exit {
+        meta: meta(290, 312, "sh", CONTAINER_CGROUP),
+        exit_code: Some(0),
+        signal: None,
+    }));
+    records.push(TraceRecord::Kernel(KernelEvent::Exit {
+        meta: meta(300, 311, "sleep", CONTAINER_CGROUP),
+        exit_code: Some(3),
+        signal: None,
+    }));
+    records.push(status_record(304, "terminated"));
+    let seeing = seen_latencies(&records);
+    assert!(seeing.unseen.is_empty(), "{seeing:?}");
+    let got: Vec<(Change, u64, u64)> = seeing
+        .samples
+        .iter()
+        .map(|s| (s.change, s.kernel_ns / MS, s.seen_ns / MS))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(Change::Started, 235, 242), (Change::Exited, 300, 304)]
+    );
+    assert_eq!(seeing.samples[1].latency_ns(), 4 * MS as i64);
+    assert_eq!(seeing.samples[0].container_id, CONTAINER);
+
+    // A run cut short before the exit was published: the exit is unseen, not dropped.
+    records.pop();
+    let seeing = seen_latencies(&records);
+    assert_eq!(seeing.samples.len(), 1);
+    assert_eq!(seeing.unseen.len(), 1);
+    assert_eq!(seeing.unseen[0].change, Change::Exited);
+
+    // A container that restarts shows its exit only as its last state.
+    records.push(status_record(307, "waiting"));
+    let seeing = seen_latencies(&records);
+    assert!(seeing.unseen.is_empty(), "{seeing:?}");
+    assert_eq!(seeing.samples[1].seen_ns, 307 * MS);
+}

@@ -8,6 +8,7 @@ mod writer;
 
 pub use reader::{Trace, TraceError, read_trace};
 pub use record::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, SCHEMA_VERSION, TraceRecord, redact_pod,
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
+    TraceRecord, redact_pod,
 };
 pub use writer::{TraceSink, TraceWriter};

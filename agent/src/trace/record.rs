@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use serde::{Deserialize, Serialize};
 
 use crate::cri::CriCall;
@@ -47,6 +47,17 @@ pub struct PodOpRecord {
     pub pod: Box<Pod>,
 }
 
+/// A change of a pod's API status, as the agent published it: the moment podtrace saw a
+/// container start or exit, or a pod's phase or conditions change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodStatusRecord {
+    pub at_ns: u64,
+    pub pod_uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub status: Box<PodStatus>,
+}
+
 /// A pod event (Pulling, Started, BackOff, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodEventRecord {
@@ -79,6 +90,7 @@ pub enum TraceRecord {
     Cri(CriCall),
     Kernel(KernelEvent),
     Event(PodEventRecord),
+    Status(PodStatusRecord),
     /// A computed stage of a pod's startup (see the timeline).
     Stage(serde_json::Value),
     Footer(Footer),
@@ -92,6 +104,7 @@ impl TraceRecord {
             TraceRecord::Cri(_) => "cri",
             TraceRecord::Kernel(_) => "kernel",
             TraceRecord::Event(_) => "event",
+            TraceRecord::Status(_) => "status",
             TraceRecord::Stage(_) => "stage",
             TraceRecord::Footer(_) => "footer",
         }
@@ -99,8 +112,9 @@ impl TraceRecord {
 }
 
 /// Record types this version knows; others are skipped when read (forward compatible).
-pub(super) const KNOWN_TYPES: &[&str] =
-    &["header", "pod", "cri", "kernel", "event", "stage", "footer"];
+pub(super) const KNOWN_TYPES: &[&str] = &[
+    "header", "pod", "cri", "kernel", "event", "status", "stage", "footer",
+];
 
 /// A pod as a trace keeps it: environment variable values are dropped (names stay), so
 /// no configuration value or secret reaches the file.

@@ -9,11 +9,11 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use xtask::lab::LabPaths;
 
+use super::stats::percentile;
 use super::{Figure, Outcome};
 
 const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 pub const OVERHEAD_PODS: usize = 200;
-const OVERHEAD_ROUNDS: usize = 2;
 const GOAL_RATIO: f64 = 1.05;
 const GOAL_GAP_MS: f64 = 10.0;
 const CONCURRENCY: &[usize] = &[1, 2, 8, 32];
@@ -124,33 +124,24 @@ fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::
     Ok(list.iter().filter_map(|p| p["seconds"].as_f64()).collect())
 }
 
-/// Nearest-rank percentile.
-fn percentile(samples: &[f64], p: f64) -> f64 {
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
-    v[rank.min(v.len()) - 1]
-}
-
 pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
     let work = dir.join("overhead");
     let mut samples: Vec<(Arm, Vec<f64>)> = Vec::new();
-    for round in 0..OVERHEAD_ROUNDS {
-        // ABBA: neither arm always goes first on a node that warms up or fills up.
-        let order = if round % 2 == 0 {
+    // One pod at a time, each arm in a process of its own per pod, so a pod's time is its
+    // pipeline's and never a queue behind other pods. Arms alternate ABBA per pair: neither
+    // always goes first on a node that warms up or fills up.
+    for i in 0..pods {
+        let order = if i % 2 == 0 {
             [Arm::Podtrace, Arm::Direct]
         } else {
             [Arm::Direct, Arm::Podtrace]
         };
         for arm in order {
-            let s = create(bin, &work, arm, &format!("r{round}"), pods)?;
-            eprintln!(
-                "bench: overhead: round {} {}: p50 {:.1} ms",
-                round + 1,
-                arm.name(),
-                percentile(&s, 50.0) * 1e3
-            );
+            let s = create(bin, &work, arm, &format!("p{i:03}"), 1)?;
             samples.push((arm, s));
+        }
+        if (i + 1) % 25 == 0 {
+            eprintln!("bench: overhead: {} of {pods} pods per arm", i + 1);
         }
     }
     let pooled = |arm: Arm| -> Vec<f64> {
@@ -188,11 +179,12 @@ pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> 
         number: 1,
         title: "Pipeline overhead",
         method: format!(
-            "{pods} one-container `sleep` pods, image present, all submitted at once: \
-             `podtrace run --until-ready --cleanup` (time from the pod's ADD to Running) \
-             against `podtrace bench-direct` (RunPodSandbox, PodSandboxStatus, CreateContainer, \
-             StartContainer with the same requests, from the first call to the last), \
-             {OVERHEAD_ROUNDS} rounds in ABBA order, samples pooled per arm."
+            "{pods} one-container `sleep` pods per arm, image present, one pod at a time, \
+             each in a process of its own: `podtrace run --until-ready --cleanup` (time from \
+             the pod's ADD to the Running status) against `podtrace bench-direct` \
+             (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer with the same \
+             requests, from the first call's start to the last call's end). Arms alternate \
+             in ABBA order pod by pod; process start and cleanup are outside both timings."
         ),
         figures: vec![
             Figure::new(
@@ -229,8 +221,9 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let mut worst = f64::INFINITY;
     let mut misses = Vec::new();
     for &c in CONCURRENCY {
-        // Enough batches that one slow batch does not decide the figure.
-        let batches = (16 / c).max(2);
+        // Enough batches that one slow batch does not decide the figure, within the
+        // bench's time: 16, 12, 6 and 4 batches per arm.
+        let batches = batches_at(c);
         let mut busy = [0.0_f64; 2];
         for b in 0..batches {
             let order = if b % 2 == 0 {
@@ -281,4 +274,14 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         verdict,
         samples: json!({"batches": raw}),
     })
+}
+
+/// Batches per arm at concurrency `c`: more where a batch is quick and noisy.
+fn batches_at(c: usize) -> usize {
+    match c {
+        1 => 16,
+        2 => 12,
+        3..=8 => 6,
+        _ => 4,
+    }
 }

@@ -2,10 +2,14 @@
 //! `BENCHMARKS.md` (figures, the command, the machine) and `target/bench/samples.json`
 //! (every raw sample). Not part of `cargo xtask test`: timing is never asserted in a test.
 
+mod agent;
 mod direct;
 mod machine;
 mod memory;
+mod probe_overhead;
 mod replay_speed;
+mod seeing;
+mod stats;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -19,8 +23,8 @@ use crate::workspace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 5 replay, 6
-    /// memory); default all.
+    /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
+    /// state, 4 probe overhead, 5 replay, 6 memory); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -60,6 +64,8 @@ pub struct Outcome {
 const BENCHMARKS: &[(u8, &str)] = &[
     (1, "pipeline overhead"),
     (2, "throughput"),
+    (3, "seeing state"),
+    (4, "probe overhead"),
     (5, "replay speed"),
     (6, "memory"),
 ];
@@ -89,12 +95,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let machine = machine::describe();
     let started = std::time::Instant::now();
     let mut outcomes = Vec::new();
+    let mut failures: Vec<(u8, String)> = Vec::new();
     for n in selected {
         let name = BENCHMARKS.iter().find(|(m, _)| *m == n).map_or("", |b| b.1);
         eprintln!("bench: {n}. {name}");
         let outcome = match n {
             1 => with_lab(|| direct::overhead(&bin, &dir, args.overhead_pods)),
             2 => with_lab(|| direct::throughput(&bin, &dir)),
+            3 => with_lab(|| seeing::run(&bin, &dir)),
+            4 => probe_overhead::run(&bin, &dir),
             5 => replay_speed::run(&bin, &dir, args.replay_pods),
             6 => with_lab(|| memory::run(&bin, &dir)),
             _ => continue,
@@ -102,7 +111,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         match outcome {
             Ok(o) => outcomes.push(o),
             // One benchmark failing must not lose the others' figures.
-            Err(e) => eprintln!("bench: {n}. {name} failed: {e:#}"),
+            Err(e) => {
+                eprintln!("bench: {n}. {name} failed: {e:#}");
+                failures.push((n, format!("{e:#}")));
+            }
         }
     }
     let total_s = started.elapsed().as_secs_f64();
@@ -125,8 +137,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     std::fs::copy(&samples_path, &copy)
         .with_context(|| format!("copying to {}", copy.display()))?;
     let md_path: PathBuf = workspace::root().join("BENCHMARKS.md");
-    std::fs::write(&md_path, render(&command, &machine, total_s, &outcomes))
-        .with_context(|| format!("writing {}", md_path.display()))?;
+    std::fs::write(
+        &md_path,
+        render(&command, &machine, total_s, &outcomes, &failures),
+    )
+    .with_context(|| format!("writing {}", md_path.display()))?;
     println!("wrote {}", md_path.display());
     println!(
         "raw samples: {} (copy: {})",
@@ -166,7 +181,13 @@ fn build_release() -> anyhow::Result<PathBuf> {
     Ok(workspace::target_dir().join("release").join("podtrace"))
 }
 
-fn render(command: &str, machine: &machine::Machine, total_s: f64, outcomes: &[Outcome]) -> String {
+fn render(
+    command: &str,
+    machine: &machine::Machine,
+    total_s: f64,
+    outcomes: &[Outcome],
+    failures: &[(u8, String)],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Benchmarks\n");
     let _ = writeln!(
@@ -200,13 +221,19 @@ fn render(command: &str, machine: &machine::Machine, total_s: f64, outcomes: &[O
         }
         let _ = writeln!(s, "\nGoal: {}. Result: {}.", o.goal, o.verdict);
     }
-    let _ = writeln!(s, "\n## Not measured yet\n");
-    let _ = writeln!(
-        s,
-        "3. Seeing state (kernel exec/exit to podtrace's status change; goal ≤ 10 ms p99) and \
-         4. probe overhead (exec-heavy workload with probes on and off, losses, run time per \
-         hit from the kernel's BPF statistics; goals ≥ 0.97×, zero lost, ≤ 1 µs per hit) \
-         have no benchmark yet."
-    );
+    let missing: Vec<String> = BENCHMARKS
+        .iter()
+        .filter(|(n, _)| !outcomes.iter().any(|o| o.number == *n))
+        .map(|(n, name)| match failures.iter().find(|(f, _)| f == n) {
+            Some((_, why)) => format!("- {n}. {name}: failed in this run: {why}"),
+            None => format!("- {n}. {name}: not selected in this run"),
+        })
+        .collect();
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\n## Not in this run\n");
+        for m in missing {
+            let _ = writeln!(s, "{m}");
+        }
+    }
     s
 }

@@ -1,0 +1,48 @@
+//! `podtrace bench-seeing --trace FILE` (hidden; for `cargo xtask bench`): each container
+//! state change in a trace, from the kernel event to the agent's status showing it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::EXIT_BAD_INPUT;
+use crate::timeline::seen_latencies;
+use crate::trace::read_trace;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchSeeingArgs {
+    /// A trace recorded by `podtrace run --trace` with the probes loaded.
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+}
+
+pub fn run(args: &BenchSeeingArgs) -> ExitCode {
+    let trace = match read_trace(&args.trace) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if !trace.footer.ebpf {
+        eprintln!(
+            "podtrace: {}: recorded without the probes, so it has no kernel events to measure from",
+            args.trace.display()
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    let seeing = seen_latencies(&trace.records);
+    let doc = serde_json::json!({
+        "lost_events": trace.footer.lost_events,
+        "samples": seeing.samples.iter().map(|s| serde_json::json!({
+            "pod_uid": s.pod_uid,
+            "container_id": s.container_id,
+            "change": s.change,
+            "kernel_ns": s.kernel_ns,
+            "seen_ns": s.seen_ns,
+            "latency_ns": s.latency_ns(),
+        })).collect::<Vec<_>>(),
+        "unseen": seeing.unseen,
+    });
+    println!("{doc}");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,113 @@
+//! A process's exit status from its pidfd (`PIDFD_GET_INFO` with `PIDFD_INFO_EXIT`, Linux
+//! 6.15 and later), so the agent can show a container's exit without waiting for the
+//! runtime. The kernel keeps the status once the process's parent (the runtime's shim)
+//! has reaped it, which happens within a millisecond or so of the exit.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+/// `struct pidfd_info` of `<linux/pidfd.h>`, its first version (64 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    pid: u32,
+    tgid: u32,
+    ppid: u32,
+    ruid: u32,
+    rgid: u32,
+    euid: u32,
+    egid: u32,
+    suid: u32,
+    sgid: u32,
+    fsuid: u32,
+    fsgid: u32,
+    exit_code: i32,
+    coredump_mask: u32,
+    spare: u32,
+}
+
+/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: libc::c_ulong = (3 << 30) | (64 << 16) | (0xFF << 8) | 11;
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+
+/// What the kernel says of the exit now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitInfo {
+    /// The wait status (as `waitpid` gives it).
+    Reaped(i32),
+    /// Exited or exiting, not reaped yet: ask again.
+    NotYet,
+    /// This kernel cannot say (older than 6.15).
+    Unsupported,
+}
+
+pub fn exit_info(fd: BorrowedFd<'_>) -> ExitInfo {
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        ..PidfdInfo::default()
+    };
+    // SAFETY: PIDFD_GET_INFO writes at most size_of::<PidfdInfo>() bytes (the size is
+    // encoded in the request) into `info`, which lives for the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), PIDFD_GET_INFO, &mut info as *mut PidfdInfo) };
+    if rc < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            // Running, or gone without exit information.
+            Some(libc::ESRCH) => ExitInfo::NotYet,
+            _ => ExitInfo::Unsupported,
+        };
+    }
+    if info.mask & PIDFD_INFO_EXIT != 0 {
+        ExitInfo::Reaped(info.exit_code)
+    } else {
+        ExitInfo::NotYet
+    }
+}
+
+/// Polls [`exit_info`] until the process is reaped, for at most `limit`.
+pub async fn reaped_wait_status(fd: BorrowedFd<'_>, limit: Duration) -> Option<i32> {
+    /// The shim reaps as soon as it gets SIGCHLD: a short step finds it at once.
+    const STEP: Duration = Duration::from_micros(500);
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match exit_info(fd) {
+            ExitInfo::Reaped(status) => return Some(status),
+            ExitInfo::Unsupported => return None,
+            ExitInfo::NotYet if tokio::time::Instant::now() >= deadline => return None,
+            ExitInfo::NotYet => tokio::time::sleep(STEP).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+    use super::*;
+
+    #[test]
+    fn a_reaped_childs_exit_status_comes_from_its_pidfd() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .expect("sh runs");
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+        assert!(raw >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        // SAFETY: the kernel just returned this fd and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        let status = child.wait().expect("reaped");
+        assert_eq!(status.code(), Some(7));
+        match exit_info(fd.as_fd()) {
+            ExitInfo::Reaped(ws) => {
+                assert_eq!(
+                    crate::kubelet::observed_exit::exit_code_of_wait_status(ws),
+                    7
+                )
+            }
+            ExitInfo::Unsupported => eprintln!("skipped: this kernel has no PIDFD_GET_INFO"),
+            ExitInfo::NotYet => panic!("a reaped child must have exit information"),
+        }
+    }
+}

@@ -1,0 +1,1041 @@
+//! Benchmark 4: what podtrace's probes cost an exec-heavy workload. One worker per CPU
+//! spawns a tiny static binary in a loop; arms with the probes attached (`podtrace
+//! kernel-events --summary-only`, which loads them as the agent does and drains the ring
+//! buffer with the agent's reader) and without alternate ABBA within one run. Then a
+//! 60 s run at the same full speed with the probes on counts lost events, with the
+//! kernel's BPF statistics on for that run only, so each program's run time per hit
+//! comes from the kernel.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::{Figure, Outcome};
+
+/// Rounds of four arms each (ABBA, then BAAB, ...): the verdict's ratio is their median.
+const ROUNDS: usize = 8;
+const ARM: Duration = Duration::from_secs(3);
+/// An untimed run first, so neither arm pays for cold caches.
+const WARMUP: Duration = Duration::from_secs(2);
+const LOSS_RUN: Duration = Duration::from_secs(60);
+/// Execs while the reader is paused: each leaves an exec event (312 bytes + an 8-byte
+/// record header) and an exit event (56 + 8) in the ring, about 560 KiB in all, well
+/// within the default 1 MiB ring even with the rest of the machine's execs, so nothing is
+/// lost and the programs run their full paths.
+const PAUSED_EXECS: u64 = 1500;
+/// A paused run that takes longer than this stops short of [`PAUSED_EXECS`].
+const PAUSED_LIMIT: Duration = Duration::from_secs(30);
+/// How long the probes may take to load and attach.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// What kernel-events prints once every program is attached.
+const READY_LINE: &str = "podtrace: watching kernel events:";
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+const GOAL_RATIO: f64 = 0.97;
+const GOAL_LOST: u64 = 0;
+const GOAL_NS_PER_HIT: f64 = 1000.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    On,
+    Off,
+}
+
+impl Arm {
+    fn name(self) -> &'static str {
+        match self {
+            Arm::On => "on",
+            Arm::Off => "off",
+        }
+    }
+}
+
+/// ABBA in even rounds, BAAB in odd ones: neither arm is always first or last, so a
+/// machine that speeds up or slows down during a round favours neither.
+fn order(round: usize) -> [Arm; 4] {
+    if round.is_multiple_of(2) {
+        [Arm::On, Arm::Off, Arm::Off, Arm::On]
+    } else {
+        [Arm::Off, Arm::On, Arm::On, Arm::Off]
+    }
+}
+
+/// What one arm's workload did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ArmRun {
+    execs: u64,
+    seconds: f64,
+}
+
+/// Execs per second over several runs: total execs over total time.
+fn rate(runs: &[ArmRun]) -> f64 {
+    let execs: u64 = runs.iter().map(|r| r.execs).sum();
+    let seconds: f64 = runs.iter().map(|r| r.seconds).sum();
+    execs as f64 / seconds
+}
+
+/// Execs/s with the probes over execs/s without, from one round's (or all rounds') arms.
+fn ratio(arms: &[(Arm, ArmRun)]) -> f64 {
+    let pick = |want: Arm| -> Vec<ArmRun> {
+        arms.iter()
+            .filter(|(a, _)| *a == want)
+            .map(|(_, r)| *r)
+            .collect()
+    };
+    rate(&pick(Arm::On)) / rate(&pick(Arm::Off))
+}
+
+/// The median; the mean of the middle two for an even count.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if !n.is_multiple_of(2) {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The binary the workload execs: busybox's `true` when busybox is there (static on the
+/// lab's hosts: no dynamic loader, so the exec itself is as cheap as it gets and the
+/// probes' share as large), else coreutils' `true`.
+struct ExecTarget {
+    path: CString,
+    argv: Vec<CString>,
+    shown: String,
+}
+
+fn exec_target() -> anyhow::Result<ExecTarget> {
+    let candidates: [(&str, &[&str]); 4] = [
+        ("/bin/busybox", &["true"]),
+        ("/usr/bin/busybox", &["true"]),
+        ("/bin/true", &["true"]),
+        ("/usr/bin/true", &["true"]),
+    ];
+    let (path, argv) = candidates
+        .iter()
+        .find(|(p, _)| Path::new(p).is_file())
+        .ok_or_else(|| {
+            anyhow!(
+                "no binary for the exec workload: looked for {}",
+                candidates.map(|c| c.0).join(", ")
+            )
+        })?;
+    Ok(ExecTarget {
+        path: CString::new(*path)?,
+        argv: argv
+            .iter()
+            .map(|a| CString::new(*a))
+            .collect::<Result<_, _>>()?,
+        shown: format!("{path} {}", argv.join(" ")).trim().to_string(),
+    })
+}
+
+/// Spawns the target and waits for it until `deadline` or `max` execs; returns how many
+/// ran.
+fn exec_loop(target: &ExecTarget, deadline: Instant, max: u64) -> anyhow::Result<u64> {
+    let argv: Vec<*mut libc::c_char> = target
+        .argv
+        .iter()
+        .map(|a| a.as_ptr().cast_mut())
+        .chain(std::iter::once(std::ptr::null_mut()))
+        .collect();
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let mut execs = 0;
+    while execs < max && Instant::now() < deadline {
+        let mut pid: libc::pid_t = 0;
+        // SAFETY: path, argv and envp are NUL-terminated and outlive the call; no file
+        // actions and no attributes.
+        let rc = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                target.path.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            bail!(
+                "spawning {}: {}",
+                target.shown,
+                std::io::Error::from_raw_os_error(rc)
+            );
+        }
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for the child just spawned; status is a valid pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+            if r == pid {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                bail!("waiting for {} (pid {pid}): {e}", target.shown);
+            }
+        }
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            bail!("{} (pid {pid}) ended with status {status:#x}", target.shown);
+        }
+        execs += 1;
+    }
+    Ok(execs)
+}
+
+/// `workers` exec loops side by side for `length`.
+fn workload(target: &ExecTarget, workers: usize, length: Duration) -> anyhow::Result<ArmRun> {
+    workload_until(target, workers, length, u64::MAX)
+}
+
+/// `workers` exec loops side by side for `length` or until each has run `max` execs.
+fn workload_until(
+    target: &ExecTarget,
+    workers: usize,
+    length: Duration,
+    max: u64,
+) -> anyhow::Result<ArmRun> {
+    let start = Instant::now();
+    let deadline = start + length;
+    let counts = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| s.spawn(|| exec_loop(target, deadline, max)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow!("an exec worker panicked"))
+                    .and_then(|r| r)
+            })
+            .collect::<anyhow::Result<Vec<u64>>>()
+    })?;
+    Ok(ArmRun {
+        execs: counts.iter().sum(),
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// One program's counters from kernel-events' summary.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+struct ProgramRun {
+    program: String,
+    run_time_ns: u64,
+    run_count: u64,
+}
+
+impl ProgramRun {
+    fn ns_per_hit(&self) -> Option<f64> {
+        (self.run_count > 0).then(|| self.run_time_ns as f64 / self.run_count as f64)
+    }
+}
+
+/// The last line `podtrace kernel-events --json` prints.
+#[derive(Debug, Clone, Deserialize)]
+struct Summary {
+    kind: String,
+    ebpf: bool,
+    events: u64,
+    undecodable: u64,
+    lost: u64,
+    #[serde(default)]
+    lost_by_kind: BTreeMap<String, u64>,
+    #[serde(default)]
+    programs: Vec<ProgramRun>,
+}
+
+fn parse_summary(stdout: &str) -> anyhow::Result<Summary> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .ok_or_else(|| anyhow!("podtrace kernel-events printed nothing on stdout"))?;
+    let summary: Summary = serde_json::from_str(line)
+        .with_context(|| format!("podtrace kernel-events' last line is not its summary: {line}"))?;
+    if summary.kind != "summary" {
+        bail!(
+            "podtrace kernel-events' last line is a {:?}, not the summary: {line}",
+            summary.kind
+        );
+    }
+    if !summary.ebpf {
+        bail!("podtrace kernel-events ran without its probes: {line}");
+    }
+    Ok(summary)
+}
+
+/// The program with the highest run time per hit, among those that ran.
+fn worst_per_hit(programs: &[ProgramRun]) -> Option<(&str, f64)> {
+    programs
+        .iter()
+        .filter_map(|p| p.ns_per_hit().map(|ns| (p.program.as_str(), ns)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// A program's hits and run time per hit, with its run time per hit when no reader was
+/// woken (the reader paused) in parentheses.
+fn program_row(p: &ProgramRun, paused: Option<&ProgramRun>) -> String {
+    let Some(ns) = p.ns_per_hit() else {
+        return "0, -".to_string();
+    };
+    match paused.and_then(ProgramRun::ns_per_hit) {
+        Some(quiet) => format!("{}, {ns:.0} ns ({quiet:.0} ns)", p.run_count),
+        None => format!("{}, {ns:.0} ns", p.run_count),
+    }
+}
+
+/// Met or missed, and by how much, for the three goals.
+fn verdict(median_ratio: f64, lost: u64, events: u64, worst: Option<(&str, f64)>) -> String {
+    let mut misses = Vec::new();
+    if median_ratio < GOAL_RATIO {
+        misses.push(format!(
+            "workload {median_ratio:.3}× of untraced is {:.3} short of {GOAL_RATIO}×",
+            GOAL_RATIO - median_ratio
+        ));
+    }
+    if lost > GOAL_LOST {
+        misses.push(format!(
+            "{lost} events lost ({:.3}% of {})",
+            lost as f64 * 100.0 / (events + lost) as f64,
+            events + lost
+        ));
+    }
+    match worst {
+        None => misses.push("no program run time was counted".to_string()),
+        Some((name, ns)) if ns > GOAL_NS_PER_HIT => misses.push(format!(
+            "{name} at {ns:.0} ns per hit is {:.0} ns over {GOAL_NS_PER_HIT:.0} ns",
+            ns - GOAL_NS_PER_HIT
+        )),
+        Some(_) => {}
+    }
+    if misses.is_empty() {
+        let (name, ns) = worst.unwrap_or(("", 0.0));
+        format!(
+            "met: {median_ratio:.3}× of untraced, 0 of {events} events lost, worst {ns:.0} ns \
+             per hit ({name})"
+        )
+    } else {
+        format!("missed: {}", misses.join("; "))
+    }
+}
+
+/// `podtrace kernel-events --summary-only --json`: the probes attached and their ring
+/// buffer drained while it runs.
+struct Probes {
+    child: Child,
+    stdout: Option<JoinHandle<std::io::Result<String>>>,
+    stderr: mpsc::Receiver<String>,
+    log: PathBuf,
+}
+
+impl Probes {
+    fn start(bin: &Path, log: PathBuf) -> anyhow::Result<Probes> {
+        let mut child = Command::new(bin)
+            .args([
+                "kernel-events",
+                "--summary-only",
+                "--json",
+                "--require-ebpf",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {} kernel-events", bin.display()))?;
+        let mut out = child.stdout.take().context("kernel-events' stdout")?;
+        let err = child.stderr.take().context("kernel-events' stderr")?;
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            out.read_to_string(&mut s).map(|_| s)
+        });
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut probes = Probes {
+            child,
+            stdout: Some(stdout),
+            stderr: rx,
+            log,
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut said = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match probes.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    let ready = line.starts_with(READY_LINE);
+                    said.push(line);
+                    if ready {
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = probes.child.wait()?;
+                    bail!(
+                        "podtrace kernel-events exited ({status}) before its probes were \
+                         attached: {}",
+                        said.join(" / ")
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => bail!(
+                    "podtrace kernel-events did not attach its probes within {} s: {}",
+                    READY_TIMEOUT.as_secs(),
+                    said.join(" / ")
+                ),
+            }
+        }
+        std::fs::write(&probes.log, said.join("\n") + "\n")
+            .with_context(|| format!("writing {}", probes.log.display()))?;
+        Ok(probes)
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signals our own child, which has not been waited for yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
+    /// Stops the process, so nothing reads the ring buffer: the probes still run, and
+    /// with no reader waiting they never wake one.
+    fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGTERM, as an operator stops it; returns its summary and what it said meanwhile
+    /// (loss reports).
+    fn stop(mut self) -> anyhow::Result<(Summary, Vec<String>)> {
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGTERM);
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "podtrace kernel-events did not stop within {} s of SIGTERM",
+                    STOP_TIMEOUT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self
+            .stdout
+            .take()
+            .map(|h| h.join())
+            .transpose()
+            .map_err(|_| anyhow!("the kernel-events stdout reader panicked"))?
+            .transpose()
+            .context("reading podtrace kernel-events' stdout")?
+            .unwrap_or_default();
+        let said: Vec<String> = self.stderr.try_iter().collect();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .and_then(|mut log| {
+                std::io::Write::write_all(&mut log, (said.join("\n") + "\n").as_bytes())
+            })
+            .with_context(|| format!("appending to {}", self.log.display()))?;
+        if !status.success() {
+            bail!(
+                "podtrace kernel-events exited {status}: {}",
+                said.join(" / ")
+            );
+        }
+        Ok((parse_summary(&stdout)?, said))
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// IRQ work interrupts summed over CPUs, from /proc/interrupts' `IWI:` line. A ring
+/// buffer wakes its reader through IRQ work, so this counts wakeups (and the little else
+/// that uses IRQ work).
+fn irq_work_interrupts(interrupts: &str) -> Option<u64> {
+    let line = interrupts
+        .lines()
+        .find(|l| l.trim_start().starts_with("IWI:"))?;
+    let counts: Vec<u64> = line
+        .trim_start()
+        .trim_start_matches("IWI:")
+        .split_whitespace()
+        .map_while(|t| t.parse().ok())
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
+}
+
+fn read_irq_work() -> Option<u64> {
+    irq_work_interrupts(&std::fs::read_to_string("/proc/interrupts").ok()?)
+}
+
+fn stats_sysctl() -> anyhow::Result<String> {
+    Ok(std::fs::read_to_string(STATS_SYSCTL)
+        .with_context(|| format!("reading {STATS_SYSCTL}"))?
+        .trim()
+        .to_string())
+}
+
+/// The kernel's BPF run-time statistics, on while this lives. `BPF_ENABLE_STATS` hands
+/// back a file descriptor and the kernel counts while it is open: closing it (even when
+/// the process dies) puts the setting back, so nothing on the machine stays changed.
+struct BpfStats {
+    _fd: OwnedFd,
+}
+
+impl BpfStats {
+    fn enable() -> anyhow::Result<BpfStats> {
+        aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map(|fd| BpfStats { _fd: fd })
+            .map_err(|e| anyhow!("enabling the kernel's BPF statistics (BPF_ENABLE_STATS): {e}"))
+    }
+}
+
+/// Tracepoint programs loaded before this benchmark started anything: another tracer's
+/// probes cost both arms alike, but they are worth knowing about.
+fn other_tracepoint_programs() -> Vec<String> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|p| matches!(p.program_type(), Ok(aya::programs::ProgramType::TracePoint)))
+        .map(|p| format!("{} (id {})", p.name_as_str().unwrap_or("?"), p.id()))
+        .collect()
+}
+
+/// What the runs with the kernel's statistics on measured.
+struct Counted {
+    /// The probes on for [`LOSS_RUN`] at full speed.
+    run: ArmRun,
+    summary: Summary,
+    /// What kernel-events said meanwhile (loss reports).
+    said: Vec<String>,
+    /// IRQ work interrupts during that run.
+    irq_work: Option<u64>,
+    /// [`PAUSED_EXECS`] with the reader paused.
+    paused_run: ArmRun,
+    paused: Summary,
+}
+
+fn counted_runs(
+    bin: &Path,
+    work: &Path,
+    target: &ExecTarget,
+    workers: usize,
+) -> anyhow::Result<Counted> {
+    let probes = Probes::start(bin, work.join("kernel-events-paused.log"))?;
+    probes.pause();
+    let per_worker = PAUSED_EXECS.div_ceil(workers as u64);
+    let paused_run = workload_until(target, workers, PAUSED_LIMIT, per_worker)?;
+    let (paused, _) = probes.stop()?;
+
+    let probes = Probes::start(bin, work.join("kernel-events-loss-run.log"))?;
+    let before = read_irq_work();
+    let run = workload(target, workers, LOSS_RUN)?;
+    let after = read_irq_work();
+    let (summary, said) = probes.stop()?;
+    Ok(Counted {
+        run,
+        summary,
+        said,
+        irq_work: before.zip(after).map(|(b, a)| a.saturating_sub(b)),
+        paused_run,
+        paused,
+    })
+}
+
+pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let work = dir.join("probe-overhead");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let target = exec_target()?;
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let others = other_tracepoint_programs();
+    if !others.is_empty() {
+        eprintln!(
+            "bench: probe overhead: tracepoint programs already loaded (they cost both arms): {}",
+            others.join(", ")
+        );
+    }
+    let stats_before = stats_sysctl()?;
+
+    let warm = workload(&target, workers, WARMUP)?;
+    eprintln!(
+        "bench: probe overhead: {workers} workers exec `{}`: {:.0} execs/s untraced (warm-up)",
+        target.shown,
+        rate(&[warm])
+    );
+
+    let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
+    for round in 0..ROUNDS {
+        let mut arms = Vec::new();
+        for (i, arm) in order(round).into_iter().enumerate() {
+            let (run, summary) = match arm {
+                Arm::Off => (workload(&target, workers, ARM)?, None),
+                Arm::On => {
+                    let probes = Probes::start(
+                        bin,
+                        work.join(format!("kernel-events-r{}-{}.log", round + 1, i + 1)),
+                    )?;
+                    let run = workload(&target, workers, ARM)?;
+                    let (summary, _) = probes.stop()?;
+                    (run, Some(summary))
+                }
+            };
+            arms.push((arm, run, summary));
+        }
+        let pairs: Vec<(Arm, ArmRun)> = arms.iter().map(|(a, r, _)| (*a, *r)).collect();
+        let on: Vec<ArmRun> = arms
+            .iter()
+            .filter(|a| a.0 == Arm::On)
+            .map(|a| a.1)
+            .collect();
+        let off: Vec<ArmRun> = arms
+            .iter()
+            .filter(|a| a.0 == Arm::Off)
+            .map(|a| a.1)
+            .collect();
+        eprintln!(
+            "bench: probe overhead: round {} ({}): {:.0} execs/s with the probes, {:.0} without: \
+             {:.3}×",
+            round + 1,
+            order(round).map(Arm::name).join(" "),
+            rate(&on),
+            rate(&off),
+            ratio(&pairs)
+        );
+        rounds.push(arms);
+    }
+
+    // The kernel's statistics on for the counted runs alone: counting costs two clock
+    // reads per program run, which the alternating arms must not pay.
+    let stats = BpfStats::enable()?;
+    let counted = counted_runs(bin, &work, &target, workers);
+    drop(stats);
+    let stats_after = stats_sysctl()?;
+    if stats_after != stats_before {
+        eprintln!(
+            "bench: probe overhead: {STATS_SYSCTL} was {stats_before} before and is \
+             {stats_after} now (changed by someone else?)"
+        );
+    }
+    let Counted {
+        run: loss_run,
+        summary: loss,
+        said: loss_reports,
+        irq_work,
+        paused_run,
+        paused,
+    } = counted?;
+    eprintln!(
+        "bench: probe overhead: reader paused: {} execs, {} events, {} lost",
+        paused_run.execs, paused.events, paused.lost
+    );
+    eprintln!(
+        "bench: probe overhead: {} s at full speed: {:.0} execs/s, {} events, {} lost",
+        LOSS_RUN.as_secs(),
+        rate(&[loss_run]),
+        loss.events,
+        loss.lost
+    );
+
+    let round_ratios: Vec<f64> = rounds
+        .iter()
+        .map(|arms| ratio(&arms.iter().map(|(a, r, _)| (*a, *r)).collect::<Vec<_>>()))
+        .collect();
+    let all: Vec<(Arm, ArmRun)> = rounds.iter().flatten().map(|(a, r, _)| (*a, *r)).collect();
+    let pooled = ratio(&all);
+    let median_ratio = median(&round_ratios);
+    let pick = |want: Arm| -> Vec<ArmRun> {
+        all.iter()
+            .filter(|(a, _)| *a == want)
+            .map(|(_, r)| *r)
+            .collect()
+    };
+    let (on_rate, off_rate) = (rate(&pick(Arm::On)), rate(&pick(Arm::Off)));
+    let arms_lost: u64 = rounds
+        .iter()
+        .flatten()
+        .filter_map(|(_, _, s)| s.as_ref().map(|s| s.lost))
+        .sum();
+    let arms_events: u64 = rounds
+        .iter()
+        .flatten()
+        .filter_map(|(_, _, s)| s.as_ref().map(|s| s.events))
+        .sum();
+
+    let worst = worst_per_hit(&loss.programs);
+    let probe_ns: u64 = loss.programs.iter().map(|p| p.run_time_ns).sum();
+    let probe_ns_per_exec = probe_ns as f64 / loss_run.execs as f64;
+    // At the ceiling every CPU is busy, so one exec costs workers / rate CPU-seconds.
+    let cpu_ns_per_exec = workers as f64 * 1e9 / rate(&[loss_run]);
+    let verdict = verdict(median_ratio, loss.lost, loss.events, worst);
+
+    let mut figures = vec![
+        Figure::new(
+            "execs/s with the probes / without (all arms pooled)",
+            format!("{on_rate:.0} / {off_rate:.0}"),
+        ),
+        Figure::new(
+            &format!("ratio per round ({ROUNDS} rounds)"),
+            round_ratios
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        Figure::new(
+            "ratio: median of rounds (the verdict's) / pooled",
+            format!("{median_ratio:.3}× / {pooled:.3}×"),
+        ),
+        Figure::new(
+            "events lost in the alternating arms",
+            format!("{arms_lost} of {}", arms_events + arms_lost),
+        ),
+        Figure::new(
+            &format!(
+                "{} s at full speed: execs/s, events read, lost",
+                LOSS_RUN.as_secs()
+            ),
+            format!(
+                "{:.0}, {}, {}{}",
+                rate(&[loss_run]),
+                loss.events,
+                loss.lost,
+                if loss.lost_by_kind.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        loss.lost_by_kind
+                            .iter()
+                            .map(|(k, n)| format!("{k} {n}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ),
+        ),
+    ];
+    let paused_valid = paused.lost == 0;
+    for p in &loss.programs {
+        let quiet = paused
+            .programs
+            .iter()
+            .find(|q| q.program == p.program)
+            .filter(|_| paused_valid);
+        figures.push(Figure::new(
+            &format!(
+                "`{}`: hits, run time per hit (with the reader paused)",
+                p.program
+            ),
+            program_row(p, quiet),
+        ));
+    }
+    if !paused_valid {
+        figures.push(Figure::new(
+            "reader-paused run",
+            format!(
+                "{} events lost: the ring filled, so its run times are not shown",
+                paused.lost
+            ),
+        ));
+    }
+    if let Some(n) = irq_work {
+        figures.push(Figure::new(
+            &format!(
+                "IRQ work interrupts in the {} s run (machine-wide: every ring buffer's wakeups)",
+                LOSS_RUN.as_secs()
+            ),
+            format!(
+                "{n}, {:.2} per event read",
+                n as f64 / loss.events.max(1) as f64
+            ),
+        ));
+    }
+    figures.push(Figure::new(
+        "probe run time per exec (all programs) / CPU time per exec at the ceiling",
+        format!(
+            "{:.2} µs / {:.1} µs ({:.1}%)",
+            probe_ns_per_exec / 1e3,
+            cpu_ns_per_exec / 1e3,
+            probe_ns_per_exec * 100.0 / cpu_ns_per_exec
+        ),
+    ));
+    if !others.is_empty() {
+        figures.push(Figure::new(
+            "other tracepoint programs loaded during the run (in both arms)",
+            others.join(", "),
+        ));
+    }
+
+    let arm_json = |(a, r, s): &(Arm, ArmRun, Option<Summary>)| {
+        json!({
+            "arm": a.name(),
+            "execs": r.execs,
+            "seconds": r.seconds,
+            "events": s.as_ref().map(|s| s.events),
+            "lost": s.as_ref().map(|s| s.lost),
+        })
+    };
+    Ok(Outcome {
+        number: 4,
+        title: "Probe overhead",
+        method: format!(
+            "{workers} workers (one per CPU) each `posix_spawn` `{}` and wait for it, in a \
+             loop, as fast as they can. With the probes on, `podtrace kernel-events \
+             --summary-only --json` (release build) has loaded and attached every program as \
+             the agent does and drains the ring buffer with the agent's reader (events \
+             decoded and received, not printed); off, nothing is attached. {ROUNDS} rounds \
+             of four {} s arms in ABBA then BAAB order after a {} s warm-up; a round's ratio \
+             is its on arms' execs/s over its off arms', and the verdict uses the median of \
+             the rounds' ratios (the pooled ratio is shown too). The probes' load time is not \
+             timed. Then {} s at full speed with the probes on counts events read and lost. \
+             The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
+             that run and one before it only (kernel.bpf_stats_enabled was {stats_before} \
+             before the benchmark), and give each program's run time per hit. In the run \
+             before it, kernel-events is stopped (SIGSTOP) while the workload runs \
+             {PAUSED_EXECS} execs, so the probes run their full paths but never wake a \
+             reader: its run time per hit, in parentheses, is the programs' own, and the \
+             difference is the ring buffer's wakeup of the reader (IRQ work, counted from \
+             /proc/interrupts).",
+            target.shown,
+            ARM.as_secs(),
+            WARMUP.as_secs(),
+            LOSS_RUN.as_secs()
+        ),
+        figures,
+        goal: format!(
+            "workload ≥ {GOAL_RATIO}× of untraced, {GOAL_LOST} lost events, ≤ 1 µs per hit"
+        ),
+        verdict,
+        samples: json!({
+            "workers": workers,
+            "exec_target": target.shown,
+            "arm_seconds": ARM.as_secs_f64(),
+            "warmup": {"execs": warm.execs, "seconds": warm.seconds},
+            "rounds": rounds.iter().zip(&round_ratios).enumerate().map(|(i, (arms, r))| json!({
+                "round": i + 1,
+                "arms": arms.iter().map(arm_json).collect::<Vec<_>>(),
+                "ratio": r,
+            })).collect::<Vec<_>>(),
+            "median_ratio": median_ratio,
+            "pooled_ratio": pooled,
+            "loss_run": {
+                "execs": loss_run.execs,
+                "seconds": loss_run.seconds,
+                "events": loss.events,
+                "undecodable": loss.undecodable,
+                "lost": loss.lost,
+                "lost_by_kind": loss.lost_by_kind,
+                "loss_reports": loss_reports.iter()
+                    .filter(|l| l.contains("lost"))
+                    .collect::<Vec<_>>(),
+                "programs": loss.programs.iter().map(|p| json!({
+                    "program": p.program,
+                    "run_time_ns": p.run_time_ns,
+                    "run_count": p.run_count,
+                    "ns_per_hit": p.ns_per_hit(),
+                })).collect::<Vec<_>>(),
+            },
+            "irq_work_interrupts_in_loss_run": irq_work,
+            "reader_paused_run": {
+                "execs": paused_run.execs,
+                "seconds": paused_run.seconds,
+                "events": paused.events,
+                "lost": paused.lost,
+                "programs": paused.programs.iter().map(|p| json!({
+                    "program": p.program,
+                    "run_time_ns": p.run_time_ns,
+                    "run_count": p.run_count,
+                    "ns_per_hit": p.ns_per_hit(),
+                })).collect::<Vec<_>>(),
+            },
+            "bpf_stats_enabled": {
+                "before": stats_before,
+                "after": stats_after,
+            },
+            "other_tracepoint_programs": others,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(execs: u64, seconds: f64) -> ArmRun {
+        ArmRun { execs, seconds }
+    }
+
+    #[test]
+    fn rounds_alternate_abba_and_baab() {
+        assert_eq!(order(0), [Arm::On, Arm::Off, Arm::Off, Arm::On]);
+        assert_eq!(order(1), [Arm::Off, Arm::On, Arm::On, Arm::Off]);
+        assert_eq!(order(2), order(0));
+        // Each round has two arms of each kind.
+        for r in 0..4 {
+            assert_eq!(order(r).iter().filter(|a| **a == Arm::On).count(), 2);
+        }
+    }
+
+    #[test]
+    fn a_round_ratio_is_pooled_rates_not_a_mean_of_ratios() {
+        // On: 900 execs in 10 s = 90/s; off: 1000 execs in 10 s = 100/s.
+        let arms = [
+            (Arm::On, run(400, 5.0)),
+            (Arm::Off, run(500, 5.0)),
+            (Arm::Off, run(500, 5.0)),
+            (Arm::On, run(500, 5.0)),
+        ];
+        assert!((ratio(&arms) - 0.9).abs() < 1e-12, "{}", ratio(&arms));
+        // Arm lengths that differ weigh by time.
+        let arms = [(Arm::On, run(100, 1.0)), (Arm::On, run(300, 3.0))];
+        assert!((rate(&arms.map(|a| a.1)) - 100.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[0.99, 0.90, 1.01]), 0.99);
+        assert_eq!(median(&[1.0, 0.9, 0.95, 0.5]), 0.925);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn the_summary_line_is_parsed_with_its_programs() {
+        let out = "{\"kind\":\"exec\"}\n{\"ebpf\":true,\"events\":12,\"kind\":\"summary\",\
+                   \"lost\":3,\"lost_by_kind\":{\"exec\":3},\"undecodable\":0,\"programs\":[\
+                   {\"program\":\"sched_process_exec\",\"run_time_ns\":4000,\"run_count\":8},\
+                   {\"program\":\"sys_enter_setns\",\"run_time_ns\":0,\"run_count\":0}]}\n\n";
+        let s = parse_summary(out).unwrap();
+        assert_eq!((s.events, s.lost, s.undecodable), (12, 3, 0));
+        assert_eq!(s.lost_by_kind.get("exec"), Some(&3));
+        assert_eq!(s.programs.len(), 2);
+        assert_eq!(s.programs[0].ns_per_hit(), Some(500.0));
+        assert_eq!(s.programs[1].ns_per_hit(), None);
+    }
+
+    #[test]
+    fn a_summary_without_probes_or_a_summary_line_is_an_error() {
+        let off = "{\"ebpf\":false,\"events\":0,\"kind\":\"summary\",\"lost\":0,\
+                   \"lost_by_kind\":{},\"undecodable\":0}";
+        let e = parse_summary(off).unwrap_err().to_string();
+        assert!(e.contains("without its probes"), "{e}");
+        let e = parse_summary("").unwrap_err().to_string();
+        assert!(e.contains("printed nothing"), "{e}");
+        let e = parse_summary(
+            "{\"kind\":\"exec\",\"ebpf\":true,\"events\":0,\"undecodable\":0,\"lost\":0}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not the summary"), "{e}");
+        let e = parse_summary("events: 3, lost events: 0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("events: 3"), "{e}");
+    }
+
+    #[test]
+    fn irq_work_is_summed_over_cpus_from_proc_interrupts() {
+        let text = "           CPU0       CPU1\n\
+                    NMI:          0          0   Non-maskable interrupts\n\
+                    IWI:     211580     206551   IRQ work interrupts\n\
+                    RES:    1038286     933716   Rescheduling interrupts\n";
+        assert_eq!(irq_work_interrupts(text), Some(418_131));
+        assert_eq!(
+            irq_work_interrupts("RES: 1 2 Rescheduling interrupts\n"),
+            None
+        );
+        assert_eq!(irq_work_interrupts("IWI: IRQ work interrupts\n"), None);
+    }
+
+    #[test]
+    fn a_program_row_shows_the_paused_run_only_when_it_ran() {
+        let p = |t, n| ProgramRun {
+            program: "sched_process_exec".to_string(),
+            run_time_ns: t,
+            run_count: n,
+        };
+        assert_eq!(
+            program_row(&p(11_000, 10), Some(&p(3000, 3))),
+            "10, 1100 ns (1000 ns)"
+        );
+        assert_eq!(program_row(&p(11_000, 10), Some(&p(0, 0))), "10, 1100 ns");
+        assert_eq!(program_row(&p(11_000, 10), None), "10, 1100 ns");
+        assert_eq!(program_row(&p(0, 0), Some(&p(3000, 3))), "0, -");
+    }
+
+    #[test]
+    fn the_worst_program_is_the_highest_per_hit_among_those_that_ran() {
+        let p = |name: &str, t, n| ProgramRun {
+            program: name.to_string(),
+            run_time_ns: t,
+            run_count: n,
+        };
+        let programs = [
+            p("a", 1000, 10),
+            p("b", 900, 3),
+            p("c", 50, 0),
+            p("d", 0, 100),
+        ];
+        assert_eq!(worst_per_hit(&programs), Some(("b", 300.0)));
+        assert_eq!(worst_per_hit(&[p("c", 50, 0)]), None);
+    }
+
+    #[test]
+    fn the_verdict_names_each_missed_goal_and_by_how_much() {
+        let met = verdict(0.985, 0, 5000, Some(("sched_process_exec", 420.0)));
+        assert_eq!(
+            met,
+            "met: 0.985× of untraced, 0 of 5000 events lost, worst 420 ns per hit \
+             (sched_process_exec)"
+        );
+        let missed = verdict(0.95, 10, 990, Some(("sys_enter_execve", 1250.0)));
+        assert!(missed.starts_with("missed: "), "{missed}");
+        assert!(
+            missed.contains("0.950× of untraced is 0.020 short of 0.97×"),
+            "{missed}"
+        );
+        assert!(
+            missed.contains("10 events lost (1.000% of 1000)"),
+            "{missed}"
+        );
+        assert!(
+            missed.contains("sys_enter_execve at 1250 ns per hit is 250 ns over 1000 ns"),
+            "{missed}"
+        );
+        // Exactly at the goals is met.
+        assert!(verdict(GOAL_RATIO, 0, 1, Some(("x", GOAL_NS_PER_HIT))).starts_with("met"));
+        // No counted run time cannot pass as met.
+        let unknown = verdict(1.0, 0, 1, None);
+        assert_eq!(unknown, "missed: no program run time was counted");
+        // Only the missed goal is named.
+        let one = verdict(0.99, 1, 99, Some(("x", 10.0)));
+        assert_eq!(one, "missed: 1 events lost (1.000% of 100)");
+    }
+}
