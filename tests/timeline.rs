@@ -182,19 +182,16 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
             assert_eq!(s.source, StageSource::Kernel);
             let exec = kernel(&trace)
                 .find(|e| {
-                    matches!(e, KernelEvent::CniExec { command, .. } if command == "ADD")
+                    matches!(e, KernelEvent::CniExec(c) if c.command == "ADD")
                         && Some(e.meta().tgid) == s.pid
                 })
                 .unwrap_or_else(|| panic!("{name}: no CNI exec for {s:?}"));
-            let KernelEvent::CniExec {
-                container_id, args, ..
-            } = exec
-            else {
+            let KernelEvent::CniExec(c) = exec else {
                 unreachable!()
             };
-            assert_eq!(container_id, sandbox, "{name} {plugin}");
+            assert_eq!(&c.container_id, sandbox, "{name} {plugin}");
             assert_eq!(
-                cni_args_value(args, "K8S_POD_UID").as_deref(),
+                cni_args_value(&c.args, "K8S_POD_UID").as_deref(),
                 Some(p.uid.as_str())
             );
         }

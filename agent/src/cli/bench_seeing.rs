@@ -40,6 +40,7 @@ pub fn run(args: &BenchSeeingArgs) -> ExitCode {
             "kernel_ns": s.kernel_ns,
             "seen_ns": s.seen_ns,
             "latency_ns": s.latency_ns(),
+            "runtime_done_ns": s.runtime_done_ns,
         })).collect::<Vec<_>>(),
         "unseen": seeing.unseen,
     });

@@ -3,13 +3,13 @@
 //! startup (tens of MiB, freed at once) stay in the heap, and every thread gets an arena
 //! of its own that keeps what it freed. The agent's RSS then sat at its startup peak and
 //! grew with each burst of pod work. Fixed thresholds hand large blocks back to the kernel
-//! when freed; two arenas are plenty for a runtime of two worker threads.
+//! when freed; one arena keeps free space in one place, where trimming can return it.
 
 /// Blocks at least this large are mmapped and returned to the kernel when freed.
 const MMAP_THRESHOLD: i32 = 128 * 1024;
 /// Free memory at the top of the heap beyond this is returned to the kernel.
 const TRIM_THRESHOLD: i32 = 256 * 1024;
-const ARENA_MAX: i32 = 2;
+const ARENA_MAX: i32 = 1;
 /// How often a long-running agent returns free heap pages: kubelet's housekeeping period.
 /// A pass over a heap of tens of MiB takes well under a millisecond.
 pub const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);

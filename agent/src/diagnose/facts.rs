@@ -202,24 +202,19 @@ fn exits(kernel: &[&KernelEvent]) -> Exits {
 fn cni_runs<'a>(kernel: &[&'a KernelEvent]) -> BTreeMap<&'a str, Vec<CniRun>> {
     let mut out: BTreeMap<&str, Vec<CniRun>> = BTreeMap::new();
     for e in kernel {
-        let KernelEvent::CniExec {
-            meta,
-            plugin,
-            command,
-            container_id,
-            ..
-        } = e
-        else {
+        let KernelEvent::CniExec(c) = e else {
             continue;
         };
-        if container_id.is_empty() {
+        if c.container_id.is_empty() {
             continue;
         }
-        out.entry(container_id.as_str()).or_default().push(CniRun {
-            command: command.clone(),
-            plugin: plugin.clone(),
-            at_ns: meta.ktime_ns,
-        });
+        out.entry(c.container_id.as_str())
+            .or_default()
+            .push(CniRun {
+                command: c.command.clone(),
+                plugin: c.plugin.clone(),
+                at_ns: c.meta.ktime_ns,
+            });
     }
     out
 }

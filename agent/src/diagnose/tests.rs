@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::cri::CriCall;
-use crate::ebpf::{EventMeta, KernelEvent};
+use crate::ebpf::{CniExec, EventMeta, KernelEvent};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{Header, PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 
@@ -90,7 +90,7 @@ fn event(t_ms: u64, reason: &str, message: &str, container: Option<&str>) -> Tra
 }
 
 fn cni(t_ms: u64, pid: u32, command: &str, plugin: &str, sandbox: &str) -> TraceRecord {
-    TraceRecord::Kernel(KernelEvent::CniExec {
+    TraceRecord::Kernel(KernelEvent::CniExec(Box::new(CniExec {
         meta: meta(t_ms, pid, "containerd"),
         plugin: plugin.into(),
         filename: format!("/usr/lib/cni/{plugin}"),
@@ -106,7 +106,7 @@ fn cni(t_ms: u64, pid: u32, command: &str, plugin: &str, sandbox: &str) -> Trace
         infra_container_id: Some(sandbox.into()),
         env_scanned: 60,
         env_truncated: false,
-    })
+    })))
 }
 
 fn exec(t_ms: u64, pid: u32, ppid: u32, file: &str) -> TraceRecord {

@@ -118,26 +118,32 @@ pub enum KernelEvent {
         /// clone (reported by the child): the thread that called clone.
         parent_pid: Option<u32>,
     },
-    /// A CNI plugin is being exec'd (`sys_enter_execve` under the CNI bin dir).
-    CniExec {
-        #[serde(flatten)]
-        meta: EventMeta,
-        /// The plugin's file name: `bridge`, `host-local`, ...
-        plugin: String,
-        filename: String,
-        command: String,
-        container_id: String,
-        netns: String,
-        ifname: String,
-        args: String,
-        pod_namespace: Option<String>,
-        pod_name: Option<String>,
-        /// `K8S_POD_INFRA_CONTAINER_ID`: the sandbox ID as the runtime passed it.
-        infra_container_id: Option<String>,
-        env_scanned: u32,
-        /// The environment was longer than the probe looks; CNI_* values may be missing.
-        env_truncated: bool,
-    },
+    /// A CNI plugin is being exec'd (`sys_enter_execve` under the CNI bin dir). Boxed:
+    /// its strings make it three times the size of every other kind, and agents keep
+    /// many events in memory.
+    CniExec(Box<CniExec>),
+}
+
+/// What a [`KernelEvent::CniExec`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CniExec {
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// The plugin's file name: `bridge`, `host-local`, ...
+    pub plugin: String,
+    pub filename: String,
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    pub args: String,
+    pub pod_namespace: Option<String>,
+    pub pod_name: Option<String>,
+    /// `K8S_POD_INFRA_CONTAINER_ID`: the sandbox ID as the runtime passed it.
+    pub infra_container_id: Option<String>,
+    pub env_scanned: u32,
+    /// The environment was longer than the probe looks; CNI_* values may be missing.
+    pub env_truncated: bool,
 }
 
 /// The cgroup a cgroup event is about.
@@ -161,8 +167,8 @@ impl KernelEvent {
             | KernelEvent::CgroupMkdir { meta, .. }
             | KernelEvent::CgroupRmdir { meta, .. }
             | KernelEvent::CgroupAttach { meta, .. }
-            | KernelEvent::Netns { meta, .. }
-            | KernelEvent::CniExec { meta, .. } => meta,
+            | KernelEvent::Netns { meta, .. } => meta,
+            KernelEvent::CniExec(c) => &c.meta,
         }
     }
 
@@ -178,7 +184,7 @@ impl KernelEvent {
             KernelEvent::CgroupRmdir { .. } => EventKind::CgroupRmdir,
             KernelEvent::CgroupAttach { .. } => EventKind::CgroupAttach,
             KernelEvent::Netns { .. } => EventKind::Netns,
-            KernelEvent::CniExec { .. } => EventKind::CniExec,
+            KernelEvent::CniExec(_) => EventKind::CniExec,
         }
     }
 }
@@ -316,7 +322,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
             let filename = c_str(&e.filename);
             let args = c_str(&e.args);
             let cni_arg = |key: &str| cni_args_value(&args, key);
-            KernelEvent::CniExec {
+            KernelEvent::CniExec(Box::new(CniExec {
                 meta: meta(&e.header),
                 plugin: filename
                     .rsplit_once('/')
@@ -333,7 +339,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 env_truncated: e.flags & cni_flags::ENV_TRUNCATED != 0,
                 filename,
                 args,
-            }
+            }))
         }
     })
 }
@@ -433,21 +439,16 @@ impl fmt::Display for KernelEvent {
                 }
                 Ok(())
             }
-            KernelEvent::CniExec {
-                plugin,
-                command,
-                container_id,
-                ifname,
-                pod_namespace,
-                pod_name,
-                env_truncated,
-                ..
-            } => {
-                write!(f, "{plugin} {command} container {container_id} if {ifname}")?;
-                if let (Some(ns), Some(name)) = (pod_namespace, pod_name) {
+            KernelEvent::CniExec(c) => {
+                write!(
+                    f,
+                    "{} {} container {} if {}",
+                    c.plugin, c.command, c.container_id, c.ifname
+                )?;
+                if let (Some(ns), Some(name)) = (&c.pod_namespace, &c.pod_name) {
                     write!(f, " pod {ns}/{name}")?;
                 }
-                if *env_truncated {
+                if c.env_truncated {
                     write!(f, " (environment truncated)")?;
                 }
                 Ok(())
@@ -502,7 +503,10 @@ mod tests {
                 "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID={sandbox};K8S_POD_UID=u1"
             )),
         };
-        let KernelEvent::CniExec {
+        let KernelEvent::CniExec(c) = decode(&bytes(&ev)).unwrap() else {
+            panic!("not a CNI exec");
+        };
+        let CniExec {
             plugin,
             command,
             container_id,
@@ -512,10 +516,7 @@ mod tests {
             env_truncated,
             meta,
             ..
-        } = decode(&bytes(&ev)).unwrap()
-        else {
-            panic!("not a CNI exec");
-        };
+        } = *c;
         assert_eq!(plugin, "host-local");
         assert_eq!(command, "ADD");
         assert_eq!(container_id, sandbox);

@@ -23,7 +23,7 @@ mod reader;
 
 pub use btf::KernelOffsets;
 pub use error::EbpfError;
-pub use event::{Cgroup, DecodeError, EventMeta, KernelEvent, NetnsCall};
+pub use event::{Cgroup, CniExec, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelProbes, LostEvents,
     ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,

@@ -171,3 +171,31 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
         virtual_ns,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a replay would write if it touched the host: its `RuntimeConfig`'s paths.
+    const ROOT: &str = "/nonexistent/podtrace-replay";
+
+    #[test]
+    fn a_replay_touches_no_file() {
+        let root = std::path::Path::new(ROOT);
+        // Something else may have made it; then there is nothing this test can tell.
+        let existed = root.exists();
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../traces/multi-container.jsonl");
+        let trace = crate::trace::read_trace(&fixture).expect("the fixture reads");
+        let replayed = replay(&trace, &WhatIf::default());
+        assert!(
+            replayed.divergences.is_empty(),
+            "{:?}",
+            replayed.divergences
+        );
+        assert!(
+            existed || !root.exists(),
+            "the replay created {ROOT} on this host"
+        );
+    }
+}

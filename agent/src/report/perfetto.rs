@@ -174,9 +174,7 @@ fn kernel_name(e: &KernelEvent) -> String {
         KernelEvent::CgroupRmdir { .. } => "cgroup_rmdir".into(),
         KernelEvent::CgroupAttach { target_comm, .. } => format!("cgroup_attach {target_comm}"),
         KernelEvent::Netns { syscall, .. } => format!("netns {syscall}"),
-        KernelEvent::CniExec {
-            command, plugin, ..
-        } => format!("cni {command} {plugin}"),
+        KernelEvent::CniExec(c) => format!("cni {} {}", c.command, c.plugin),
     }
 }
 

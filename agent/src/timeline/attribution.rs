@@ -128,9 +128,8 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
     for &(i, e) in &index.kernel {
         let meta = e.meta();
         let owner = match e {
-            KernelEvent::CniExec {
-                container_id, args, ..
-            } => {
+            KernelEvent::CniExec(c) => {
+                let (container_id, args) = (&c.container_id, &c.args);
                 let owner = cni_owner(index, container_id, args);
                 if let Some(o) = &owner {
                     procs.insert(meta.tgid, o.by(Rule::Ancestry));

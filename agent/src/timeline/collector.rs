@@ -10,24 +10,30 @@ use std::sync::Mutex;
 
 use super::model::Timeline;
 use crate::cri::CriCall;
+use crate::ebpf::KernelEvent;
 use crate::trace::TraceRecord;
 
-/// Caps per kind of record.
-const MAX_PODS: usize = 4_096;
-const MAX_CALLS: usize = 50_000;
+/// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
+/// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,
+/// so these keep the startups of several hundred pods, more than a node runs at once
+/// (kubelet's default max-pods is 110), in well under 20 MiB.
+const MAX_PODS: usize = 2_048;
+const MAX_CALLS: usize = 20_000;
 const MAX_EVENTS: usize = 20_000;
-const MAX_KERNEL: usize = 200_000;
+const MAX_KERNEL: usize = 50_000;
 /// State-reading calls kept per pod, sandbox and container.
 pub const OBSERVATIONS_KEPT: u32 = 4;
 /// Keys counted for [`OBSERVATIONS_KEPT`]; beyond this the counts start over.
 const MAX_KEYS: usize = 100_000;
 
+/// Kept records by kind, each in a queue of its own type: a `TraceRecord` is as large as
+/// its largest variant, and kernel events, by far the most numerous, are a third of that.
 #[derive(Debug, Default)]
 struct Kept {
     pods: VecDeque<TraceRecord>,
-    calls: VecDeque<TraceRecord>,
+    calls: VecDeque<CriCall>,
     events: VecDeque<TraceRecord>,
-    kernel: VecDeque<TraceRecord>,
+    kernel: VecDeque<KernelEvent>,
     observations: HashMap<String, u32>,
     last_status: Option<BTreeMap<String, String>>,
 }
@@ -50,10 +56,10 @@ impl Collector {
     /// Keeps `record` if the builder may need it.
     pub fn push(&self, record: &TraceRecord) {
         let mut kept = self.lock();
-        let (queue, cap) = match record {
-            TraceRecord::Pod(_) => (&mut kept.pods, MAX_PODS),
-            TraceRecord::Event(_) => (&mut kept.events, MAX_EVENTS),
-            TraceRecord::Kernel(_) => (&mut kept.kernel, MAX_KERNEL),
+        match record {
+            TraceRecord::Pod(_) => bounded_push(&mut kept.pods, MAX_PODS, record.clone()),
+            TraceRecord::Event(_) => bounded_push(&mut kept.events, MAX_EVENTS, record.clone()),
+            TraceRecord::Kernel(e) => bounded_push(&mut kept.kernel, MAX_KERNEL, e.clone()),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
@@ -62,24 +68,20 @@ impl Collector {
                     return;
                 }
                 kept.last_status = Some(c.response.clone());
-                (&mut kept.calls, MAX_CALLS)
+                bounded_push(&mut kept.calls, MAX_CALLS, c.clone());
             }
             TraceRecord::Cri(c) => {
                 if c.is_observation() && !keep_observation(&mut kept.observations, c) {
                     return;
                 }
-                (&mut kept.calls, MAX_CALLS)
+                bounded_push(&mut kept.calls, MAX_CALLS, c.clone());
             }
             // The status store holds the latest status; the builder reads none.
             TraceRecord::Header(_)
             | TraceRecord::Status(_)
             | TraceRecord::Stage(_)
-            | TraceRecord::Footer(_) => return,
-        };
-        if queue.len() >= cap {
-            queue.pop_front();
+            | TraceRecord::Footer(_) => {}
         }
-        queue.push_back(record.clone());
     }
 
     /// Everything kept, each kind in the order it arrived.
@@ -87,10 +89,10 @@ impl Collector {
         let kept = self.lock();
         kept.pods
             .iter()
-            .chain(&kept.calls)
-            .chain(&kept.events)
-            .chain(&kept.kernel)
             .cloned()
+            .chain(kept.calls.iter().cloned().map(TraceRecord::Cri))
+            .chain(kept.events.iter().cloned())
+            .chain(kept.kernel.iter().cloned().map(TraceRecord::Kernel))
             .collect()
     }
 
@@ -123,4 +125,12 @@ fn keep_observation(counts: &mut HashMap<String, u32>, c: &CriCall) -> bool {
         }
     }
     keep
+}
+
+/// Appends `item`, dropping the oldest first when `queue` holds `cap`.
+fn bounded_push<T>(queue: &mut VecDeque<T>, cap: usize, item: T) {
+    if queue.len() >= cap {
+        queue.pop_front();
+    }
+    queue.push_back(item);
 }

@@ -34,6 +34,11 @@ pub struct SeenSample {
     pub change: Change,
     pub kernel_ns: u64,
     pub seen_ns: u64,
+    /// For a start: when the runtime's StartContainer returned. The agent cannot show a
+    /// container running before the runtime says it started it, so the time from the
+    /// exec to this is the runtime's share, and from this to `seen_ns` the agent's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_done_ns: Option<u64>,
 }
 
 impl SeenSample {
@@ -123,6 +128,15 @@ pub fn seen_latencies(records: &[TraceRecord]) -> Seeing {
             }
         }
     }
+    let started_by_runtime: BTreeMap<&str, u64> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) if c.method == "StartContainer" && c.ok() => {
+                Some((c.container_id.as_str(), c.end_ns))
+            }
+            _ => None,
+        })
+        .collect();
     let mut out = Seeing::default();
     for (cid, m) in &mains {
         let changes = [
@@ -137,6 +151,10 @@ pub fn seen_latencies(records: &[TraceRecord]) -> Seeing {
                 change,
                 kernel_ns,
                 seen_ns: 0,
+                runtime_done_ns: match change {
+                    Change::Started => started_by_runtime.get(*cid).copied(),
+                    Change::Exited => None,
+                },
             };
             match seen.get(*cid) {
                 Some(&at) => {

@@ -367,9 +367,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let adds: Vec<(&KernelEvent, &String)> = self
             .of_sandbox(id)
             .filter_map(|(e, _)| match e {
-                KernelEvent::CniExec {
-                    command, plugin, ..
-                } if command == "ADD" => Some((e, plugin)),
+                KernelEvent::CniExec(c) if c.command == "ADD" => Some((e, &c.plugin)),
                 _ => None,
             })
             .collect();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::cri::CriCall;
-use crate::ebpf::{Cgroup, EventMeta, KernelEvent, NetnsCall};
+use crate::ebpf::{Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 
@@ -52,7 +52,7 @@ fn exit(t: u64, pid: u32, comm: &str, code: i32) -> TraceRecord {
 }
 
 fn cni(t: u64, pid: u32, caller: &str, plugin: &str, sandbox: &str, uid: &str) -> TraceRecord {
-    TraceRecord::Kernel(KernelEvent::CniExec {
+    TraceRecord::Kernel(KernelEvent::CniExec(Box::new(CniExec {
         meta: meta(t, pid, caller, 1),
         plugin: plugin.into(),
         filename: format!("/usr/lib/cni/{plugin}"),
@@ -68,7 +68,7 @@ fn cni(t: u64, pid: u32, caller: &str, plugin: &str, sandbox: &str, uid: &str) -
         infra_container_id: Some(sandbox.into()),
         env_scanned: 60,
         env_truncated: false,
-    })
+    })))
 }
 
 fn netns(t: u64, pid: u32, tgid: u32, syscall: NetnsCall, inum: u32) -> TraceRecord {
@@ -522,6 +522,9 @@ fn the_time_to_see_a_container_start_and_exit_runs_from_the_kernel_event_to_the_
     );
     assert_eq!(seeing.samples[1].latency_ns(), 4 * MS as i64);
     assert_eq!(seeing.samples[0].container_id, CONTAINER);
+    // The runtime said it started the container when StartContainer returned.
+    assert_eq!(seeing.samples[0].runtime_done_ns, Some(240 * MS));
+    assert_eq!(seeing.samples[1].runtime_done_ns, None);
 
     // A run cut short before the exit was published: the exit is unseen, not dropped.
     records.pop();
