@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::ebpf::{
-    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelEvent, KernelProbes,
-    LostEvents, ProbeConfig, ProbeSummary, ProbesObject, ProgramStats,
+    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EventReceiver,
+    KernelEvent, KernelProbes, LostEvents, ProbeConfig, ProbeSummary, ProbesObject, ProgramStats,
 };
 
 /// How often losses are reported while the probes run.
@@ -80,7 +80,7 @@ impl EbpfArgs {
 }
 
 /// Running probes and the events they report.
-pub type Started = (KernelProbes, tokio::sync::mpsc::Receiver<KernelEvent>);
+pub type Started = (KernelProbes, EventReceiver);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelEventsArgs {

@@ -9,23 +9,22 @@ use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
 use podtrace_ebpf_common::{EventKind, MAX_CGROUP_PREFIXES, PREFIX_LEN, Prefix, names};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
-use super::event::{KernelEvent, kind_name};
+use super::event::kind_name;
 use super::object::ProbesObject;
-use super::reader::{ReaderStats, read_events};
+use super::reader::{EventReceiver, ReaderStats, channel, read_events};
 
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Default ring buffer: room for ~1000 of the largest events (CNI execs), a burst no
-/// sandbox creation comes near. The reader drains it every
-/// [`POLL_PERIOD`](super::reader::POLL_PERIOD) and is woken early at each eighth
-/// (128 KiB) of unread data, which leaves seven eighths as headroom while it gets
-/// scheduled.
+/// sandbox creation comes near. The reader drains it every 10 ms (`reader::POLL_PERIOD`)
+/// and is woken early at each eighth (128 KiB) of unread data, which leaves seven
+/// eighths as headroom while it gets scheduled.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
 /// The pod cgroup roots kept by default: podtrace's own and containerd's CRI namespace.
 pub const DEFAULT_CGROUP_PREFIXES: [&str; 2] = ["/podtrace", "/k8s.io"];
@@ -78,7 +77,8 @@ pub struct ProbeConfig {
     pub cgroup_prefixes: Vec<String>,
     /// The directory whose executables are CNI plugins.
     pub cni_bin_dir: String,
-    /// Decoded events buffered between the reader and the consumer.
+    /// Decoded events buffered between the reader and the consumer (the reader holds
+    /// up to one more batch while it waits for room).
     pub channel_capacity: usize,
     /// Where the probes' own diagnostics (aya-log) go; `None` leaves them unread.
     pub ebpf_log: Option<Box<dyn log::Log>>,
@@ -144,9 +144,7 @@ pub struct KernelProbes {
 impl KernelProbes {
     /// Loads and attaches the probes and starts reading. Must run inside a tokio
     /// runtime. The receiver yields events in ring-buffer order.
-    pub fn start(
-        config: ProbeConfig,
-    ) -> Result<(KernelProbes, mpsc::Receiver<KernelEvent>), EbpfError> {
+    pub fn start(config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
         find_tracefs()?;
         let offsets = KernelOffsets::from_btf_file(Path::new(VMLINUX_BTF))?;
         check_ringbuf_size(config.ringbuf_bytes)?;
@@ -205,7 +203,7 @@ impl KernelProbes {
 
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
-        let (tx, rx) = mpsc::channel(config.channel_capacity.max(1));
+        let (tx, rx) = channel(config.channel_capacity);
         let (stop_tx, stop_rx) = oneshot::channel();
         let reader = tokio::spawn(read_events(ring, tx, stop_rx));
         Ok((

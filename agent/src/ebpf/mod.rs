@@ -29,6 +29,7 @@ pub use loader::{
     ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
 pub use object::{ObjectSource, ProbesObject};
+pub use reader::EventReceiver;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns()`, so a time taken
 /// here and a kernel event's `ktime_ns` are on one timeline.

@@ -1,29 +1,33 @@
 //! The ring-buffer reader: drains the ring every [`POLL_PERIOD`] and whenever the map's
-//! fd turns readable (tokio's `AsyncFd`), decodes every record and hands it to the
-//! channel. The probes submit without waking the reader and force a wakeup only when
-//! the unread data passes another eighth of the ring, so in steady state the timer does
-//! the reading and no record waits longer than one period. A full channel makes the
-//! reader wait, the ring buffer then fills, and the probes count what they could not
-//! reserve: slowness shows up as counted losses, never as silently missing events.
+//! fd turns readable (tokio's `AsyncFd`), decodes every record and hands the events to
+//! the consumer a batch at a time. The probes submit without waking the reader and force
+//! a wakeup only when the unread data passes another eighth of the ring, so in steady
+//! state the timer does the reading and no record waits longer than one period. A
+//! consumer that falls behind makes the reader wait, the ring buffer then fills, and the
+//! probes count what they could not reserve: slowness shows up as counted losses, never
+//! as silently missing events.
 
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use podtrace_ebpf_common::names;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::MissedTickBehavior;
 
 use super::error::EbpfError;
 use super::event::{DecodeError, KernelEvent, decode};
 
 /// How often the reader drains the ring without being woken. Delivery waits at most
-/// this long; no event's time changes (it is taken in the kernel). At ~100 drains a
-/// second an idle reader costs next to nothing, and at the default ring's size it takes
-/// a sustained ~12 MB/s of events (tens of thousands of execs a second) to reach the
-/// first wakeup mark between two drains.
+/// this long; no event's time changes (it is taken in the kernel). 100 drains a second
+/// cost an idle reader under 1% of one CPU (measured in a VM, where a timer wakeup is
+/// dearest; a shorter period costs proportionally more), and with the default ring it
+/// takes a sustained 13 MB/s of events (over 30,000 execs a second) to reach the first
+/// wakeup mark between two drains.
 pub const POLL_PERIOD: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,10 +49,103 @@ impl Records for RingBuf<MapData> {
     }
 }
 
+/// The most events handed over at once. A batch is one message, so the consumer (on
+/// another thread) is woken once per drain rather than once per event: sent one by one,
+/// each event's wakeup preempted the reader and the two threads took turns, several
+/// context switches per drain.
+const BATCH: usize = 256;
+
+/// The reader's end of the channel to the consumer.
+pub struct EventSender {
+    tx: mpsc::UnboundedSender<Vec<KernelEvent>>,
+    /// One permit per event the consumer may still be sent: what bounds the channel.
+    room: Arc<Semaphore>,
+    batch: usize,
+}
+
+impl EventSender {
+    /// Waits until the consumer has room for `batch`, then hands it over; false when the
+    /// receiver is gone.
+    async fn send(&self, batch: Vec<KernelEvent>) -> bool {
+        let Ok(n) = u32::try_from(batch.len()) else {
+            return false;
+        };
+        match self.room.acquire_many(n).await {
+            // The receiver gives the permits back as it takes the events out.
+            Ok(permits) => permits.forget(),
+            Err(_) => return false,
+        }
+        self.tx.send(batch).is_ok()
+    }
+}
+
+/// The consumer's end: kernel events one at a time, in ring-buffer order.
+pub struct EventReceiver {
+    rx: mpsc::UnboundedReceiver<Vec<KernelEvent>>,
+    room: Arc<Semaphore>,
+    batch: std::vec::IntoIter<KernelEvent>,
+}
+
+impl EventReceiver {
+    /// The next event, waiting for one; `None` once the reader has ended and every event
+    /// it read was received. Cancel-safe, like [`mpsc::Receiver::recv`].
+    pub async fn recv(&mut self) -> Option<KernelEvent> {
+        loop {
+            if let Some(event) = self.next_received() {
+                return Some(event);
+            }
+            self.batch = self.rx.recv().await?.into_iter();
+        }
+    }
+
+    /// The next event if one has arrived.
+    pub fn try_recv(&mut self) -> Result<KernelEvent, TryRecvError> {
+        loop {
+            if let Some(event) = self.next_received() {
+                return Ok(event);
+            }
+            self.batch = self.rx.try_recv()?.into_iter();
+        }
+    }
+
+    fn next_received(&mut self) -> Option<KernelEvent> {
+        let event = self.batch.next()?;
+        self.room.add_permits(1);
+        Some(event)
+    }
+}
+
+impl Drop for EventReceiver {
+    fn drop(&mut self) {
+        // A reader waiting for room gives up.
+        self.room.close();
+    }
+}
+
+/// A channel that holds at most `capacity` events the consumer has not taken (the
+/// reader holds at most one more batch while it waits for room).
+pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
+    let capacity = capacity.clamp(1, Semaphore::MAX_PERMITS);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(capacity));
+    (
+        EventSender {
+            tx,
+            room: room.clone(),
+            batch: capacity.min(BATCH),
+        },
+        EventReceiver {
+            rx,
+            room,
+            batch: Vec::new().into_iter(),
+        },
+    )
+}
+
 /// Reads until `stop` fires (then drains what is left) or the receiver is dropped.
 pub async fn read_events<R: Records>(
     ring: R,
-    tx: mpsc::Sender<KernelEvent>,
+    tx: EventSender,
     mut stop: oneshot::Receiver<()>,
 ) -> Result<ReaderStats, EbpfError> {
     let ring_err = |source| EbpfError::RingBufRead {
@@ -89,20 +186,12 @@ pub async fn read_events<R: Records>(
     }
 }
 
-/// Records decoded before they are sent: the ring's space goes back to the kernel at
-/// once, and a consumer on another thread is woken about once per batch instead of once
-/// per event (each wakeup is a context switch, the reader's main cost).
-const BATCH: usize = 256;
-
 /// Hands every record the ring buffer holds to `tx`; false when the receiver is gone.
-async fn drain<R: Records>(
-    ring: &mut R,
-    tx: &mpsc::Sender<KernelEvent>,
-    stats: &mut ReaderStats,
-) -> bool {
-    let mut batch = Vec::new();
+async fn drain<R: Records>(ring: &mut R, tx: &EventSender, stats: &mut ReaderStats) -> bool {
     loop {
-        while batch.len() < BATCH {
+        // Decoded first, then sent: each record's space goes back to the kernel at once.
+        let mut batch = Vec::new();
+        while batch.len() < tx.batch {
             match ring.next_record() {
                 None => break,
                 Some(Ok(event)) => batch.push(event),
@@ -119,12 +208,11 @@ async fn drain<R: Records>(
         if batch.is_empty() {
             return true;
         }
-        for event in batch.drain(..) {
-            stats.events += 1;
-            if tx.send(event).await.is_err() {
-                return false;
-            }
+        let n = batch.len() as u64;
+        if !tx.send(batch).await {
+            return false;
         }
+        stats.events += n;
     }
 }
 
@@ -185,12 +273,16 @@ mod tests {
     struct Running {
         records: Arc<Mutex<VecDeque<Vec<u8>>>>,
         wake: UnixStream,
-        rx: mpsc::Receiver<KernelEvent>,
+        rx: EventReceiver,
         stop: oneshot::Sender<()>,
         reader: tokio::task::JoinHandle<Result<ReaderStats, EbpfError>>,
     }
 
     fn start() -> Running {
+        start_with(16)
+    }
+
+    fn start_with(capacity: usize) -> Running {
         let (socket, wake) = UnixStream::pair().unwrap();
         socket.set_nonblocking(true).unwrap();
         let records = Arc::new(Mutex::new(VecDeque::new()));
@@ -198,7 +290,7 @@ mod tests {
             socket,
             records: records.clone(),
         };
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = channel(capacity);
         let (stop, stop_rx) = oneshot::channel();
         let reader = tokio::spawn(read_events(ring, tx, stop_rx));
         Running {
@@ -295,5 +387,51 @@ mod tests {
             .collect();
         assert_eq!(rest, [3, 4]);
         assert_eq!((stats.events, stats.undecodable), (4, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_reader_takes_no_more_than_the_channel_holds_and_one_batch() {
+        let mut r = start_with(4);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        r.records
+            .lock()
+            .unwrap()
+            .extend((0..10).map(|i| exit_record(10 + i)));
+        // Nobody receives: four events wait in the channel, the reader holds four more
+        // while it waits for room, and the rest stay in the ring for the kernel to count
+        // losses against.
+        tokio::time::sleep(5 * POLL_PERIOD).await;
+        assert_eq!(r.records.lock().unwrap().len(), 2);
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let e = tokio::time::timeout(2 * POLL_PERIOD, r.rx.recv())
+                .await
+                .expect("an event was held back")
+                .unwrap();
+            got.push(pid(&e));
+        }
+        assert_eq!(got, (10..20).collect::<Vec<_>>());
+        assert!(matches!(r.rx.try_recv(), Err(TryRecvError::Empty)));
+        r.stop.send(()).unwrap();
+        assert_eq!(r.reader.await.unwrap().unwrap().events, 10);
+        assert!(matches!(r.rx.try_recv(), Err(TryRecvError::Disconnected)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_waiting_for_room_ends_when_the_receiver_is_dropped() {
+        let r = start_with(2);
+        r.records
+            .lock()
+            .unwrap()
+            .extend((0..6).map(|i| exit_record(i + 1)));
+        tokio::time::sleep(3 * POLL_PERIOD).await;
+        drop(r.rx);
+        let stats = tokio::time::timeout(POLL_PERIOD, r.reader)
+            .await
+            .expect("the reader kept waiting for room")
+            .unwrap()
+            .unwrap();
+        // Only what the receiver could have had counts as handed over.
+        assert_eq!(stats.events, 2);
     }
 }
