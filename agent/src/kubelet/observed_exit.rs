@@ -9,6 +9,8 @@
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, PodStatus};
 
+use super::status::api_container_id;
+
 /// `status` with the running container `container_id` shown terminated with
 /// `exit_code`, and the pod's readiness conditions false; `None` when no running container
 /// has that ID (the runtime's account already arrived, or it is another pod's).
@@ -18,7 +20,7 @@ pub fn with_observed_exit(
     exit_code: i32,
 ) -> Option<PodStatus> {
     let mut status = status.clone();
-    let api_id = format!("containerd://{container_id}");
+    let api_id = api_container_id(container_id);
     let cs = status
         .container_statuses
         .iter_mut()

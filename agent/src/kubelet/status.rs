@@ -156,7 +156,7 @@ fn container_status(
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         image_id: current.map(|s| s.image_ref.clone()).unwrap_or_default(),
-        container_id: current.map(|s| format!("containerd://{}", s.id)),
+        container_id: current.map(|s| api_container_id(&s.id)),
         ready: running && probes.is_ready(id),
         started: Some(running && !probes.not_started.contains(id)),
         restart_count: current.map(|s| s.restart_count as i32).unwrap_or(0),
@@ -201,7 +201,7 @@ fn terminated_state(st: &ContainerStatus) -> ApiState {
                 st.reason.clone()
             }),
             message: (!st.message.is_empty()).then(|| st.message.clone()),
-            container_id: Some(format!("containerd://{}", st.id)),
+            container_id: Some(api_container_id(&st.id)),
             ..ContainerStateTerminated::default()
         }),
         ..ApiState::default()
@@ -262,4 +262,14 @@ fn pod_phase(
         };
     }
     phase::PENDING
+}
+
+/// A runtime container ID as the API shows it: `containerd://<id>`.
+pub fn api_container_id(id: &str) -> String {
+    format!("containerd://{id}")
+}
+
+/// The runtime's container ID in an API `containerID` (`<runtime>://<id>`).
+pub fn runtime_container_id(api_id: &str) -> &str {
+    api_id.split_once("://").map_or(api_id, |(_, id)| id)
 }

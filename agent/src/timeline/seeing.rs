@@ -13,6 +13,7 @@ use super::attribution::{Rule, attribute};
 use super::ids::is_runtime_helper_exec;
 use super::index::Index;
 use crate::ebpf::KernelEvent;
+use crate::kubelet::status::runtime_container_id;
 use crate::trace::TraceRecord;
 
 /// Which state change a sample measures.
@@ -123,8 +124,9 @@ pub fn seen_latencies(records: &[TraceRecord]) -> Seeing {
             // state waiting (back-off) or running (its successor).
             let last = cs.last_state.as_ref().and_then(|st| st.terminated.as_ref());
             if let Some(id) = last.and_then(|t| t.container_id.as_deref()) {
-                let id = id.split_once("://").map_or(id, |(_, id)| id);
-                terminated.entry(id.to_string()).or_insert(s.at_ns);
+                terminated
+                    .entry(runtime_container_id(id).to_string())
+                    .or_insert(s.at_ns);
             }
         }
     }
@@ -168,8 +170,7 @@ pub fn seen_latencies(records: &[TraceRecord]) -> Seeing {
     out
 }
 
-/// The runtime's container ID of a status (`containerd://<id>` in the API).
+/// The runtime's container ID of a status.
 fn container_id(cs: &ContainerStatus) -> Option<&str> {
-    let id = cs.container_id.as_deref()?;
-    Some(id.split_once("://").map_or(id, |(_, id)| id))
+    cs.container_id.as_deref().map(runtime_container_id)
 }
