@@ -14,6 +14,7 @@ mod recorder;
 mod replay;
 mod report;
 mod run;
+mod start_feed;
 mod timeline;
 mod trace_or_agent;
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kernel_events::EbpfArgs;
+use super::start_feed::{StartFeed, StartObserver};
 use crate::config::source::PodUpdate;
 use crate::cri::{CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, now_ktime_ns};
@@ -27,12 +28,14 @@ pub struct RecordSink {
     trace: TraceSink,
     collector: Arc<Collector>,
     metrics: Arc<Metrics>,
+    starts: Arc<StartFeed>,
 }
 
 impl RecordSink {
     pub fn send(&self, record: TraceRecord) {
         if let TraceRecord::Cri(call) = &record {
             self.metrics.observe_call(call);
+            self.starts.call_ended(call);
         }
         self.collector.push(&record);
         self.trace.send(record);
@@ -42,6 +45,10 @@ impl RecordSink {
 impl CallSink for RecordSink {
     fn record(&self, call: CriCall) {
         self.send(TraceRecord::Cri(call));
+    }
+
+    fn begin(&self, call: &CriCall) {
+        self.starts.call_began(call);
     }
 }
 
@@ -98,6 +105,7 @@ impl RunRecorder {
                 .unwrap_or_else(TraceSink::discard),
             collector: Arc::new(Collector::new()),
             metrics: Arc::new(Metrics::new()),
+            starts: Arc::new(StartFeed::default()),
         };
         let mut recorder = RunRecorder {
             writer,
@@ -113,11 +121,13 @@ impl RunRecorder {
                 ebpf.cgroup_prefixes.push(root.to_string());
             }
             if let Some((probes, mut events)) = ebpf.start()? {
+                recorder.sink.starts.set_pace(probes.pace());
                 let sink = recorder.sink.clone();
                 recorder.forwarder = Some(tokio::spawn(async move {
                     let mut filter = KernelFilter::new();
                     let mut keep = Vec::new();
                     while let Some(e) = events.recv().await {
+                        sink.starts.kernel_event(&e);
                         filter.offer(e, &mut keep);
                         for e in keep.drain(..) {
                             sink.send(TraceRecord::Kernel(e));
@@ -161,6 +171,12 @@ impl RunRecorder {
 
     pub fn collector(&self) -> Arc<Collector> {
         self.sink.collector.clone()
+    }
+
+    /// Tells `observer` of each container start the kernel shows, as it happens (when
+    /// the probes run).
+    pub fn observe_starts(&self, observer: StartObserver) {
+        self.sink.starts.set_observer(observer);
     }
 
     /// Sends the store's pod events and status changes to the trace.

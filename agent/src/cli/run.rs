@@ -17,6 +17,7 @@ use super::{EXIT_BAD_INPUT, RunArgs};
 use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
 use crate::cri::Recording;
+use crate::kubelet::observed_start::with_observed_start;
 use crate::kubelet::status::phase;
 use crate::kuberuntime::labels;
 use crate::syncloop::{Kubelet, PodRecord, StatusStore};
@@ -97,6 +98,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
     kubelet.set_metrics(recorder.metrics());
     let store = kubelet.store();
     recorder.tap_events(&store);
+    // Show a start as soon as the kernel execs the container's program; the sync after
+    // StartContainer publishes the runtime's own account.
+    let starts = store.clone();
+    recorder.observe_starts(Arc::new(move |s| {
+        starts.update_status(&s.pod_uid, |current| {
+            with_observed_start(current, &s.container_name, &s.container_id, s.attempt)
+        });
+    }));
     let (tx, rx) = mpsc::unbounded_channel();
     let tx = Forward {
         tx,

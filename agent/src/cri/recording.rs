@@ -67,6 +67,9 @@ impl CriCall {
 /// Where recorded calls go.
 pub trait CallSink: Send + Sync {
     fn record(&self, call: CriCall);
+
+    /// A call is about to be made: `call` names it, its outcome not filled in yet.
+    fn begin(&self, _call: &CriCall) {}
 }
 
 /// What the recorder learned about runtime IDs, so a call naming only an ID is tied to
@@ -129,6 +132,7 @@ impl<R> Recording<R> {
         describe: impl FnOnce(&T, &mut CriCall),
     ) -> CriResult<T> {
         call.start_ns = now_ktime_ns();
+        self.sink.begin(&call);
         let result = fut.await;
         call.end_ns = now_ktime_ns();
         match &result {

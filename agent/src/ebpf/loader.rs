@@ -16,13 +16,14 @@ use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
 use super::object::ProbesObject;
+use super::pace::ReadPace;
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
 
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Default ring buffer: room for ~1000 of the largest events (CNI execs), a burst no
-/// sandbox creation comes near. The reader drains it every 10 ms (`reader::POLL_PERIOD`)
+/// sandbox creation comes near. The reader drains it every 10 ms (`pace::POLL_PERIOD`)
 /// and is woken early at each eighth (128 KiB) of unread data, which leaves seven
 /// eighths as headroom while it gets scheduled.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
@@ -139,6 +140,7 @@ pub struct KernelProbes {
     offsets: KernelOffsets,
     object: PathBuf,
     ringbuf_bytes: u32,
+    pace: ReadPace,
 }
 
 impl KernelProbes {
@@ -205,7 +207,8 @@ impl KernelProbes {
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
         let (tx, rx) = channel(config.channel_capacity);
         let (stop_tx, stop_rx) = oneshot::channel();
-        let reader = tokio::spawn(read_events(ring, tx, stop_rx));
+        let pace = ReadPace::new();
+        let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone()));
         Ok((
             KernelProbes {
                 ebpf,
@@ -217,9 +220,16 @@ impl KernelProbes {
                 offsets,
                 object: path,
                 ringbuf_bytes: config.ringbuf_bytes,
+                pace,
             },
             rx,
         ))
+    }
+
+    /// How often the reader drains the ring: hurry it while waiting for an event that
+    /// must be seen at once.
+    pub fn pace(&self) -> ReadPace {
+        self.pace.clone()
     }
 
     /// Programs attached, by name.

@@ -4,8 +4,9 @@
 //! tracepoints and write [`podtrace_ebpf_common`] records into one ring buffer. This
 //! module loads them ([`KernelProbes::start`]), resolves the kernel struct offsets they
 //! need from BTF ([`btf`]), writes their filters, reads the ring buffer asynchronously
-//! (every few milliseconds, and at once when the probes wake the reader because much of
-//! the ring is unread) and decodes each record into a [`KernelEvent`]. Events lost to a
+//! (every few milliseconds, every millisecond while the agent waits for an event it needs
+//! at once, and at once when the probes wake the reader because much of the ring is
+//! unread) and decodes each record into a [`KernelEvent`]. Events lost to a
 //! full ring buffer are counted in the kernel and reported by [`KernelProbes::lost`].
 //!
 //! Timestamps are `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC: [`now_ktime_ns`] reads the
@@ -19,6 +20,7 @@ mod error;
 pub mod event;
 mod loader;
 pub mod object;
+mod pace;
 mod reader;
 
 pub use btf::KernelOffsets;
@@ -29,6 +31,7 @@ pub use loader::{
     ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
 pub use object::{ObjectSource, ProbesObject};
+pub use pace::ReadPace;
 pub use reader::EventReceiver;
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns()`, so a time taken

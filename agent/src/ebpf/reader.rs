@@ -1,5 +1,6 @@
-//! The ring-buffer reader: drains the ring every [`POLL_PERIOD`] and whenever the map's
-//! fd turns readable (tokio's `AsyncFd`), decodes every record and hands the events to
+//! The ring-buffer reader: drains the ring every `POLL_PERIOD` (every `HURRY_PERIOD` while
+//! its [`ReadPace`] says to hurry) and whenever the map's fd turns readable (tokio's
+//! `AsyncFd`), decodes every record and hands the events to
 //! the consumer a batch at a time. The probes submit without waking the reader and force
 //! a wakeup only when the unread data passes another eighth of the ring, so in steady
 //! state the timer does the reading and no record waits longer than one period. A
@@ -9,7 +10,6 @@
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use podtrace_ebpf_common::names;
@@ -17,18 +17,11 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio::time::MissedTickBehavior;
+use tokio::time::Instant;
 
 use super::error::EbpfError;
 use super::event::{DecodeError, KernelEvent, decode};
-
-/// How often the reader drains the ring without being woken. Delivery waits at most
-/// this long; no event's time changes (it is taken in the kernel). 100 drains a second
-/// cost an idle reader under 1% of one CPU (measured in a VM, where a timer wakeup is
-/// dearest; a shorter period costs proportionally more), and with the default ring it
-/// takes a sustained 13 MB/s of events (over 30,000 execs a second) to reach the first
-/// wakeup mark between two drains.
-pub const POLL_PERIOD: Duration = Duration::from_millis(10);
+use super::pace::ReadPace;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReaderStats {
@@ -142,11 +135,13 @@ pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
     )
 }
 
-/// Reads until `stop` fires (then drains what is left) or the receiver is dropped.
+/// Reads until `stop` fires (then drains what is left) or the receiver is dropped, at
+/// the pace `pace` sets.
 pub async fn read_events<R: Records>(
     ring: R,
     tx: EventSender,
     mut stop: oneshot::Receiver<()>,
+    pace: ReadPace,
 ) -> Result<ReaderStats, EbpfError> {
     let ring_err = |source| EbpfError::RingBufRead {
         map: names::EVENTS,
@@ -156,10 +151,9 @@ pub async fn read_events<R: Records>(
     // until the AsyncFd (which owns the ring buffer) is dropped.
     let mut fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| ring_err(e.into()))?;
-    let mut poll = tokio::time::interval(POLL_PERIOD);
-    // A drain that took long (a full channel) is followed by a whole period, not a burst
-    // of catch-up ticks.
-    poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first drain is at once; each next one a period after the last ended, so a
+    // drain that took long (a full channel) is not followed by a burst of catch-up ones.
+    let mut next = Instant::now();
     let mut stats = ReaderStats::default();
     loop {
         tokio::select! {
@@ -175,12 +169,16 @@ pub async fn read_events<R: Records>(
                 }
                 // A wakeup that came during the drain keeps the fd ready.
                 guard.clear_ready();
-                poll.reset();
+                next = Instant::now() + pace.period();
             }
-            _ = poll.tick() => {
+            _ = pace.hurried() => {
+                next = next.min(Instant::now() + pace.period());
+            }
+            _ = tokio::time::sleep_until(next) => {
                 if !drain(fd.get_mut(), &tx, &mut stats).await {
                     return Ok(stats);
                 }
+                next = Instant::now() + pace.period();
             }
         }
     }
@@ -225,8 +223,11 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use podtrace_ebpf_common::{COMM_LEN, EventHeader, EventKind, ExitEvent};
+    use std::time::Duration;
+
     use tokio::time::Instant;
 
+    use super::super::pace::{HURRY_PERIOD, POLL_PERIOD};
     use super::*;
 
     /// Records pushed by the test; its fd turns readable only when the test writes to
@@ -276,6 +277,7 @@ mod tests {
         rx: EventReceiver,
         stop: oneshot::Sender<()>,
         reader: tokio::task::JoinHandle<Result<ReaderStats, EbpfError>>,
+        pace: ReadPace,
     }
 
     fn start() -> Running {
@@ -292,13 +294,15 @@ mod tests {
         };
         let (tx, rx) = channel(capacity);
         let (stop, stop_rx) = oneshot::channel();
-        let reader = tokio::spawn(read_events(ring, tx, stop_rx));
+        let pace = ReadPace::new();
+        let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone()));
         Running {
             records,
             wake,
             rx,
             stop,
             reader,
+            pace,
         }
     }
 
@@ -329,6 +333,35 @@ mod tests {
         r.stop.send(()).unwrap();
         let stats = r.reader.await.unwrap().unwrap();
         assert_eq!(stats.events, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hurried_reader_drains_every_hurry_period_until_relaxed() {
+        let mut r = start();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Asked mid-period: the reader does not sleep out the rest of its 10 ms.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        r.pace.hurry_for(Duration::from_secs(1));
+        for round in 0..3u32 {
+            let pushed = Instant::now();
+            r.records.lock().unwrap().push_back(exit_record(7 + round));
+            let e = tokio::time::timeout(POLL_PERIOD, r.rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(pid(&e), 7 + round);
+            assert!(pushed.elapsed() <= HURRY_PERIOD, "{:?}", pushed.elapsed());
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+        r.pace.relax();
+        // The drain already scheduled runs, then the period is back to POLL_PERIOD.
+        tokio::time::sleep(2 * HURRY_PERIOD).await;
+        let pushed = Instant::now();
+        r.records.lock().unwrap().push_back(exit_record(99));
+        r.rx.recv().await.unwrap();
+        assert!(pushed.elapsed() > HURRY_PERIOD, "{:?}", pushed.elapsed());
+        r.stop.send(()).unwrap();
+        assert_eq!(r.reader.await.unwrap().unwrap().events, 4);
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod backoff;
 pub mod container_hash;
 pub mod observed_exit;
+pub mod observed_start;
 pub mod pod_actions;
 pub mod pod_workers;
 pub mod probe_results;

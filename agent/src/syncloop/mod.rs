@@ -14,6 +14,7 @@ mod pleg;
 mod pod_sync;
 pub mod settings;
 mod shared;
+pub mod start_watch;
 pub mod status_store;
 mod terminate;
 

@@ -1,7 +1,10 @@
 //! A process's exit status from its pidfd (`PIDFD_GET_INFO` with `PIDFD_INFO_EXIT`, Linux
 //! 6.15 and later), so the agent can show a container's exit without waiting for the
 //! runtime. The kernel keeps the status once the process's parent (the runtime's shim)
-//! has reaped it, which happens within a millisecond or so of the exit.
+//! has reaped it, which takes from under a millisecond to tens of them on a busy node.
+//! Until then the process is a zombie, and `/proc/<pid>/stat` already holds its wait
+//! status: the agent reads it there, and asks the pidfd afterwards whether the process
+//! was still unreaped, so the pid read cannot have been reused by another process.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
@@ -65,8 +68,23 @@ pub fn exit_info(fd: BorrowedFd<'_>) -> ExitInfo {
     }
 }
 
-/// Polls [`exit_info`] until the process is reaped, for at most `limit`.
-pub async fn reaped_wait_status(fd: BorrowedFd<'_>, limit: Duration) -> Option<i32> {
+/// The wait status of `pid` if it is a zombie now: field 52 (`exit_code`) of
+/// `/proc/<pid>/stat`, whose state (field 3) is `Z`.
+fn zombie_wait_status(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) is in parentheses and may hold anything: fields after it
+    // start past the last ')'.
+    let mut rest = stat.get(stat.rfind(')')? + 1..)?.split_ascii_whitespace();
+    if rest.next()? != "Z" {
+        return None;
+    }
+    // Field 52 is the 49th after the state.
+    rest.nth(48)?.parse().ok()
+}
+
+/// The wait status of the exited process `pid` behind `fd`: from its zombie at once, or
+/// from the pidfd once reaped; polled for at most `limit`.
+pub async fn exit_wait_status(fd: BorrowedFd<'_>, pid: u32, limit: Duration) -> Option<i32> {
     /// The shim reaps as soon as it gets SIGCHLD: a short step finds it at once.
     const STEP: Duration = Duration::from_micros(500);
     let deadline = tokio::time::Instant::now() + limit;
@@ -74,9 +92,21 @@ pub async fn reaped_wait_status(fd: BorrowedFd<'_>, limit: Duration) -> Option<i
         match exit_info(fd) {
             ExitInfo::Reaped(status) => return Some(status),
             ExitInfo::Unsupported => return None,
-            ExitInfo::NotYet if tokio::time::Instant::now() >= deadline => return None,
-            ExitInfo::NotYet => tokio::time::sleep(STEP).await,
+            ExitInfo::NotYet => {}
         }
+        if let Some(status) = zombie_wait_status(pid) {
+            // Not reaped after the read either: the zombie read was this process, as a
+            // pid is not reused before its zombie is reaped.
+            return match exit_info(fd) {
+                ExitInfo::NotYet => Some(status),
+                ExitInfo::Reaped(reaped) => Some(reaped),
+                ExitInfo::Unsupported => None,
+            };
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(STEP).await;
     }
 }
 
@@ -109,5 +139,46 @@ mod tests {
             ExitInfo::Unsupported => eprintln!("skipped: this kernel has no PIDFD_GET_INFO"),
             ExitInfo::NotYet => panic!("a reaped child must have exit information"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_unreaped_childs_exit_status_comes_from_its_zombie() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "kill -TERM $$"])
+            .spawn()
+            .expect("sh runs");
+        let pid = child.id();
+        // SAFETY: as above.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        assert!(raw >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        // SAFETY: as above.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        // Wait for the exit without reaping: the pidfd turns readable.
+        let mut poll = libc::pollfd {
+            fd: raw as i32,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration.
+        assert_eq!(
+            unsafe { libc::poll(&mut poll, 1, 10_000) },
+            1,
+            "no exit seen"
+        );
+        let status = exit_wait_status(fd.as_fd(), pid, Duration::from_millis(100)).await;
+        if matches!(exit_info(fd.as_fd()), ExitInfo::Unsupported) {
+            eprintln!("skipped: this kernel has no PIDFD_GET_INFO");
+        } else {
+            let status = status.expect("the zombie's status");
+            assert_eq!(
+                crate::kubelet::observed_exit::exit_code_of_wait_status(status),
+                128 + libc::SIGTERM
+            );
+            assert!(
+                matches!(exit_info(fd.as_fd()), ExitInfo::NotYet),
+                "read before the child was reaped"
+            );
+        }
+        child.wait().expect("reaped");
     }
 }

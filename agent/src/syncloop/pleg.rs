@@ -18,14 +18,14 @@ use crate::kubelet::observed_exit::exit_code_of_wait_status;
 use crate::kuberuntime::labels;
 use crate::kuberuntime::pod_status::container_pid;
 
-use super::pidfd_exit::reaped_wait_status;
+use super::pidfd_exit::exit_wait_status;
 
 /// Told of a container's exit the moment the kernel reports it, with its exit code:
 /// (pod UID, container ID, exit code). The runtime confirms it later.
 pub type ExitObserver = Arc<dyn Fn(&str, &str, i32) + Send + Sync>;
 
-/// How long to wait, after a container's process exits, for its parent (the runtime's
-/// shim) to reap it and the kernel to have its exit status.
+/// How long to wait, after a container's process exits, for the kernel to have its exit
+/// status (from its zombie, or once its parent, the runtime's shim, has reaped it).
 const REAP_LIMIT: Duration = Duration::from_millis(20);
 
 /// A pod whose containers changed state.
@@ -37,8 +37,13 @@ pub struct PlegEvent {
 
 /// How long to wait, after the kernel says a container's process exited, for the runtime
 /// to report the container as exited (its shim reaps the process and tells containerd).
+/// The runtime takes tens of milliseconds (containerd 1.6's shim runs runc three times
+/// before it publishes the exit), so the polls back off from the first to the last step
+/// rather than asking every few milliseconds: a few calls per exit, not dozens, while
+/// the node is busy restarting containers.
 const EXIT_SETTLE_LIMIT: Duration = Duration::from_secs(2);
-const EXIT_SETTLE_POLL: Duration = Duration::from_millis(2);
+const EXIT_SETTLE_FIRST: Duration = Duration::from_millis(4);
+const EXIT_SETTLE_MAX_STEP: Duration = Duration::from_millis(32);
 
 #[derive(Clone)]
 pub struct Pleg {
@@ -83,7 +88,7 @@ impl Pleg {
             (None, Some(pid)) => Either::Right(async move {
                 let fd = pidfd_open(pid).ok()?;
                 let fd = wait_readable(fd).await?;
-                let status = reaped_wait_status(fd.as_fd(), REAP_LIMIT).await?;
+                let status = exit_wait_status(fd.as_fd(), pid, REAP_LIMIT).await?;
                 Some(exit_code_of_wait_status(status))
             }),
             // Already gone, or no pid: the relist will see it.
@@ -173,6 +178,7 @@ async fn wait_readable(fd: OwnedFd) -> Option<OwnedFd> {
 /// Waits, bounded, until the runtime no longer reports the container as running.
 async fn settle<R: RuntimeService>(cri: &R, container_id: &str) {
     let deadline = tokio::time::Instant::now() + EXIT_SETTLE_LIMIT;
+    let mut step = EXIT_SETTLE_FIRST;
     while tokio::time::Instant::now() < deadline {
         match cri.container_status(container_id, false).await {
             Ok(r)
@@ -181,6 +187,7 @@ async fn settle<R: RuntimeService>(cri: &R, container_id: &str) {
                     .is_some_and(|s| s.state == api::ContainerState::ContainerRunning as i32) => {}
             _ => return,
         }
-        tokio::time::sleep(EXIT_SETTLE_POLL).await;
+        tokio::time::sleep(step).await;
+        step = (step * 2).min(EXIT_SETTLE_MAX_STEP);
     }
 }

@@ -28,7 +28,7 @@ mod tests;
 pub use attribution::{Attribution, Owner, Rule};
 pub use collector::Collector;
 pub use filter::KernelFilter;
-pub use ids::{CgroupIds, cgroup_ids};
+pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
 

@@ -35,9 +35,8 @@ pub struct SeenSample {
     pub change: Change,
     pub kernel_ns: u64,
     pub seen_ns: u64,
-    /// For a start: when the runtime's StartContainer returned. The agent cannot show a
-    /// container running before the runtime says it started it, so the time from the
-    /// exec to this is the runtime's share, and from this to `seen_ns` the agent's.
+    /// For a start: when the runtime's StartContainer returned, the time a runtime-driven
+    /// agent could have shown it at the earliest (the agent shows it from the exec).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_done_ns: Option<u64>,
 }
