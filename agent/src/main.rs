@@ -12,7 +12,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = podtrace::cli::Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if cli.wants_short_slice() {
+        podtrace::cli::sched::request_short_slice();
+        builder.on_thread_start(|| {
+            podtrace::cli::sched::request_short_slice();
+        });
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("podtrace: cannot start the async runtime: {e}");

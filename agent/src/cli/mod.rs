@@ -14,6 +14,7 @@ mod recorder;
 mod replay;
 mod report;
 mod run;
+pub mod sched;
 mod start_feed;
 mod timeline;
 mod trace_or_agent;
@@ -38,6 +39,14 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// Commands that drive pods and time them: their threads ask for a short scheduler
+    /// slice ([`sched`]), the benchmark's direct driver as much as the agent.
+    pub fn wants_short_slice(&self) -> bool {
+        matches!(self.command, Command::Run(_) | Command::BenchDirect(_))
+    }
 }
 
 #[derive(Debug, Subcommand)]

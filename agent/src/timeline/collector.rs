@@ -134,3 +134,24 @@ fn bounded_push<T>(queue: &mut VecDeque<T>, cap: usize, item: T) {
     }
     queue.push_back(item);
 }
+
+#[cfg(test)]
+mod tmp_sizes {
+    #[test]
+    fn tmp_sizes() {
+        use k8s_openapi::api::core::v1::*;
+        eprintln!(
+            "KernelEvent {} EventMeta {} CriCall {} TraceRecord {} Pod {} PodSpec {} Container {} PodStatus {} Owner {} CniExec {}",
+            size_of::<crate::ebpf::KernelEvent>(),
+            size_of::<crate::ebpf::EventMeta>(),
+            size_of::<crate::cri::CriCall>(),
+            size_of::<crate::trace::TraceRecord>(),
+            size_of::<Pod>(),
+            size_of::<PodSpec>(),
+            size_of::<Container>(),
+            size_of::<PodStatus>(),
+            size_of::<crate::timeline::Owner>(),
+            size_of::<crate::ebpf::event::CniExec>(),
+        );
+    }
+}
