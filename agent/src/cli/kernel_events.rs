@@ -148,11 +148,17 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { break };
-                if args.summary_only {
-                    continue;
+                // Everything that arrived with it, before polling the other branches
+                // again: they are for once in a while, events come in batches.
+                let mut open = true;
+                for event in std::iter::once(event).chain(std::iter::from_fn(|| events.try_recv().ok())) {
+                    if !args.summary_only && write_event(&mut stdout, args.json, &event).is_err() {
+                        // stdout closed (a pipe reader went away): nobody is listening.
+                        open = false;
+                        break;
+                    }
                 }
-                if write_event(&mut stdout, args.json, &event).is_err() {
-                    // stdout closed (a pipe reader went away): nobody is listening.
+                if !open {
                     break;
                 }
             }

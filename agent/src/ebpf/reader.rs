@@ -77,6 +77,10 @@ pub struct EventReceiver {
     rx: mpsc::UnboundedReceiver<Vec<KernelEvent>>,
     room: Arc<Semaphore>,
     batch: std::vec::IntoIter<KernelEvent>,
+    /// Events taken out of the current batch whose room is not given back yet: it goes
+    /// back a batch at a time (one semaphore release, which takes a lock, per batch
+    /// rather than per event).
+    taken: usize,
 }
 
 impl EventReceiver {
@@ -102,9 +106,14 @@ impl EventReceiver {
     }
 
     fn next_received(&mut self) -> Option<KernelEvent> {
-        let event = self.batch.next()?;
-        self.room.add_permits(1);
-        Some(event)
+        let event = self.batch.next();
+        if event.is_some() {
+            self.taken += 1;
+        }
+        if self.batch.len() == 0 && self.taken > 0 {
+            self.room.add_permits(std::mem::take(&mut self.taken));
+        }
+        event
     }
 }
 
@@ -131,6 +140,7 @@ pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
             rx,
             room,
             batch: Vec::new().into_iter(),
+            taken: 0,
         },
     )
 }

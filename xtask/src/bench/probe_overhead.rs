@@ -23,8 +23,10 @@ use serde_json::json;
 use super::{Figure, Outcome};
 
 /// Rounds of four arms each (ABBA, then BAAB, ...): the verdict's ratio is their median.
-const ROUNDS: usize = 8;
-const ARM: Duration = Duration::from_secs(3);
+/// Many short rounds rather than a few long ones: this shared machine's speed drifts by
+/// several percent over seconds, and a round only compares arms run next to each other.
+const ROUNDS: usize = 16;
+const ARM: Duration = Duration::from_millis(1500);
 /// An untimed run first, so neither arm pays for cold caches.
 const WARMUP: Duration = Duration::from_secs(2);
 const LOSS_RUN: Duration = Duration::from_secs(60);
@@ -409,6 +411,19 @@ impl Probes {
         Ok(probes)
     }
 
+    /// CPU time the process's threads have used so far, in ns (each thread's
+    /// /proc/<pid>/task/<tid>/schedstat; threads that already ended are not counted).
+    fn cpu_ns(&self) -> u64 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     fn signal(&self, signal: libc::c_int) {
         // SAFETY: signals our own child, which has not been waited for yet.
         unsafe {
@@ -592,6 +607,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     );
 
     let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
+    // The reader's own CPU time during the on arms, and the arms' length.
+    let (mut reader_ns, mut on_seconds) = (0_u64, 0.0_f64);
     for round in 0..ROUNDS {
         let mut arms = Vec::new();
         for (i, arm) in order(round).into_iter().enumerate() {
@@ -602,7 +619,10 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                         bin,
                         work.join(format!("kernel-events-r{}-{}.log", round + 1, i + 1)),
                     )?;
+                    let before = probes.cpu_ns();
                     let run = workload(&target, workers, ARM)?;
+                    reader_ns += probes.cpu_ns().saturating_sub(before);
+                    on_seconds += run.seconds;
                     let (summary, _) = probes.stop()?;
                     (run, Some(summary))
                 }
@@ -779,6 +799,15 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         ));
     }
     figures.push(Figure::new(
+        "the reader's CPU in the on arms (kernel-events, all threads): share of one CPU, per \
+         event",
+        format!(
+            "{:.2}%, {:.2} µs",
+            reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON),
+            reader_ns as f64 / 1e3 / arms_events.max(1) as f64
+        ),
+    ));
+    figures.push(Figure::new(
         "probe run time per exec (all programs) / CPU time per exec at the ceiling",
         format!(
             "{:.2} µs / {:.1} µs ({:.1}%)",
@@ -812,7 +841,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              --summary-only --json` (release build) has loaded and attached every program as \
              the agent does and drains the ring buffer with the agent's reader (events \
              decoded and received, not printed); off, nothing is attached. {ROUNDS} rounds \
-             of four {} s arms in ABBA then BAAB order after a {} s warm-up; a round's ratio \
+             of four {:.1} s arms in ABBA then BAAB order after a {} s warm-up; a round's ratio \
              is its on arms' execs/s over its off arms', and the verdict uses the median of \
              the rounds' ratios (the pooled ratio is shown too). The probes' load time is not \
              timed. Then {} s at full speed with the probes on counts events read and lost. \
@@ -825,7 +854,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              difference is the ring buffer's wakeup of the reader (IRQ work, counted from \
              /proc/interrupts).",
             target.shown,
-            ARM.as_secs(),
+            ARM.as_secs_f64(),
             WARMUP.as_secs(),
             LOSS_RUN.as_secs()
         ),
@@ -846,6 +875,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             })).collect::<Vec<_>>(),
             "median_ratio": median_ratio,
             "pooled_ratio": pooled,
+            "reader_cpu_ns_in_on_arms": reader_ns,
+            "on_arm_seconds": on_seconds,
             "loss_run": {
                 "execs": loss_run.execs,
                 "seconds": loss_run.seconds,
