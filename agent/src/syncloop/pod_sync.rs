@@ -16,7 +16,7 @@ use crate::kuberuntime::{
     ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
 };
 
-use super::clock::wall_now;
+use super::clock::{mono_now, wall_now};
 use super::pleg::Pleg;
 use super::shared::{Shared, lock};
 use crate::kubelet::RuntimePodStatus;
@@ -45,7 +45,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
             if host_network {
                 None
             } else {
-                network_not_ready(cri).await
+                network_not_ready(cri, shared).await
             }
         },
     )
@@ -276,12 +276,24 @@ fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
     shared.store.set_status(uid, api);
 }
 
+/// How long a NetworkReady=true from the runtime stands: kubelet reads the runtime's
+/// status every 5 s (its runtime-state loop) rather than in every pod sync. A false one is
+/// not kept, so pods waiting for the network go on as soon as the runtime says it is up.
+const NETWORK_READY_FOR_NS: u64 = 5_000_000_000;
+
 /// The runtime's NetworkReady condition, when it is false.
-async fn network_not_ready<R: RuntimeService>(cri: &R) -> Option<String> {
+async fn network_not_ready<R: RuntimeService>(cri: &R, shared: &Shared) -> Option<String> {
+    let now = mono_now();
+    if lock(&shared.network_ready_at)
+        .is_some_and(|at| now.saturating_sub(at) < NETWORK_READY_FOR_NS)
+    {
+        return None;
+    }
     let status = cri.status(false).await.ok()?.status?;
     let cond = status
         .conditions
         .iter()
         .find(|c| c.r#type == "NetworkReady")?;
+    *lock(&shared.network_ready_at) = cond.status.then_some(now);
     (!cond.status).then(|| format!("{}: {}", cond.reason, cond.message))
 }

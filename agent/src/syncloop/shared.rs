@@ -24,6 +24,9 @@ pub struct Shared {
     pub store: Arc<StatusStore>,
     /// Pod cgroups under the configured root; None leaves cgroups to the runtime.
     pub pcm: Option<PodContainerManager>,
+    /// kubelet's runtimeState, network part: when (CLOCK_MONOTONIC ns) the runtime last
+    /// said its network was ready.
+    pub network_ready_at: Mutex<Option<u64>>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -47,6 +50,7 @@ impl Shared {
             limiter: PullLimiter::new(settings.max_parallel_image_pulls),
             store: Arc::new(StatusStore::default()),
             pcm,
+            network_ready_at: Mutex::new(None),
             cfg,
             settings,
         }
