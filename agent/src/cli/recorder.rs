@@ -156,9 +156,7 @@ impl RunRecorder {
     /// Brings the metrics computed from the timeline and the probes' loss counters up to
     /// date (before a scrape).
     pub fn refresh_metrics(&self) {
-        self.sink
-            .metrics
-            .observe_timeline(&self.sink.collector.timeline());
+        self.sink.metrics.observe_collector(&self.sink.collector);
         if let Some(lost) = self.probes.as_ref().and_then(|p| p.lost().ok()) {
             let by_kind = lost
                 .by_kind

@@ -227,7 +227,7 @@ async fn start_metrics(
     let (metrics, collector) = (recorder.metrics(), recorder.collector());
     let before = {
         let metrics = metrics.clone();
-        Arc::new(move || metrics.observe_timeline(&collector.timeline()))
+        Arc::new(move || metrics.observe_collector(&collector))
     };
     match crate::metrics::serve(addr, metrics, before).await {
         Ok((bound, task)) => {

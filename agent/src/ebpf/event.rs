@@ -9,6 +9,8 @@ use podtrace_ebpf_common::{
 };
 use serde::Serialize;
 
+use super::Comm;
+
 /// Who and when: the header every kernel event carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct EventMeta {
@@ -19,7 +21,7 @@ pub struct EventMeta {
     pub pid: u32,
     /// Process ID.
     pub tgid: u32,
-    pub comm: String,
+    pub comm: Comm,
     /// The task's cgroup in the v2 (unified) hierarchy: matches the `cgroup_id` of a
     /// `cgroup_mkdir` in hierarchy 0.
     pub cgroup_id: u64,
@@ -101,7 +103,7 @@ pub enum KernelEvent {
         #[serde(flatten)]
         cgroup: Cgroup,
         target_pid: u32,
-        target_comm: String,
+        target_comm: Comm,
     },
     /// unshare, setns or clone with CLONE_NEWNET returned. `meta.ktime_ns` is the return.
     Netns {
@@ -235,13 +237,18 @@ fn c_str(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+fn comm(bytes: &[u8]) -> Comm {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    Comm::new(&String::from_utf8_lossy(&bytes[..end]))
+}
+
 fn meta(h: &EventHeader) -> EventMeta {
     EventMeta {
         ktime_ns: h.ktime_ns,
         cpu: h.cpu,
         pid: h.pid,
         tgid: h.tgid,
-        comm: c_str(&h.comm),
+        comm: comm(&h.comm),
         cgroup_id: h.cgroup_id,
     }
 }
@@ -299,7 +306,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 meta: meta(&e.header),
                 cgroup: cgroup(&e),
                 target_pid: e.target_pid,
-                target_comm: c_str(&e.target_comm),
+                target_comm: comm(&e.target_comm),
             }
         }
         EventKind::Netns => {

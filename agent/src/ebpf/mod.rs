@@ -16,6 +16,7 @@
 //! yields an error whose [`EbpfError::is_unavailable`] is true: say so once and go on.
 
 pub mod btf;
+mod comm;
 mod error;
 pub mod event;
 mod loader;
@@ -24,6 +25,7 @@ mod pace;
 mod reader;
 
 pub use btf::KernelOffsets;
+pub use comm::Comm;
 pub use error::EbpfError;
 pub use event::{Cgroup, CniExec, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,7 +11,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::cri::CriCall;
-use crate::timeline::Timeline;
+use crate::timeline::{Collector, Timeline};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Operation {
@@ -91,6 +92,8 @@ pub struct Metrics {
     cni_plugin: HistFamily<Plugin>,
     lost: Family<Kind, Counter>,
     state: Mutex<State>,
+    /// The collector's generation whose timeline was observed last.
+    timeline_seen: AtomicU64,
 }
 
 #[derive(Default)]
@@ -198,6 +201,7 @@ impl Metrics {
             cni_plugin,
             lost,
             state: Mutex::new(State::default()),
+            timeline_seen: AtomicU64::new(0),
         }
     }
 
@@ -251,6 +255,18 @@ impl Metrics {
     pub fn observe_pod_started(&self, uid: &str, secs: f64) {
         let pulls = self.state().pulls_ns.remove(uid).unwrap_or(0) as f64 / 1e9;
         self.pod_start_sli.observe((secs - pulls).max(0.0));
+    }
+
+    /// [`Metrics::observe_timeline`] of what `collector` kept, when it kept anything
+    /// since the last time (an unchanged timeline has no pod to observe), building only
+    /// the pods not observed yet: building the timeline is the costly part.
+    pub fn observe_collector(&self, collector: &Collector) {
+        let staged = self.state().staged.clone();
+        if let Some(timeline) =
+            collector.timeline_if_changed(&self.timeline_seen, |uid| !staged.contains(uid))
+        {
+            self.observe_timeline(&timeline);
+        }
     }
 
     /// Stage and CNI plugin durations of pods that got to Running or failed, once each.
@@ -390,6 +406,57 @@ mod tests {
             text.contains("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_pods_stages_are_observed_once_as_the_collector_grows() {
+        let collector = Collector::new();
+        let pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "app", "image": "app:1"}]}
+        }))
+        .unwrap();
+        collector.push(&crate::trace::TraceRecord::Pod(crate::trace::PodOpRecord {
+            at_ns: 0,
+            op: crate::trace::PodOp::Add,
+            pod: Box::new(pod),
+        }));
+        let call = |method: &str, t: u64| CriCall {
+            method: method.into(),
+            pod_uid: "u".into(),
+            container: if method == "RunPodSandbox" { "" } else { "app" }.into(),
+            attempt: 0,
+            sandbox_id: "s".into(),
+            container_id: if method == "RunPodSandbox" { "" } else { "c" }.into(),
+            image: String::new(),
+            start_ns: t,
+            end_ns: t + 1,
+            code: "OK".into(),
+            message: String::new(),
+            response: BTreeMap::new(),
+        };
+        let m = Metrics::new();
+        let count = |m: &Metrics| {
+            let text = m.encode_prometheus();
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix(
+                        "podtrace_stage_duration_seconds_count{stage=\"container_start\"} ",
+                    )
+                })
+                .map(str::to_string)
+        };
+        for (method, t) in [("RunPodSandbox", 10), ("CreateContainer", 20)] {
+            collector.push(&crate::trace::TraceRecord::Cri(call(method, t)));
+        }
+        m.observe_collector(&collector);
+        assert_eq!(count(&m), None, "not Running yet");
+        collector.push(&crate::trace::TraceRecord::Cri(call("StartContainer", 30)));
+        m.observe_collector(&collector);
+        m.observe_collector(&collector);
+        collector.push(&crate::trace::TraceRecord::Cri(call("StopContainer", 40)));
+        m.observe_collector(&collector);
+        assert_eq!(count(&m).as_deref(), Some("1"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::ebpf::event::cni_args_value;
 use crate::ebpf::{KernelEvent, NetnsCall};
 
 /// Which identity tied an event to its pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Rule {
     /// The cgroup path names the pod (`pod<uid>`) or a sandbox or container CRI created.
@@ -39,7 +39,7 @@ pub enum Rule {
 }
 
 /// Whose an event is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Owner {
     pub pod_uid: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,15 +76,19 @@ impl Owner {
 }
 
 /// The owner of each kernel event that has one, by the event's index in the records.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Each distinct owner is kept once: a pod's hundreds of events have a handful of
+/// owners, and an owner's IDs are a few hundred bytes.
+#[derive(Debug, Clone, Default)]
 pub struct Attribution {
-    owners: BTreeMap<usize, Owner>,
+    distinct: Vec<Owner>,
+    /// Event index to its owner's position in `distinct`.
+    owners: BTreeMap<usize, u32>,
 }
 
 impl Attribution {
     /// The owner of the record at `index`, if it is a kernel event with one.
     pub fn owner(&self, index: usize) -> Option<&Owner> {
-        self.owners.get(&index)
+        self.owners.get(&index).map(|&o| &self.distinct[o as usize])
     }
 
     /// How many events have an owner.
@@ -97,7 +101,56 @@ impl Attribution {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Owner)> {
-        self.owners.iter().map(|(i, o)| (*i, o))
+        self.owners
+            .iter()
+            .map(|(i, &o)| (*i, &self.distinct[o as usize]))
+    }
+}
+
+/// Equal when every event has the same owner, however the owners were numbered.
+impl PartialEq for Attribution {
+    fn eq(&self, other: &Attribution) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Attribution {}
+
+/// An [`Attribution`] being built. The walk's own maps hold owners by their position in
+/// `distinct` too, so no owner is copied per event.
+#[derive(Default)]
+struct Owners {
+    attribution: Attribution,
+    positions: HashMap<Owner, u32>,
+}
+
+impl Owners {
+    /// The position of `owner`, added if it is new.
+    fn intern(&mut self, owner: Owner) -> u32 {
+        let distinct = &mut self.attribution.distinct;
+        *self.positions.entry(owner).or_insert_with_key(|owner| {
+            distinct.push(owner.clone());
+            (distinct.len() - 1) as u32
+        })
+    }
+
+    fn get(&self, position: u32) -> &Owner {
+        &self.attribution.distinct[position as usize]
+    }
+
+    /// The owner at `position`, tied by `rule` instead.
+    fn by(&mut self, position: u32, rule: Rule) -> u32 {
+        let owner = self.get(position).by(rule);
+        self.intern(owner)
+    }
+
+    fn set(&mut self, index: usize, position: u32) {
+        self.attribution.owners.insert(index, position);
+    }
+
+    /// Gives `index` the owner at `position` unless it has an owner already.
+    fn set_if_none(&mut self, index: usize, position: u32) {
+        self.attribution.owners.entry(index).or_insert(position);
     }
 }
 
@@ -109,11 +162,11 @@ struct Created {
 }
 
 pub(super) fn attribute(index: &Index<'_>) -> Attribution {
-    let mut owners: BTreeMap<usize, Owner> = BTreeMap::new();
+    let mut owners = Owners::default();
     // v2 cgroup ID of an attributed cgroup, to its owner.
-    let mut cgroups: HashMap<u64, Owner> = HashMap::new();
+    let mut cgroups: HashMap<u64, u32> = HashMap::new();
     // Live CNI plugins and their descendants, by process ID.
-    let mut procs: HashMap<u32, Owner> = HashMap::new();
+    let mut procs: HashMap<u32, u32> = HashMap::new();
     // Plugins whose own exec has not been seen yet: only that one exec is theirs by PID,
     // so a reused PID cannot inherit an owner.
     let mut awaiting_exec: HashSet<u32> = HashSet::new();
@@ -121,7 +174,7 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
     // whose RunPodSandbox failed after its network was set up).
     let mut cni_sandboxes: HashMap<String, String> = HashMap::new();
     let mut created: Vec<Created> = Vec::new();
-    let mut entered: Vec<(u32, u64, Owner)> = Vec::new();
+    let mut entered: Vec<(u32, u64, u32)> = Vec::new();
     // Every successful setns: (index, inode, time).
     let mut setns: Vec<(usize, u32, u64)> = Vec::new();
 
@@ -130,34 +183,35 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
         let owner = match e {
             KernelEvent::CniExec(c) => {
                 let (container_id, args) = (&c.container_id, &c.args);
-                let owner = cni_owner(index, container_id, args);
-                if let Some(o) = &owner {
-                    procs.insert(meta.tgid, o.by(Rule::Ancestry));
-                    awaiting_exec.insert(meta.tgid);
+                cni_owner(index, container_id, args).map(|o| {
                     if !container_id.is_empty() {
                         cni_sandboxes.insert(container_id.clone(), o.pod_uid.clone());
                     }
-                }
-                owner
+                    let o = owners.intern(o);
+                    procs.insert(meta.tgid, owners.by(o, Rule::Ancestry));
+                    awaiting_exec.insert(meta.tgid);
+                    o
+                })
             }
             KernelEvent::CgroupMkdir { cgroup, .. }
             | KernelEvent::CgroupRmdir { cgroup, .. }
             | KernelEvent::CgroupAttach { cgroup, .. } => {
-                let owner = cgroup_owner(index, &cni_sandboxes, &cgroup.path);
-                if let (KernelEvent::CgroupMkdir { .. }, Some(o)) = (e, &owner)
+                let owner =
+                    cgroup_owner(index, &cni_sandboxes, &cgroup.path).map(|o| owners.intern(o));
+                if let (KernelEvent::CgroupMkdir { .. }, Some(o)) = (e, owner)
                     && cgroup.hierarchy == 0
                 {
-                    cgroups.insert(cgroup.cgroup_id, o.by(Rule::CgroupId));
+                    cgroups.insert(cgroup.cgroup_id, owners.by(o, Rule::CgroupId));
                 }
                 owner
             }
             KernelEvent::Exec { ppid, .. } => {
-                if let Some(o) = cgroups.get(&meta.cgroup_id) {
-                    Some(o.clone())
+                if let Some(&o) = cgroups.get(&meta.cgroup_id) {
+                    Some(o)
                 } else if awaiting_exec.remove(&meta.tgid) {
-                    procs.get(&meta.tgid).cloned()
-                } else if let Some(o) = ppid.and_then(|p| procs.get(&p)).cloned() {
-                    procs.insert(meta.tgid, o.clone());
+                    procs.get(&meta.tgid).copied()
+                } else if let Some(&o) = ppid.and_then(|p| procs.get(&p)) {
+                    procs.insert(meta.tgid, o);
                     Some(o)
                 } else {
                     None
@@ -166,7 +220,7 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
             KernelEvent::Exit { .. } => {
                 awaiting_exec.remove(&meta.tgid);
                 let proc_owner = procs.remove(&meta.tgid);
-                cgroups.get(&meta.cgroup_id).cloned().or(proc_owner)
+                cgroups.get(&meta.cgroup_id).copied().or(proc_owner)
             }
             KernelEvent::Netns {
                 syscall,
@@ -177,7 +231,7 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
                 let owner = cgroups
                     .get(&meta.cgroup_id)
                     .or_else(|| procs.get(&meta.tgid))
-                    .cloned();
+                    .copied();
                 if let (0, Some(inum)) = (*ret, *netns_inum) {
                     match syscall {
                         NetnsCall::Unshare | NetnsCall::Clone | NetnsCall::Clone3 => {
@@ -189,8 +243,8 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
                         }
                         NetnsCall::Setns => {
                             setns.push((i, inum, meta.ktime_ns));
-                            if let Some(o) = &owner {
-                                entered.push((inum, meta.ktime_ns, o.clone()));
+                            if let Some(o) = owner {
+                                entered.push((inum, meta.ktime_ns, o));
                             }
                         }
                     }
@@ -199,12 +253,12 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
             }
         };
         if let Some(o) = owner {
-            owners.insert(i, o);
+            owners.set(i, o);
         }
     }
 
     attribute_netns(&created, &entered, &setns, &mut owners);
-    Attribution { owners }
+    owners.attribution
 }
 
 /// A namespace belongs to the pod whose task entered it; the creation it came from is
@@ -212,30 +266,30 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
 /// freed). Other entries into it, until the inode is created anew, are the pod's too.
 fn attribute_netns(
     created: &[Created],
-    entered: &[(u32, u64, Owner)],
+    entered: &[(u32, u64, u32)],
     setns: &[(usize, u32, u64)],
-    owners: &mut BTreeMap<usize, Owner>,
+    owners: &mut Owners,
 ) {
     // Creation (by position in `created`) to owner: the first entry decides.
-    let mut namespaces: BTreeMap<usize, Owner> = BTreeMap::new();
-    for (inum, at, owner) in entered {
-        let Some(pos) = created.iter().rposition(|c| c.inum == *inum && c.at <= *at) else {
+    let mut namespaces: BTreeMap<usize, u32> = BTreeMap::new();
+    for &(inum, at, owner) in entered {
+        let Some(pos) = created.iter().rposition(|c| c.inum == inum && c.at <= at) else {
             continue;
         };
-        namespaces
-            .entry(pos)
-            .or_insert_with(|| owner.by(Rule::Netns));
+        if let std::collections::btree_map::Entry::Vacant(v) = namespaces.entry(pos) {
+            v.insert(owners.by(owner, Rule::Netns));
+        }
     }
-    for (&pos, owner) in &namespaces {
+    for (&pos, &owner) in &namespaces {
         let c = &created[pos];
-        owners.entry(c.index).or_insert_with(|| owner.clone());
+        owners.set_if_none(c.index, owner);
         let until = created[pos + 1..]
             .iter()
             .find(|n| n.inum == c.inum)
             .map_or(u64::MAX, |n| n.at);
         for &(i, inum, at) in setns {
             if inum == c.inum && at >= c.at && at < until {
-                owners.entry(i).or_insert_with(|| owner.clone());
+                owners.set_if_none(i, owner);
             }
         }
     }

@@ -4,14 +4,23 @@
 //! read state (relists, status polls) only the first few per pod, sandbox and container
 //! are kept: the builder reads no others, so the timeline is the same as from a full
 //! trace. The runtime's Status answers are kept when they change, for `diagnose`.
+//!
+//! A timeline is built from a snapshot that shares the kept records with the collector
+//! (`chunks.rs`), so building one every few seconds neither copies them nor holds the
+//! lock that every CRI call and kernel event takes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::api::core::v1::Pod;
+
+use super::chunks::{Chunks, Snapshot};
+use super::index::{Index, Ref};
 use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::trace::TraceRecord;
+use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
 /// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,
@@ -27,15 +36,63 @@ pub const OBSERVATIONS_KEPT: u32 = 4;
 const MAX_KEYS: usize = 100_000;
 
 /// Kept records by kind, each in a queue of its own type: a `TraceRecord` is as large as
-/// its largest variant, and kernel events, by far the most numerous, are a third of that.
-#[derive(Debug, Default)]
+/// its largest variant, and kernel events, by far the most numerous, are about half that.
+#[derive(Debug)]
 struct Kept {
-    pods: VecDeque<TraceRecord>,
-    calls: VecDeque<CriCall>,
-    events: VecDeque<TraceRecord>,
-    kernel: VecDeque<KernelEvent>,
+    pods: Chunks<PodOpRecord>,
+    calls: Chunks<CriCall>,
+    events: Chunks<PodEventRecord>,
+    kernel: Chunks<KernelEvent>,
     observations: HashMap<String, u32>,
     last_status: Option<BTreeMap<String, String>>,
+    /// Counts the records kept: the timeline changes only when this does.
+    generation: u64,
+}
+
+impl Default for Kept {
+    fn default() -> Kept {
+        Kept {
+            pods: Chunks::new(MAX_PODS),
+            calls: Chunks::new(MAX_CALLS),
+            events: Chunks::new(MAX_EVENTS),
+            kernel: Chunks::new(MAX_KERNEL),
+            observations: HashMap::new(),
+            last_status: None,
+            generation: 0,
+        }
+    }
+}
+
+/// What was kept at one moment, built into a timeline without holding the collector.
+struct Frozen {
+    pods: Snapshot<PodOpRecord>,
+    calls: Snapshot<CriCall>,
+    events: Snapshot<PodEventRecord>,
+    kernel: Snapshot<KernelEvent>,
+}
+
+impl Frozen {
+    fn of(kept: &Kept) -> Frozen {
+        Frozen {
+            pods: kept.pods.snapshot(),
+            calls: kept.calls.snapshot(),
+            events: kept.events.snapshot(),
+            kernel: kept.kernel.snapshot(),
+        }
+    }
+
+    fn timeline(&self, wanted: &dyn Fn(&str) -> bool) -> Timeline {
+        // Positions as in `Collector::records`.
+        let refs = self
+            .pods
+            .iter()
+            .map(Ref::Pod)
+            .chain(self.calls.iter().map(Ref::Cri))
+            .chain(self.events.iter().map(Ref::Event))
+            .chain(self.kernel.iter().map(Ref::Kernel))
+            .enumerate();
+        super::build_index(&Index::of(refs), wanted)
+    }
 }
 
 /// The agent's in-memory record of a run. Cheap to share; every method takes `&self`.
@@ -57,9 +114,9 @@ impl Collector {
     pub fn push(&self, record: &TraceRecord) {
         let mut kept = self.lock();
         match record {
-            TraceRecord::Pod(_) => bounded_push(&mut kept.pods, MAX_PODS, record.clone()),
-            TraceRecord::Event(_) => bounded_push(&mut kept.events, MAX_EVENTS, record.clone()),
-            TraceRecord::Kernel(e) => bounded_push(&mut kept.kernel, MAX_KERNEL, e.clone()),
+            TraceRecord::Pod(p) => kept.pods.push(kept_pod_op(p)),
+            TraceRecord::Event(e) => kept.events.push(e.clone()),
+            TraceRecord::Kernel(e) => kept.kernel.push(e.clone()),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
@@ -68,37 +125,74 @@ impl Collector {
                     return;
                 }
                 kept.last_status = Some(c.response.clone());
-                bounded_push(&mut kept.calls, MAX_CALLS, c.clone());
+                kept.calls.push(c.clone());
             }
             TraceRecord::Cri(c) => {
                 if c.is_observation() && !keep_observation(&mut kept.observations, c) {
                     return;
                 }
-                bounded_push(&mut kept.calls, MAX_CALLS, c.clone());
+                kept.calls.push(c.clone());
             }
             // The status store holds the latest status; the builder reads none.
             TraceRecord::Header(_)
             | TraceRecord::Status(_)
             | TraceRecord::Stage(_)
-            | TraceRecord::Footer(_) => {}
+            | TraceRecord::Footer(_) => return,
         }
+        kept.generation += 1;
     }
 
     /// Everything kept, each kind in the order it arrived.
     pub fn records(&self) -> Vec<TraceRecord> {
         let kept = self.lock();
-        kept.pods
-            .iter()
-            .cloned()
-            .chain(kept.calls.iter().cloned().map(TraceRecord::Cri))
-            .chain(kept.events.iter().cloned())
-            .chain(kept.kernel.iter().cloned().map(TraceRecord::Kernel))
-            .collect()
+        let len = kept.pods.len() + kept.calls.len() + kept.events.len() + kept.kernel.len();
+        let mut out = Vec::with_capacity(len);
+        out.extend(kept.pods.iter().cloned().map(TraceRecord::Pod));
+        out.extend(kept.calls.iter().cloned().map(TraceRecord::Cri));
+        out.extend(kept.events.iter().cloned().map(TraceRecord::Event));
+        out.extend(kept.kernel.iter().cloned().map(TraceRecord::Kernel));
+        out
     }
 
     /// The timeline of everything kept.
     pub fn timeline(&self) -> Timeline {
-        super::build(&self.records())
+        let frozen = Frozen::of(&self.lock());
+        frozen.timeline(&|_| true)
+    }
+
+    /// The timeline of the pods `wanted` picks by UID, unless nothing was kept since
+    /// the one built when `seen` was last updated (the same records give the same
+    /// timeline); `seen` then holds this one's generation. For callers that poll and
+    /// need only some pods: a pod's stages are most of what a build allocates.
+    pub fn timeline_if_changed(
+        &self,
+        seen: &AtomicU64,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Option<Timeline> {
+        let frozen = {
+            let kept = self.lock();
+            if seen.swap(kept.generation, Ordering::Relaxed) == kept.generation {
+                return None;
+            }
+            Frozen::of(&kept)
+        };
+        Some(frozen.timeline(&wanted))
+    }
+}
+
+/// A pod change as kept: of a removal, the builder and `diagnose` read only which pod
+/// and when, so its spec (a few KiB per pod) is left to the trace.
+fn kept_pod_op(p: &PodOpRecord) -> PodOpRecord {
+    if p.op != PodOp::Remove {
+        return p.clone();
+    }
+    PodOpRecord {
+        at_ns: p.at_ns,
+        op: p.op,
+        pod: Box::new(Pod {
+            metadata: p.pod.metadata.clone(),
+            ..Pod::default()
+        }),
     }
 }
 
@@ -125,33 +219,4 @@ fn keep_observation(counts: &mut HashMap<String, u32>, c: &CriCall) -> bool {
         }
     }
     keep
-}
-
-/// Appends `item`, dropping the oldest first when `queue` holds `cap`.
-fn bounded_push<T>(queue: &mut VecDeque<T>, cap: usize, item: T) {
-    if queue.len() >= cap {
-        queue.pop_front();
-    }
-    queue.push_back(item);
-}
-
-#[cfg(test)]
-mod tmp_sizes {
-    #[test]
-    fn tmp_sizes() {
-        use k8s_openapi::api::core::v1::*;
-        eprintln!(
-            "KernelEvent {} EventMeta {} CriCall {} TraceRecord {} Pod {} PodSpec {} Container {} PodStatus {} Owner {} CniExec {}",
-            size_of::<crate::ebpf::KernelEvent>(),
-            size_of::<crate::ebpf::EventMeta>(),
-            size_of::<crate::cri::CriCall>(),
-            size_of::<crate::trace::TraceRecord>(),
-            size_of::<Pod>(),
-            size_of::<PodSpec>(),
-            size_of::<Container>(),
-            size_of::<PodStatus>(),
-            size_of::<crate::timeline::Owner>(),
-            size_of::<crate::ebpf::event::CniExec>(),
-        );
-    }
 }

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::trace::{PodEventRecord, PodOp, TraceRecord};
+use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 
 /// A pod the agent ran.
 #[derive(Debug, Clone)]
@@ -41,8 +41,35 @@ pub(super) struct Index<'a> {
     pub kernel: Vec<(usize, &'a KernelEvent)>,
 }
 
+/// A record the builder reads, borrowed from wherever it is kept.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ref<'a> {
+    Pod(&'a PodOpRecord),
+    Cri(&'a CriCall),
+    Event(&'a PodEventRecord),
+    Kernel(&'a KernelEvent),
+}
+
 impl<'a> Index<'a> {
     pub fn new(records: &'a [TraceRecord]) -> Index<'a> {
+        Index::of(records.iter().enumerate().filter_map(|(i, r)| {
+            let r = match r {
+                TraceRecord::Pod(p) => Ref::Pod(p),
+                TraceRecord::Cri(c) => Ref::Cri(c),
+                TraceRecord::Event(e) => Ref::Event(e),
+                TraceRecord::Kernel(k) => Ref::Kernel(k),
+                TraceRecord::Header(_)
+                | TraceRecord::Status(_)
+                | TraceRecord::Stage(_)
+                | TraceRecord::Footer(_) => return None,
+            };
+            Some((i, r))
+        }))
+    }
+
+    /// The index of `records`, each with its position in the run's records (what an
+    /// [`super::Attribution`] names a kernel event by), in record order.
+    pub fn of(records: impl IntoIterator<Item = (usize, Ref<'a>)>) -> Index<'a> {
         let mut index = Index {
             pods: BTreeMap::new(),
             sandboxes: BTreeMap::new(),
@@ -53,16 +80,12 @@ impl<'a> Index<'a> {
         };
         let mut cri: Vec<&'a CriCall> = Vec::new();
         let mut events: Vec<&'a PodEventRecord> = Vec::new();
-        for (i, r) in records.iter().enumerate() {
+        for (i, r) in records {
             match r {
-                TraceRecord::Pod(p) => index.pod_op(p.op, p.at_ns, &p.pod),
-                TraceRecord::Cri(c) => cri.push(c),
-                TraceRecord::Event(e) => events.push(e),
-                TraceRecord::Kernel(k) => index.kernel.push((i, k)),
-                TraceRecord::Header(_)
-                | TraceRecord::Status(_)
-                | TraceRecord::Stage(_)
-                | TraceRecord::Footer(_) => {}
+                Ref::Pod(p) => index.pod_op(p.op, p.at_ns, &p.pod),
+                Ref::Cri(c) => cri.push(c),
+                Ref::Event(e) => events.push(e),
+                Ref::Kernel(k) => index.kernel.push((i, k)),
             }
         }
         // Stable sorts keep record order among equal times, so the result does not

@@ -14,6 +14,7 @@
 //! keeps at all: everything attributable, and node-level events only around pod work.
 
 mod attribution;
+mod chunks;
 mod collector;
 mod filter;
 mod ids;
@@ -36,9 +37,14 @@ use crate::trace::TraceRecord;
 
 /// The timeline of every pod in `records`.
 pub fn build(records: &[TraceRecord]) -> Timeline {
-    let index = index::Index::new(records);
-    let attribution = attribution::attribute(&index);
-    stages::build(&index, &attribution)
+    build_index(&index::Index::new(records), &|_| true)
+}
+
+/// The timeline of the pods `wanted` picks by UID: attribution walks every event, but
+/// only those pods' stages are built.
+fn build_index(index: &index::Index<'_>, wanted: &dyn Fn(&str) -> bool) -> Timeline {
+    let attribution = attribution::attribute(index);
+    stages::build(index, &attribution, wanted)
 }
 
 /// Which pod each kernel event in `records` belongs to, by the event's index.

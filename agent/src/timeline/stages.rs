@@ -45,14 +45,21 @@ const SANDBOX_READY: &str = "0";
 /// A kernel event attributed to the pod being built.
 type Attributed<'a> = (&'a KernelEvent, &'a Owner);
 
-pub(super) fn build(index: &Index<'_>, attribution: &Attribution) -> Timeline {
+/// The timeline of the pods `wanted` picks (by UID); the event counts are the run's.
+pub(super) fn build(
+    index: &Index<'_>,
+    attribution: &Attribution,
+    wanted: &dyn Fn(&str) -> bool,
+) -> Timeline {
     let mut by_pod: BTreeMap<&str, Vec<Attributed<'_>>> = BTreeMap::new();
     let mut node_events = 0;
     let mut other_pod_events = 0;
     for &(i, e) in &index.kernel {
         match attribution.owner(i) {
             Some(o) if index.pods.contains_key(&o.pod_uid) => {
-                by_pod.entry(o.pod_uid.as_str()).or_default().push((e, o));
+                if wanted(&o.pod_uid) {
+                    by_pod.entry(o.pod_uid.as_str()).or_default().push((e, o));
+                }
             }
             Some(_) => other_pod_events += 1,
             None => node_events += 1,
@@ -61,6 +68,7 @@ pub(super) fn build(index: &Index<'_>, attribution: &Attribution) -> Timeline {
     let mut pods: Vec<PodTimeline> = index
         .pods
         .iter()
+        .filter(|(uid, _)| wanted(uid))
         .map(|(uid, info)| {
             let kernel = by_pod.get(uid.as_str()).map_or(&[][..], Vec::as_slice);
             PodBuilder::new(index, uid, info, kernel).build()

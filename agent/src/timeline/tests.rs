@@ -346,6 +346,72 @@ fn the_agents_bounded_records_give_the_same_timeline() {
 }
 
 #[test]
+fn the_agent_keeps_no_spec_of_a_removed_pod_and_builds_the_same_timeline() {
+    let mut records = run("portmap", 0);
+    let TraceRecord::Pod(add) = &records[0] else {
+        panic!("run() starts with the pod's ADD");
+    };
+    records.push(TraceRecord::Pod(PodOpRecord {
+        at_ns: 900 * MS,
+        op: PodOp::Remove,
+        pod: add.pod.clone(),
+    }));
+    let collector = Collector::new();
+    for r in &records {
+        collector.push(r);
+    }
+    assert_eq!(collector.timeline(), build(&records));
+    let kept = collector.records();
+    let ops: Vec<(PodOp, bool)> = kept
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Pod(p) => Some((p.op, p.pod.spec.is_some())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ops, [(PodOp::Add, true), (PodOp::Remove, false)]);
+    assert_eq!(
+        crate::diagnose::diagnose(&kept, None),
+        crate::diagnose::diagnose(&records, None)
+    );
+}
+
+#[test]
+fn a_polled_timeline_is_built_again_only_after_a_record_was_kept() {
+    let records = run("portmap", 0);
+    let collector = Collector::new();
+    let seen = std::sync::atomic::AtomicU64::new(0);
+    let all = |_: &str| true;
+    assert_eq!(collector.timeline_if_changed(&seen, all), None);
+    for r in &records {
+        collector.push(r);
+    }
+    assert_eq!(
+        collector.timeline_if_changed(&seen, all),
+        Some(build(&records))
+    );
+    assert_eq!(collector.timeline_if_changed(&seen, all), None);
+    // A status poll beyond the first few is not kept: nothing changed.
+    let mut poll = call("ContainerStatus", 400, 401);
+    poll.container_id = CONTAINER.into();
+    for _ in 0..10 {
+        collector.push(&cri(poll.clone()));
+    }
+    let _ = collector.timeline_if_changed(&seen, all);
+    collector.push(&cri(poll));
+    assert_eq!(collector.timeline_if_changed(&seen, all), None);
+    collector.push(&records[0]);
+    // Only the pods asked for are built; the run's counts stay.
+    let none = collector.timeline_if_changed(&seen, |_| false).unwrap();
+    let full = build(&records);
+    assert!(none.pods.is_empty());
+    assert_eq!(
+        (none.kernel_events, none.node_events, none.other_pod_events),
+        (full.kernel_events, full.node_events, full.other_pod_events)
+    );
+}
+
+#[test]
 fn the_kernel_filter_keeps_every_attributable_event() {
     let records = run("portmap", 0);
     let mut filter = KernelFilter::new();
