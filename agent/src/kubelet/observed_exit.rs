@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, PodStatus};
 
-use super::status::api_container_id;
+use super::status::{api_container_id, container_statuses_mut};
 
 /// `status` with the running container `container_id` shown terminated with
 /// `exit_code`, and the pod's readiness conditions false; `None` when no running container
@@ -21,15 +21,10 @@ pub fn with_observed_exit(
 ) -> Option<PodStatus> {
     let mut status = status.clone();
     let api_id = api_container_id(container_id);
-    let cs = status
-        .container_statuses
-        .iter_mut()
-        .flatten()
-        .chain(status.init_container_statuses.iter_mut().flatten())
-        .find(|cs| {
-            cs.container_id.as_deref() == Some(api_id.as_str())
-                && cs.state.as_ref().is_some_and(|s| s.running.is_some())
-        })?;
+    let cs = container_statuses_mut(&mut status).find(|cs| {
+        cs.container_id.as_deref() == Some(api_id.as_str())
+            && cs.state.as_ref().is_some_and(|s| s.running.is_some())
+    })?;
     cs.state = Some(ContainerState {
         terminated: Some(ContainerStateTerminated {
             exit_code,

@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, PodStatus};
 
-use super::status::api_container_id;
+use super::status::{api_container_id, container_statuses_mut};
 
 /// `status` with the container named `name` shown running as `container_id` (its
 /// `attempt`-th instance); `None` when the status already knows that instance (running,
@@ -22,12 +22,7 @@ pub fn with_observed_start(
 ) -> Option<PodStatus> {
     let mut status = status.clone();
     let api_id = api_container_id(container_id);
-    let cs = status
-        .container_statuses
-        .iter_mut()
-        .flatten()
-        .chain(status.init_container_statuses.iter_mut().flatten())
-        .find(|cs| cs.name == name)?;
+    let cs = container_statuses_mut(&mut status).find(|cs| cs.name == name)?;
     let last_is_this = cs
         .last_state
         .as_ref()

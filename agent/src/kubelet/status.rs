@@ -269,6 +269,17 @@ pub fn api_container_id(id: &str) -> String {
     format!("containerd://{id}")
 }
 
+/// Every container status of a pod status, regular and init, for changing in place.
+pub fn container_statuses_mut(
+    status: &mut PodStatus,
+) -> impl Iterator<Item = &mut ApiContainerStatus> {
+    status
+        .container_statuses
+        .iter_mut()
+        .flatten()
+        .chain(status.init_container_statuses.iter_mut().flatten())
+}
+
 /// The runtime's container ID in an API `containerID` (`<runtime>://<id>`).
 pub fn runtime_container_id(api_id: &str) -> &str {
     api_id.split_once("://").map_or(api_id, |(_, id)| id)
