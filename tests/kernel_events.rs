@@ -1,5 +1,5 @@
 //! `podtrace kernel-events`: the eBPF probes watching a real sandbox come up on the lab,
-//! unshare/clone/setns reporting the netns each task ends up in, a ring buffer too small
+//! unshare/setns (and clone, on request) reporting the netns each task ends up in, a ring buffer too small
 //! for a burst counting what it dropped, and nodes without BPF privileges or tracefs
 //! where podtrace says once what is missing and carries on.
 
@@ -222,6 +222,26 @@ fn printed_inode(out: &std::process::Output) -> u64 {
         .unwrap_or_else(|| panic!("not a netns link: {text:?} ({})", stderr(out)))
 }
 
+/// clone(CLONE_NEWNET | SIGCHLD) through perl's raw syscall (56 on x86_64): the child
+/// execs readlink inside the new namespace.
+fn clone_into_new_netns() -> std::process::Output {
+    Command::new("perl")
+        .args([
+            "-e",
+            r#"my $r = syscall(56, 0x40000011, 0, 0, 0, 0); if ($r == 0) { exec "readlink", "/proc/self/ns/net" } waitpid($r, 0);"#,
+        ])
+        .output()
+        .expect("perl")
+}
+
+fn find_netns(w: &Watched, syscall: &str, comm: &str, inode: u64) -> Option<Value> {
+    w.of_kind("netns")
+        .find(|e| {
+            e["syscall"] == syscall && e["comm"] == comm && e["netns_inum"].as_u64() == Some(inode)
+        })
+        .cloned()
+}
+
 #[test]
 fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
     let _one = serial();
@@ -230,15 +250,7 @@ fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
         .args(["--net", "readlink", "/proc/self/ns/net"])
         .output()
         .expect("unshare");
-    // clone(CLONE_NEWNET | SIGCHLD) through perl's raw syscall (56 on x86_64): the child
-    // execs readlink inside the new namespace.
-    let cloned = Command::new("perl")
-        .args([
-            "-e",
-            r#"my $r = syscall(56, 0x40000011, 0, 0, 0, 0); if ($r == 0) { exec "readlink", "/proc/self/ns/net" } waitpid($r, 0);"#,
-        ])
-        .output()
-        .expect("perl");
+    let cloned = clone_into_new_netns();
     let entered = Command::new("nsenter")
         .args(["--net=/proc/self/ns/net", "readlink", "/proc/self/ns/net"])
         .output()
@@ -246,30 +258,43 @@ fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
     let w = watcher.stop();
     assert!(w.status.success(), "{}", w.stderr);
     let find = |syscall: &str, comm: &str, inode: u64| {
-        w.of_kind("netns")
-            .find(|e| {
-                e["syscall"] == syscall
-                    && e["comm"] == comm
-                    && e["netns_inum"].as_u64() == Some(inode)
-            })
-            .unwrap_or_else(|| {
-                let seen: Vec<&Value> = w.of_kind("netns").collect();
-                panic!("no {syscall} by {comm} into netns {inode}: {seen:#?}")
-            })
-            .clone()
+        find_netns(&w, syscall, comm, inode).unwrap_or_else(|| {
+            let seen: Vec<&Value> = w.of_kind("netns").collect();
+            panic!("no {syscall} by {comm} into netns {inode}: {seen:#?}")
+        })
     };
     let u = find("unshare", "unshare", printed_inode(&unshared));
     assert_eq!(u["ret"], 0);
     assert_eq!(u["flags"].as_u64().unwrap() & 0x4000_0000, 0x4000_0000);
-    let c = find("clone", "perl", printed_inode(&cloned));
-    assert_eq!(c["ret"], 0, "the child reports the clone");
-    assert!(c["parent_pid"].as_u64().is_some_and(|p| p > 0), "{c}");
     let s = find("setns", "nsenter", printed_inode(&entered));
     assert_eq!(s["ret"], 0);
     assert!(s["fd"].as_i64().is_some_and(|fd| fd >= 0), "{s}");
-    for e in [&u, &c, &s] {
+    for e in [&u, &s] {
         assert!(ns(e, "start_ns") <= ns(e, "ktime_ns"), "{e}");
     }
+    // clone is opt-in: without --clone-netns its tracepoints stay off.
+    assert_eq!(
+        find_netns(&w, "clone", "perl", printed_inode(&cloned)),
+        None,
+        "clone reported without --clone-netns"
+    );
+}
+
+#[test]
+fn clone_with_a_new_netns_is_reported_on_request() {
+    let _one = serial();
+    let watcher = Watcher::start(&["--clone-netns"]);
+    let cloned = clone_into_new_netns();
+    let w = watcher.stop();
+    assert!(w.status.success(), "{}", w.stderr);
+    let inode = printed_inode(&cloned);
+    let c = find_netns(&w, "clone", "perl", inode).unwrap_or_else(|| {
+        let seen: Vec<&Value> = w.of_kind("netns").collect();
+        panic!("no clone by perl into netns {inode}: {seen:#?}")
+    });
+    assert_eq!(c["ret"], 0, "the child reports the clone");
+    assert!(c["parent_pid"].as_u64().is_some_and(|p| p > 0), "{c}");
+    assert!(ns(&c, "start_ns") <= ns(&c, "ktime_ns"), "{c}");
 }
 
 fn without_caps(args: &[&str]) -> std::process::Output {

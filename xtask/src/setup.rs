@@ -41,7 +41,6 @@ pub const TRACEPOINTS: &[(&str, &str)] = &[
     ("syscalls", "sys_exit_unshare"),
     ("syscalls", "sys_enter_setns"),
     ("syscalls", "sys_exit_setns"),
-    ("syscalls", "sys_enter_execve"),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

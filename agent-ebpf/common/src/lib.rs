@@ -49,6 +49,11 @@ pub mod names {
     pub const TASK_REAL_PARENT_OFFSET: &str = "TASK_REAL_PARENT_OFFSET";
     /// Byte offset of `task_struct.tgid`.
     pub const TASK_TGID_OFFSET: &str = "TASK_TGID_OFFSET";
+    /// Byte offset of `task_struct.mm`.
+    pub const TASK_MM_OFFSET: &str = "TASK_MM_OFFSET";
+    /// Byte offset of `mm_struct.start_stack`: where a new program's `argc` is, followed
+    /// by its `argv` and `envp` pointers.
+    pub const MM_START_STACK_OFFSET: &str = "MM_START_STACK_OFFSET";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the
@@ -68,7 +73,7 @@ pub enum EventKind {
     CgroupAttach = 5,
     /// unshare, setns or clone with `CLONE_NEWNET`, after it returned: [`NetnsEvent`].
     Netns = 6,
-    /// execve of a file in the CNI plugin directory: [`CniExecEvent`].
+    /// exec of a file in the CNI plugin directory: [`CniExecEvent`].
     CniExec = 7,
 }
 
@@ -212,8 +217,8 @@ pub mod cni_flags {
     pub const ENV_UNREADABLE: u32 = 2;
 }
 
-/// `sys_enter_execve` of a file in the CNI plugin directory, with the `CNI_*`
-/// variables from its environment. Values are NUL-terminated; empty when absent.
+/// An exec (`sched_process_exec`) of a file in the CNI plugin directory, with the
+/// `CNI_*` variables from the new program's environment. Values are NUL-terminated; empty when absent.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct CniExecEvent {
@@ -282,14 +287,16 @@ pub fn prefix_matches(prefix: &Prefix, path: &[u8; PREFIX_LEN]) -> bool {
     if prefix.len == 0 {
         return false;
     }
-    let mut diff = 0u8;
+    // Eight bytes at a time, leaving at the first word that differs: most paths differ
+    // from the prefix within the first word or two, and every exec runs this. Each exit
+    // ends its path, so the verifier walks eight paths, not combinations.
     let mut i = 0;
-    while i < PREFIX_LEN {
-        diff |= (path[i] ^ prefix.bytes[i]) & prefix.mask[i];
+    while i < PREFIX_LEN / 8 {
+        let (p, b, m) = (word(path, i), word(&prefix.bytes, i), word(&prefix.mask, i));
+        if (p ^ b) & m != 0 {
+            return false;
+        }
         i += 1;
-    }
-    if diff != 0 {
-        return false;
     }
     if prefix.boundary == 0 {
         return true;
@@ -297,6 +304,13 @@ pub fn prefix_matches(prefix: &Prefix, path: &[u8; PREFIX_LEN]) -> bool {
     // Masked, not compared: `boundary` is only set when len < PREFIX_LEN.
     let next = path[(prefix.len as usize) & (PREFIX_LEN - 1)];
     next == 0 || next == b'/'
+}
+
+/// The `i`th 8-byte word of `bytes` (unaligned: a path inside an event need not be).
+#[inline(always)]
+fn word(bytes: &[u8; PREFIX_LEN], i: usize) -> u64 {
+    // SAFETY: `i < PREFIX_LEN / 8`, so the eight bytes read are inside `bytes`.
+    unsafe { core::ptr::read_unaligned(bytes.as_ptr().add((i & 7) * 8) as *const u64) }
 }
 
 /// The probes wake the ring buffer's reader each time the unread data grows past
@@ -338,6 +352,7 @@ const _: () = {
     assert!(core::mem::size_of::<CniExecEvent>() == H + 8 + 3 * PATH_LEN + 32 + 128);
     assert!(core::mem::size_of::<Prefix>() == 8 + 2 * PREFIX_LEN);
     assert!(PREFIX_LEN.is_power_of_two());
+    assert!(PREFIX_LEN.is_multiple_of(8) && PREFIX_LEN <= PATH_LEN);
 };
 
 #[cfg(feature = "user")]

@@ -1,71 +1,66 @@
-//! `syscalls:sys_enter_execve` of CNI plugins, with the `CNI_*` variables of their
-//! environment: `CNI_CONTAINERID` and `CNI_ARGS` tie each plugin run to its sandbox and
-//! pod exactly. Any other execve returns after one short string compare.
+//! Execs of CNI plugins, with the `CNI_*` variables of their environment:
+//! `CNI_CONTAINERID` and `CNI_ARGS` tie each plugin run to its sandbox and pod exactly.
+//!
+//! Reported from `sched_process_exec` (see `sched.rs`), not from `sys_enter_execve`: a
+//! syscall tracepoint, once enabled, costs every execve on the node its dispatch, while
+//! the exec tracepoint runs anyway. Any other exec costs one compare of the filename the
+//! exec event already holds. The environment is the new program's, read through its
+//! stack.
 
-use aya_ebpf::helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes};
-use aya_ebpf::macros::{map, tracepoint};
+use aya_ebpf::helpers::{
+    bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+};
+use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::warn;
 use podtrace_ebpf_common::{
-    CniExecEvent, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
+    CniExecEvent, EventKind, MAX_ENV_SCAN, PATH_LEN, PREFIX_LEN, Prefix, cni_flags,
+    prefix_matches,
 };
 
-use crate::{fill_header, reserve};
+use crate::{fill_header, reserve, task};
 
 #[map(name = "CNI_BIN_DIR")]
 static CNI_BIN_DIR: Array<Prefix> = Array::with_max_entries(1, 0);
-
-// Offsets from /sys/kernel/tracing/events/syscalls/sys_enter_execve/format.
-const EXECVE_FILENAME: usize = 16;
-const EXECVE_ENVP: usize = 32;
 
 /// Bytes of an environment entry read to recognise its name: the longest name with its
 /// `=` is `CNI_CONTAINERID=` (16), and the string read needs one byte for the NUL.
 const ENV_HEAD: usize = 24;
 
-#[tracepoint]
-pub fn sys_enter_execve(ctx: TracePointContext) -> u32 {
-    match try_sys_enter_execve(&ctx) {
-        Ok(r) => r,
-        Err(r) => r,
-    }
+/// True when the exec'd file (its path as copied into an event) is in the CNI plugin
+/// directory.
+#[inline(always)]
+pub fn is_plugin(filename: &[u8; PATH_LEN]) -> bool {
+    let Some(dir) = CNI_BIN_DIR.get(0) else {
+        return false;
+    };
+    // SAFETY: PATH_LEN >= PREFIX_LEN (asserted in the common crate's layout checks), so
+    // the first PREFIX_LEN bytes are in bounds.
+    let head = unsafe { &*(filename.as_ptr() as *const [u8; PREFIX_LEN]) };
+    prefix_matches(dir, head)
 }
 
-fn try_sys_enter_execve(ctx: &TracePointContext) -> Result<u32, u32> {
-    // SAFETY: offsets from the format file.
-    let (filename, envp) = unsafe {
-        (
-            ctx.read_at::<u64>(EXECVE_FILENAME).map_err(|_| 1u32)? as *const u8,
-            ctx.read_at::<u64>(EXECVE_ENVP).map_err(|_| 1u32)? as *const u64,
-        )
-    };
-    let Some(dir) = CNI_BIN_DIR.get(0) else {
-        return Ok(0);
-    };
-    let mut head = [0u8; PREFIX_LEN];
-    // SAFETY: the helper checks the user address.
-    if unsafe { bpf_probe_read_user_str_bytes(filename, &mut head) }.is_err()
-        || !prefix_matches(dir, &head)
-    {
-        return Ok(0);
-    }
+/// Reports the exec of a CNI plugin, `filename` being the exec tracepoint's (kernel)
+/// string.
+#[inline(always)]
+pub fn report_plugin(ctx: &TracePointContext, filename: *const u8) -> Result<(), u32> {
     let Some(mut entry) = reserve::<CniExecEvent>(EventKind::CniExec) else {
         return Err(1);
     };
     let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` is the reserved entry; every user pointer goes through a checked
+    // SAFETY: `ev` is the reserved entry; every pointer read goes through a checked
     // helper.
     let truncated = unsafe {
         fill_header(&raw mut (*ev).header, EventKind::CniExec);
         (*ev).filename[0] = 0;
-        let _ = bpf_probe_read_user_str_bytes(filename, &mut (*ev).filename);
+        let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
         (*ev).command[0] = 0;
         (*ev).ifname[0] = 0;
         (*ev).container_id[0] = 0;
         (*ev).netns[0] = 0;
         (*ev).args[0] = 0;
-        let (scanned, flags) = scan_env(envp, ev);
+        let (scanned, flags) = scan_env(task::exec_envp(), ev);
         (*ev).env_scanned = scanned;
         (*ev).flags = flags;
         flags & cni_flags::ENV_TRUNCATED != 0
@@ -78,7 +73,7 @@ fn try_sys_enter_execve(ctx: &TracePointContext) -> Result<u32, u32> {
             MAX_ENV_SCAN
         );
     }
-    Ok(0)
+    Ok(())
 }
 
 /// Which `CNI_*` variable an entry is, from the bytes after `CNI_`; the value starts at

@@ -60,6 +60,12 @@ impl<T: 'static> Reserved<T> {
     fn submit(self) {
         self.entry.submit(self.flags);
     }
+
+    /// Gives the reservation back unread.
+    #[inline(always)]
+    fn discard(self) {
+        self.entry.discard(BPF_RB_NO_WAKEUP as u64);
+    }
 }
 
 /// Reserves a `T` in the ring buffer, or counts one lost event of `kind`.

@@ -1,11 +1,12 @@
-//! `sched:sched_process_exec` and `sched:sched_process_exit`.
+//! `sched:sched_process_exec` (with CNI plugin execs, `cni.rs`) and
+//! `sched:sched_process_exit`.
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
 use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent};
 
-use crate::{data_loc, fill_header, reserve, task};
+use crate::{Reserved, cni, data_loc, fill_header, reserve, task};
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
 const EXEC_FILENAME: usize = 8;
@@ -23,6 +24,26 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     let filename = data_loc(ctx, EXEC_FILENAME).map_err(|_| 1u32)?;
     // SAFETY: offset from the format file.
     let old_pid: i32 = unsafe { ctx.read_at(EXEC_OLD_PID) }.map_err(|_| 1u32)?;
+    let mut entry = reserve_exec(filename, old_pid)?;
+    // The CNI check reads the filename already copied into the event.
+    // SAFETY: `reserve_exec` filled the entry.
+    let plugin = cni::is_plugin(unsafe { &(*entry.as_mut_ptr()).filename });
+    if !plugin {
+        entry.submit();
+        return Ok(0);
+    }
+    // A plugin's CNI event goes first, so the plugin is known when its exec is read
+    // (the ring is read in reservation order). Rare: the exec is reserved again.
+    entry.discard();
+    // A lost CNI event is counted; the exec is still reported.
+    let _ = cni::report_plugin(ctx, filename);
+    reserve_exec(filename, old_pid)?.submit();
+    Ok(0)
+}
+
+/// Reserves and fills an exec event.
+#[inline(always)]
+fn reserve_exec(filename: *const u8, old_pid: i32) -> Result<Reserved<ExecEvent>, u32> {
     let Some(mut entry) = reserve::<ExecEvent>(EventKind::Exec) else {
         return Err(1);
     };
@@ -36,8 +57,7 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
         (*ev).filename[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
     }
-    entry.submit();
-    Ok(0)
+    Ok(entry)
 }
 
 #[tracepoint]

@@ -1,7 +1,7 @@
 //! Reads from the current `task_struct` at offsets user space resolved from the running
 //! kernel's BTF. The offsets differ between kernel builds, so none is compiled in.
 
-use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel};
+use aya_ebpf::helpers::{bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user};
 
 // Set by user space with `EbpfLoader::set_global` before load; 0 means "not resolved"
 // and turns the read off rather than reading a wrong field.
@@ -17,6 +17,10 @@ static TASK_EXIT_CODE_OFFSET: u32 = 0;
 static TASK_REAL_PARENT_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_TGID_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_MM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_START_STACK_OFFSET: u32 = 0;
 
 /// Reads a global set at load time. `read_volatile` keeps the compiler from folding the
 /// compile-time 0 into the code: the loader patches the value in `.rodata`.
@@ -89,5 +93,36 @@ pub fn current_parent_tgid() -> u32 {
             return 0;
         }
         bpf_probe_read_kernel(parent.add(tgid_off) as *const i32).map_or(0, |t| t as u32)
+    }
+}
+
+/// Where the `envp` array of the program the current task has just exec'd starts, or
+/// null when unknown. Valid at `sched_process_exec`: the ELF loader has set
+/// `mm->start_stack` to the new stack's `argc`, followed by `argc` argument pointers, a
+/// NULL, then the environment pointers.
+#[inline(always)]
+pub fn exec_envp() -> *const u64 {
+    let (mm_off, stack_off) = (global(&TASK_MM_OFFSET), global(&MM_START_STACK_OFFSET));
+    if mm_off == 0 || stack_off == 0 {
+        return core::ptr::null();
+    }
+    // SAFETY: the helpers check every address, kernel and user.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let Ok(mm) = bpf_probe_read_kernel(task.add(mm_off) as *const *const u8) else {
+            return core::ptr::null();
+        };
+        if mm.is_null() {
+            return core::ptr::null();
+        }
+        let Ok(stack) = bpf_probe_read_kernel(mm.add(stack_off) as *const u64) else {
+            return core::ptr::null();
+        };
+        let Ok(argc) = bpf_probe_read_user(stack as *const u64) else {
+            return core::ptr::null();
+        };
+        // argc, argv[argc], NULL: the arithmetic wraps on a nonsense argc, and the
+        // checked reads of the scan then fail instead of faulting.
+        stack.wrapping_add(argc.wrapping_add(2).wrapping_mul(8)) as *const u64
     }
 }

@@ -38,6 +38,11 @@ pub struct EbpfArgs {
     /// The directory whose executables are CNI plugins.
     #[arg(long, default_value = DEFAULT_CNI_BIN_DIR, value_name = "DIR")]
     pub cni_bin_dir: String,
+    /// Also report network namespaces created by clone/clone3 with CLONE_NEWNET. Off by
+    /// default: containerd and runc use unshare and setns, and the clone tracepoints
+    /// slow down every fork on the node.
+    #[arg(long)]
+    pub clone_netns: bool,
 }
 
 impl EbpfArgs {
@@ -46,6 +51,7 @@ impl EbpfArgs {
         config.ringbuf_bytes = self.ringbuf_bytes;
         config.cgroup_prefixes = self.cgroup_prefixes.clone();
         config.cni_bin_dir = self.cni_bin_dir.clone();
+        config.clone_netns = self.clone_netns;
         if self.ebpf_log {
             config.ebpf_log = Some(Box::new(StderrLog));
         }

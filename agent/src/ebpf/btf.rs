@@ -1,7 +1,9 @@
 //! Offsets into kernel structs, resolved from the running kernel's BTF at load time.
 //!
 //! The probes read `task_struct->nsproxy->net_ns->ns.inum` (the netns inode),
-//! `task_struct->exit_code` and `task_struct->real_parent->tgid`. Those offsets change with every kernel build and config
+//! `task_struct->exit_code`, `task_struct->real_parent->tgid` and, for a CNI plugin's
+//! environment, `task_struct->mm->start_stack`. Those offsets change with every kernel
+//! build and config
 //! (randomised layouts, added fields), so the probes take them as globals and this
 //! module finds them in `/sys/kernel/btf/vmlinux`. Without kprobes or CO-RE relocations
 //! in the probes' toolchain, this is how a tracepoint program reads a kernel struct
@@ -31,6 +33,10 @@ pub struct KernelOffsets {
     pub task_real_parent: u32,
     /// `task_struct.tgid`.
     pub task_tgid: u32,
+    /// `task_struct.mm`.
+    pub task_mm: u32,
+    /// `mm_struct.start_stack`.
+    pub mm_start_stack: u32,
 }
 
 impl KernelOffsets {
@@ -56,6 +62,8 @@ impl KernelOffsets {
             task_exit_code: r.offset("task_struct", &["exit_code"])?,
             task_real_parent: r.offset("task_struct", &["real_parent"])?,
             task_tgid: r.offset("task_struct", &["tgid"])?,
+            task_mm: r.offset("task_struct", &["mm"])?,
+            mm_start_stack: r.offset("mm_struct", &["start_stack"])?,
         })
     }
 }
@@ -175,6 +183,14 @@ mod tests {
         assert_eq!(off.nsproxy_net_ns % 8, 0, "a pointer is 8-byte aligned");
         assert_eq!(off.net_inum % 4, 0, "an unsigned int is 4-byte aligned");
         assert_eq!(off.task_real_parent % 8, 0, "a pointer is 8-byte aligned");
+        assert_eq!(off.task_mm % 8, 0, "a pointer is 8-byte aligned");
+        assert!(off.task_mm > 0 && off.task_mm < 16384, "{off:?}");
+        assert_eq!(
+            off.mm_start_stack % 8,
+            0,
+            "an unsigned long is 8-byte aligned"
+        );
+        assert!(off.mm_start_stack > 0, "{off:?}");
         assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{off:?}");
     }
 

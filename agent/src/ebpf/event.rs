@@ -120,7 +120,7 @@ pub enum KernelEvent {
         /// clone (reported by the child): the thread that called clone.
         parent_pid: Option<u32>,
     },
-    /// A CNI plugin is being exec'd (`sys_enter_execve` under the CNI bin dir). Boxed:
+    /// A CNI plugin was exec'd (`sched_process_exec` under the CNI bin dir). Boxed:
     /// its strings make it three times the size of every other kind, and agents keep
     /// many events in memory.
     CniExec(Box<CniExec>),

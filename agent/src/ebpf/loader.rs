@@ -37,36 +37,43 @@ struct ProgramSpec {
     program: &'static str,
     category: &'static str,
     tracepoint: &'static str,
-    /// Optional programs extend coverage (clone with CLONE_NEWNET); if one cannot
-    /// attach, it is skipped with a reason instead of failing the load.
-    optional: bool,
+    need: Need,
 }
 
-const fn spec(program: &'static str, category: &'static str, optional: bool) -> ProgramSpec {
+/// Whether a program must attach for the probes to run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// The load fails without it.
+    Required,
+    /// Attached only with [`ProbeConfig::clone_netns`]; if it cannot attach, it is
+    /// skipped with a reason instead of failing the load.
+    CloneNetns,
+}
+
+const fn spec(program: &'static str, category: &'static str, need: Need) -> ProgramSpec {
     ProgramSpec {
         program,
         category,
         tracepoint: program,
-        optional,
+        need,
     }
 }
 
 const PROGRAMS: &[ProgramSpec] = &[
-    spec("sched_process_exec", "sched", false),
-    spec("sched_process_exit", "sched", false),
-    spec("cgroup_mkdir", "cgroup", false),
-    spec("cgroup_rmdir", "cgroup", false),
-    spec("cgroup_attach_task", "cgroup", false),
-    spec("sys_enter_unshare", "syscalls", false),
-    spec("sys_exit_unshare", "syscalls", false),
-    spec("sys_enter_setns", "syscalls", false),
-    spec("sys_exit_setns", "syscalls", false),
-    spec("sys_enter_execve", "syscalls", false),
-    spec("sys_enter_clone", "syscalls", true),
-    spec("sys_exit_clone", "syscalls", true),
-    spec("sys_enter_clone3", "syscalls", true),
-    spec("sys_exit_clone3", "syscalls", true),
-    spec("sched_process_fork", "sched", true),
+    spec("sched_process_exec", "sched", Need::Required),
+    spec("sched_process_exit", "sched", Need::Required),
+    spec("cgroup_mkdir", "cgroup", Need::Required),
+    spec("cgroup_rmdir", "cgroup", Need::Required),
+    spec("cgroup_attach_task", "cgroup", Need::Required),
+    spec("sys_enter_unshare", "syscalls", Need::Required),
+    spec("sys_exit_unshare", "syscalls", Need::Required),
+    spec("sys_enter_setns", "syscalls", Need::Required),
+    spec("sys_exit_setns", "syscalls", Need::Required),
+    spec("sys_enter_clone", "syscalls", Need::CloneNetns),
+    spec("sys_exit_clone", "syscalls", Need::CloneNetns),
+    spec("sys_enter_clone3", "syscalls", Need::CloneNetns),
+    spec("sys_exit_clone3", "syscalls", Need::CloneNetns),
+    spec("sched_process_fork", "sched", Need::CloneNetns),
 ];
 
 /// What to load and how to filter.
@@ -83,6 +90,11 @@ pub struct ProbeConfig {
     pub channel_capacity: usize,
     /// Where the probes' own diagnostics (aya-log) go; `None` leaves them unread.
     pub ebpf_log: Option<Box<dyn log::Log>>,
+    /// Also report network namespaces created by clone/clone3 with `CLONE_NEWNET`.
+    /// Off by default: containerd creates a pod's netns with unshare and runc and the
+    /// CNI plugins enter it with setns, while clone runs in every fork on the node, and
+    /// with its tracepoints enabled every fork pays for them.
+    pub clone_netns: bool,
 }
 
 impl ProbeConfig {
@@ -94,6 +106,7 @@ impl ProbeConfig {
             cni_bin_dir: DEFAULT_CNI_BIN_DIR.to_string(),
             channel_capacity: 16 * 1024,
             ebpf_log: None,
+            clone_netns: false,
         }
     }
 }
@@ -180,6 +193,8 @@ impl KernelProbes {
                 false,
             )
             .set_global(names::TASK_TGID_OFFSET, &offsets.task_tgid, false)
+            .set_global(names::TASK_MM_OFFSET, &offsets.task_mm, true)
+            .set_global(names::MM_START_STACK_OFFSET, &offsets.mm_start_stack, true)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .load(&data)
             .map_err(|source| match permission_error(&source, DENIED) {
@@ -201,7 +216,7 @@ impl KernelProbes {
                 }
             })?;
         }
-        let (attached, skipped) = attach_all(&mut ebpf, &path)?;
+        let (attached, skipped) = attach_all(&mut ebpf, &path, config.clone_netns)?;
 
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
@@ -436,13 +451,18 @@ fn write_filters(
 
 type Attached = (Vec<&'static str>, Vec<(&'static str, String)>);
 
-fn attach_all(ebpf: &mut Ebpf, path: &Path) -> Result<Attached, EbpfError> {
+fn attach_all(ebpf: &mut Ebpf, path: &Path, clone_netns: bool) -> Result<Attached, EbpfError> {
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
     for spec in PROGRAMS {
+        let optional = match spec.need {
+            Need::Required => false,
+            Need::CloneNetns if !clone_netns => continue,
+            Need::CloneNetns => true,
+        };
         match attach_one(ebpf, path, spec) {
             Ok(()) => attached.push(spec.program),
-            Err(e) if spec.optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
+            Err(e) if optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
                 skipped.push((spec.program, e.to_string()));
             }
             Err(e) => return Err(e),
@@ -560,12 +580,11 @@ mod tests {
             "cgroup_attach_task",
             "sys_enter_unshare",
             "sys_exit_setns",
-            "sys_enter_execve",
         ] {
             assert!(
                 PROGRAMS
                     .iter()
-                    .any(|p| p.program == required && !p.optional),
+                    .any(|p| p.program == required && p.need == Need::Required),
                 "{required}"
             );
         }
