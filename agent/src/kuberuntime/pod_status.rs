@@ -49,8 +49,11 @@ pub async fn get_pod_status<R: RuntimeService>(
     // Results come back in list order, so the status does not depend on which read
     // finished first.
     for (sb, result) in sandboxes.iter().zip(sandbox_statuses) {
+        let attempt = sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
         match result {
-            Ok(resp) => status.sandboxes.push(sandbox_status(sb, resp.status)),
+            Ok(resp) => status
+                .sandboxes
+                .push(sandbox_status(&sb.id, attempt, resp.status)),
             // Removed between list and status: it no longer counts.
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
@@ -71,7 +74,54 @@ pub async fn get_pod_status<R: RuntimeService>(
     Ok(status)
 }
 
-fn sandbox_status(sb: &api::PodSandbox, st: Option<api::PodSandboxStatus>) -> SandboxStatus {
+/// The pod's status after a sync that only added to it: `before`, the sync's input, with
+/// the sandbox it created (`new_sandbox`, as read right after creation) and the
+/// containers it started, each read again. The containers are read verbosely, which also
+/// gives their host pids (in `started` order; `None` where the runtime gave none).
+///
+/// kubelet publishes what its next relist finds; reading only what the sync touched
+/// keeps the runtime, busy creating other pods, from answering lists of everything
+/// else it already reported.
+pub async fn status_after_start<R: RuntimeService>(
+    cri: &R,
+    before: &RuntimePodStatus,
+    new_sandbox: Option<&api::PodSandboxStatus>,
+    started: &[&str],
+) -> Result<(RuntimePodStatus, Vec<Option<u32>>), CriError> {
+    let replies =
+        futures::future::join_all(started.iter().map(|id| cri.container_status(id, true))).await;
+    let mut status = before.clone();
+    if let Some(sb) = new_sandbox {
+        let attempt = sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+        status.sandboxes.retain(|s| s.id != sb.id);
+        status
+            .sandboxes
+            .push(sandbox_status(&sb.id, attempt, Some(sb.clone())));
+    }
+    let mut pids = Vec::with_capacity(started.len());
+    for (id, reply) in started.iter().zip(replies) {
+        let resp = match reply {
+            Ok(resp) => resp,
+            // Removed since it started: it no longer counts.
+            Err(e) if e.is_not_found() => {
+                status.containers.retain(|c| c.id != *id);
+                pids.push(None);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        pids.push(pid_of(&resp));
+        if let Some(st) = resp.status {
+            let st = container_status(st);
+            status.containers.retain(|c| c.id != st.id);
+            status.containers.push(st);
+        }
+    }
+    status.normalize();
+    Ok((status, pids))
+}
+
+fn sandbox_status(id: &str, attempt: u32, st: Option<api::PodSandboxStatus>) -> SandboxStatus {
     let st = st.unwrap_or_default();
     let network = st.network.unwrap_or_default();
     let host_network = st
@@ -80,13 +130,13 @@ fn sandbox_status(sb: &api::PodSandbox, st: Option<api::PodSandboxStatus>) -> Sa
         .and_then(|n| n.options)
         .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
     SandboxStatus {
-        id: sb.id.clone(),
+        id: id.to_string(),
         state: if st.state == api::PodSandboxState::SandboxReady as i32 {
             SandboxState::Ready
         } else {
             SandboxState::NotReady
         },
-        attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        attempt,
         created_at: st.created_at,
         ip: network.ip,
         additional_ips: network.additional_ips.into_iter().map(|i| i.ip).collect(),
@@ -96,7 +146,11 @@ fn sandbox_status(sb: &api::PodSandbox, st: Option<api::PodSandboxStatus>) -> Sa
 
 /// The host pid of a running container, from containerd's verbose status info.
 pub async fn container_pid<R: RuntimeService>(cri: &R, container_id: &str) -> Option<u32> {
-    let resp = cri.container_status(container_id, true).await.ok()?;
+    pid_of(&cri.container_status(container_id, true).await.ok()?)
+}
+
+/// The host pid in a verbose ContainerStatus reply (containerd's `info`), if any.
+fn pid_of(resp: &api::ContainerStatusResponse) -> Option<u32> {
     let info: serde_json::Value = serde_json::from_str(resp.info.get("info")?).ok()?;
     info.get("pid")?
         .as_u64()

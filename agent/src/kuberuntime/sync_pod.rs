@@ -65,6 +65,8 @@ pub struct PodSyncResult {
     pub containers: BTreeMap<String, ContainerOutcome>,
     /// The sandbox the pod runs in after this sync (new or kept).
     pub sandbox_id: String,
+    /// The status of the sandbox this sync created, as read right after creation.
+    pub new_sandbox: Option<api::PodSandboxStatus>,
 }
 
 impl PodSyncResult {
@@ -79,6 +81,31 @@ impl PodSyncResult {
             })
             .chain(from_pod)
             .min()
+    }
+
+    /// The containers this sync started, when starting them (and creating the sandbox
+    /// they run in) is all it changed: nothing killed, nothing failed part-way. `None`
+    /// when it changed anything else, which only a full read of the pod reflects.
+    pub fn only_started(&self) -> Option<Vec<&str>> {
+        let actions = &self.actions;
+        if self.pod_error.is_some()
+            || actions.kill_pod
+            || !actions.containers_to_kill.is_empty()
+            || (actions.create_sandbox && self.new_sandbox.is_none())
+        {
+            return None;
+        }
+        let mut started = Vec::new();
+        for outcome in self.containers.values() {
+            match outcome {
+                ContainerOutcome::Started { container_id } => started.push(container_id.as_str()),
+                // Nothing was created: the wait happens before CreateContainer.
+                ContainerOutcome::BackOff { .. } => {}
+                // It may have left a created container behind.
+                ContainerOutcome::Failed { .. } => return None,
+            }
+        }
+        Some(started)
     }
 
     /// True when a step failed outright (not a back-off wait).
@@ -112,6 +139,7 @@ pub async fn sync_pod<R: RuntimeService + ImageService>(
         actions,
         pod_error: None,
         containers: BTreeMap::new(),
+        new_sandbox: None,
     };
     if let Err(e) = execute(cri, ctx, pod, status, &mut result).await {
         ctx.events.record(PodEvent::warning(
@@ -177,6 +205,7 @@ async fn execute<R: RuntimeService + ImageService>(
             .pod_sandbox_status(&id)
             .await
             .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
+        result.new_sandbox = st.status.clone();
         if let Some(net) = st.status.and_then(|s| s.network) {
             facts.pod_ip = net.ip.clone();
             facts.pod_ips = std::iter::once(net.ip)
@@ -302,5 +331,103 @@ fn set_cgroup_parent(config: &mut api::PodSandboxConfig, parent: &str) {
     }
     if let Some(linux) = config.linux.as_mut() {
         linux.cgroup_parent = parent.to_string();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubelet::pod_actions::KillReason;
+
+    fn result(actions: PodActions, outcomes: &[(&str, ContainerOutcome)]) -> PodSyncResult {
+        PodSyncResult {
+            sandbox_id: "sb".into(),
+            new_sandbox: actions.create_sandbox.then(|| api::PodSandboxStatus {
+                id: "sb".into(),
+                ..Default::default()
+            }),
+            actions,
+            pod_error: None,
+            containers: outcomes
+                .iter()
+                .map(|(n, o)| (n.to_string(), o.clone()))
+                .collect(),
+        }
+    }
+
+    fn started(id: &str) -> ContainerOutcome {
+        ContainerOutcome::Started {
+            container_id: id.into(),
+        }
+    }
+
+    #[test]
+    fn a_first_start_reads_only_what_it_started() {
+        let actions = PodActions {
+            create_sandbox: true,
+            containers_to_start: vec![0, 1],
+            ..Default::default()
+        };
+        let backoff = ContainerOutcome::BackOff {
+            reason: SyncReason::ImagePullBackOff,
+            message: "back-off".into(),
+            until: 5,
+        };
+        let r = result(actions, &[("a", started("c1")), ("b", backoff)]);
+        assert_eq!(r.only_started(), Some(vec!["c1"]));
+    }
+
+    #[test]
+    fn kills_failures_and_unread_sandboxes_need_a_full_read() {
+        let kill = PodActions {
+            containers_to_kill: BTreeMap::from([(
+                "old".to_string(),
+                KillReason {
+                    name: "a".into(),
+                    message: "unhealthy".into(),
+                },
+            )]),
+            containers_to_start: vec![0],
+            ..Default::default()
+        };
+        assert_eq!(result(kill, &[("a", started("c1"))]).only_started(), None);
+
+        let restart = PodActions {
+            kill_pod: true,
+            create_sandbox: true,
+            ..Default::default()
+        };
+        assert_eq!(result(restart, &[]).only_started(), None);
+
+        let failed = ContainerOutcome::Failed {
+            reason: SyncReason::RunContainerError,
+            message: "exec failed".into(),
+        };
+        let start = PodActions {
+            containers_to_start: vec![0, 1],
+            ..Default::default()
+        };
+        assert_eq!(
+            result(start.clone(), &[("a", started("c1")), ("b", failed)]).only_started(),
+            None
+        );
+
+        let mut unread = result(
+            PodActions {
+                create_sandbox: true,
+                ..start
+            },
+            &[("a", started("c1"))],
+        );
+        unread.new_sandbox = None;
+        assert_eq!(
+            unread.only_started(),
+            None,
+            "the new sandbox was never read"
+        );
+
+        let mut errored = result(PodActions::default(), &[]);
+        errored.pod_error = Some(SyncError::new(SyncReason::CreatePodSandboxError, "no"));
+        assert_eq!(errored.only_started(), None);
     }
 }

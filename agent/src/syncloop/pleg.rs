@@ -71,15 +71,20 @@ impl Pleg {
         self.exit_observer = Some(observer);
     }
 
-    /// Watches a started container's process and reports its exit. A runtime with no
-    /// process to watch (replay) gives notice of the exit itself.
+    /// Watches a started container's process and reports its exit. `pid` is its host
+    /// pid when the caller already has it; otherwise the runtime is asked. A runtime with
+    /// no process to watch (replay) gives notice of the exit itself.
     pub async fn watch_container<R: RuntimeService + Clone + 'static>(
         &self,
         cri: &R,
         uid: &str,
         container_id: &str,
+        pid: Option<u32>,
     ) {
-        let pid = container_pid(cri, container_id).await;
+        let pid = match pid {
+            Some(pid) => Some(pid),
+            None => container_pid(cri, container_id).await,
+        };
         let exited = match (cri.exit_notice(container_id), pid) {
             (Some(notice), _) => Either::Left(async move {
                 notice.await;

@@ -12,6 +12,7 @@ use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::pod_status::status_after_start;
 use crate::kuberuntime::{
     ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
 };
@@ -153,21 +154,40 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
             }
         }
     }
-    // Publish what the sync changed right away rather than at the next event.
+    // Publish what the sync changed right away rather than at the next event. A sync
+    // that only started things reads just those (verbosely: that gives their pids too);
+    // any other change reads the whole pod again.
     let mut latest = status;
-    if !result.actions.is_noop()
-        && let Ok(after) =
-            get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await
-    {
-        publish(shared, pod, &after);
-        latest = after;
+    let mut pids = Vec::new();
+    if !result.actions.is_noop() {
+        let after = match result.only_started() {
+            Some(started) => {
+                status_after_start(cri, &latest, result.new_sandbox.as_ref(), &started)
+                    .await
+                    .map(|(after, p)| {
+                        pids = started.iter().map(|id| id.to_string()).zip(p).collect();
+                        after
+                    })
+            }
+            None => {
+                get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await
+            }
+        };
+        if let Ok(after) = after {
+            publish(shared, pod, &after);
+            latest = after;
+        }
     }
     // After publishing, so watching the new processes is not on the way to Running. An exit
     // in between is not missed: a watch whose process is already gone reports it at once,
     // and one that finds no pid leaves it to the relist.
     for outcome in result.containers.values() {
         if let ContainerOutcome::Started { container_id } = outcome {
-            pleg.watch_container(cri, &uid, container_id).await;
+            let pid = pids
+                .iter()
+                .find(|(id, _)| id == container_id)
+                .and_then(|(_, pid)| *pid);
+            pleg.watch_container(cri, &uid, container_id, pid).await;
         }
     }
     register_probes(shared, prober, pod, &latest);
