@@ -222,7 +222,7 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let mut misses = Vec::new();
     for &c in CONCURRENCY {
         // Enough batches that one slow batch does not decide the figure, within the
-        // bench's time: 24, 16, 6 and 4 batches per arm.
+        // bench's time: 24, 16, 10 and 6 batches per arm.
         let batches = batches_at(c);
         // One untimed pod per arm first: the first pod after a pause pays for cold
         // caches (it took 2 to 6 times as long as the rest in earlier runs), whichever
@@ -288,7 +288,7 @@ fn batches_at(c: usize) -> usize {
     match c {
         1 => 24,
         2 => 16,
-        3..=8 => 6,
-        _ => 4,
+        3..=8 => 10,
+        _ => 6,
     }
 }
