@@ -67,6 +67,9 @@ pub struct PodSyncResult {
     pub sandbox_id: String,
     /// The status of the sandbox this sync created, as read right after creation.
     pub new_sandbox: Option<api::PodSandboxStatus>,
+    /// True when this sync stopped anything: the pod (a sandbox existed to kill) or some
+    /// of its containers.
+    pub killed: bool,
 }
 
 impl PodSyncResult {
@@ -87,11 +90,11 @@ impl PodSyncResult {
     /// they run in) is all it changed: nothing killed, nothing failed part-way. `None`
     /// when it changed anything else, which only a full read of the pod reflects.
     pub fn only_started(&self) -> Option<Vec<&str>> {
-        let actions = &self.actions;
+        // kubelet's actions kill the pod whenever they create a sandbox; only a kill that
+        // found something to stop changed the pod.
         if self.pod_error.is_some()
-            || actions.kill_pod
-            || !actions.containers_to_kill.is_empty()
-            || (actions.create_sandbox && self.new_sandbox.is_none())
+            || self.killed
+            || (self.actions.create_sandbox && self.new_sandbox.is_none())
         {
             return None;
         }
@@ -140,6 +143,7 @@ pub async fn sync_pod<R: RuntimeService + ImageService>(
         pod_error: None,
         containers: BTreeMap::new(),
         new_sandbox: None,
+        killed: false,
     };
     if let Err(e) = execute(cri, ctx, pod, status, &mut result).await {
         ctx.events.record(PodEvent::warning(
@@ -170,10 +174,12 @@ async fn execute<R: RuntimeService + ImageService>(
                     None,
                 ));
             }
+            result.killed = true;
             kill_pod(cri, status, grace).await?;
         }
     } else {
         for (id, why) in &actions.containers_to_kill {
+            result.killed = true;
             ctx.events.record(PodEvent::normal(
                 "Killing",
                 format!("Stopping container {}: {}", why.name, why.message),
@@ -346,6 +352,7 @@ mod tests {
                 id: "sb".into(),
                 ..Default::default()
             }),
+            killed: false,
             actions,
             pod_error: None,
             containers: outcomes
@@ -364,6 +371,8 @@ mod tests {
     #[test]
     fn a_first_start_reads_only_what_it_started() {
         let actions = PodActions {
+            // As kubelet computes it for a new pod: nothing to kill, though.
+            kill_pod: true,
             create_sandbox: true,
             containers_to_start: vec![0, 1],
             ..Default::default()
@@ -390,14 +399,22 @@ mod tests {
             containers_to_start: vec![0],
             ..Default::default()
         };
-        assert_eq!(result(kill, &[("a", started("c1"))]).only_started(), None);
+        let mut killed = result(kill, &[("a", started("c1"))]);
+        killed.killed = true;
+        assert_eq!(killed.only_started(), None);
 
         let restart = PodActions {
             kill_pod: true,
             create_sandbox: true,
             ..Default::default()
         };
-        assert_eq!(result(restart, &[]).only_started(), None);
+        let mut restarted = result(restart, &[]);
+        restarted.killed = true;
+        assert_eq!(
+            restarted.only_started(),
+            None,
+            "the old sandbox was stopped"
+        );
 
         let failed = ContainerOutcome::Failed {
             reason: SyncReason::RunContainerError,
