@@ -544,9 +544,26 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
         "kubelet_runtime_operations_total{operation_type=\"start_container\"} 1",
         "podtrace_stage_duration_seconds_count{stage=\"cni_plugin\"}",
         "podtrace_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"} 1",
+        // The namespace probes were attached for the pod's creation (its netns stage
+        // shows they saw it) ...
+        "podtrace_stage_duration_seconds_count{stage=\"netns_created\"} 1",
+        "podtrace_ebpf_netns_probe_attaches_total 1",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+    // ... and are detached once the agent has been idle for a second, so the node's
+    // syscalls stop paying for them. Polled: the agent checks every 250 ms.
+    let detached = "podtrace_ebpf_netns_probes_attached 0";
+    let start = std::time::Instant::now();
+    let mut text = agent.metrics();
+    while !text.contains(detached) && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        text = agent.metrics();
+    }
+    assert!(
+        text.contains(detached),
+        "still attached after 10 s idle:\n{text}"
+    );
     let mut promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())

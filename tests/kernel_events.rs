@@ -281,6 +281,33 @@ fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
 }
 
 #[test]
+fn on_demand_namespace_probes_stay_detached_until_held() {
+    let _one = serial();
+    let watcher = Watcher::start(&["--netns-on-demand"]);
+    let unshared = Command::new("unshare")
+        .args(["--net", "readlink", "/proc/self/ns/net"])
+        .output()
+        .expect("unshare");
+    let w = watcher.stop();
+    assert!(w.status.success(), "{}", w.stderr);
+    assert!(
+        w.stderr
+            .contains("on demand, not attached: sys_enter_unshare, sys_exit_unshare"),
+        "{}",
+        w.stderr
+    );
+    // Loaded (the verifier accepted them) but never attached: nobody held the gate.
+    assert_eq!(
+        find_netns(&w, "unshare", "unshare", printed_inode(&unshared)),
+        None
+    );
+    assert!(
+        w.of_kind("exec").any(|e| e["comm"] == "readlink"),
+        "the other probes run as usual"
+    );
+}
+
+#[test]
 fn clone_with_a_new_netns_is_reported_on_request() {
     let _one = serial();
     let watcher = Watcher::start(&["--clone-netns"]);

@@ -10,7 +10,8 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::ebpf::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EventReceiver,
-    KernelEvent, KernelProbes, LostEvents, ProbeConfig, ProbeSummary, ProbesObject, ProgramStats,
+    KernelEvent, KernelProbes, LostEvents, NetnsAttach, ProbeConfig, ProbeSummary, ProbesObject,
+    ProgramStats,
 };
 
 /// How often losses are reported while the probes run.
@@ -43,6 +44,12 @@ pub struct EbpfArgs {
     /// slow down every fork on the node.
     #[arg(long)]
     pub clone_netns: bool,
+    /// Load the namespace programs but attach them only while a caller holds their gate,
+    /// as the agent does around the CRI calls that create or enter pod namespaces.
+    /// kernel-events itself holds it never, so it then reports no namespace events: this
+    /// is for measuring the agent's overhead between those calls.
+    #[arg(long, hide = true)]
+    pub netns_on_demand: bool,
 }
 
 impl EbpfArgs {
@@ -52,6 +59,9 @@ impl EbpfArgs {
         config.cgroup_prefixes = self.cgroup_prefixes.clone();
         config.cni_bin_dir = self.cni_bin_dir.clone();
         config.clone_netns = self.clone_netns;
+        if self.netns_on_demand {
+            config.netns_attach = NetnsAttach::OnDemand;
+        }
         if self.ebpf_log {
             config.ebpf_log = Some(Box::new(StderrLog));
         }
@@ -132,6 +142,12 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         probes.object().display(),
         probes.ringbuf_bytes()
     );
+    if let Some(gate) = probes.netns_gate() {
+        eprintln!(
+            "podtrace: on demand, not attached: {}",
+            gate.programs().join(", ")
+        );
+    }
     for (program, why) in probes.skipped() {
         eprintln!("podtrace: optional probe {program} not attached: {why}");
     }

@@ -4,15 +4,15 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kernel_events::EbpfArgs;
 use super::start_feed::{StartFeed, StartObserver};
 use crate::config::source::PodUpdate;
-use crate::cri::{CallSink, CriCall, CriClient, RuntimeService};
-use crate::ebpf::{KernelProbes, now_ktime_ns};
+use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
+use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
 use crate::metrics::Metrics;
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
@@ -29,7 +29,21 @@ pub struct RecordSink {
     collector: Arc<Collector>,
     metrics: Arc<Metrics>,
     starts: Arc<StartFeed>,
+    /// Set when the probes run with their namespace programs on demand.
+    netns: Arc<OnceLock<NetnsGate>>,
 }
+
+/// The CRI calls inside which the runtime creates, enters or tears down a pod's network
+/// namespace: containerd's unshare and the CNI plugins' setns (RunPodSandbox; DEL in
+/// StopPodSandbox or RemovePodSandbox), runc's setns into the sandbox's namespace
+/// (CreateContainer, StartContainer). The namespace programs are attached around them.
+const NETNS_CALLS: [&str; 5] = [
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "CreateContainer",
+    "StartContainer",
+];
 
 impl RecordSink {
     pub fn send(&self, record: TraceRecord) {
@@ -47,8 +61,12 @@ impl CallSink for RecordSink {
         self.send(TraceRecord::Cri(call));
     }
 
-    fn begin(&self, call: &CriCall) {
+    fn begin(&self, call: &CriCall) -> Option<CallHold> {
         self.starts.call_began(call);
+        let gate = self.netns.get()?;
+        NETNS_CALLS
+            .contains(&call.method.as_str())
+            .then(|| Box::new(gate.hold()) as CallHold)
     }
 }
 
@@ -106,6 +124,7 @@ impl RunRecorder {
             collector: Arc::new(Collector::new()),
             metrics: Arc::new(Metrics::new()),
             starts: Arc::new(StartFeed::default()),
+            netns: Arc::new(OnceLock::new()),
         };
         let mut recorder = RunRecorder {
             writer,
@@ -120,8 +139,12 @@ impl RunRecorder {
             {
                 ebpf.cgroup_prefixes.push(root.to_string());
             }
+            ebpf.netns_on_demand = true;
             if let Some((probes, mut events)) = ebpf.start()? {
                 recorder.sink.starts.set_pace(probes.pace());
+                if let Some(gate) = probes.netns_gate() {
+                    let _ = recorder.sink.netns.set(gate);
+                }
                 let sink = recorder.sink.clone();
                 recorder.forwarder = Some(tokio::spawn(async move {
                     let mut filter = KernelFilter::new();
@@ -164,6 +187,18 @@ impl RunRecorder {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect();
             self.sink.metrics.set_lost(&by_kind);
+        }
+        self.netns_refresher()();
+    }
+
+    /// Brings what the metrics show of the namespace probes' gate up to date; cheap
+    /// enough to run before every scrape.
+    pub fn netns_refresher(&self) -> impl Fn() + Send + Sync + 'static {
+        let (cell, metrics) = (self.sink.netns.clone(), self.sink.metrics.clone());
+        move || {
+            if let Some(gate) = cell.get() {
+                metrics.set_netns_probes(gate.is_attached(), gate.attaches());
+            }
         }
     }
 

@@ -226,8 +226,11 @@ async fn start_metrics(
     })?;
     let (metrics, collector) = (recorder.metrics(), recorder.collector());
     let before = {
-        let metrics = metrics.clone();
-        Arc::new(move || metrics.observe_collector(&collector))
+        let (metrics, netns) = (metrics.clone(), recorder.netns_refresher());
+        Arc::new(move || {
+            metrics.observe_collector(&collector);
+            netns();
+        })
     };
     match crate::metrics::serve(addr, metrics, before).await {
         Ok((bound, task)) => {

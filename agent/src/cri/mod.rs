@@ -11,7 +11,7 @@ pub mod service;
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
-pub use recording::{CallSink, CriCall, Recording};
+pub use recording::{CallHold, CallSink, CriCall, Recording};
 pub use service::{ImageService, ListedContainerState, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.

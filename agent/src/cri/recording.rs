@@ -65,11 +65,17 @@ impl CriCall {
 }
 
 /// Where recorded calls go.
+/// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
+pub type CallHold = Box<dyn std::any::Any + Send>;
+
 pub trait CallSink: Send + Sync {
     fn record(&self, call: CriCall);
 
-    /// A call is about to be made: `call` names it, its outcome not filled in yet.
-    fn begin(&self, _call: &CriCall) {}
+    /// A call is about to be made: `call` names it, its outcome not filled in yet. What
+    /// this returns is held until the call has ended or was cancelled.
+    fn begin(&self, _call: &CriCall) -> Option<CallHold> {
+        None
+    }
 }
 
 /// What the recorder learned about runtime IDs, so a call naming only an ID is tied to
@@ -132,7 +138,7 @@ impl<R> Recording<R> {
         describe: impl FnOnce(&T, &mut CriCall),
     ) -> CriResult<T> {
         call.start_ns = now_ktime_ns();
-        self.sink.begin(&call);
+        let _hold = self.sink.begin(&call);
         let result = fut.await;
         call.end_ns = now_ktime_ns();
         match &result {

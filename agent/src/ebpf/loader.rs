@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
@@ -15,6 +16,7 @@ use tokio::task::JoinHandle;
 use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
+use super::netns_gate::{GatedProgram, NetnsGate};
 use super::object::ProbesObject;
 use super::pace::ReadPace;
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
@@ -45,9 +47,23 @@ struct ProgramSpec {
 enum Need {
     /// The load fails without it.
     Required,
-    /// Attached only with [`ProbeConfig::clone_netns`]; if it cannot attach, it is
-    /// skipped with a reason instead of failing the load.
+    /// Required, and a syscall tracepoint: attached at load, or with
+    /// [`NetnsAttach::OnDemand`] only while the gate is held.
+    Netns,
+    /// Attached only with [`ProbeConfig::clone_netns`], with the namespace programs; if
+    /// it cannot attach, it is skipped with a reason instead of failing the load.
     CloneNetns,
+}
+
+/// When the network-namespace programs (syscall tracepoints) are attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NetnsAttach {
+    /// From load to stop, as `kernel-events` runs them.
+    #[default]
+    Always,
+    /// Loaded and verified at start, attached only while a [`NetnsGate`] hold is taken
+    /// (the agent takes one around the CRI calls that create or enter pod namespaces).
+    OnDemand,
 }
 
 const fn spec(program: &'static str, category: &'static str, need: Need) -> ProgramSpec {
@@ -65,10 +81,10 @@ const PROGRAMS: &[ProgramSpec] = &[
     spec("cgroup_mkdir", "cgroup", Need::Required),
     spec("cgroup_rmdir", "cgroup", Need::Required),
     spec("cgroup_attach_task", "cgroup", Need::Required),
-    spec("sys_enter_unshare", "syscalls", Need::Required),
-    spec("sys_exit_unshare", "syscalls", Need::Required),
-    spec("sys_enter_setns", "syscalls", Need::Required),
-    spec("sys_exit_setns", "syscalls", Need::Required),
+    spec("sys_enter_unshare", "syscalls", Need::Netns),
+    spec("sys_exit_unshare", "syscalls", Need::Netns),
+    spec("sys_enter_setns", "syscalls", Need::Netns),
+    spec("sys_exit_setns", "syscalls", Need::Netns),
     spec("sys_enter_clone", "syscalls", Need::CloneNetns),
     spec("sys_exit_clone", "syscalls", Need::CloneNetns),
     spec("sys_enter_clone3", "syscalls", Need::CloneNetns),
@@ -95,6 +111,8 @@ pub struct ProbeConfig {
     /// CNI plugins enter it with setns, while clone runs in every fork on the node, and
     /// with its tracepoints enabled every fork pays for them.
     pub clone_netns: bool,
+    /// When the network-namespace programs are attached.
+    pub netns_attach: NetnsAttach,
 }
 
 impl ProbeConfig {
@@ -107,6 +125,7 @@ impl ProbeConfig {
             channel_capacity: 16 * 1024,
             ebpf_log: None,
             clone_netns: false,
+            netns_attach: NetnsAttach::Always,
         }
     }
 }
@@ -144,7 +163,9 @@ pub struct ProgramStats {
 /// drains what is left in the ring buffer and reports the losses.
 pub struct KernelProbes {
     // Owns the programs and their links: the probes stay attached while it lives.
-    ebpf: Ebpf,
+    ebpf: Arc<Mutex<Ebpf>>,
+    /// The namespace programs, when they attach on demand.
+    gate: Option<NetnsGate>,
     lost: PerCpuArray<MapData, u64>,
     stop: Option<oneshot::Sender<()>>,
     reader: Option<JoinHandle<Result<ReaderStats, EbpfError>>>,
@@ -216,7 +237,8 @@ impl KernelProbes {
                 }
             })?;
         }
-        let (attached, skipped) = attach_all(&mut ebpf, &path, config.clone_netns)?;
+        let (attached, skipped, gated) =
+            attach_all(&mut ebpf, &path, config.clone_netns, config.netns_attach)?;
 
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
@@ -224,9 +246,13 @@ impl KernelProbes {
         let (stop_tx, stop_rx) = oneshot::channel();
         let pace = ReadPace::new();
         let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone()));
+        let ebpf = Arc::new(Mutex::new(ebpf));
+        let gate = (config.netns_attach == NetnsAttach::OnDemand)
+            .then(|| NetnsGate::new(ebpf.clone(), gated));
         Ok((
             KernelProbes {
                 ebpf,
+                gate,
                 lost,
                 stop: Some(stop_tx),
                 reader: Some(reader),
@@ -247,9 +273,14 @@ impl KernelProbes {
         self.pace.clone()
     }
 
-    /// Programs attached, by name.
+    /// Programs attached from the start, by name.
     pub fn attached(&self) -> &[&'static str] {
         &self.attached
+    }
+
+    /// The gate over the namespace programs, when they attach on demand.
+    pub fn netns_gate(&self) -> Option<NetnsGate> {
+        self.gate.clone()
     }
 
     /// Optional programs that could not attach, with why.
@@ -289,13 +320,20 @@ impl KernelProbes {
         Ok(lost)
     }
 
-    /// Each attached program's run time and run count so far, in attach order.
+    /// Each program's run time and run count so far: those attached from the start, in
+    /// attach order, then those behind the gate.
     pub fn program_stats(&self) -> Result<Vec<ProgramStats>, EbpfError> {
+        let gated = self
+            .gate
+            .as_ref()
+            .map(NetnsGate::programs)
+            .unwrap_or_default();
+        let ebpf = self.ebpf.lock().unwrap_or_else(|e| e.into_inner());
         self.attached
             .iter()
+            .chain(gated.iter())
             .map(|&program| {
-                let info = self
-                    .ebpf
+                let info = ebpf
                     .program(program)
                     .ok_or_else(|| EbpfError::ProgramMissing {
                         program,
@@ -449,18 +487,37 @@ fn write_filters(
     Ok(())
 }
 
-type Attached = (Vec<&'static str>, Vec<(&'static str, String)>);
+type Attached = (
+    Vec<&'static str>,
+    Vec<(&'static str, String)>,
+    Vec<GatedProgram>,
+);
 
-fn attach_all(ebpf: &mut Ebpf, path: &Path, clone_netns: bool) -> Result<Attached, EbpfError> {
+/// Loads every program and attaches those that run from the start. With
+/// [`NetnsAttach::OnDemand`], the namespace programs are loaded (so the verifier has
+/// accepted them) and returned for the gate instead.
+fn attach_all(
+    ebpf: &mut Ebpf,
+    path: &Path,
+    clone_netns: bool,
+    netns: NetnsAttach,
+) -> Result<Attached, EbpfError> {
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
+    let mut gated = Vec::new();
     for spec in PROGRAMS {
         let optional = match spec.need {
-            Need::Required => false,
+            Need::Required | Need::Netns => false,
             Need::CloneNetns if !clone_netns => continue,
             Need::CloneNetns => true,
         };
-        match attach_one(ebpf, path, spec) {
+        let on_demand = netns == NetnsAttach::OnDemand && spec.need != Need::Required;
+        match attach_one(ebpf, path, spec, !on_demand) {
+            Ok(()) if on_demand => gated.push(GatedProgram {
+                program: spec.program,
+                category: spec.category,
+                tracepoint: spec.tracepoint,
+            }),
             Ok(()) => attached.push(spec.program),
             Err(e) if optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
                 skipped.push((spec.program, e.to_string()));
@@ -468,10 +525,16 @@ fn attach_all(ebpf: &mut Ebpf, path: &Path, clone_netns: bool) -> Result<Attache
             Err(e) => return Err(e),
         }
     }
-    Ok((attached, skipped))
+    Ok((attached, skipped, gated))
 }
 
-fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), EbpfError> {
+/// Loads `spec`'s program and, with `attach`, attaches it.
+fn attach_one(
+    ebpf: &mut Ebpf,
+    path: &Path,
+    spec: &ProgramSpec,
+    attach: bool,
+) -> Result<(), EbpfError> {
     let missing = |reason: String| EbpfError::ProgramMissing {
         program: spec.program,
         path: path.to_path_buf(),
@@ -496,6 +559,9 @@ fn attach_one(ebpf: &mut Ebpf, path: &Path, spec: &ProgramSpec) -> Result<(), Eb
                 source: Box::new(source),
             },
         })?;
+    if !attach {
+        return Ok(());
+    }
     program
         .attach(spec.category, spec.tracepoint)
         .map_err(|source| match permission_error(&source, DENIED) {
@@ -584,7 +650,7 @@ mod tests {
             assert!(
                 PROGRAMS
                     .iter()
-                    .any(|p| p.program == required && p.need == Need::Required),
+                    .any(|p| p.program == required && p.need != Need::CloneNetns),
                 "{required}"
             );
         }

@@ -20,6 +20,7 @@ mod comm;
 mod error;
 pub mod event;
 mod loader;
+mod netns_gate;
 pub mod object;
 mod pace;
 mod reader;
@@ -30,8 +31,9 @@ pub use error::EbpfError;
 pub use event::{Cgroup, CniExec, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelProbes, LostEvents,
-    ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
+    NetnsAttach, ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
+pub use netns_gate::{NETNS_LINGER, NetnsGate, NetnsHold};
 pub use object::{ObjectSource, ProbesObject};
 pub use pace::ReadPace;
 pub use reader::EventReceiver;

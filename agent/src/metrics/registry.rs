@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -91,6 +92,8 @@ pub struct Metrics {
     stage: HistFamily<StageLabel>,
     cni_plugin: HistFamily<Plugin>,
     lost: Family<Kind, Counter>,
+    netns_attached: Gauge,
+    netns_attaches: Counter,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -103,6 +106,7 @@ struct State {
     /// Pods whose stages were observed already.
     staged: BTreeSet<String>,
     lost_seen: BTreeMap<String, u64>,
+    netns_attaches_seen: u64,
 }
 
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
@@ -188,6 +192,19 @@ impl Metrics {
             "Kernel events the probes could not deliver because the ring buffer was full",
             lost.clone(),
         );
+        let netns_attached = Gauge::default();
+        podtrace.register(
+            "ebpf_netns_probes_attached",
+            "1 while the network-namespace probes (syscall tracepoints) are attached: around \
+             the CRI calls that create or enter pod namespaces, and a second after",
+            netns_attached.clone(),
+        );
+        let netns_attaches = Counter::default();
+        podtrace.register(
+            "ebpf_netns_probe_attaches",
+            "Times the network-namespace probes were attached",
+            netns_attaches.clone(),
+        );
         Metrics {
             registry,
             runtime_ops,
@@ -200,6 +217,8 @@ impl Metrics {
             stage,
             cni_plugin,
             lost,
+            netns_attached,
+            netns_attaches,
             state: Mutex::new(State::default()),
             timeline_seen: AtomicU64::new(0),
         }
@@ -309,6 +328,17 @@ impl Metrics {
         }
     }
 
+    /// Whether the network-namespace probes are attached, and how many times they were.
+    pub fn set_netns_probes(&self, attached: bool, attaches: u64) {
+        self.netns_attached.set(i64::from(attached));
+        let mut st = self.state();
+        if attaches > st.netns_attaches_seen {
+            self.netns_attaches
+                .inc_by(attaches - st.netns_attaches_seen);
+            st.netns_attaches_seen = attaches;
+        }
+    }
+
     /// The Prometheus text exposition (format 0.0.4), what `promtool` and scrapers that
     /// do not ask for OpenMetrics read: the same samples, with counters' HELP and TYPE
     /// named as their `_total` samples and no `# EOF`.
@@ -363,6 +393,26 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn the_namespace_probes_gauge_and_attach_count_follow_the_gate() {
+        let m = Metrics::new();
+        m.set_netns_probes(true, 2);
+        m.set_netns_probes(false, 3);
+        let text = m.encode_prometheus();
+        assert!(
+            text.contains("podtrace_ebpf_netns_probes_attached 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podtrace_ebpf_netns_probe_attaches_total 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE podtrace_ebpf_netns_probes_attached gauge"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -346,7 +346,7 @@ struct Probes {
 }
 
 impl Probes {
-    fn start(bin: &Path, log: PathBuf) -> anyhow::Result<Probes> {
+    fn start(bin: &Path, log: PathBuf, extra: &[&str]) -> anyhow::Result<Probes> {
         let mut child = Command::new(bin)
             .args([
                 "kernel-events",
@@ -354,6 +354,7 @@ impl Probes {
                 "--json",
                 "--require-ebpf",
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -563,13 +564,13 @@ fn counted_runs(
     target: &ExecTarget,
     workers: usize,
 ) -> anyhow::Result<Counted> {
-    let probes = Probes::start(bin, work.join("kernel-events-paused.log"))?;
+    let probes = Probes::start(bin, work.join("kernel-events-paused.log"), &[])?;
     probes.pause();
     let per_worker = PAUSED_EXECS.div_ceil(workers as u64);
     let paused_run = workload_until(target, workers, PAUSED_LIMIT, per_worker)?;
     let (paused, _) = probes.stop()?;
 
-    let probes = Probes::start(bin, work.join("kernel-events-loss-run.log"))?;
+    let probes = Probes::start(bin, work.join("kernel-events-loss-run.log"), &[])?;
     let before = read_irq_work();
     let run = workload(target, workers, LOSS_RUN)?;
     let after = read_irq_work();
@@ -581,6 +582,122 @@ fn counted_runs(
         irq_work: before.zip(after).map(|(b, a)| a.saturating_sub(b)),
         paused_run,
         paused,
+    })
+}
+
+/// The probes' configurations the on arms run.
+struct Mode {
+    name: &'static str,
+    args: &'static [&'static str],
+}
+
+/// As the agent runs them between sandbox operations: the namespace programs (syscall
+/// tracepoints) loaded but detached.
+const AGENT_MODE: Mode = Mode {
+    name: "agent",
+    args: &["--netns-on-demand"],
+};
+/// Every program attached: the agent while it creates or removes a sandbox (and for a
+/// second after), and `kernel-events`.
+const ALL_ON_MODE: Mode = Mode {
+    name: "all-attached",
+    args: &[],
+};
+/// Rounds for the all-attached figure, which no goal is judged on.
+const ALL_ON_ROUNDS: usize = 8;
+
+/// Alternating rounds, and the reader's CPU in their on arms.
+struct Alternated {
+    rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>>,
+    /// The reader's own CPU time during the on arms, and the arms' length.
+    reader_ns: u64,
+    on_seconds: f64,
+}
+
+impl Alternated {
+    fn round_ratios(&self) -> Vec<f64> {
+        self.rounds
+            .iter()
+            .map(|arms| ratio(&arms.iter().map(|(a, r, _)| (*a, *r)).collect::<Vec<_>>()))
+            .collect()
+    }
+
+    fn pooled(&self) -> f64 {
+        let all: Vec<(Arm, ArmRun)> = self
+            .rounds
+            .iter()
+            .flatten()
+            .map(|(a, r, _)| (*a, *r))
+            .collect();
+        ratio(&all)
+    }
+}
+
+fn alternate(
+    bin: &Path,
+    work: &Path,
+    target: &ExecTarget,
+    workers: usize,
+    count: usize,
+    mode: Mode,
+) -> anyhow::Result<Alternated> {
+    let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
+    // The reader's own CPU time during the on arms, and the arms' length.
+    let (mut reader_ns, mut on_seconds) = (0_u64, 0.0_f64);
+    for round in 0..count {
+        let mut arms = Vec::new();
+        for (i, arm) in order(round).into_iter().enumerate() {
+            let (run, summary) = match arm {
+                Arm::Off => (workload(target, workers, ARM)?, None),
+                Arm::On => {
+                    let probes = Probes::start(
+                        bin,
+                        work.join(format!(
+                            "kernel-events-{}-r{}-{}.log",
+                            mode.name,
+                            round + 1,
+                            i + 1
+                        )),
+                        mode.args,
+                    )?;
+                    let before = probes.cpu_ns();
+                    let run = workload(target, workers, ARM)?;
+                    reader_ns += probes.cpu_ns().saturating_sub(before);
+                    on_seconds += run.seconds;
+                    let (summary, _) = probes.stop()?;
+                    (run, Some(summary))
+                }
+            };
+            arms.push((arm, run, summary));
+        }
+        let pairs: Vec<(Arm, ArmRun)> = arms.iter().map(|(a, r, _)| (*a, *r)).collect();
+        let on: Vec<ArmRun> = arms
+            .iter()
+            .filter(|a| a.0 == Arm::On)
+            .map(|a| a.1)
+            .collect();
+        let off: Vec<ArmRun> = arms
+            .iter()
+            .filter(|a| a.0 == Arm::Off)
+            .map(|a| a.1)
+            .collect();
+        eprintln!(
+            "bench: probe overhead ({}): round {} ({}): {:.0} execs/s with the probes, {:.0} \
+             without: {:.3}×",
+            mode.name,
+            round + 1,
+            order(round).map(Arm::name).join(" "),
+            rate(&on),
+            rate(&off),
+            ratio(&pairs)
+        );
+        rounds.push(arms);
+    }
+
+    Ok(Alternated {
+        rounds,
+        reader_ns,
+        on_seconds,
     })
 }
 
@@ -606,51 +723,15 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         rate(&[warm])
     );
 
-    let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
-    // The reader's own CPU time during the on arms, and the arms' length.
-    let (mut reader_ns, mut on_seconds) = (0_u64, 0.0_f64);
-    for round in 0..ROUNDS {
-        let mut arms = Vec::new();
-        for (i, arm) in order(round).into_iter().enumerate() {
-            let (run, summary) = match arm {
-                Arm::Off => (workload(&target, workers, ARM)?, None),
-                Arm::On => {
-                    let probes = Probes::start(
-                        bin,
-                        work.join(format!("kernel-events-r{}-{}.log", round + 1, i + 1)),
-                    )?;
-                    let before = probes.cpu_ns();
-                    let run = workload(&target, workers, ARM)?;
-                    reader_ns += probes.cpu_ns().saturating_sub(before);
-                    on_seconds += run.seconds;
-                    let (summary, _) = probes.stop()?;
-                    (run, Some(summary))
-                }
-            };
-            arms.push((arm, run, summary));
-        }
-        let pairs: Vec<(Arm, ArmRun)> = arms.iter().map(|(a, r, _)| (*a, *r)).collect();
-        let on: Vec<ArmRun> = arms
-            .iter()
-            .filter(|a| a.0 == Arm::On)
-            .map(|a| a.1)
-            .collect();
-        let off: Vec<ArmRun> = arms
-            .iter()
-            .filter(|a| a.0 == Arm::Off)
-            .map(|a| a.1)
-            .collect();
-        eprintln!(
-            "bench: probe overhead: round {} ({}): {:.0} execs/s with the probes, {:.0} without: \
-             {:.3}×",
-            round + 1,
-            order(round).map(Arm::name).join(" "),
-            rate(&on),
-            rate(&off),
-            ratio(&pairs)
-        );
-        rounds.push(arms);
-    }
+    // The agent's configuration between the CRI calls that create or enter pod
+    // namespaces (the verdict's), then every program attached, as during those calls.
+    let agent = alternate(bin, &work, &target, workers, ROUNDS, AGENT_MODE)?;
+    let all_on = alternate(bin, &work, &target, workers, ALL_ON_ROUNDS, ALL_ON_MODE)?;
+    let Alternated {
+        rounds,
+        reader_ns,
+        on_seconds,
+    } = agent;
 
     // The kernel's statistics on for the counted runs alone: counting costs two clock
     // reads per program run, which the alternating arms must not pay.
@@ -732,6 +813,26 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         Figure::new(
             "ratio: median of rounds (the verdict's) / pooled",
             format!("{median_ratio:.3}× / {pooled:.3}×"),
+        ),
+        Figure::new(
+            &format!(
+                "every program attached (during sandbox operations, and kernel-events; \
+                 {ALL_ON_ROUNDS} more rounds): ratio per round"
+            ),
+            all_on
+                .round_ratios()
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        Figure::new(
+            "every program attached: median of rounds / pooled",
+            format!(
+                "{:.3}× / {:.3}×",
+                median(&all_on.round_ratios()),
+                all_on.pooled()
+            ),
         ),
         Figure::new(
             "events lost in the alternating arms",
@@ -838,13 +939,20 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         method: format!(
             "{workers} workers (one per CPU) each `posix_spawn` `{}` and wait for it, in a \
              loop, as fast as they can. With the probes on, `podtrace kernel-events \
-             --summary-only --json` (release build) has loaded and attached every program as \
-             the agent does and drains the ring buffer with the agent's reader (events \
+             --summary-only --json --netns-on-demand` (release build) has loaded every program \
+             and attached them as the agent does between the CRI calls that create or enter \
+             pod namespaces (the unshare and setns syscall tracepoints loaded but detached: \
+             the agent attaches them around RunPodSandbox, StopPodSandbox, RemovePodSandbox, \
+             CreateContainer and StartContainer, and detaches them after a second without \
+             such a call), and drains the ring buffer with the agent's reader (events \
              decoded and received, not printed); off, nothing is attached. {ROUNDS} rounds \
              of four {:.1} s arms in ABBA then BAAB order after a {} s warm-up; a round's ratio \
              is its on arms' execs/s over its off arms', and the verdict uses the median of \
-             the rounds' ratios (the pooled ratio is shown too). The probes' load time is not \
-             timed. Then {} s at full speed with the probes on counts events read and lost. \
+             the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
+             with every program attached (the agent during sandbox operations, and \
+             kernel-events) are shown beside it. The probes' load time is not \
+             timed. Then {} s at full speed with every program attached counts events read \
+             and lost. \
              The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
              that run and one before it only (kernel.bpf_stats_enabled was {stats_before} \
              before the benchmark), and give each program's run time per hit. In the run \
@@ -873,6 +981,12 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "arms": arms.iter().map(arm_json).collect::<Vec<_>>(),
                 "ratio": r,
             })).collect::<Vec<_>>(),
+            "all_attached_rounds": all_on.rounds.iter().zip(all_on.round_ratios()).enumerate()
+                .map(|(i, (arms, r))| json!({
+                    "round": i + 1,
+                    "arms": arms.iter().map(arm_json).collect::<Vec<_>>(),
+                    "ratio": r,
+                })).collect::<Vec<_>>(),
             "median_ratio": median_ratio,
             "pooled_ratio": pooled,
             "reader_cpu_ns_in_on_arms": reader_ns,
