@@ -139,6 +139,8 @@ impl<R> Recording<R> {
     ) -> CriResult<T> {
         call.start_ns = now_ktime_ns();
         let _hold = self.sink.begin(&call);
+        // What `begin` did (attaching probes) is not the call's own time.
+        call.start_ns = now_ktime_ns();
         let result = fut.await;
         call.end_ns = now_ktime_ns();
         match &result {

@@ -95,10 +95,12 @@ impl NetnsGate {
         st.holders += 1;
         st.idle_since = None;
         if st.links.is_empty() {
+            let began = Instant::now();
             match st.attach() {
                 Ok(links) => {
                     st.links = links;
                     st.attaches += 1;
+                    tracing::debug!(took = ?began.elapsed(), "network namespace probes attached");
                 }
                 Err(e) => {
                     if st.failure.as_deref() != Some(e.as_str()) {

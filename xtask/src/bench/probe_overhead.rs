@@ -803,7 +803,10 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             format!("{on_rate:.0} / {off_rate:.0}"),
         ),
         Figure::new(
-            &format!("ratio per round ({ROUNDS} rounds)"),
+            &format!(
+                "the agent's probes (namespace programs detached between sandbox operations): \
+                 ratio per round ({ROUNDS} rounds)"
+            ),
             round_ratios
                 .iter()
                 .map(|r| format!("{r:.3}"))
@@ -811,7 +814,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 .join(", "),
         ),
         Figure::new(
-            "ratio: median of rounds (the verdict's) / pooled",
+            "the agent's probes: median of rounds (the verdict's) / pooled",
             format!("{median_ratio:.3}× / {pooled:.3}×"),
         ),
         Figure::new(
