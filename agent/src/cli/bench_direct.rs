@@ -1,7 +1,8 @@
 //! `podtrace bench-direct` (hidden): the runtime's own limit for `cargo xtask bench`. For
 //! each pod it makes the calls podtrace's pipeline makes for a pod whose image is present
 //! (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer), with the same
-//! requests and nothing in between, and prints each pod's time to Running as JSON.
+//! requests (the pod's cgroup as the sandbox's parent included) and nothing in between,
+//! and prints each pod's time to Running as JSON.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Semaphore;
 
 use super::{CriArgs, EXIT_BAD_INPUT, node};
+use crate::cm::{CgroupLayout, PodContainerManager};
 use crate::config::load_paths;
 use crate::cri::{CriClient, RuntimeService, api};
 use crate::kuberuntime::container::{PodRuntimeFacts, generate_container_config};
@@ -26,9 +28,16 @@ pub struct BenchDirectArgs {
     /// Pods in flight at once (0: all of them).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub concurrency: usize,
-    /// Stop and remove the sandboxes afterwards (not timed).
+    /// Stop and remove the sandboxes afterwards, and the pod cgroups runc made (not
+    /// timed).
     #[arg(long)]
     pub cleanup: bool,
+    /// The pod cgroups' root, as `podtrace run --cgroup-root`: each sandbox's
+    /// `cgroup_parent` is its pod's cgroup there, the same request the pipeline sends.
+    /// The driver does not create it (that is the pipeline's work, not the runtime's):
+    /// runc makes the missing directories. "" leaves the parent to the runtime.
+    #[arg(long, default_value = "/podtrace", value_name = "PATH")]
+    pub cgroup_root: String,
     #[command(flatten)]
     pub node: node::NodeArgs,
     #[command(flatten)]
@@ -42,11 +51,36 @@ struct PodTime {
     error: Option<String>,
 }
 
-async fn create(cri: &CriClient, pod: &Pod, cfg: &RuntimeConfig) -> Result<String, String> {
-    let sandbox_config = generate_pod_sandbox_config(pod, 0, cfg);
+/// Creates the pod's sandbox and starts its containers. The sandbox ID comes back with
+/// any error after it was created, so cleanup removes it too.
+async fn create(
+    cri: &CriClient,
+    pod: &Pod,
+    cfg: &RuntimeConfig,
+    pcm: Option<&PodContainerManager>,
+) -> Result<String, (Option<String>, String)> {
+    let mut sandbox = None;
+    match create_in(cri, pod, cfg, pcm, &mut sandbox).await {
+        Ok(()) => Ok(sandbox.unwrap_or_default()),
+        Err(e) => Err((sandbox, e)),
+    }
+}
+
+async fn create_in(
+    cri: &CriClient,
+    pod: &Pod,
+    cfg: &RuntimeConfig,
+    pcm: Option<&PodContainerManager>,
+    sandbox: &mut Option<String>,
+) -> Result<(), String> {
+    let mut sandbox_config = generate_pod_sandbox_config(pod, 0, cfg);
+    if let (Some(pcm), Some(linux)) = (pcm, sandbox_config.linux.as_mut()) {
+        linux.cgroup_parent = pcm.pod_cgroup_name(pod).map_err(|e| e.to_string())?;
+    }
     let sandbox_id = create_pod_sandbox(cri, sandbox_config.clone(), "", true)
         .await
         .map_err(|e| e.to_string())?;
+    *sandbox = Some(sandbox_id.clone());
     let status = cri
         .pod_sandbox_status(&sandbox_id)
         .await
@@ -81,7 +115,7 @@ async fn create(cri: &CriClient, pod: &Pod, cfg: &RuntimeConfig) -> Result<Strin
             .map_err(|e| e.to_string())?;
         cri.start_container(&id).await.map_err(|e| e.to_string())?;
     }
-    Ok(sandbox_id)
+    Ok(())
 }
 
 pub async fn run(args: &BenchDirectArgs) -> ExitCode {
@@ -101,6 +135,21 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // As the agent does at start, before any pod: the QoS tiers with their settings.
+    let pcm = match (!args.cgroup_root.is_empty())
+        .then(|| {
+            let pcm = PodContainerManager::new(&args.cgroup_root, CgroupLayout::discover()?)?;
+            pcm.ensure_qos_cgroups()?;
+            Ok::<_, crate::cm::CmError>(pcm)
+        })
+        .transpose()
+    {
+        Ok(pcm) => pcm.map(Arc::new),
+        Err(e) => {
+            eprintln!("podtrace: --cgroup-root {}: {e}", args.cgroup_root);
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let cfg = Arc::new(cfg);
     let limit = if args.concurrency == 0 {
         pods.len()
@@ -111,27 +160,37 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for p in pods {
-        let (cri, cfg, permits) = (cri.clone(), cfg.clone(), permits.clone());
+        let (cri, cfg, permits, pcm) = (cri.clone(), cfg.clone(), permits.clone(), pcm.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = permits.acquire_owned().await;
             let t = Instant::now();
-            let result = create(&cri, &p.pod, &cfg).await;
+            let result = create(&cri, &p.pod, &cfg, pcm.as_deref()).await;
             let seconds = t.elapsed().as_secs_f64();
-            (labels::pod_name(&p.pod).to_string(), seconds, result)
+            (
+                labels::pod_name(&p.pod).to_string(),
+                labels::pod_uid(&p.pod).to_string(),
+                seconds,
+                result,
+            )
         }));
     }
     let mut times = Vec::new();
     let mut sandboxes = Vec::new();
+    let mut uids = Vec::new();
     for task in tasks {
-        let Ok((name, seconds, result)) = task.await else {
+        let Ok((name, uid, seconds, result)) = task.await else {
             continue;
         };
+        uids.push(uid);
         let error = match result {
             Ok(id) => {
                 sandboxes.push(id);
                 None
             }
-            Err(e) => Some(e),
+            Err((id, e)) => {
+                sandboxes.extend(id);
+                Some(e)
+            }
         };
         times.push(PodTime {
             name,
@@ -147,6 +206,13 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
             }
             if let Err(e) = cri.remove_pod_sandbox(id).await {
                 eprintln!("podtrace: removing sandbox {id}: {e}");
+            }
+        }
+        if let Some(pcm) = &pcm {
+            for uid in &uids {
+                if let Err(e) = pcm.destroy_pod_cgroup(uid) {
+                    eprintln!("podtrace: removing the pod cgroup of {uid}: {e}");
+                }
             }
         }
     }

@@ -183,7 +183,9 @@ pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> 
              each in a process of its own: `podtrace run --until-ready --cleanup` (time from \
              the pod's ADD to the Running status) against `podtrace bench-direct` \
              (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer with the same \
-             requests, from the first call's start to the last call's end). Arms alternate \
+             requests, the pod's cgroup as the sandbox's cgroup parent included: the driver \
+             does not create it, runc makes the missing directories; from the first call's \
+             start to the last call's end). Arms alternate \
              in ABBA order pod by pod; process start and cleanup are outside both timings."
         ),
         figures: vec![
