@@ -74,9 +74,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     }
 
     let cgroup_parent = match &shared.pcm {
-        // cgroupfs IO, a mkdir and writes per hierarchy: off the async workers, so the
-        // other pods' syncs go on meanwhile.
-        Some(pcm) => match tokio::task::block_in_place(|| pcm.ensure_pod_cgroup(pod)) {
+        Some(pcm) => match pcm.ensure_pod_cgroup(pod) {
             Ok(parent) => parent,
             Err(e) => {
                 recorder.record(PodEvent::warning(
