@@ -585,6 +585,15 @@ fn counted_runs(
     })
 }
 
+/// Ratios as a figure shows them.
+fn joined(ratios: &[f64]) -> String {
+    ratios
+        .iter()
+        .map(|r| format!("{r:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The probes' configurations the on arms run.
 struct Mode {
     name: &'static str,
@@ -727,6 +736,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     // namespaces (the verdict's), then every program attached, as during those calls.
     let agent = alternate(bin, &work, &target, workers, ROUNDS, AGENT_MODE)?;
     let all_on = alternate(bin, &work, &target, workers, ALL_ON_ROUNDS, ALL_ON_MODE)?;
+    let (round_ratios, pooled) = (agent.round_ratios(), agent.pooled());
     let Alternated {
         rounds,
         reader_ns,
@@ -765,12 +775,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         loss.lost
     );
 
-    let round_ratios: Vec<f64> = rounds
-        .iter()
-        .map(|arms| ratio(&arms.iter().map(|(a, r, _)| (*a, *r)).collect::<Vec<_>>()))
-        .collect();
     let all: Vec<(Arm, ArmRun)> = rounds.iter().flatten().map(|(a, r, _)| (*a, *r)).collect();
-    let pooled = ratio(&all);
     let median_ratio = median(&round_ratios);
     let pick = |want: Arm| -> Vec<ArmRun> {
         all.iter()
@@ -807,11 +812,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "the agent's probes (namespace programs detached between sandbox operations): \
                  ratio per round ({ROUNDS} rounds)"
             ),
-            round_ratios
-                .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            joined(&round_ratios),
         ),
         Figure::new(
             "the agent's probes: median of rounds (the verdict's) / pooled",
@@ -822,12 +823,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "every program attached (during sandbox operations, and kernel-events; \
                  {ALL_ON_ROUNDS} more rounds): ratio per round"
             ),
-            all_on
-                .round_ratios()
-                .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            joined(&all_on.round_ratios()),
         ),
         Figure::new(
             "every program attached: median of rounds / pooled",
