@@ -64,10 +64,10 @@ impl CriCall {
     }
 }
 
-/// Where recorded calls go.
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;
 
+/// Where recorded calls go.
 pub trait CallSink: Send + Sync {
     fn record(&self, call: CriCall);
 

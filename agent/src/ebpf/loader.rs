@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
-use super::netns_gate::{GatedProgram, NetnsGate};
+use super::netns_gate::NetnsGate;
 use super::object::ProbesObject;
 use super::pace::ReadPace;
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
@@ -35,10 +35,10 @@ pub const DEFAULT_CGROUP_PREFIXES: [&str; 2] = ["/podtrace", "/k8s.io"];
 pub const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni/";
 
 /// One program of the object: its name and the tracepoint it attaches to.
-struct ProgramSpec {
-    program: &'static str,
-    category: &'static str,
-    tracepoint: &'static str,
+pub(super) struct ProgramSpec {
+    pub(super) program: &'static str,
+    pub(super) category: &'static str,
+    pub(super) tracepoint: &'static str,
     need: Need,
 }
 
@@ -490,7 +490,7 @@ fn write_filters(
 type Attached = (
     Vec<&'static str>,
     Vec<(&'static str, String)>,
-    Vec<GatedProgram>,
+    Vec<&'static ProgramSpec>,
 );
 
 /// Loads every program and attaches those that run from the start. With
@@ -513,11 +513,7 @@ fn attach_all(
         };
         let on_demand = netns == NetnsAttach::OnDemand && spec.need != Need::Required;
         match attach_one(ebpf, path, spec, !on_demand) {
-            Ok(()) if on_demand => gated.push(GatedProgram {
-                program: spec.program,
-                category: spec.category,
-                tracepoint: spec.tracepoint,
-            }),
+            Ok(()) if on_demand => gated.push(spec),
             Ok(()) => attached.push(spec.program),
             Err(e) if optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
                 skipped.push((spec.program, e.to_string()));

@@ -15,19 +15,13 @@ use aya::Ebpf;
 use aya::programs::TracePoint;
 use aya::programs::trace_point::TracePointLink;
 
+use super::loader::ProgramSpec;
+
 /// How long the programs stay attached after the last call that needed them: pods
 /// created one after another keep them attached rather than attaching for every call.
 pub const NETNS_LINGER: Duration = Duration::from_secs(1);
 /// How often an idle gate is checked.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
-
-/// One gated program: its name and its tracepoint.
-#[derive(Debug, Clone, Copy)]
-pub struct GatedProgram {
-    pub program: &'static str,
-    pub category: &'static str,
-    pub tracepoint: &'static str,
-}
 
 /// Shared by the probes and whoever makes the calls; cloning is cheap.
 #[derive(Clone)]
@@ -37,7 +31,7 @@ pub struct NetnsGate {
 
 struct GateState {
     ebpf: Arc<Mutex<Ebpf>>,
-    programs: Vec<GatedProgram>,
+    programs: Vec<&'static ProgramSpec>,
     holders: usize,
     links: Vec<TracePointLink>,
     idle_since: Option<Instant>,
@@ -67,7 +61,7 @@ impl NetnsGate {
     /// A gate over `programs` of `ebpf`, loaded but not attached. Starts the task that
     /// detaches them when idle; it ends with the last clone of the gate. Must run inside
     /// a tokio runtime.
-    pub fn new(ebpf: Arc<Mutex<Ebpf>>, programs: Vec<GatedProgram>) -> NetnsGate {
+    pub(super) fn new(ebpf: Arc<Mutex<Ebpf>>, programs: Vec<&'static ProgramSpec>) -> NetnsGate {
         let gate = NetnsGate {
             state: Arc::new(Mutex::new(GateState {
                 ebpf,

@@ -1,6 +1,6 @@
 //! GetPodStatus: the runtime's view of one pod, read over CRI by the pod's UID label.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::labels;
 use crate::cri::{CriError, RuntimeService, api};
@@ -77,7 +77,7 @@ pub async fn get_pod_status<R: RuntimeService>(
 /// The pod's status after a sync that only added to it: `before`, the sync's input, with
 /// the sandbox it created (`new_sandbox`, as read right after creation) and the
 /// containers it started, each read again. The containers are read verbosely, which also
-/// gives their host pids (in `started` order; `None` where the runtime gave none).
+/// gives their host pids, by container ID (those the runtime gave).
 ///
 /// kubelet publishes what its next relist finds; reading only what the sync touched
 /// keeps the runtime, busy creating other pods, from answering lists of everything
@@ -87,7 +87,7 @@ pub async fn status_after_start<R: RuntimeService>(
     before: &RuntimePodStatus,
     new_sandbox: Option<&api::PodSandboxStatus>,
     started: &[&str],
-) -> Result<(RuntimePodStatus, Vec<Option<u32>>), CriError> {
+) -> Result<(RuntimePodStatus, BTreeMap<String, u32>), CriError> {
     let replies =
         futures::future::join_all(started.iter().map(|id| cri.container_status(id, true))).await;
     let mut status = before.clone();
@@ -98,19 +98,20 @@ pub async fn status_after_start<R: RuntimeService>(
             .sandboxes
             .push(sandbox_status(&sb.id, attempt, Some(sb.clone())));
     }
-    let mut pids = Vec::with_capacity(started.len());
+    let mut pids = BTreeMap::new();
     for (id, reply) in started.iter().zip(replies) {
         let resp = match reply {
             Ok(resp) => resp,
             // Removed since it started: it no longer counts.
             Err(e) if e.is_not_found() => {
                 status.containers.retain(|c| c.id != *id);
-                pids.push(None);
                 continue;
             }
             Err(e) => return Err(e),
         };
-        pids.push(pid_of(&resp));
+        if let Some(pid) = pid_of(&resp) {
+            pids.insert(id.to_string(), pid);
+        }
         if let Some(st) = resp.status {
             let st = container_status(st);
             status.containers.retain(|c| c.id != st.id);

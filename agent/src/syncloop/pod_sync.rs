@@ -158,14 +158,14 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     // that only started things reads just those (verbosely: that gives their pids too);
     // any other change reads the whole pod again.
     let mut latest = status;
-    let mut pids = Vec::new();
+    let mut pids = std::collections::BTreeMap::new();
     if !result.actions.is_noop() {
         let after = match result.only_started() {
             Some(started) => {
                 status_after_start(cri, &latest, result.new_sandbox.as_ref(), &started)
                     .await
-                    .map(|(after, p)| {
-                        pids = started.iter().map(|id| id.to_string()).zip(p).collect();
+                    .map(|(after, known)| {
+                        pids = known;
                         after
                     })
             }
@@ -183,10 +183,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     // and one that finds no pid leaves it to the relist.
     for outcome in result.containers.values() {
         if let ContainerOutcome::Started { container_id } = outcome {
-            let pid = pids
-                .iter()
-                .find(|(id, _)| id == container_id)
-                .and_then(|(_, pid)| *pid);
+            let pid = pids.get(container_id).copied();
             pleg.watch_container(cri, &uid, container_id, pid).await;
         }
     }
