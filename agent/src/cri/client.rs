@@ -231,6 +231,25 @@ impl RuntimeService for CriClient {
         .map(|_| ())
     }
 
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> CriResult<()> {
+        let req = api::UpdateContainerResourcesRequest {
+            container_id: container_id.to_string(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        runtime_call!(
+            self,
+            "UpdateContainerResources",
+            update_container_resources,
+            req
+        )
+        .map(|_| ())
+    }
+
     async fn remove_container(&self, container_id: &str) -> CriResult<()> {
         let req = api::RemoveContainerRequest {
             container_id: container_id.to_string(),

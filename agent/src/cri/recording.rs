@@ -340,6 +340,24 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         .await
     }
 
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> CriResult<()> {
+        let mut c = call("UpdateContainerResources");
+        self.for_container(container_id, &mut c);
+        put(&mut c, "cpu_quota", linux.cpu_quota);
+        put(&mut c, "cpu_shares", linux.cpu_shares);
+        put(&mut c, "memory_limit_in_bytes", linux.memory_limit_in_bytes);
+        self.record(
+            c,
+            self.inner.update_container_resources(container_id, linux),
+            |_, _| {},
+        )
+        .await
+    }
+
     async fn remove_container(&self, container_id: &str) -> CriResult<()> {
         let mut c = call("RemoveContainer");
         self.for_container(container_id, &mut c);

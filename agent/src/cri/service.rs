@@ -50,6 +50,12 @@ pub trait RuntimeService: Send + Sync {
         timeout_seconds: i64,
     ) -> impl Future<Output = CriResult<()>> + Send;
     fn remove_container(&self, container_id: &str) -> impl Future<Output = CriResult<()>> + Send;
+    /// Resizes a running container in place.
+    fn update_container_resources(
+        &self,
+        container_id: &str,
+        linux: api::LinuxContainerResources,
+    ) -> impl Future<Output = CriResult<()>> + Send;
     fn list_containers(
         &self,
         filter: Option<api::ContainerFilter>,

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod backoff;
 pub mod container_hash;
+pub mod init_container_actions;
 pub mod observed_exit;
 pub mod observed_start;
 pub mod pod_actions;
@@ -12,6 +13,7 @@ pub mod pod_workers;
 pub mod probe_results;
 pub mod qos;
 pub mod quantity;
+pub mod resize_actions;
 pub mod runtime_pod;
 pub mod status;
 

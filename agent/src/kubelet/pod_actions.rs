@@ -1,5 +1,7 @@
-//! computePodActions: given the pod as desired and the runtime's view of it, decide what
-//! SyncPod must do. Pure: no IO, no clock; the same inputs always give the same actions.
+//! computePodActions: given the pod as desired (with its allocated resources) and the
+//! runtime's view of it, decide what SyncPod must do. Pure: no IO, no clock; the same
+//! inputs always give the same actions. Follows kubelet 1.37 with its default feature
+//! gates: sidecars (restartable init containers) and in-place pod resize.
 
 use std::collections::BTreeMap;
 
@@ -7,14 +9,31 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use super::container_hash::container_hash;
-use super::probe_results::ProbeResults;
-use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
+use super::init_container_actions::compute_init_container_actions;
+use super::probe_results::{ProbeResults, ProbeState};
+use super::resize_actions::{ResourceName, compute_pod_resize_action};
+use super::runtime_pod::{
+    ContainerResources, ContainerState, ContainerStatus, RuntimePodStatus, SandboxState,
+};
 
 /// Why a running container is to be killed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KillReason {
     pub name: String,
     pub message: String,
+}
+
+/// One container whose resources change in place (kubelet's containerToUpdateInfo).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerUpdate {
+    pub name: String,
+    pub container_id: String,
+    /// A restartable init container (index into `spec.initContainers`), else a regular
+    /// container (index into `spec.containers`).
+    pub init: bool,
+    pub index: usize,
+    pub desired: ContainerResources,
+    pub current: ContainerResources,
 }
 
 /// What SyncPod must do for one pod, in the order it does it.
@@ -28,12 +47,17 @@ pub struct PodActions {
     pub sandbox_id: String,
     /// Attempt number of the sandbox to create.
     pub attempt: u32,
-    /// Index into `spec.initContainers` of the init container to start next.
-    pub next_init_container_to_start: Option<usize>,
+    /// Indices into `spec.initContainers` to start, in spec order: the next ordinary init
+    /// container and any sidecars to (re)start.
+    pub init_containers_to_start: Vec<usize>,
     /// Indices into `spec.containers` to start, ascending.
     pub containers_to_start: Vec<usize>,
     /// Running containers to kill, by container ID (ordered).
     pub containers_to_kill: BTreeMap<String, KillReason>,
+    /// In-place resizes per resource, decreases before increases.
+    pub containers_to_update: BTreeMap<ResourceName, Vec<ContainerUpdate>>,
+    /// The pod cgroup must be resized (a container's resources change).
+    pub update_pod_resources: bool,
 }
 
 impl PodActions {
@@ -41,20 +65,32 @@ impl PodActions {
     pub fn is_noop(&self) -> bool {
         !self.kill_pod
             && !self.create_sandbox
-            && self.next_init_container_to_start.is_none()
+            && self.init_containers_to_start.is_empty()
             && self.containers_to_start.is_empty()
             && self.containers_to_kill.is_empty()
+            && self.containers_to_update.is_empty()
+            && !self.update_pod_resources
+    }
+
+    pub(super) fn kill(&mut self, st: &ContainerStatus, message: String) {
+        self.containers_to_kill.insert(
+            st.id.clone(),
+            KillReason {
+                name: st.name.clone(),
+                message,
+            },
+        );
     }
 }
 
-fn restart_policy(pod: &Pod) -> &str {
+pub(super) fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always")
 }
 
-fn should_restart_on_failure(pod: &Pod) -> bool {
+pub(super) fn should_restart_on_failure(pod: &Pod) -> bool {
     restart_policy(pod) != "Never"
 }
 
@@ -65,21 +101,33 @@ fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-fn containers(pod: &Pod) -> &[Container] {
+pub(super) fn containers(pod: &Pod) -> &[Container] {
     pod.spec
         .as_ref()
         .map(|s| &s.containers[..])
         .unwrap_or_default()
 }
 
-fn init_containers(pod: &Pod) -> &[Container] {
+pub(super) fn init_containers(pod: &Pod) -> &[Container] {
     pod.spec
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default()
 }
 
-/// kubelet's podSandboxChanged: (create a new sandbox?, its attempt, current sandbox ID).
+/// A sidecar: an init container with `restartPolicy: Always`.
+pub fn is_restartable_init_container(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// kubelet's containerChanged: the running container was created from another spec, as
+/// far as the container hash covers it.
+pub(super) fn container_changed(c: &Container, st: &ContainerStatus) -> bool {
+    st.hash != container_hash(c)
+}
+
+/// kubelet's PodSandboxChanged: (create a new sandbox?, its attempt, current sandbox ID).
+/// The newest sandbox decides; the attempt counts on from it.
 fn pod_sandbox_changed(pod: &Pod, status: &RuntimePodStatus) -> (bool, u32, String) {
     let Some(newest) = status.newest_sandbox() else {
         return (true, 0, String::new());
@@ -121,69 +169,23 @@ pub fn should_container_be_restarted(pod: &Pod, c: &Container, status: &RuntimeP
     }
 }
 
-fn init_container_failed(st: &ContainerStatus) -> bool {
-    st.reason == "OOMKilled"
-        || (st.state == ContainerState::Exited && st.exit_code != 0)
-        || st.state == ContainerState::Unknown
+fn container_succeeded(c: &Container, status: &RuntimePodStatus) -> bool {
+    status
+        .container(&c.name)
+        .is_some_and(|st| st.state == ContainerState::Exited && st.exit_code == 0)
 }
 
-/// Where init containers stand: done, or the last one's status and the next to run.
-enum InitProgress<'a> {
-    Done,
-    /// An init container is running: wait.
-    Running,
-    Next {
-        last: Option<&'a ContainerStatus>,
-        index: usize,
-    },
-}
-
-fn find_next_init_container_to_run<'a>(
-    pod: &Pod,
-    status: &'a RuntimePodStatus,
-) -> InitProgress<'a> {
-    let init = init_containers(pod);
-    if init.is_empty() {
-        return InitProgress::Done;
-    }
-    // Once any app container exists, initialization finished earlier.
-    if containers(pod)
-        .iter()
-        .any(|c| status.container(&c.name).is_some())
-    {
-        return InitProgress::Done;
-    }
-    for (i, c) in init.iter().enumerate().rev() {
-        if let Some(st) = status
-            .container(&c.name)
-            .filter(|st| init_container_failed(st))
-        {
-            return InitProgress::Next {
-                last: Some(st),
-                index: i,
-            };
-        }
-    }
-    for (i, c) in init.iter().enumerate().rev() {
-        let Some(st) = status.container(&c.name) else {
-            continue;
-        };
-        match st.state {
-            ContainerState::Running => return InitProgress::Running,
-            ContainerState::Exited if i == init.len() - 1 => return InitProgress::Done,
-            ContainerState::Exited => {
-                return InitProgress::Next {
-                    last: Some(st),
-                    index: i + 1,
-                };
-            }
-            _ => {}
-        }
-    }
-    InitProgress::Next {
-        last: None,
-        index: 0,
-    }
+/// kubelet's hasAnyRegularContainerCreated: a regular container exists in the runtime
+/// (created, running or exited), so initialization finished at some point.
+fn has_any_regular_container_created(pod: &Pod, status: &RuntimePodStatus) -> bool {
+    containers(pod).iter().any(|c| {
+        status.container(&c.name).is_some_and(|st| {
+            matches!(
+                st.state,
+                ContainerState::Created | ContainerState::Running | ContainerState::Exited
+            )
+        })
+    })
 }
 
 /// Decides what SyncPod does for `pod` given the runtime's `status` of it.
@@ -201,6 +203,8 @@ pub fn compute_pod_actions(
         ..PodActions::default()
     };
 
+    // A new sandbox restarts the pod from scratch: everything is killed, initialization
+    // starts over from the first init container.
     if create_sandbox {
         // With restartPolicy Never, a pod whose sandbox died after its containers ran is
         // not brought back: the containers would run twice.
@@ -208,68 +212,60 @@ pub fn compute_pod_actions(
             actions.create_sandbox = false;
             return actions;
         }
-        if !init_containers(pod).is_empty() {
-            actions.next_init_container_to_start = Some(0);
+        let on_failure = restart_policy(pod) == "OnFailure";
+        let to_start: Vec<usize> = containers(pod)
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !(on_failure && container_succeeded(c, status)))
+            .map(|(i, _)| i)
+            .collect();
+        // Initialization is done and no container would start: only kill the pod.
+        if to_start.is_empty() && has_any_regular_container_created(pod, status) {
+            actions.create_sandbox = false;
             return actions;
         }
-        let on_failure = restart_policy(pod) == "OnFailure";
-        for (i, c) in containers(pod).iter().enumerate() {
-            let succeeded = status
-                .container(&c.name)
-                .is_some_and(|st| st.state == ContainerState::Exited && st.exit_code == 0);
-            if on_failure && succeeded {
-                continue;
-            }
-            actions.containers_to_start.push(i);
+        if !init_containers(pod).is_empty() {
+            actions.init_containers_to_start = vec![0];
+            return actions;
         }
+        actions.containers_to_start = to_start;
         return actions;
     }
 
-    match find_next_init_container_to_run(pod, status) {
-        InitProgress::Done => {}
-        InitProgress::Running => return actions,
-        InitProgress::Next { last, index } => {
-            let failed = last.is_some_and(init_container_failed);
-            if failed && !should_restart_on_failure(pod) {
-                actions.kill_pod = true;
-            } else {
-                if let Some(st) = last.filter(|st| st.state == ContainerState::Unknown) {
-                    actions.containers_to_kill.insert(
-                        st.id.clone(),
-                        KillReason {
-                            name: st.name.clone(),
-                            message:
-                                "init container is in unknown state, try killing it before restart"
-                                    .into(),
-                        },
-                    );
-                }
-                actions.next_init_container_to_start = Some(index);
-            }
-            return actions;
-        }
+    let initialized = compute_init_container_actions(pod, status, probes, &mut actions);
+    if actions.kill_pod || !initialized {
+        return actions;
     }
 
     let mut keep = 0;
     for (i, c) in containers(pod).iter().enumerate() {
-        let Some(st) = status
-            .container(&c.name)
-            .filter(|st| st.state == ContainerState::Running)
-        else {
+        let st = status.container(&c.name);
+        let Some(st) = st.filter(|st| st.state == ContainerState::Running) else {
             if should_container_be_restarted(pod, c, status) {
                 actions.containers_to_start.push(i);
+                // Unknown may still be running: kill it first so two never run at once.
+                if let Some(st) = st.filter(|st| st.state == ContainerState::Unknown) {
+                    actions.kill(
+                        st,
+                        "Container is in \"Unknown\" state, try killing it before restart".into(),
+                    );
+                }
             }
             continue;
         };
         let mut restart = should_restart_on_failure(pod);
-        let message = if st.hash != container_hash(c) {
+        let message = if container_changed(c, st) {
             // A changed spec restarts the container whatever the restart policy.
             restart = true;
             format!("Container {} definition changed", c.name)
-        } else if probes.liveness_failed.contains(&st.id) {
+        } else if probes.liveness(&st.id) == Some(ProbeState::Failure) {
             format!("Container {} failed liveness probe", c.name)
-        } else if probes.startup_failed.contains(&st.id) {
+        } else if probes.startup(&st.id) == Some(ProbeState::Failure) {
             format!("Container {} failed startup probe", c.name)
+        } else if !compute_pod_resize_action(pod, i, false, st, &mut actions) {
+            // Its resize policy restarts it; the resize recorded the kill.
+            actions.containers_to_start.push(i);
+            continue;
         } else {
             keep += 1;
             continue;
@@ -280,16 +276,16 @@ pub fn compute_pod_actions(
         } else {
             message
         };
-        actions.containers_to_kill.insert(
-            st.id.clone(),
-            KillReason {
-                name: c.name.clone(),
-                message,
-            },
-        );
+        actions.kill(st, message);
     }
+
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;
+        // Sidecars must not keep a finished pod alive.
+        actions.init_containers_to_start.clear();
+    }
+    if !actions.containers_to_update.is_empty() {
+        actions.update_pod_resources = true;
     }
     actions
 }

@@ -60,6 +60,7 @@ fn status_of(c: &Container, state: ContainerState, created_at: i64) -> Container
         message: String::new(),
         image: c.image.clone().unwrap_or_default(),
         image_ref: "sha256:abc".into(),
+        resources: None,
     }
 }
 
@@ -260,9 +261,9 @@ fn compute_pod_actions_table() {
             },
         ),
         (
-            "container spec changed: kill and start it",
+            "container image changed: kill and start it",
             |pod, _, _| {
-                pod.spec.as_mut().unwrap().containers[0].args = Some(vec!["changed".into()]);
+                pod.spec.as_mut().unwrap().containers[0].image = Some("app:2.0".into());
             },
             PodActions {
                 containers_to_start: vec![0],
@@ -339,7 +340,7 @@ fn compute_pod_actions_table() {
                 st.containers.clear();
             },
             PodActions {
-                next_init_container_to_start: Some(0),
+                init_containers_to_start: vec![0],
                 ..create_sandbox("", 0, vec![])
             },
         ),
@@ -358,7 +359,7 @@ fn compute_pod_actions_table() {
                 *st = init_status(pod, &[("init1", ContainerState::Exited, 0)]);
             },
             PodActions {
-                next_init_container_to_start: Some(1),
+                init_containers_to_start: vec![1],
                 ..keep("sb1")
             },
         ),
@@ -392,7 +393,7 @@ fn compute_pod_actions_table() {
                 );
             },
             PodActions {
-                next_init_container_to_start: Some(1),
+                init_containers_to_start: vec![1],
                 ..keep("sb1")
             },
         ),
@@ -428,7 +429,7 @@ fn compute_pod_actions_table() {
                 *st = init_status(pod, &[("init1", ContainerState::Unknown, 0)]);
             },
             PodActions {
-                next_init_container_to_start: Some(0),
+                init_containers_to_start: vec![0],
                 containers_to_kill: kill(
                     "id-init1-100",
                     "init1",

@@ -22,7 +22,43 @@ pub struct ProbeResults {
     pub registered: BTreeSet<String>,
 }
 
+/// A probe's last result for one container, as kubelet's results managers hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ProbeState {
+    Success,
+    Failure,
+    /// Registered with the prober, no verdict yet.
+    Unknown,
+}
+
 impl ProbeResults {
+    /// The startup probe's result for a container that has one; `None` until the prober
+    /// runs it (kubelet's "not found").
+    pub fn startup(&self, container_id: &str) -> Option<ProbeState> {
+        if self.startup_failed.contains(container_id) {
+            return Some(ProbeState::Failure);
+        }
+        if !self.registered.contains(container_id) {
+            return None;
+        }
+        Some(if self.not_started.contains(container_id) {
+            ProbeState::Unknown
+        } else {
+            ProbeState::Success
+        })
+    }
+
+    /// The liveness probe's result for a container that has one; `None` until the prober
+    /// runs it.
+    pub fn liveness(&self, container_id: &str) -> Option<ProbeState> {
+        if self.liveness_failed.contains(container_id) {
+            return Some(ProbeState::Failure);
+        }
+        self.registered
+            .contains(container_id)
+            .then_some(ProbeState::Success)
+    }
+
     /// Is the running container with this ID ready?
     pub fn is_ready(&self, container_id: &str) -> bool {
         if self.not_started.contains(container_id) {

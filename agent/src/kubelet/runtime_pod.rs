@@ -26,15 +26,26 @@ pub struct SandboxStatus {
     pub host_network: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A container's resources as the core compares them (kubelet's containerResources):
+/// milli-CPU and bytes. Zero means unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ContainerResources {
+    pub cpu_request_milli: i64,
+    pub cpu_limit_milli: i64,
+    pub memory_request: i64,
+    pub memory_limit: i64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ContainerStatus {
     pub id: String,
     pub name: String,
@@ -51,6 +62,9 @@ pub struct ContainerStatus {
     pub message: String,
     pub image: String,
     pub image_ref: String,
+    /// The resources the runtime applied to the running container (kubelet's actuated
+    /// resources), when the runtime reports them.
+    pub resources: Option<ContainerResources>,
 }
 
 /// Everything the runtime knows about one pod. Sandboxes newest first; containers newest

@@ -22,6 +22,8 @@ pub enum SyncReason {
     RunContainerError,
     KillContainerError,
     PostStartHookError,
+    /// UpdateContainerResources failed during an in-place resize.
+    UpdateContainerResourcesError,
 }
 
 impl fmt::Display for SyncReason {

@@ -188,5 +188,6 @@ fn container_status(st: api::ContainerStatus) -> ContainerStatus {
         message: st.message,
         image: st.image.map(|i| i.image).unwrap_or_default(),
         image_ref: st.image_ref,
+        resources: None,
     }
 }

@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::config::RuntimeConfig;
 use super::container::{PodRuntimeFacts, start_container};
+use super::resources::linux_container_resources;
 use super::event::{EventRecorder, PodEvent};
 use super::image::{PullLimiter, lock};
 use super::kill::kill_pod;
@@ -18,7 +19,9 @@ use super::{SyncError, SyncReason, labels};
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::backoff::{Backoff, do_backoff};
 use crate::kubelet::container_hash::container_hash;
-use crate::kubelet::pod_actions::{PodActions, compute_pod_actions};
+use crate::kubelet::pod_actions::{PodActions, compute_pod_actions, is_restartable_init_container};
+use crate::kubelet::resize_actions::desired_resources;
+use crate::kubelet::runtime_pod::ContainerResources;
 use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::runtime_pod::{ContainerState, Nanos, RuntimePodStatus};
 
@@ -35,6 +38,9 @@ pub struct SyncContext<'a> {
     pub cgroup_parent: &'a str,
     /// Registry credentials for an image, from the pod's pull secrets.
     pub auth: &'a (dyn Fn(&str) -> Option<api::AuthConfig> + Send + Sync),
+    /// Records the resources the runtime applied to a container (name, ID): kubelet's
+    /// actuated resources, which the next resize compares against.
+    pub actuated: &'a (dyn Fn(&str, &str, ContainerResources) + Send + Sync),
 }
 
 /// How starting one container went.
@@ -226,7 +232,10 @@ async fn execute<R: RuntimeService + ImageService>(
             .filter(|ip| !ip.is_empty())
             .collect();
     }
-    if actions.next_init_container_to_start.is_none() && actions.containers_to_start.is_empty() {
+    if actions.init_containers_to_start.is_empty()
+        && actions.containers_to_start.is_empty()
+        && actions.containers_to_update.is_empty()
+    {
         return Ok(());
     }
     if result.sandbox_id.is_empty() {
@@ -239,27 +248,68 @@ async fn execute<R: RuntimeService + ImageService>(
     let mut sandbox_config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
     set_cgroup_parent(&mut sandbox_config, ctx.cgroup_parent);
     let spec = pod.spec.as_ref().expect("validated pods have a spec");
-    let mut to_start = Vec::new();
-    if let Some(i) = actions.next_init_container_to_start {
-        to_start.extend(spec.init_containers.iter().flatten().nth(i));
-    }
-    to_start.extend(
-        actions
-            .containers_to_start
-            .iter()
-            .map(|&i| &spec.containers[i]),
-    );
+    let starter = Starter {
+        cri,
+        ctx,
+        pod,
+        status,
+        sandbox_id: &result.sandbox_id,
+        sandbox_config: &sandbox_config,
+        facts: &facts,
+    };
 
-    for c in to_start {
-        let last_exit = status
+    // Init containers in spec order: the next ordinary one and any sidecars. A sidecar
+    // that cannot start does not hold back the others; an ordinary init container that
+    // cannot start ends the sync.
+    for &i in &actions.init_containers_to_start {
+        let Some(c) = spec.init_containers.iter().flatten().nth(i) else {
+            continue;
+        };
+        let outcome = starter.start(c).await;
+        let blocked =
+            !is_restartable_init_container(c) && !matches!(outcome, ContainerOutcome::Started { .. });
+        result.containers.insert(c.name.clone(), outcome);
+        if blocked {
+            return Ok(());
+        }
+    }
+
+    if !actions.containers_to_update.is_empty() {
+        resize_containers(cri, ctx, pod, &actions).await?;
+    }
+
+    for &i in &actions.containers_to_start {
+        let c = &spec.containers[i];
+        let outcome = starter.start(c).await;
+        result.containers.insert(c.name.clone(), outcome);
+    }
+    Ok(())
+}
+
+/// Starts one container of the pod in its sandbox, unless its back-off holds it.
+struct Starter<'a, R> {
+    cri: &'a R,
+    ctx: &'a SyncContext<'a>,
+    pod: &'a Pod,
+    status: &'a RuntimePodStatus,
+    sandbox_id: &'a str,
+    sandbox_config: &'a api::PodSandboxConfig,
+    facts: &'a PodRuntimeFacts,
+}
+
+impl<R: RuntimeService + ImageService> Starter<'_, R> {
+    async fn start(&self, c: &Container) -> ContainerOutcome {
+        let ctx = self.ctx;
+        let last_exit = self
+            .status
             .containers
             .iter()
             .find(|s| s.name == c.name && s.state == ContainerState::Exited)
             .map(|s| s.finished_at);
         let held = do_backoff(
             &mut lock(ctx.backoff),
-            labels::pod_uid(pod),
-            labels::pod_name(pod),
+            labels::pod_uid(self.pod),
+            labels::pod_name(self.pod),
             &c.name,
             &container_hash(c),
             last_exit,
@@ -271,45 +321,40 @@ async fn execute<R: RuntimeService + ImageService>(
                 message.clone(),
                 Some(c.name.clone()),
             ));
-            result.containers.insert(
-                c.name.clone(),
-                ContainerOutcome::BackOff {
-                    reason: SyncReason::CrashLoopBackOff,
-                    message,
-                    until,
-                },
-            );
-            continue;
+            return ContainerOutcome::BackOff {
+                reason: SyncReason::CrashLoopBackOff,
+                message,
+                until,
+            };
         }
-        let restart_count = status
+        let restart_count = self
+            .status
             .container(&c.name)
             .map(|s| s.restart_count + 1)
             .unwrap_or(0);
-        let outcome = match start_container(
-            cri,
+        match start_container(
+            self.cri,
             ctx,
-            pod,
+            self.pod,
             c,
-            &result.sandbox_id,
-            &sandbox_config,
+            self.sandbox_id,
+            self.sandbox_config,
             restart_count,
-            &facts,
+            self.facts,
         )
         .await
         {
-            Ok(started) => ContainerOutcome::Started {
-                container_id: started.container_id,
-            },
+            Ok(started) => {
+                (ctx.actuated)(&c.name, &started.container_id, desired_resources(c));
+                ContainerOutcome::Started {
+                    container_id: started.container_id,
+                }
+            }
             Err(e) => {
-                let kind = if e.reason == SyncReason::ImagePullBackOff {
-                    None
-                } else {
-                    Some(e.reason)
-                };
-                if let Some(reason) = kind {
+                if e.reason != SyncReason::ImagePullBackOff {
                     ctx.events.record(PodEvent::warning(
                         "Failed",
-                        format!("Error: {reason}: {}", e.message),
+                        format!("Error: {}: {}", e.reason, e.message),
                         Some(c.name.clone()),
                     ));
                 }
@@ -325,8 +370,37 @@ async fn execute<R: RuntimeService + ImageService>(
                     },
                 }
             }
+        }
+    }
+}
+
+/// kubelet's doPodResizeAction for the containers: UpdateContainerResources for each
+/// container resized in place, memory before CPU and decreases before increases (the
+/// pod cgroup was sized for the allocation before this sync).
+async fn resize_containers<R: RuntimeService>(
+    cri: &R,
+    ctx: &SyncContext<'_>,
+    pod: &Pod,
+    actions: &PodActions,
+) -> Result<(), SyncError> {
+    let spec = pod.spec.as_ref().expect("validated pods have a spec");
+    let mut done = std::collections::BTreeSet::new();
+    for update in actions.containers_to_update.values().flatten() {
+        if !done.insert(update.container_id.clone()) {
+            continue;
+        }
+        let c = if update.init {
+            spec.init_containers.iter().flatten().nth(update.index)
+        } else {
+            spec.containers.get(update.index)
         };
-        result.containers.insert(c.name.clone(), outcome);
+        let Some(c) = c else { continue };
+        cri.update_container_resources(&update.container_id, linux_container_resources(c))
+            .await
+            .map_err(|e| {
+                SyncError::cri(SyncReason::UpdateContainerResourcesError, e).for_container(&c.name)
+            })?;
+        (ctx.actuated)(&c.name, &update.container_id, update.desired);
     }
     Ok(())
 }

@@ -212,7 +212,7 @@ fn invalid_probes_are_named() {
             Probe {
                 grpc: Some(GRPCAction {
                     port: 9000,
-                    service: None,
+                    ..Default::default()
                 }),
                 ..Default::default()
             },

@@ -563,6 +563,20 @@ impl RuntimeService for ReplayRuntime {
         Ok(())
     }
 
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        _linux: api::LinuxContainerResources,
+    ) -> CriResult<()> {
+        let (uid, name, attempt) = self.ids_for_container(id);
+        self.answer(
+            key("UpdateContainerResources", &uid, &name, attempt),
+            |_| {},
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn remove_container(&self, id: &str) -> CriResult<()> {
         let (uid, name, attempt) = self.ids_for_container(id);
         self.answer(key("RemoveContainer", &uid, &name, attempt), |_| {})

@@ -6,6 +6,7 @@
 //! completions, pod lifecycle events (container exits, relist), worker deadlines (resync,
 //! back-off), housekeeping, and shutdown.
 
+mod actuated;
 pub mod api;
 pub mod clock;
 mod housekeeping;

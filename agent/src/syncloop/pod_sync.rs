@@ -52,7 +52,10 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     )
     .await;
     let status = match status {
-        Ok(s) => s,
+        Ok(mut s) => {
+            shared.actuated.fill(&uid, &mut s);
+            s
+        }
         Err(e) => {
             recorder.record(PodEvent::warning("FailedSync", e.to_string(), None));
             return WorkOutcome::Failed;
@@ -127,6 +130,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         now: &now,
         cgroup_parent: &cgroup_parent,
         auth: &auth,
+        actuated: &|name, id, r| shared.actuated.record(&uid, name, id, r),
     };
     let flipped;
     let pod = if shared.settings.flip_pull_policy {

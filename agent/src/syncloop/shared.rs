@@ -10,6 +10,7 @@ use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::status::WaitingReasons;
 use crate::kuberuntime::{PullLimiter, RuntimeConfig};
 
+use super::actuated::ActuatedResources;
 use super::settings::KubeletSettings;
 use super::status_store::StatusStore;
 
@@ -27,6 +28,8 @@ pub struct Shared {
     /// kubelet's runtimeState, network part: when (CLOCK_MONOTONIC ns) the runtime last
     /// said its network was ready.
     pub network_ready_at: Mutex<Option<u64>>,
+    /// What the runtime applied to each container, for in-place resize.
+    pub actuated: ActuatedResources,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -51,6 +54,7 @@ impl Shared {
             store: Arc::new(StatusStore::default()),
             pcm,
             network_ready_at: Mutex::new(None),
+            actuated: ActuatedResources::new(cfg.touch_host.then(|| cfg.root_dir.join("pods"))),
             cfg,
             settings,
         }
@@ -68,6 +72,7 @@ impl Shared {
     pub fn forget_pod(&self, uid: &str) {
         lock(&self.reasons).remove(uid);
         lock(&self.probes).remove(uid);
+        self.actuated.forget(uid);
         lock(&self.backoff).forget_prefix(&format!("{uid}/"));
     }
 }
