@@ -135,7 +135,7 @@ pub fn compute_init_container_actions(
                 }
                 actions.kill(
                     st,
-                    "Init container is in \"Unknown\" state, try killing it before restart"
+                    "Init container is in \"unknown\" state, try killing it before restart"
                         .into(),
                 );
                 to_start.push(i);

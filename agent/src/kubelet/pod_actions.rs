@@ -247,7 +247,7 @@ pub fn compute_pod_actions(
                 if let Some(st) = st.filter(|st| st.state == ContainerState::Unknown) {
                     actions.kill(
                         st,
-                        "Container is in \"Unknown\" state, try killing it before restart".into(),
+                        "Container is in \"unknown\" state, try killing it before restart".into(),
                     );
                 }
             }

@@ -292,10 +292,15 @@ fn compute_pod_actions_table() {
             },
         ),
         (
-            "container in unknown state: start it",
+            "container in unknown state: kill it, then start it",
             |_, st, _| find(st, "foo1").state = ContainerState::Unknown,
             PodActions {
                 containers_to_start: vec![0],
+                containers_to_kill: kill(
+                    "id-foo1-200",
+                    "foo1",
+                    "Container is in \"unknown\" state, try killing it before restart",
+                ),
                 ..keep("sb1")
             },
         ),
@@ -433,7 +438,7 @@ fn compute_pod_actions_table() {
                 containers_to_kill: kill(
                     "id-init1-100",
                     "init1",
-                    "init container is in unknown state, try killing it before restart",
+                    "Init container is in \"unknown\" state, try killing it before restart",
                 ),
                 ..keep("sb1")
             },
@@ -495,10 +500,10 @@ fn compute_pod_actions_table() {
             },
         ),
         (
-            "spec changed under Never: still restarted",
+            "image changed under Never: still restarted",
             |pod, _, _| {
                 set_policy(pod, "Never");
-                pod.spec.as_mut().unwrap().containers[2].command = Some(vec!["new".into()]);
+                pod.spec.as_mut().unwrap().containers[2].image = Some("app:2.0".into());
             },
             PodActions {
                 containers_to_start: vec![2],
