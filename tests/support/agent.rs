@@ -207,6 +207,44 @@ pub fn container<'a>(p: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The status of one init container (sidecars included) in a pod record.
+pub fn init_container<'a>(p: &'a Value, name: &str) -> &'a Value {
+    p["status"]["initContainerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+/// A pod condition's status ("True" / "False"), if the pod has that condition.
+pub fn condition<'a>(p: &'a Value, kind: &str) -> Option<&'a str> {
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?["status"]
+        .as_str()
+}
+
+/// The host pids of every process in a container, found through the cgroups the kernel
+/// lists for each process (the container's cgroup is named after its ID).
+pub fn container_pids(api_container_id: &str) -> Vec<i32> {
+    let id = api_container_id
+        .split_once("://")
+        .map_or(api_container_id, |(_, id)| id);
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cgroups) = std::fs::read_to_string(entry.path().join("cgroup")) else {
+            continue;
+        };
+        if cgroups.lines().any(|l| l.contains(id)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// A container's waiting reason, if it is waiting.
 pub fn waiting_reason<'a>(p: &'a Value, name: &str) -> Option<&'a str> {
     container(p, name)["state"]["waiting"]["reason"].as_str()

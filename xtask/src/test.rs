@@ -24,6 +24,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "pipeline",
     "agent",
     "probes",
+    "sidecars",
     "kernel_events",
     "timeline",
     "diagnose_faults",

@@ -13,7 +13,10 @@ pub fn container_hash(c: &Container) -> String {
     d.update(c.name.as_bytes());
     d.update([0]);
     d.update(c.image.as_deref().unwrap_or_default().as_bytes());
-    d.finalize()[..4].iter().map(|b| format!("{b:02x}")).collect()
+    d.finalize()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

@@ -103,7 +103,10 @@ pub fn compute_init_container_actions(
                 if c.liveness_probe.is_some()
                     && probes.liveness(&st.id) == Some(ProbeState::Failure)
                 {
-                    actions.kill(st, format!("Init container {} failed liveness probe", c.name));
+                    actions.kill(
+                        st,
+                        format!("Init container {} failed liveness probe", c.name),
+                    );
                     to_start.push(i);
                     break 'sidecar;
                 }
@@ -135,8 +138,7 @@ pub fn compute_init_container_actions(
                 }
                 actions.kill(
                     st,
-                    "Init container is in \"unknown\" state, try killing it before restart"
-                        .into(),
+                    "Init container is in \"unknown\" state, try killing it before restart".into(),
                 );
                 to_start.push(i);
             }

@@ -48,9 +48,10 @@ pub fn desired_resources(c: &Container) -> ContainerResources {
 /// What the container's resizePolicy says for a resource: true when a change to it
 /// restarts the container. Without a policy the default is NotRequired.
 fn restart_required(c: &Container, resource: ResourceName) -> bool {
-    c.resize_policy.iter().flatten().any(|p| {
-        p.resource_name == resource.as_str() && p.restart_policy == "RestartContainer"
-    })
+    c.resize_policy
+        .iter()
+        .flatten()
+        .any(|p| p.resource_name == resource.as_str() && p.restart_policy == "RestartContainer")
 }
 
 /// Returns false when the container must be restarted for its resize (the kill is

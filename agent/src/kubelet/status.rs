@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::{
     PodStatus,
 };
 
-use super::pod_actions::should_container_be_restarted;
-use super::probe_results::ProbeResults;
+use super::pod_actions::{is_restartable_init_container, should_container_be_restarted};
+use super::probe_results::{ProbeResults, ProbeState};
 use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
 
 /// Pod phases, as the API spells them.
@@ -48,12 +48,17 @@ pub fn generate_api_pod_status(
     let sandbox_ready = runtime
         .newest_sandbox()
         .is_some_and(|s| s.state == SandboxState::Ready);
-    let initialized = init.is_empty()
-        || init_statuses
+    let has_initialized = any_regular_container_started(&statuses);
+    let initialized = pod_initialized(init, &init_statuses, has_initialized);
+    // Sidecars count towards readiness beside the regular containers.
+    let containers_ready = !statuses.is_empty()
+        && statuses.iter().all(|s| s.ready)
+        && init
             .iter()
-            .all(|s| terminated_with(s, |code| code == 0));
-    let containers_ready = !statuses.is_empty() && statuses.iter().all(|s| s.ready);
-    let phase = pod_phase(pod, &init_statuses, &statuses);
+            .zip(&init_statuses)
+            .filter(|(c, _)| is_restartable_init_container(c))
+            .all(|(_, s)| s.ready);
+    let phase = pod_phase(pod, &init_statuses, &statuses, has_initialized);
 
     let sandbox = runtime
         .newest_sandbox()
@@ -158,7 +163,15 @@ fn container_status(
         image_id: current.map(|s| s.image_ref.clone()).unwrap_or_default(),
         container_id: current.map(|s| api_container_id(&s.id)),
         ready: running && probes.is_ready(id),
-        started: Some(running && !probes.not_started.contains(id)),
+        // With a startup probe, started once the probe succeeded; without, once running.
+        started: Some(
+            running
+                && if c.startup_probe.is_some() {
+                    probes.startup(id) == Some(ProbeState::Success)
+                } else {
+                    !probes.not_started.contains(id)
+                },
+        ),
         restart_count: current.map(|s| s.restart_count as i32).unwrap_or(0),
         state: Some(state),
         last_state,
@@ -177,6 +190,9 @@ fn will_restart(
 ) -> bool {
     if !is_init {
         return should_container_be_restarted(pod, c, runtime);
+    }
+    if is_restartable_init_container(c) {
+        return pod.metadata.deletion_timestamp.is_none();
     }
     let policy = pod
         .spec
@@ -208,25 +224,99 @@ fn terminated_state(st: &ContainerStatus) -> ApiState {
     }
 }
 
-/// kubelet's getPhase over the init and regular container statuses.
+/// True when a regular container has run (is running, or has terminated once): the pod
+/// initialized at some point, even if a sidecar is restarting now.
+fn any_regular_container_started(regular: &[ApiContainerStatus]) -> bool {
+    regular.iter().any(|s| {
+        s.state
+            .as_ref()
+            .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+            || s.last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+    })
+}
+
+/// kubelet's Initialized condition: every ordinary init container succeeded and every
+/// sidecar has started (its startup probe, if any, succeeded), or a regular container
+/// already ran.
+fn pod_initialized(
+    init: &[Container],
+    statuses: &[ApiContainerStatus],
+    has_initialized: bool,
+) -> bool {
+    let incomplete = init.iter().zip(statuses).any(|(c, s)| {
+        if is_restartable_init_container(c) {
+            s.started != Some(true)
+        } else {
+            !terminated_with(s, |code| code == 0)
+        }
+    });
+    !incomplete || has_initialized
+}
+
+fn is_waiting_after_exit(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.waiting.is_some())
+        && s.last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some())
+}
+
+/// kubelet's getPhase over the init and regular container statuses. Sidecars keep a pod
+/// Pending until they have started, unless it initialized before; an exited sidecar does
+/// not count.
 fn pod_phase(
     pod: &Pod,
     init: &[ApiContainerStatus],
     regular: &[ApiContainerStatus],
+    has_initialized: bool,
 ) -> &'static str {
-    let policy = pod
-        .spec
-        .as_ref()
+    let spec = pod.spec.as_ref();
+    let policy = spec
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always");
-    let init_failed = init.iter().any(|s| terminated_with(s, |c| c != 0));
-    if init_failed && policy == "Never" {
-        return phase::FAILED;
+    let init_specs: &[Container] = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
+
+    let (mut pending_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for (c, s) in init_specs.iter().zip(init) {
+        let st = s.state.as_ref();
+        if is_restartable_init_container(c) {
+            if st.is_some_and(|st| st.running.is_some()) {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if st.is_some_and(|st| st.terminated.is_some()) || is_waiting_after_exit(s) {
+                // An exited sidecar does not change the phase.
+            } else if st.is_some_and(|st| st.waiting.is_some()) {
+                pending_sidecars += 1;
+                waiting += 1;
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+            continue;
+        }
+        if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if let Some(t) = s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .filter(|_| st.is_some_and(|st| st.waiting.is_some()))
+        {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else {
+            pending_init += 1;
+        }
     }
-    if !init.iter().all(|s| terminated_with(s, |c| c == 0)) {
-        return phase::PENDING;
-    }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for s in regular {
         let st = s.state.as_ref();
         if st.is_some_and(|st| st.running.is_some()) {
@@ -236,29 +326,30 @@ fn pod_phase(
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if s
-            .last_state
-            .as_ref()
-            .is_some_and(|l| l.terminated.is_some())
-        {
-            // Waiting to restart after an exit: the pod is still running.
-            running += 1;
-        } else {
+        } else if is_waiting_after_exit(s) {
+            stopped += 1;
+        } else if st.is_some_and(|st| st.waiting.is_some()) {
             waiting += 1;
+        } else {
+            unknown += 1;
         }
     }
-    if waiting > 0 {
+
+    if failed_init > 0 && policy == "Never" {
+        return phase::FAILED;
+    }
+    if pending_init > 0 || (pending_sidecars > 0 && !has_initialized) || waiting > 0 {
         return phase::PENDING;
     }
-    if running > 0 {
+    if running > 0 && unknown == 0 {
         return phase::RUNNING;
     }
-    if stopped > 0 {
+    if running == 0 && stopped > 0 && unknown == 0 {
         return match policy {
             "Always" => phase::RUNNING,
             _ if stopped == succeeded => phase::SUCCEEDED,
-            "OnFailure" => phase::RUNNING,
-            _ => phase::FAILED,
+            "Never" => phase::FAILED,
+            _ => phase::RUNNING,
         };
     }
     phase::PENDING

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::config::RuntimeConfig;
 use super::container::{PodRuntimeFacts, start_container};
-use super::resources::linux_container_resources;
 use super::event::{EventRecorder, PodEvent};
 use super::image::{PullLimiter, lock};
 use super::kill::kill_pod;
+use super::resources::linux_container_resources;
 use super::sandbox::{create_pod_sandbox, generate_pod_sandbox_config};
 use super::volumes::mount_pod_volumes;
 use super::{SyncError, SyncReason, labels};
@@ -20,9 +20,9 @@ use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::backoff::{Backoff, do_backoff};
 use crate::kubelet::container_hash::container_hash;
 use crate::kubelet::pod_actions::{PodActions, compute_pod_actions, is_restartable_init_container};
+use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::resize_actions::desired_resources;
 use crate::kubelet::runtime_pod::ContainerResources;
-use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::runtime_pod::{ContainerState, Nanos, RuntimePodStatus};
 
 /// Everything SyncPod reads besides the pod and its runtime status.
@@ -181,7 +181,7 @@ async fn execute<R: RuntimeService + ImageService>(
                 ));
             }
             result.killed = true;
-            kill_pod(cri, status, grace).await?;
+            kill_pod(cri, pod, status, grace).await?;
         }
     } else {
         for (id, why) in &actions.containers_to_kill {
@@ -266,8 +266,8 @@ async fn execute<R: RuntimeService + ImageService>(
             continue;
         };
         let outcome = starter.start(c).await;
-        let blocked =
-            !is_restartable_init_container(c) && !matches!(outcome, ContainerOutcome::Started { .. });
+        let blocked = !is_restartable_init_container(c)
+            && !matches!(outcome, ContainerOutcome::Started { .. });
         result.containers.insert(c.name.clone(), outcome);
         if blocked {
             return Ok(());

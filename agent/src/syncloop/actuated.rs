@@ -156,7 +156,10 @@ mod tests {
 
         st.containers[0].id = "c2".into();
         restarted.fill("uid1", &mut st);
-        assert_eq!(st.containers[0].resources, None, "another container's record");
+        assert_eq!(
+            st.containers[0].resources, None,
+            "another container's record"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::credentialprovider::{
     FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET, PullSecrets, failed_secrets_message, load_pull_secrets,
 };
 use crate::cri::{ImageService, RuntimeService};
+use crate::kubelet::pod_actions::is_restartable_init_container;
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
@@ -228,7 +229,17 @@ fn register_probes<R: RuntimeService + 'static>(
         .map(|s| s.ip.clone())
         .unwrap_or_default();
     let spec = pod.spec.as_ref();
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+    let sidecars = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| is_restartable_init_container(c));
+    for c in spec
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .chain(sidecars)
+    {
         if c.liveness_probe.is_none() && c.readiness_probe.is_none() && c.startup_probe.is_none() {
             continue;
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::RuntimeService;
+use crate::kubelet::pod_actions::is_restartable_init_container;
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::runtime_pod::{ContainerState, RuntimePodStatus};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
@@ -37,9 +38,9 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
     run_pre_stop_hooks(cri, pod, &status, grace, &recorder).await;
     // The hooks used part of the grace period; kubelet leaves the containers at least 2 s.
     let grace = (grace - started.elapsed().as_secs() as i64).max(2);
-    for c in status
-        .containers
-        .iter()
+    for c in kill::termination_order(pod, &status)
+        .into_iter()
+        .flatten()
         .filter(|c| c.state == ContainerState::Running)
     {
         recorder.record(PodEvent::normal(
@@ -48,7 +49,7 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
             Some(c.name.clone()),
         ));
     }
-    if let Err(e) = kill::kill_pod(cri, &status, grace).await {
+    if let Err(e) = kill::kill_pod(cri, pod, &status, grace).await {
         recorder.record(PodEvent::warning(
             e.reason.to_string(),
             e.message,
@@ -109,10 +110,18 @@ async fn run_pre_stop_hooks<R: RuntimeService>(
         .map(|s| s.ip.clone())
         .unwrap_or_default();
     let limit = std::time::Duration::from_secs(grace.max(0) as u64);
+    // Sidecars run their preStop hooks with the others, before anything is stopped.
     let hooks = pod
         .spec
         .iter()
-        .flat_map(|s| s.containers.iter())
+        .flat_map(|s| {
+            s.containers.iter().chain(
+                s.init_containers
+                    .iter()
+                    .flatten()
+                    .filter(|c| is_restartable_init_container(c)),
+            )
+        })
         .filter_map(|c| {
             let hook = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
             let st = status

@@ -1,0 +1,173 @@
+//! Sidecars (restartable init containers) on real containerd, as kubelet 1.37 runs them:
+//! the app starts only once the sidecar's startup probe succeeded, a killed sidecar is
+//! restarted while the app keeps running, whatever the pod's restartPolicy, and deleting
+//! the pod stops the app before the sidecar.
+
+use std::time::Duration;
+
+use podtrace_tests::agent::{Agent, condition, container, container_pids, init_container, phase};
+use podtrace_tests::require_lab;
+
+const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn id(c: &serde_json::Value) -> String {
+    c["containerID"].as_str().unwrap_or_default().to_string()
+}
+
+/// The sidecar writes the app's config after 2 s and only then passes its startup probe;
+/// the app reads that config and fails without it. Both note their SIGTERM in `/out/order`
+/// (a hostPath, so the file outlives the pod).
+fn sidecar_pod(out: &std::path::Path) -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "meshed"},
+        "spec": {
+            "terminationGracePeriodSeconds": 10,
+            "volumes": [
+                {"name": "shared", "emptyDir": {}},
+                {"name": "out", "hostPath": {"path": out, "type": "Directory"}},
+            ],
+            "initContainers": [{
+                "name": "config",
+                "image": APP,
+                "restartPolicy": "Always",
+                "command": ["/bin/sh", "-c",
+                    "trap 'echo sidecar >> /out/order; exit 0' TERM; \
+                     sleep 2; echo 'greeting=hello' > /shared/config; touch /shared/ready; \
+                     while true; do sleep 0.2; done"],
+                "startupProbe": {
+                    "exec": {"command": ["test", "-f", "/shared/ready"]},
+                    "periodSeconds": 1,
+                    "failureThreshold": 60,
+                },
+                "volumeMounts": [
+                    {"name": "shared", "mountPath": "/shared"},
+                    {"name": "out", "mountPath": "/out"},
+                ],
+            }],
+            "containers": [{
+                "name": "app",
+                "image": APP,
+                "command": ["/bin/sh", "-c",
+                    "cat /shared/config > /out/app-read || exit 1; \
+                     trap 'echo app >> /out/order; exit 0' TERM; \
+                     while true; do sleep 0.2; done"],
+                "volumeMounts": [
+                    {"name": "shared", "mountPath": "/shared"},
+                    {"name": "out", "mountPath": "/out"},
+                ],
+            }],
+        },
+    })
+    .to_string()
+}
+
+#[test]
+fn a_sidecar_with_a_startup_probe_gates_the_app_restarts_and_stops_last() {
+    require_lab();
+    let agent = Agent::start(
+        "sidecar",
+        &["--backoff-initial", "1s", "--backoff-max", "2s"],
+    );
+    let out = agent.scratch.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    agent.write("meshed.yaml", &sidecar_pod(&out));
+
+    let ready = agent.wait_pod("meshed", "Ready", MINUTE, |p| {
+        condition(p, "Ready") == Some("True")
+    });
+    assert_eq!(phase(&ready), "Running");
+    assert_eq!(condition(&ready, "Initialized"), Some("True"));
+    let app = container(&ready, "app");
+    let sidecar = init_container(&ready, "config");
+    assert_eq!(sidecar["started"], true, "{sidecar:#}");
+    assert_eq!(sidecar["ready"], true, "{sidecar:#}");
+    assert_eq!(app["restartCount"], 0, "the app found its config at once");
+    assert_eq!(
+        std::fs::read_to_string(out.join("app-read")).unwrap(),
+        "greeting=hello\n",
+        "the app read what the sidecar wrote"
+    );
+
+    // The order, from the agent's events: the app was created only after the sidecar's
+    // startup probe could have passed (the sidecar writes its file 2 s after it starts).
+    let events = agent.events("meshed");
+    let at = |reason: &str, container: &str| {
+        events
+            .iter()
+            .find(|e| e["reason"] == reason && e["container"] == container)
+            .and_then(|e| e["at"].as_i64())
+            .unwrap_or_else(|| panic!("no {reason} event for {container}: {events:#?}"))
+    };
+    let sidecar_started = at("Started", "config");
+    let app_created = at("Created", "app");
+    assert!(
+        app_created - sidecar_started >= 2_000_000_000,
+        "the app was created {} ms after the sidecar started, before its startup probe could pass",
+        (app_created - sidecar_started) / 1_000_000
+    );
+
+    // A killed sidecar is restarted; the app keeps running in the same container.
+    let (app_id, sidecar_id) = (id(app), id(sidecar));
+    let pids = container_pids(&sidecar_id);
+    assert!(!pids.is_empty(), "no process of {sidecar_id}");
+    for pid in pids {
+        // SAFETY: kill(2) on a process of the sidecar container.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let restarted = agent.wait_pod("meshed", "the sidecar restarted", MINUTE, |p| {
+        let s = init_container(p, "config");
+        s["restartCount"] == 1 && s["state"]["running"].is_object() && s["started"] == true
+    });
+    let app = container(&restarted, "app");
+    assert_eq!(id(app), app_id, "the app was restarted with its sidecar");
+    assert_eq!(app["restartCount"], 0);
+    assert!(app["state"]["running"].is_object(), "{app:#}");
+    assert_ne!(id(init_container(&restarted, "config")), sidecar_id);
+
+    // Deleting the pod stops the app first, then the sidecar.
+    agent.remove("meshed.yaml");
+    agent.wait_for("meshed to be gone", MINUTE, |pods| pods.is_empty());
+    assert_eq!(
+        std::fs::read_to_string(out.join("order")).unwrap(),
+        "app\nsidecar\n",
+        "termination order"
+    );
+}
+
+#[test]
+fn a_crashing_sidecar_is_restarted_under_restart_policy_never() {
+    require_lab();
+    let agent = Agent::start(
+        "sidecar-never",
+        &["--backoff-initial", "1s", "--backoff-max", "2s"],
+    );
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "flaky"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "initContainers": [{
+                "name": "shipper",
+                "image": APP,
+                "restartPolicy": "Always",
+                "command": ["/bin/sh", "-c", "sleep 1; exit 3"],
+            }],
+            "containers": [{"name": "app", "image": APP, "command": ["sleep", "3600"]}],
+        },
+    });
+    agent.write("flaky.yaml", &pod.to_string());
+    let p = agent.wait_pod("flaky", "the sidecar restarted twice", MINUTE, |p| {
+        init_container(p, "shipper")["restartCount"].as_i64() >= Some(2)
+    });
+    assert_eq!(phase(&p), "Running", "{p:#}");
+    let app = container(&p, "app");
+    assert_eq!(app["restartCount"], 0);
+    assert!(app["state"]["running"].is_object(), "{app:#}");
+    let last = &init_container(&p, "shipper")["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 3, "{p:#}");
+}
