@@ -9,6 +9,7 @@ use podtrace_tests::agent::{Agent, container, phase, waiting_reason};
 use podtrace_tests::{Scratch, require_lab, runtime_objects};
 
 const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+const BIG10: &str = "127.0.0.1:5000/podtrace/big10:1.0";
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn pod_yaml(name: &str, containers: &str) -> String {
@@ -117,18 +118,18 @@ fn image_pull_back_off_recovers_once_the_image_is_pushed() {
 }
 
 #[test]
-fn a_manifest_update_restarts_only_the_changed_container() {
+fn an_image_update_restarts_only_that_container_other_edits_replace_the_pod() {
     require_lab();
     let agent = Agent::start("update", &[]);
-    let two = |b_cmd: &str| {
+    let two = |b_image: &str, b_cmd: &str| {
         pod_yaml(
             "two",
             &format!(
-                "  - {{name: a, image: {APP}, command: [sleep, '3600']}}\n  - {{name: b, image: {APP}, command: [sleep, '{b_cmd}']}}\n"
+                "  - {{name: a, image: {APP}, command: [sleep, '3600']}}\n  - {{name: b, image: {b_image}, command: [sleep, '{b_cmd}']}}\n"
             ),
         )
     };
-    agent.write("two.yaml", &two("3600"));
+    agent.write("two.yaml", &two(APP, "3600"));
     let before = agent.wait_pod("two", "Running", MINUTE, |p| phase(p) == "Running");
     let id = |p: &serde_json::Value, c: &str| {
         container(p, c)["containerID"]
@@ -139,7 +140,9 @@ fn a_manifest_update_restarts_only_the_changed_container() {
     let (a0, b0) = (id(&before, "a"), id(&before, "b"));
     let uid = before["uid"].as_str().unwrap().to_string();
 
-    agent.write("two.yaml", &two("7200"));
+    // An image is one of the fields a pod update may change: kubelet restarts just that
+    // container (its hash covers the name and the image).
+    agent.write("two.yaml", &two(BIG10, "3600"));
     let after = agent.wait_pod("two", "b replaced", MINUTE, |p| {
         let b = id(p, "b");
         !b.is_empty() && b != b0 && container(p, "b")["ready"] == true
@@ -147,7 +150,7 @@ fn a_manifest_update_restarts_only_the_changed_container() {
     assert_eq!(
         after["uid"],
         uid.as_str(),
-        "an edit is an update of the same pod"
+        "an image edit is an update of the same pod"
     );
     assert_eq!(id(&after, "a"), a0, "the unchanged container was restarted");
     let killing: Vec<String> = agent
@@ -160,6 +163,14 @@ fn a_manifest_update_restarts_only_the_changed_container() {
         killing,
         ["Stopping container b: Container b definition changed, will be restarted"]
     );
+
+    // A command cannot change in a pod update: as for a static pod, the edit is a new pod
+    // and the old one goes.
+    agent.write("two.yaml", &two(BIG10, "7200"));
+    let replaced = agent.wait_for("the pod replaced", MINUTE, |pods| {
+        pods.len() == 1 && pods[0]["uid"] != uid.as_str() && phase(&pods[0]) == "Running"
+    });
+    assert_ne!(id(&replaced[0], "a"), a0, "a new pod runs new containers");
 }
 
 #[test]

@@ -25,6 +25,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "agent",
     "probes",
     "sidecars",
+    "resize",
     "kernel_events",
     "timeline",
     "diagnose_faults",

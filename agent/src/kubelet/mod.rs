@@ -13,6 +13,7 @@ pub mod pod_workers;
 pub mod probe_results;
 pub mod qos;
 pub mod quantity;
+pub mod resize;
 pub mod resize_actions;
 pub mod runtime_pod;
 pub mod status;

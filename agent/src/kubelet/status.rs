@@ -1,15 +1,21 @@
 //! generateAPIPodStatus: the pod's API status (phase, IPs, conditions, container
 //! statuses) derived from the spec and the runtime's view. Pure.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodIP,
-    PodStatus,
+    PodStatus, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::pod_actions::{is_restartable_init_container, should_container_be_restarted};
 use super::probe_results::{ProbeResults, ProbeState};
-use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus, SandboxState};
+use super::resize_actions::desired_resources;
+use super::runtime_pod::{
+    ContainerResources, ContainerState, ContainerStatus, RuntimePodStatus, SandboxState,
+};
 
 /// Pod phases, as the API spells them.
 pub mod phase {
@@ -29,6 +35,7 @@ pub fn generate_api_pod_status(
     waiting: &WaitingReasons,
     probes: &ProbeResults,
     host_ip: &str,
+    resize_pending: Option<&(String, String)>,
 ) -> PodStatus {
     let spec = pod.spec.as_ref();
     let init: &[Container] = spec
@@ -74,12 +81,22 @@ pub fn generate_api_pod_status(
         pod_ips.push(PodIP { ip: s.ip.clone() });
         pod_ips.extend(s.additional_ips.iter().map(|ip| PodIP { ip: ip.clone() }));
     }
-    let conditions = vec![
+    let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox_ready),
         condition("Initialized", initialized),
         condition("ContainersReady", containers_ready),
         condition("Ready", containers_ready),
     ];
+    if let Some((reason, message)) = resize_pending {
+        conditions.push(PodCondition {
+            reason: Some(reason.clone()),
+            message: Some(message.clone()),
+            ..condition("PodResizePending", true)
+        });
+    }
+    if resize_in_progress(init.iter().chain(regular), runtime) {
+        conditions.push(condition("PodResizeInProgress", true));
+    }
     PodStatus {
         phase: Some(phase.to_string()),
         pod_ip: pod_ips.first().map(|p| p.ip.clone()),
@@ -90,6 +107,36 @@ pub fn generate_api_pod_status(
         host_ip: (!host_ip.is_empty()).then(|| host_ip.to_string()),
         qos_class: None,
         ..PodStatus::default()
+    }
+}
+
+/// A running container whose applied resources are not yet its allocation.
+fn resize_in_progress<'a>(
+    containers: impl Iterator<Item = &'a Container>,
+    runtime: &RuntimePodStatus,
+) -> bool {
+    containers
+        .filter_map(|c| Some((c, runtime.container(&c.name)?)))
+        .filter(|(_, st)| st.state == ContainerState::Running)
+        .any(|(c, st)| st.resources.is_some_and(|r| r != desired_resources(c)))
+}
+
+/// Resources as the API shows them: the non-zero ones, CPU in millicores.
+fn api_resources(r: &ContainerResources) -> ResourceRequirements {
+    let list = |cpu: i64, mem: i64| {
+        let mut m = BTreeMap::new();
+        if cpu > 0 {
+            m.insert("cpu".to_string(), Quantity(format!("{cpu}m")));
+        }
+        if mem > 0 {
+            m.insert("memory".to_string(), Quantity(mem.to_string()));
+        }
+        (!m.is_empty()).then_some(m)
+    };
+    ResourceRequirements {
+        requests: list(r.cpu_request_milli, r.memory_request),
+        limits: list(r.cpu_limit_milli, r.memory_limit),
+        ..ResourceRequirements::default()
     }
 }
 
@@ -175,6 +222,16 @@ fn container_status(
         restart_count: current.map(|s| s.restart_count as i32).unwrap_or(0),
         state: Some(state),
         last_state,
+        // The allocation (requests, as kubelet shows it) and what the runtime applied.
+        allocated_resources: c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .filter(|r| !r.is_empty()),
+        resources: current
+            .filter(|s| s.state == ContainerState::Running)
+            .and_then(|s| s.resources.as_ref())
+            .map(api_resources),
         ..ApiContainerStatus::default()
     }
 }

@@ -7,6 +7,7 @@
 //! back-off), housekeeping, and shutdown.
 
 mod actuated;
+mod allocation;
 pub mod api;
 pub mod clock;
 mod housekeeping;
@@ -60,6 +61,8 @@ pub struct Kubelet<R> {
     pod_manager: BTreeMap<String, Arc<Pod>>,
     /// Pods admission refused: they end Failed and are never synced.
     rejected: BTreeSet<String>,
+    /// Desired pods whose resize the node cannot hold yet, by UID.
+    pending_resizes: BTreeMap<String, Arc<Pod>>,
     /// Set once the config sources delivered their first snapshot.
     sources_ready: bool,
     /// Store entries standing for invalid manifests.
@@ -111,6 +114,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             workers,
             pod_manager: BTreeMap::new(),
             rejected: BTreeSet::new(),
+            pending_resizes: BTreeMap::new(),
             sources_ready: false,
             invalid: Vec::new(),
             metrics: None,
@@ -184,8 +188,12 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             PodUpdate::Add(pods) => self.handle_pod_additions(pods),
             PodUpdate::Update(pods) => {
                 for pod in pods {
-                    let pod = Arc::new(pod);
                     let uid = labels::pod_uid(&pod).to_string();
+                    let pod = if self.rejected.contains(&uid) {
+                        Arc::new(pod)
+                    } else {
+                        self.allocate(pod)
+                    };
                     self.pod_manager.insert(uid.clone(), pod.clone());
                     if !self.rejected.contains(&uid) {
                         let work = self.workers.update_pod(UpdateType::Update, pod);
@@ -204,6 +212,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     let work = self.workers.update_pod(UpdateType::Kill, Arc::new(pod));
                     self.dispatch_opt(work);
                 }
+                self.retry_pending_resizes();
             }
             PodUpdate::SourcesReady => self.sources_ready = true,
             PodUpdate::Invalid(errors) => self.handle_invalid(errors),

@@ -178,7 +178,8 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
                 get_pod_status(cri, &uid, labels::pod_name(pod), labels::pod_namespace(pod)).await
             }
         };
-        if let Ok(after) = after {
+        if let Ok(mut after) = after {
+            shared.actuated.fill(&uid, &mut after);
             publish(shared, pod, &after);
             latest = after;
         }
@@ -300,6 +301,7 @@ fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
         &shared.reasons_of(uid),
         &shared.probes_of(uid),
         &shared.cfg.node_ip,
+        lock(&shared.resize_pending).get(uid),
     );
     let api = k8s_openapi::api::core::v1::PodStatus {
         qos_class: Some(crate::kubelet::qos::pod_qos(pod).to_string()),

@@ -30,6 +30,8 @@ pub struct Shared {
     pub network_ready_at: Mutex<Option<u64>>,
     /// What the runtime applied to each container, for in-place resize.
     pub actuated: ActuatedResources,
+    /// Pods whose resize is pending: kubelet's PodResizePending (reason, message).
+    pub resize_pending: Mutex<BTreeMap<String, (String, String)>>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,6 +56,7 @@ impl Shared {
             store: Arc::new(StatusStore::default()),
             pcm,
             network_ready_at: Mutex::new(None),
+            resize_pending: Mutex::new(BTreeMap::new()),
             actuated: ActuatedResources::new(cfg.touch_host.then(|| cfg.root_dir.join("pods"))),
             cfg,
             settings,
@@ -73,6 +76,7 @@ impl Shared {
         lock(&self.reasons).remove(uid);
         lock(&self.probes).remove(uid);
         self.actuated.forget(uid);
+        lock(&self.resize_pending).remove(uid);
         lock(&self.backoff).forget_prefix(&format!("{uid}/"));
     }
 }
