@@ -8,10 +8,11 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::pod_actions::{
     PodActions, container_changed, containers, init_containers, is_restartable_init_container,
-    should_restart_on_failure,
+    starting_resized_init_container,
 };
 use super::probe_results::{ProbeResults, ProbeState};
 use super::resize_actions::compute_pod_resize_action;
+use super::restart_rules::{container_should_restart, restart_on_failure};
 use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus};
 
 /// kubelet's isInitContainerFailed.
@@ -45,7 +46,6 @@ pub fn compute_init_container_actions(
             .is_some_and(|st| matches!(st.state, ContainerState::Created | ContainerState::Running))
     });
     let mut previously_initialized = initialized;
-    let restart_on_failure = should_restart_on_failure(pod);
 
     // Walk backwards: completed init containers may have been removed from the runtime,
     // so the last one that has a status tells where initialization stands. The ones
@@ -118,7 +118,7 @@ pub fn compute_init_container_actions(
             ContainerState::Exited if sidecar => to_start.push(i),
             ContainerState::Exited => {
                 if is_init_container_failed(st) {
-                    if !restart_on_failure {
+                    if !container_should_restart(c, pod, st.exit_code) {
                         actions.kill_pod = true;
                         actions.init_containers_to_start.clear();
                         return false;
@@ -131,7 +131,7 @@ pub fn compute_init_container_actions(
                 }
             }
             ContainerState::Unknown => {
-                if !sidecar && !restart_on_failure {
+                if !sidecar && !restart_on_failure(c, pod) {
                     actions.kill_pod = true;
                     actions.init_containers_to_start.clear();
                     return false;
@@ -154,5 +154,8 @@ pub fn compute_init_container_actions(
     // Found walking backwards; start in spec order.
     to_start.reverse();
     actions.init_containers_to_start.extend(to_start);
+    if !actions.update_pod_resources {
+        actions.update_pod_resources = starting_resized_init_container(pod, actions, status);
+    }
     initialized
 }

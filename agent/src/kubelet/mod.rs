@@ -15,6 +15,7 @@ pub mod qos;
 pub mod quantity;
 pub mod resize;
 pub mod resize_actions;
+pub mod restart_rules;
 pub mod runtime_pod;
 pub mod status;
 

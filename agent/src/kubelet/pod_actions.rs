@@ -11,7 +11,8 @@ use serde::Serialize;
 use super::container_hash::container_hash;
 use super::init_container_actions::compute_init_container_actions;
 use super::probe_results::{ProbeResults, ProbeState};
-use super::resize_actions::{ResourceName, compute_pod_resize_action};
+use super::resize_actions::{ResourceName, compute_pod_resize_action, desired_resources};
+use super::restart_rules::{container_should_restart, restart_on_failure, runs_once};
 use super::runtime_pod::{
     ContainerResources, ContainerState, ContainerStatus, RuntimePodStatus, SandboxState,
 };
@@ -81,6 +82,19 @@ impl PodActions {
             },
         );
     }
+}
+
+/// kubelet's startingResizedContainer over the init containers about to start.
+pub(super) fn starting_resized_init_container(
+    pod: &Pod,
+    actions: &PodActions,
+    status: &RuntimePodStatus,
+) -> bool {
+    starting_resized_container(
+        init_containers(pod),
+        &actions.init_containers_to_start,
+        status,
+    )
 }
 
 pub(super) fn restart_policy(pod: &Pod) -> &str {
@@ -161,12 +175,24 @@ pub fn should_container_be_restarted(pod: &Pod, c: &Container, status: &RuntimeP
     match st.state {
         ContainerState::Running => false,
         ContainerState::Created | ContainerState::Unknown => true,
-        ContainerState::Exited => match restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => st.exit_code != 0,
-            _ => true,
-        },
+        ContainerState::Exited => container_should_restart(c, pod, st.exit_code),
     }
+}
+
+/// kubelet's startingResizedContainer: a container about to start whose allocation is not
+/// what the runtime last applied to it (a missing record counts as nothing applied).
+fn starting_resized_container(
+    list: &[Container],
+    to_start: &[usize],
+    status: &RuntimePodStatus,
+) -> bool {
+    to_start.iter().filter_map(|&i| list.get(i)).any(|c| {
+        let actuated = status
+            .container(&c.name)
+            .and_then(|st| st.resources)
+            .unwrap_or_default();
+        actuated != desired_resources(c)
+    })
 }
 
 fn container_succeeded(c: &Container, status: &RuntimePodStatus) -> bool {
@@ -212,11 +238,10 @@ pub fn compute_pod_actions(
             actions.create_sandbox = false;
             return actions;
         }
-        let on_failure = restart_policy(pod) == "OnFailure";
         let to_start: Vec<usize> = containers(pod)
             .iter()
             .enumerate()
-            .filter(|(_, c)| !(on_failure && container_succeeded(c, status)))
+            .filter(|(_, c)| !(runs_once(c, pod) && container_succeeded(c, status)))
             .map(|(i, _)| i)
             .collect();
         // Initialization is done and no container would start: only kill the pod.
@@ -253,7 +278,7 @@ pub fn compute_pod_actions(
             }
             continue;
         };
-        let mut restart = should_restart_on_failure(pod);
+        let mut restart = restart_on_failure(c, pod);
         let message = if container_changed(c, st) {
             // A changed spec restarts the container whatever the restart policy.
             restart = true;
@@ -284,8 +309,9 @@ pub fn compute_pod_actions(
         // Sidecars must not keep a finished pod alive.
         actions.init_containers_to_start.clear();
     }
-    if !actions.containers_to_update.is_empty() {
-        actions.update_pod_resources = true;
+    if !actions.update_pod_resources {
+        actions.update_pod_resources =
+            starting_resized_container(containers(pod), &actions.containers_to_start, status);
     }
     actions
 }

@@ -75,10 +75,9 @@ pub fn compute_pod_resize_action(
     if st.state != ContainerState::Running {
         return true;
     }
-    // Without a record of what the runtime applied there is nothing to compare with.
-    let Some(current) = st.resources else {
-        return true;
-    };
+    // A missing record counts as nothing applied, as in kubelet: the update that follows
+    // is idempotent.
+    let current = st.resources.unwrap_or_default();
     let desired = desired_resources(c);
     if desired == current {
         return true;

@@ -173,7 +173,7 @@ async fn execute<R: RuntimeService + ImageService>(
     let grace = grace_period(pod);
     if actions.kill_pod {
         if !status.sandboxes.is_empty() {
-            if actions.create_sandbox {
+            if actions.create_sandbox && !actions.sandbox_id.is_empty() {
                 ctx.events.record(PodEvent::normal(
                     "SandboxChanged",
                     "Pod sandbox changed, it will be killed and re-created.",
@@ -182,6 +182,11 @@ async fn execute<R: RuntimeService + ImageService>(
             }
             result.killed = true;
             kill_pod(cri, pod, status, grace).await?;
+            if actions.create_sandbox {
+                // Initialization starts over in the new sandbox: the old init containers
+                // must not count as done.
+                purge_init_containers(cri, pod, status).await?;
+            }
         }
     } else {
         for (id, why) in &actions.containers_to_kill {
@@ -258,6 +263,11 @@ async fn execute<R: RuntimeService + ImageService>(
         facts: &facts,
     };
 
+    // Resizes come before any start (kubelet 1.37's order).
+    if !actions.containers_to_update.is_empty() {
+        resize_containers(cri, ctx, pod, &actions).await?;
+    }
+
     // Init containers in spec order: the next ordinary one and any sidecars. A sidecar
     // that cannot start does not hold back the others; an ordinary init container that
     // cannot start ends the sync.
@@ -274,14 +284,38 @@ async fn execute<R: RuntimeService + ImageService>(
         }
     }
 
-    if !actions.containers_to_update.is_empty() {
-        resize_containers(cri, ctx, pod, &actions).await?;
-    }
-
     for &i in &actions.containers_to_start {
         let c = &spec.containers[i];
         let outcome = starter.start(c).await;
         result.containers.insert(c.name.clone(), outcome);
+    }
+    Ok(())
+}
+
+/// kubelet's purge of init containers when the sandbox is recreated: every instance of
+/// every init container is removed, so initialization runs again from the first.
+async fn purge_init_containers<R: RuntimeService>(
+    cri: &R,
+    pod: &Pod,
+    status: &RuntimePodStatus,
+) -> Result<(), SyncError> {
+    let names: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    for c in status
+        .containers
+        .iter()
+        .filter(|c| names.contains(&c.name.as_str()))
+    {
+        cri.remove_container(&c.id)
+            .await
+            .or_else(|e| if e.is_not_found() { Ok(()) } else { Err(e) })
+            .map_err(|e| {
+                SyncError::cri(SyncReason::KillContainerError, e).for_container(&c.name)
+            })?;
     }
     Ok(())
 }
