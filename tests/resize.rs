@@ -123,13 +123,17 @@ fn resources_follow_each_containers_resize_policy() {
         container(&after, "worker")["containerID"],
         worker["containerID"]
     );
+    let events = agent.events("sized");
     assert!(
-        agent
-            .events("sized")
-            .iter()
-            .all(|e| e["reason"] != "Killing"),
+        events.iter().all(|e| e["reason"] != "Killing"),
         "nothing was stopped for an in-place resize"
     );
+    for reason in ["ResizeStarted", "ResizeCompleted"] {
+        assert!(
+            events.iter().any(|e| e["reason"] == reason),
+            "no {reason} event: {events:#?}"
+        );
+    }
 
     // RestartContainer: the worker restarts with its new memory limit.
     agent.write("sized.yaml", &pod("400m", "100m", "96Mi"));

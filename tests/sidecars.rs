@@ -171,3 +171,57 @@ fn a_crashing_sidecar_is_restarted_under_restart_policy_never() {
     let last = &init_container(&p, "shipper")["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 3, "{p:#}");
 }
+
+#[test]
+fn a_sidecar_whose_startup_probe_never_passes_is_restarted_and_holds_the_pod() {
+    require_lab();
+    let agent = Agent::start(
+        "sidecar-stuck",
+        &["--backoff-initial", "1s", "--backoff-max", "2s"],
+    );
+    let pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stuck"},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "initContainers": [{
+                "name": "proxy",
+                "image": APP,
+                "restartPolicy": "Always",
+                "command": ["sleep", "3600"],
+                "startupProbe": {
+                    "exec": {"command": ["false"]},
+                    "periodSeconds": 1,
+                    "failureThreshold": 2,
+                },
+            }],
+            "containers": [{"name": "app", "image": APP, "command": ["sleep", "3600"]}],
+        },
+    });
+    agent.write("stuck.yaml", &pod.to_string());
+    let p = agent.wait_pod("stuck", "the sidecar restarted", MINUTE, |p| {
+        init_container(p, "proxy")["restartCount"].as_i64() >= Some(1)
+    });
+    assert_eq!(phase(&p), "Pending", "{p:#}");
+    assert_eq!(condition(&p, "Initialized"), Some("False"));
+    assert!(
+        container(&p, "app")["containerID"].is_null(),
+        "the app started before its sidecar: {p:#}"
+    );
+    let events = agent.events("stuck");
+    assert!(
+        events.iter().any(|e| e["reason"] == "Killing"
+            && e["message"]
+                .as_str()
+                .unwrap()
+                .contains("Init container proxy failed startup probe")),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "Unhealthy" && e["container"] == "proxy"),
+        "{events:#?}"
+    );
+}

@@ -38,6 +38,13 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             &others,
             &self.shared.settings.allocatable,
         );
+        if verdict == ResizeVerdict::Accepted {
+            self.shared.store.recorder(&uid).record(PodEvent::normal(
+                "ResizeStarted",
+                "Pod resize started",
+                None,
+            ));
+        }
         match verdict {
             ResizeVerdict::Unchanged | ResizeVerdict::Accepted => {
                 self.pending_resizes.remove(&uid);

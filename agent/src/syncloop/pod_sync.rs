@@ -307,6 +307,24 @@ fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
         qos_class: Some(crate::kubelet::qos::pod_qos(pod).to_string()),
         ..api
     };
+    let resizing = |s: &k8s_openapi::api::core::v1::PodStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodResizeInProgress")
+    };
+    if shared
+        .store
+        .get(uid)
+        .is_some_and(|before| resizing(&before.status))
+        && !resizing(&api)
+    {
+        shared.store.recorder(uid).record(PodEvent::normal(
+            "ResizeCompleted",
+            "Pod resize completed",
+            None,
+        ));
+    }
     shared.store.set_status(uid, api);
 }
 
