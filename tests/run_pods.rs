@@ -37,7 +37,7 @@ fn example_pods_reach_running_with_lab_ips_and_clean_up() {
     ips.sort();
     ips.dedup();
     assert_eq!(ips.len(), pods.len(), "pod IPs are not unique");
-    // Both containers of the two-container pod were started.
+    // The native sidecar started first, then the app.
     let sidecar = pod(&doc, "app-with-sidecar");
     let started: Vec<_> = sidecar["events"]
         .as_array()
@@ -46,7 +46,7 @@ fn example_pods_reach_running_with_lab_ips_and_clean_up() {
         .filter(|e| e["reason"] == "Started")
         .map(|e| e["container"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(started, ["app", "tailer"]);
+    assert_eq!(started, ["tailer", "app"]);
     assert_eq!(doc["cleaned_up"], true);
     assert!(
         !scratch.root_dir().join("pods").exists()
