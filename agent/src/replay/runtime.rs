@@ -99,6 +99,7 @@ fn is_mutation(method: &str) -> bool {
             | "StartContainer"
             | "StopContainer"
             | "RemoveContainer"
+            | "UpdateContainerResources"
             | "PullImage"
             | "ExecSync"
     )
