@@ -94,8 +94,16 @@ fn image_pull_back_off_recovers_once_the_image_is_pushed() {
             &format!("  - {{name: c, image: {image}, command: [sleep, '3600']}}\n"),
         ),
     );
-    agent.wait_pod("late", "ErrImagePull", MINUTE, |p| {
-        waiting_reason(p, "c") == Some("ErrImagePull")
+    // ErrImagePull is the container's reason only until the next sync turns it into
+    // ImagePullBackOff (milliseconds later with a 1 s back-off), so the failed pull is
+    // asserted through its event, which stays.
+    agent.wait_for("late: a Failed event with ErrImagePull", MINUTE, |_| {
+        agent.events("late").iter().any(|e| {
+            e["reason"] == "Failed"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("Error: ErrImagePull"))
+        })
     });
     agent.wait_pod("late", "ImagePullBackOff", MINUTE, |p| {
         waiting_reason(p, "c") == Some("ImagePullBackOff")
