@@ -85,6 +85,9 @@ fn a_sidecar_with_a_startup_probe_gates_the_app_restarts_and_stops_last() {
     assert_eq!(sidecar["started"], true, "{sidecar:#}");
     assert_eq!(sidecar["ready"], true, "{sidecar:#}");
     assert_eq!(app["restartCount"], 0, "the app found its config at once");
+    // kubectl's READY counts the started, ready sidecar with the app container.
+    let row = agent.table_row("meshed");
+    assert_eq!(row[1..3], ["2/2", "Running"], "podtrace pods row: {row:?}");
     assert_eq!(
         std::fs::read_to_string(out.join("app-read")).unwrap(),
         "greeting=hello\n",
@@ -209,6 +212,10 @@ fn a_sidecar_whose_startup_probe_never_passes_is_restarted_and_holds_the_pod() {
         container(&p, "app")["containerID"].is_null(),
         "the app started before its sidecar: {p:#}"
     );
+    // kubectl shows the pod in Init (0/1 or the sidecar's back-off), nothing ready of two.
+    let row = agent.table_row("stuck");
+    assert_eq!(row[1], "0/2", "podtrace pods row: {row:?}");
+    assert!(row[2].starts_with("Init:"), "podtrace pods row: {row:?}");
     let events = agent.events("stuck");
     assert!(
         events.iter().any(|e| e["reason"] == "Killing"

@@ -112,15 +112,58 @@ impl Agent {
         body.to_string()
     }
 
-    /// Every pod record the agent serves.
+    /// Every pod the agent serves (`podtrace pods -o json`, a List of Pods), each as the
+    /// Pod object with `name`, `namespace` and `uid` lifted to the top and its events
+    /// (`podtrace events -o json`) attached as `events`, which is what the tests look at.
     pub fn pods(&self) -> Vec<Value> {
-        self.api("pods")
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
+        self.records().unwrap_or_default()
+    }
+
+    fn records(&self) -> Option<Vec<Value>> {
+        let list = self.api("pods")?;
+        assert_eq!(list["kind"], "List", "pods -o json is a List: {list}");
+        let events = self.api("events")?;
+        let events = events.as_array()?;
+        let items = list["items"].as_array()?;
+        Some(
+            items
+                .iter()
+                .map(|item| {
+                    let mut rec = item.clone();
+                    let meta = &item["metadata"];
+                    for key in ["name", "namespace", "uid"] {
+                        rec[key] = meta[key].clone();
+                    }
+                    rec["events"] = events
+                        .iter()
+                        .filter(|e| e["pod"] == meta["name"] && e["namespace"] == meta["namespace"])
+                        .cloned()
+                        .collect();
+                    rec
+                })
+                .collect(),
+        )
     }
 
     pub fn pod(&self, name: &str) -> Option<Value> {
         self.pods().into_iter().find(|p| p["name"] == name)
+    }
+
+    /// The columns of pod `name`'s row in `podtrace pods` (the table, as kubectl prints it).
+    pub fn table_row(&self, name: &str) -> Vec<String> {
+        let out = Command::new(podtrace_bin())
+            .args(["pods", "--api-socket"])
+            .arg(&self.socket)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .find(|cols| {
+                cols.first()
+                    .is_some_and(|c| c.ends_with(&format!("/{name}")))
+            })
+            .unwrap_or_else(|| panic!("no row for {name} in podtrace pods:\n{text}"))
     }
 
     pub fn events(&self, pod: &str) -> Vec<Value> {
@@ -142,7 +185,7 @@ impl Agent {
     ) -> Vec<Value> {
         let start = Instant::now();
         loop {
-            if let Some(v) = self.api("pods").and_then(|v| v.as_array().cloned())
+            if let Some(v) = self.records()
                 && check(&v)
             {
                 return v;

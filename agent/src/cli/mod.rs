@@ -8,6 +8,7 @@ pub mod kernel_events;
 mod kubelet_args;
 pub mod malloc;
 mod node;
+mod pod_printer;
 mod pods;
 mod progress;
 mod recorder;

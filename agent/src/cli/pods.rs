@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use k8s_openapi::api::core::v1::PodStatus;
-
+use super::pod_printer::{api_pod, pod_list, pod_row};
 use crate::syncloop::api;
 use crate::syncloop::clock::wall_now;
 
@@ -27,10 +26,12 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
+    let records = doc["pods"].as_array().cloned().unwrap_or_default();
+    let pods: Vec<_> = records.iter().map(api_pod).collect();
     if args.output == "json" {
         println!(
             "{}",
-            serde_json::to_string_pretty(&doc["pods"]).unwrap_or_default()
+            serde_json::to_string_pretty(&pod_list(&pods)).unwrap_or_default()
         );
         return ExitCode::SUCCESS;
     }
@@ -38,24 +39,24 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
         "{:<40} {:<6} {:<26} {:<9} {:<6} IP",
         "NAME", "READY", "STATUS", "RESTARTS", "AGE"
     );
-    for p in doc["pods"].as_array().into_iter().flatten() {
-        let status: PodStatus = serde_json::from_value(p["status"].clone()).unwrap_or_default();
-        let containers = status.container_statuses.as_deref().unwrap_or_default();
-        let ready = containers.iter().filter(|c| c.ready).count();
-        let restarts: i32 = containers.iter().map(|c| c.restart_count).sum();
-        let age = (wall_now() - p["first_seen"].as_i64().unwrap_or(0)) / 1_000_000_000;
+    for (record, pod) in records.iter().zip(&pods) {
+        let row = pod_row(pod);
+        let age = (wall_now() - record["first_seen"].as_i64().unwrap_or(0)) / 1_000_000_000;
         println!(
             "{:<40} {:<6} {:<26} {:<9} {:<6} {}",
             format!(
                 "{}/{}",
-                p["namespace"].as_str().unwrap_or(""),
-                p["name"].as_str().unwrap_or("")
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
             ),
-            format!("{ready}/{}", containers.len()),
-            display_status(&status),
-            restarts,
+            format!("{}/{}", row.ready, row.total),
+            row.status,
+            row.restarts,
             human_age(age),
-            status.pod_ip.as_deref().unwrap_or("<none>"),
+            pod.status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_deref())
+                .unwrap_or("<none>"),
         );
     }
     ExitCode::SUCCESS
@@ -111,57 +112,6 @@ pub async fn events(args: &EventsArgs) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
-}
-
-/// kubectl's STATUS column: the pod's reason, else an init container's progress or
-/// problem, else the most telling container reason, else the phase.
-pub fn display_status(st: &PodStatus) -> String {
-    if let Some(r) = st.reason.as_deref().filter(|r| !r.is_empty()) {
-        return r.to_string();
-    }
-    let init = st.init_container_statuses.as_deref().unwrap_or_default();
-    for (i, c) in init.iter().enumerate() {
-        let state = c.state.as_ref();
-        if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-            if t.exit_code == 0 {
-                continue;
-            }
-            return match t.reason.as_deref() {
-                Some(r) if !r.is_empty() => format!("Init:{r}"),
-                _ => format!("Init:ExitCode:{}", t.exit_code),
-            };
-        }
-        if let Some(r) = state
-            .and_then(|s| s.waiting.as_ref())
-            .and_then(|w| w.reason.as_deref())
-            .filter(|r| *r != "PodInitializing" && *r != "ContainerCreating")
-        {
-            return format!("Init:{r}");
-        }
-        return format!("Init:{i}/{}", init.len());
-    }
-    let mut reason = st.phase.clone().unwrap_or_else(|| "Unknown".into());
-    for c in st
-        .container_statuses
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .rev()
-    {
-        let state = c.state.as_ref();
-        if let Some(r) = state
-            .and_then(|s| s.waiting.as_ref())
-            .and_then(|w| w.reason.clone())
-        {
-            reason = r;
-        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-            reason = t
-                .reason
-                .clone()
-                .unwrap_or_else(|| format!("ExitCode:{}", t.exit_code));
-        }
-    }
-    reason
 }
 
 fn human_age(secs: i64) -> String {

@@ -189,6 +189,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             PodUpdate::Update(pods) => {
                 for pod in pods {
                     let uid = labels::pod_uid(&pod).to_string();
+                    self.shared.store.update_pod(&pod);
                     let pod = if self.rejected.contains(&uid) {
                         Arc::new(pod)
                     } else {

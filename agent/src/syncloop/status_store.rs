@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::kubelet::runtime_pod::Nanos;
@@ -31,6 +32,9 @@ pub struct PodRecord {
     pub uid: String,
     pub namespace: String,
     pub name: String,
+    /// The manifest's metadata and spec as last seen (the API's view of the pod).
+    pub metadata: ObjectMeta,
+    pub spec: Option<PodSpec>,
     pub status: PodStatus,
     pub first_seen: Nanos,
     /// When the pod first reached Running.
@@ -102,6 +106,8 @@ impl StatusStore {
             uid,
             namespace: labels::pod_namespace(pod).to_string(),
             name: labels::pod_name(pod).to_string(),
+            metadata: pod.metadata.clone(),
+            spec: pod.spec.clone(),
             status: PodStatus {
                 phase: Some("Pending".into()),
                 ..PodStatus::default()
@@ -111,6 +117,17 @@ impl StatusStore {
             terminated: false,
             events: Vec::new(),
         });
+        self.bump();
+    }
+
+    /// Replaces a known pod's metadata and spec after its manifest changed in place
+    /// (an image or resources edit); its status and events stay.
+    pub fn update_pod(&self, pod: &Pod) {
+        let uid = labels::pod_uid(pod);
+        if let Some(rec) = self.lock().get_mut(uid) {
+            rec.metadata = pod.metadata.clone();
+            rec.spec = pod.spec.clone();
+        }
         self.bump();
     }
 

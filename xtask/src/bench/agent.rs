@@ -81,8 +81,10 @@ impl Agent {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        let pods: Vec<Value> =
-            serde_json::from_slice(&out.stdout).context("parsing podtrace pods")?;
+        let list: Value = serde_json::from_slice(&out.stdout).context("parsing podtrace pods")?;
+        let Some(pods) = list["items"].as_array() else {
+            bail!("podtrace pods -o json printed no List of Pods");
+        };
         Ok(pods
             .iter()
             .map(|p| p["status"]["phase"].as_str().unwrap_or("").to_string())
