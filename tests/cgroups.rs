@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-use podtrace::cm::{CgroupLayout, CmError, PodContainerManager, cgroup_dir};
+use podtrace::cm::{CgroupDriver, CgroupLayout, CmError, PodContainerManager, cgroup_dir};
 use podtrace::config::load_paths;
 use podtrace::kubelet::qos::{QosClass, pod_qos};
 
@@ -70,7 +70,8 @@ impl TestRoot {
     }
 
     fn manager(&self) -> PodContainerManager {
-        PodContainerManager::new(&self.root, self.layout.clone()).expect("valid root")
+        PodContainerManager::new(&self.root, self.layout.clone(), CgroupDriver::Cgroupfs)
+            .expect("valid root")
     }
 
     fn dirs(&self, cgroup: &str) -> Vec<PathBuf> {

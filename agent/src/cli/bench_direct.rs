@@ -138,7 +138,11 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
     // As the agent does at start, before any pod: the QoS tiers with their settings.
     let pcm = match (!args.cgroup_root.is_empty())
         .then(|| {
-            let pcm = PodContainerManager::new(&args.cgroup_root, CgroupLayout::discover()?)?;
+            let pcm = PodContainerManager::new(
+                &args.cgroup_root,
+                CgroupLayout::discover()?,
+                crate::cm::CgroupDriver::Cgroupfs,
+            )?;
             pcm.ensure_qos_cgroups()?;
             Ok::<_, crate::cm::CmError>(pcm)
         })

@@ -66,4 +66,12 @@ pub enum CmError {
         #[source]
         source: std::io::Error,
     },
+
+    /// systemd (the systemd cgroup driver) refused or did not finish a unit operation.
+    #[error("systemd: {action} {unit}: {message}")]
+    Systemd {
+        unit: String,
+        action: &'static str,
+        message: String,
+    },
 }

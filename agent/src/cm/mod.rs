@@ -13,11 +13,14 @@
 //! (kubelet's `--cgroup-driver=cgroupfs`), which is what containerd expects when its runc
 //! runtime does not set `SystemdCgroup`.
 
+mod cgroup_name;
 mod cgroupfs;
 mod error;
 mod layout;
 mod pod_container_manager;
+mod systemd;
 
+pub use cgroup_name::{CgroupDriver, CgroupName};
 pub use error::CmError;
 pub use layout::{CgroupLayout, Hierarchy, MOUNTINFO, cgroup_dir};
 pub use pod_container_manager::{

@@ -1,7 +1,11 @@
-//! kubelet's qosContainerManager and podContainerManager over cgroupfs.
+//! kubelet's qosContainerManager and podContainerManager, with either cgroup driver:
+//! cgroupfs (podtrace makes the directories) or systemd (systemd makes transient slices,
+//! as kubelet's systemd cgroup manager has it do). Limits are written to the cgroup files
+//! in both cases, after systemd has the same values as unit properties, as runc does.
 //!
-//! Calls block on the filesystem; `destroy_pod_cgroup` may also sleep up to about 1.3 s
-//! waiting for killed processes to leave, so async callers run it on a blocking thread.
+//! Calls block on the filesystem or on systemd's jobs; `destroy_pod_cgroup` may also sleep
+//! up to about 1.3 s waiting for killed processes to leave, so async callers run it on a
+//! blocking thread.
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
@@ -9,7 +13,9 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::cgroup_name::{CgroupDriver, CgroupName};
 use super::layout::{CgroupLayout, cgroup_dir};
+use super::systemd::{self, Systemd};
 use super::{CmError, cgroupfs};
 use crate::kubelet::qos::{
     self, MAX_SHARES, MIN_SHARES, PodResourceConfig, QosClass, pod_qos, pod_resource_config,
@@ -25,15 +31,23 @@ pub const POD_CGROUP_PREFIX: &str = "pod";
 /// Creates, limits, lists and removes pod cgroups under one cgroup root.
 #[derive(Debug, Clone)]
 pub struct PodContainerManager {
-    /// Normalized: absolute, no trailing slash, `/` for the hierarchy's own root.
-    root: String,
+    root: CgroupName,
+    driver: CgroupDriver,
     layout: CgroupLayout,
+    /// The system bus connection, with the systemd driver only.
+    systemd: Option<Systemd>,
 }
 
 impl PodContainerManager {
-    /// A manager for pods under `cgroup_root` (for example `/podtrace`). Nothing is
-    /// created until [`PodContainerManager::ensure_qos_cgroups`].
-    pub fn new(cgroup_root: &str, layout: CgroupLayout) -> Result<PodContainerManager, CmError> {
+    /// A manager for pods under `cgroup_root` (for example `/podtrace`, which the systemd
+    /// driver names `/podtrace.slice`). Nothing is created until
+    /// [`PodContainerManager::ensure_qos_cgroups`]; with the systemd driver this connects
+    /// to systemd, and fails if it cannot.
+    pub fn new(
+        cgroup_root: &str,
+        layout: CgroupLayout,
+        driver: CgroupDriver,
+    ) -> Result<PodContainerManager, CmError> {
         let invalid = || CmError::InvalidCgroupRoot {
             root: cgroup_root.to_string(),
         };
@@ -48,35 +62,54 @@ impl PodContainerManager {
         {
             return Err(invalid());
         }
-        let root = if trimmed.is_empty() { "/" } else { trimmed };
+        let systemd = match driver {
+            CgroupDriver::Systemd => Some(Systemd::connect()?),
+            CgroupDriver::Cgroupfs => None,
+        };
         Ok(PodContainerManager {
-            root: root.to_string(),
+            root: CgroupName::from_cgroupfs(trimmed),
+            driver,
             layout,
+            systemd,
         })
     }
 
-    pub fn cgroup_root(&self) -> &str {
-        &self.root
+    /// The root in the driver's naming.
+    pub fn cgroup_root(&self) -> String {
+        self.root.to_driver(self.driver)
+    }
+
+    pub fn driver(&self) -> CgroupDriver {
+        self.driver
     }
 
     pub fn layout(&self) -> &CgroupLayout {
         &self.layout
     }
 
-    /// The cgroup a QoS class's pods sit under: the root itself for Guaranteed.
+    /// The cgroup a QoS class's pods sit under (the root itself for Guaranteed), in the
+    /// driver's naming.
     pub fn qos_cgroup(&self, class: QosClass) -> String {
+        self.qos_name(class).to_driver(self.driver)
+    }
+
+    fn qos_name(&self, class: QosClass) -> CgroupName {
         match class {
             QosClass::Guaranteed => self.root.clone(),
-            QosClass::Burstable => self.child(BURSTABLE_CGROUP),
-            QosClass::BestEffort => self.child(BEST_EFFORT_CGROUP),
+            QosClass::Burstable => self.root.child(BURSTABLE_CGROUP),
+            QosClass::BestEffort => self.root.child(BEST_EFFORT_CGROUP),
         }
     }
 
-    /// kubelet's GetPodContainerName: the pod's cgroup, to pass as the sandbox's
-    /// `cgroup_parent`. Pure; nothing is created.
+    /// kubelet's GetPodContainerName: the pod's cgroup in the driver's naming, to pass as
+    /// the sandbox's `cgroup_parent` (containerd's systemd mode takes the slice from its
+    /// last part). Pure; nothing is created.
     pub fn pod_cgroup_name(&self, pod: &Pod) -> Result<String, CmError> {
-        let uid = pod
-            .metadata
+        self.pod_cgroup_in(pod_qos(pod), self.pod_uid(pod)?)
+    }
+
+    fn pod_uid<'p>(&self, pod: &'p Pod) -> Result<&'p str, CmError> {
+        pod.metadata
             .uid
             .as_deref()
             .filter(|u| !u.is_empty())
@@ -86,8 +119,7 @@ impl PodContainerManager {
                     pod.metadata.namespace.as_deref().unwrap_or_default(),
                     pod.metadata.name.as_deref().unwrap_or_default()
                 ),
-            })?;
-        self.pod_cgroup_in(pod_qos(pod), uid)
+            })
     }
 
     /// kubelet's qosContainerManager.Start: the root and the two tier cgroups in every
@@ -98,9 +130,9 @@ impl PodContainerManager {
             QosClass::Burstable,
             QosClass::BestEffort,
         ] {
-            self.create(&self.qos_cgroup(class))?;
+            self.create(&self.qos_name(class), &PodResourceConfig::default())?;
         }
-        self.set_cpu_shares(&self.qos_cgroup(QosClass::BestEffort), MIN_SHARES)
+        self.set_cpu_shares(&self.qos_name(QosClass::BestEffort), MIN_SHARES)
     }
 
     /// kubelet's qosContainerManager.UpdateCgroups for CPU: the Burstable tier's weight
@@ -110,8 +142,8 @@ impl PodContainerManager {
         pods: impl IntoIterator<Item = &'a Pod>,
     ) -> Result<(), CmError> {
         let shares = qos::burstable_cpu_shares(pods);
-        self.set_cpu_shares(&self.qos_cgroup(QosClass::Burstable), shares)?;
-        self.set_cpu_shares(&self.qos_cgroup(QosClass::BestEffort), MIN_SHARES)
+        self.set_cpu_shares(&self.qos_name(QosClass::Burstable), shares)?;
+        self.set_cpu_shares(&self.qos_name(QosClass::BestEffort), MIN_SHARES)
     }
 
     /// kubelet's EnsureExists: the pod's cgroup in every hierarchy, with its limits.
@@ -121,9 +153,10 @@ impl PodContainerManager {
     /// every time, which is the same for a pod whose resources never change and repairs a
     /// cgroup left half-made by an earlier failure.
     pub fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, CmError> {
-        let name = self.pod_cgroup_name(pod)?;
-        self.create(&name)?;
+        let cgroup = self.pod_name_in(pod_qos(pod), self.pod_uid(pod)?)?;
+        let name = cgroup.to_driver(self.driver);
         let config = pod_resource_config(pod);
+        self.create(&cgroup, &config)?;
         match &self.layout {
             CgroupLayout::V1 { .. } => {
                 for (controller, file, value) in v1_settings(&config) {
@@ -149,9 +182,10 @@ impl PodContainerManager {
             return false;
         };
         let mountpoints = self.layout.mountpoints();
-        names
-            .iter()
-            .any(|name| mountpoints.iter().all(|m| cgroup_dir(m, name).is_dir()))
+        names.iter().any(|name| {
+            let name = name.to_driver(self.driver);
+            mountpoints.iter().all(|m| cgroup_dir(m, &name).is_dir())
+        })
     }
 
     /// kubelet's podContainerManager.Destroy: SIGKILL whatever still runs in the pod's
@@ -160,11 +194,14 @@ impl PodContainerManager {
     /// already gone is fine; one whose processes survive is [`CmError::CgroupBusy`].
     pub fn destroy_pod_cgroup(&self, uid: &str) -> Result<(), CmError> {
         let mut trees = Vec::new();
-        for name in self.pod_cgroup_candidates(uid)? {
+        let mut units = Vec::new();
+        for cgroup in self.pod_cgroup_candidates(uid)? {
+            let name = cgroup.to_driver(self.driver);
             for mountpoint in self.layout.mountpoints() {
                 let dir = cgroup_dir(mountpoint, &name);
                 if dir.is_dir() {
                     trees.push(cgroupfs::subtree_deepest_first(&dir)?);
+                    units.extend(cgroup.systemd_unit());
                 }
             }
         }
@@ -185,6 +222,14 @@ impl PodContainerManager {
             );
             cgroupfs::kill_all(&stragglers)?;
         }
+        if let Some(systemd) = &self.systemd {
+            // Stopping the slice stops what systemd still holds in it (the runtime's
+            // container scopes) and removes its cgroups; whatever is left goes below.
+            units.dedup();
+            for unit in &units {
+                systemd.stop_unit(unit)?;
+            }
+        }
         for dir in trees.iter().flatten() {
             cgroupfs::remove(dir)?;
         }
@@ -201,7 +246,8 @@ impl PodContainerManager {
                 QosClass::Burstable,
                 QosClass::BestEffort,
             ] {
-                let dir = cgroup_dir(mountpoint, &self.qos_cgroup(class));
+                let tier = self.qos_name(class);
+                let dir = cgroup_dir(mountpoint, &tier.to_driver(self.driver));
                 let entries = match std::fs::read_dir(&dir) {
                     Ok(e) => e,
                     Err(e) if e.kind() == ErrorKind::NotFound => continue,
@@ -216,8 +262,11 @@ impl PodContainerManager {
                         continue;
                     }
                     let name = entry.file_name();
-                    let uid = name
+                    let component = name
                         .to_str()
+                        .and_then(|n| tier.child_component(self.driver, n));
+                    let uid = component
+                        .as_deref()
                         .and_then(|n| n.strip_prefix(POD_CGROUP_PREFIX))
                         .filter(|u| valid_uid(u));
                     if let Some(uid) = uid {
@@ -229,39 +278,54 @@ impl PodContainerManager {
         Ok(uids)
     }
 
-    fn child(&self, name: &str) -> String {
-        if self.root == "/" {
-            format!("/{name}")
-        } else {
-            format!("{}/{name}", self.root)
-        }
+    fn pod_cgroup_in(&self, class: QosClass, uid: &str) -> Result<String, CmError> {
+        Ok(self.pod_name_in(class, uid)?.to_driver(self.driver))
     }
 
-    fn pod_cgroup_in(&self, class: QosClass, uid: &str) -> Result<String, CmError> {
+    fn pod_name_in(&self, class: QosClass, uid: &str) -> Result<CgroupName, CmError> {
         if !valid_uid(uid) {
             return Err(CmError::InvalidPodUid {
                 uid: uid.to_string(),
             });
         }
-        let parent = self.qos_cgroup(class);
-        let sep = if parent == "/" { "" } else { "/" };
-        Ok(format!("{parent}{sep}{POD_CGROUP_PREFIX}{uid}"))
+        Ok(self
+            .qos_name(class)
+            .child(&format!("{POD_CGROUP_PREFIX}{uid}")))
     }
 
     /// Where a pod with this UID could be: its class is not known from the UID alone.
-    fn pod_cgroup_candidates(&self, uid: &str) -> Result<Vec<String>, CmError> {
+    fn pod_cgroup_candidates(&self, uid: &str) -> Result<Vec<CgroupName>, CmError> {
         [
             QosClass::Guaranteed,
             QosClass::Burstable,
             QosClass::BestEffort,
         ]
         .into_iter()
-        .map(|class| self.pod_cgroup_in(class, uid))
+        .map(|class| self.pod_name_in(class, uid))
         .collect()
     }
 
-    /// Creates cgroup `name` in every hierarchy.
-    fn create(&self, name: &str) -> Result<(), CmError> {
+    /// Creates `cgroup` in every hierarchy: the directories with cgroupfs, a transient
+    /// slice with `config`'s limits as its properties with systemd.
+    fn create(&self, cgroup: &CgroupName, config: &PodResourceConfig) -> Result<(), CmError> {
+        if let Some(systemd) = &self.systemd {
+            let Some(unit) = cgroup.systemd_unit() else {
+                return Ok(());
+            };
+            let parent = cgroup
+                .components()
+                .split_last()
+                .and_then(|(_, parents)| {
+                    parents
+                        .iter()
+                        .fold(CgroupName::root(), |n, p| n.child(p))
+                        .systemd_unit()
+                })
+                .unwrap_or_else(|| "-.slice".into());
+            return systemd.start_slice(&unit, &parent, &systemd::resource_properties(config));
+        }
+        let name = cgroup.to_cgroupfs();
+        let name = name.as_str();
         match &self.layout {
             CgroupLayout::V1 { .. } => {
                 let cpuset = self.layout.controller_mountpoint("cpuset");
@@ -281,7 +345,16 @@ impl PodContainerManager {
         Ok(())
     }
 
-    fn set_cpu_shares(&self, name: &str, shares: u64) -> Result<(), CmError> {
+    fn set_cpu_shares(&self, cgroup: &CgroupName, shares: u64) -> Result<(), CmError> {
+        if let (Some(systemd), Some(unit)) = (&self.systemd, cgroup.systemd_unit()) {
+            let weight = PodResourceConfig {
+                cpu_shares: Some(shares),
+                ..PodResourceConfig::default()
+            };
+            systemd.set_properties(&unit, &systemd::resource_properties(&weight))?;
+        }
+        let name = cgroup.to_driver(self.driver);
+        let name = name.as_str();
         match &self.layout {
             CgroupLayout::V1 { .. } => match self.layout.controller_mountpoint("cpu") {
                 Some(m) => cgroupfs::write(&cgroup_dir(m, name), "cpu.shares", &shares.to_string()),
@@ -438,7 +511,7 @@ mod tests {
 
     #[test]
     fn cgroup_names_follow_kubelet() {
-        let m = PodContainerManager::new("/podtrace/", v1()).unwrap();
+        let m = PodContainerManager::new("/podtrace/", v1(), CgroupDriver::Cgroupfs).unwrap();
         assert_eq!(m.cgroup_root(), "/podtrace");
         assert_eq!(m.qos_cgroup(QosClass::Guaranteed), "/podtrace");
         assert_eq!(m.qos_cgroup(QosClass::Burstable), "/podtrace/burstable");
@@ -451,7 +524,7 @@ mod tests {
             m.pod_cgroup_name(&pod("u-2", "")).unwrap(),
             "/podtrace/besteffort/podu-2"
         );
-        let top = PodContainerManager::new("/", v1()).unwrap();
+        let top = PodContainerManager::new("/", v1(), CgroupDriver::Cgroupfs).unwrap();
         assert_eq!(top.qos_cgroup(QosClass::Burstable), "/burstable");
         assert_eq!(top.pod_cgroup_name(&pod("u", "1,1Gi")).unwrap(), "/podu");
     }
@@ -461,13 +534,13 @@ mod tests {
         for root in ["podtrace", "/a//b", "/a/../b", "/./a", ""] {
             assert!(
                 matches!(
-                    PodContainerManager::new(root, v1()),
+                    PodContainerManager::new(root, v1(), CgroupDriver::Cgroupfs),
                     Err(CmError::InvalidCgroupRoot { .. })
                 ),
                 "{root:?}"
             );
         }
-        let m = PodContainerManager::new("/podtrace", v1()).unwrap();
+        let m = PodContainerManager::new("/podtrace", v1(), CgroupDriver::Cgroupfs).unwrap();
         for uid in ["../../etc", "a/b", "..", "with space"] {
             assert!(
                 matches!(

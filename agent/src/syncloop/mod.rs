@@ -87,7 +87,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     ) -> Result<Kubelet<R>, crate::cm::CmError> {
         let pcm = match &settings.cgroup_root {
             Some(root) => {
-                let pcm = PodContainerManager::new(root, CgroupLayout::discover()?)?;
+                let pcm = PodContainerManager::new(
+                    root,
+                    CgroupLayout::discover()?,
+                    settings.cgroup_driver,
+                )?;
                 pcm.ensure_qos_cgroups()?;
                 Some(pcm)
             }

@@ -24,6 +24,8 @@ pub struct KubeletSettings {
     pub allocatable: NodeAllocatable,
     /// Root of the pod cgroups (kubelet's --cgroup-root); None leaves cgroups to the runtime.
     pub cgroup_root: Option<String>,
+    /// How pod cgroups are named and made: the runtime's cgroup driver, which must match.
+    pub cgroup_driver: crate::cm::CgroupDriver,
     /// Directory of image pull secrets (`<name>.json`, docker config format).
     pub secrets_dir: Option<PathBuf>,
     /// Remove runtime objects, directories and cgroups of pods that are not desired.
@@ -46,6 +48,7 @@ impl KubeletSettings {
             max_parallel_image_pulls: Some(1),
             allocatable,
             cgroup_root: None,
+            cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             secrets_dir: None,
             housekeeping: true,
             flip_pull_policy: false,
