@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use super::progress::Progress;
 use super::recorder::RunRecorder;
 use super::{EXIT_BAD_INPUT, RunArgs};
+use crate::cm::CgroupName;
 use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
 use crate::cri::Recording;
@@ -71,11 +72,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
     // --require-ebpf asks for them regardless, so a node without them fails loudly.
     let want_kernel =
         !args.no_ebpf && (args.trace.is_some() || !args.until_ready || args.ebpf.require_ebpf);
+    // The kernel filter watches the pod cgroups under the root as the driver names it
+    // (`/podtrace` with cgroupfs, `/podtrace.slice` with systemd).
+    let watched_root = settings
+        .cgroup_root
+        .as_deref()
+        .map(|r| CgroupName::from_cgroupfs(r).to_driver(settings.cgroup_driver));
     let recorder = match RunRecorder::start(
         args.trace.as_deref(),
         want_kernel,
         &args.ebpf,
-        settings.cgroup_root.as_deref(),
+        watched_root.as_deref(),
         &cri,
         &node,
         config,

@@ -332,5 +332,7 @@ fn cgroup_owner(
             return Some(Owner::sandbox(uid, id, Rule::CgroupPath));
         }
     }
-    ids.pod_uid.map(|uid| Owner::pod(uid, Rule::CgroupPath))
+    // The systemd driver writes the UID's `-` as `_` in the slice name.
+    ids.pod_uid
+        .map(|uid| Owner::pod(&uid.replace('_', "-"), Rule::CgroupPath))
 }

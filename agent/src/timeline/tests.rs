@@ -142,6 +142,22 @@ fn run(last: &str, last_code: i32) -> Vec<TraceRecord> {
     let pod_dir = format!("/podtrace/besteffort/pod{UID}");
     let sandbox_dir = format!("{pod_dir}/{SANDBOX}");
     let container_dir = format!("{pod_dir}/{CONTAINER}");
+    run_in(last, last_code, [pod_dir, sandbox_dir, container_dir])
+}
+
+/// The same pod on a node with the systemd cgroup driver: a pod slice whose name carries
+/// the UID with `_` for `-`, and containerd's `cri-containerd-<id>.scope` units in it.
+fn run_systemd(last: &str, last_code: i32) -> Vec<TraceRecord> {
+    let slice = format!("podtrace-besteffort-pod{}.slice", UID.replace('-', "_"));
+    let pod_dir = format!("/podtrace.slice/podtrace-besteffort.slice/{slice}");
+    let sandbox_dir = format!("{pod_dir}/cri-containerd-{SANDBOX}.scope");
+    let container_dir = format!("{pod_dir}/cri-containerd-{CONTAINER}.scope");
+    run_in(last, last_code, [pod_dir, sandbox_dir, container_dir])
+}
+
+/// `run` with the pod's, sandbox's and container's cgroup paths given.
+fn run_in(last: &str, last_code: i32, dirs: [String; 3]) -> Vec<TraceRecord> {
+    let [pod_dir, sandbox_dir, container_dir] = dirs;
     let mut run_sandbox = call("RunPodSandbox", 5, 150);
     run_sandbox.sandbox_id = SANDBOX.into();
     let mut status = call("PodSandboxStatus", 152, 153);
@@ -311,6 +327,25 @@ fn the_stages_come_in_the_order_the_runtime_performs_them() {
     // The compile and its exit stay on the node; the other pod's plugin is not ours.
     assert_eq!(t.node_events, 3, "{t:#?}");
     assert_eq!(t.other_pod_events, 1);
+}
+
+#[test]
+fn slices_and_scopes_of_the_systemd_driver_give_the_same_stages_and_owners() {
+    let (fs, sd) = (run("portmap", 0), run_systemd("portmap", 0));
+    let (a_fs, a_sd) = (attribute(&fs), attribute(&sd));
+    for i in 0..fs.len() {
+        assert_eq!(a_fs.owner(i), a_sd.owner(i), "record {i}: {:?}", sd[i]);
+    }
+    let t = build(&sd);
+    let stages = |t: &Timeline| {
+        t.pods[0]
+            .stages
+            .iter()
+            .map(|s| (s.stage.clone(), s.start_ns, s.end_ns, s.cgroup_id))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(stages(&t), stages(&build(&fs)));
+    assert!(t.pods[0].stage("pod_cgroup_created").is_some(), "{t:#?}");
 }
 
 #[test]
