@@ -333,8 +333,8 @@ fn the_stages_come_in_the_order_the_runtime_performs_them() {
 fn slices_and_scopes_of_the_systemd_driver_give_the_same_stages_and_owners() {
     let (fs, sd) = (run("portmap", 0), run_systemd("portmap", 0));
     let (a_fs, a_sd) = (attribute(&fs), attribute(&sd));
-    for i in 0..fs.len() {
-        assert_eq!(a_fs.owner(i), a_sd.owner(i), "record {i}: {:?}", sd[i]);
+    for (i, record) in sd.iter().enumerate() {
+        assert_eq!(a_fs.owner(i), a_sd.owner(i), "record {i}: {record:?}");
     }
     let t = build(&sd);
     let stages = |t: &Timeline| {
