@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio::net::TcpStream;
 
 use super::gofmt;
 use super::http;
@@ -30,7 +29,7 @@ pub struct ProbeOutcome {
 }
 
 impl ProbeOutcome {
-    fn new(result: ProbeResult, output: impl Into<String>) -> ProbeOutcome {
+    pub(crate) fn new(result: ProbeResult, output: impl Into<String>) -> ProbeOutcome {
         ProbeOutcome {
             result,
             output: output.into(),
@@ -99,6 +98,11 @@ pub async fn run_probe<R: RuntimeService>(
             Ok(http::probe(&req, timeout).await)
         }
         ProbeAction::TcpSocket(action) => probe_tcp(action, container, pod_ip, timeout).await,
+        // kubelet probes gRPC on the pod IP only: the action has no host.
+        ProbeAction::Grpc { port, service } => {
+            let host = host_or_pod_ip(None, pod_ip)?;
+            Ok(super::grpc::probe(host, *port, service, timeout).await)
+        }
     }
 }
 
@@ -233,7 +237,7 @@ pub async fn probe_tcp(
 /// Opens and closes one TCP connection, with Go's dial messages on failure.
 pub async fn tcp_connect(host: &str, port: u16, timeout: Duration) -> ProbeOutcome {
     let addr = join_host_port(host, port);
-    match tokio::time::timeout(timeout, TcpStream::connect(&addr)).await {
+    match tokio::time::timeout(timeout, super::dialer::dial(&addr)).await {
         Err(_) => ProbeOutcome::new(
             ProbeResult::Failure,
             format!("dial tcp {addr}: i/o timeout"),

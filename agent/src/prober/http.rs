@@ -12,7 +12,6 @@ use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction};
-use tokio::net::TcpStream;
 
 use super::action::{
     ActionError, MAX_OUTPUT_BYTES, ProbeOutcome, host_or_pod_ip, join_host_port, resolve_port,
@@ -21,10 +20,10 @@ use super::gofmt;
 use super::state::ProbeResult;
 
 /// The Kubernetes minor the API types come from, for kubelet's User-Agent.
-const KUBE_VERSION: &str = "1.33";
-/// User-Agent purpose of probes (`kube-probe/1.33`).
+pub(crate) const KUBE_VERSION: &str = "1.37";
+/// User-Agent purpose of probes (`kube-probe/1.37`).
 pub const PROBE_PURPOSE: &str = "probe";
-/// User-Agent purpose of lifecycle hooks (`kube-lifecycle/1.33`).
+/// User-Agent purpose of lifecycle hooks (`kube-lifecycle/1.37`).
 pub const LIFECYCLE_PURPOSE: &str = "lifecycle";
 /// Go's http.Client gives up after this many redirects.
 const MAX_REQUESTS: usize = 10;
@@ -313,7 +312,7 @@ async fn exchange(
     read_body: bool,
 ) -> Result<(HttpResponse, Option<String>), HttpError> {
     let addr = join_host_port(&req.host, req.port);
-    let stream = TcpStream::connect(&addr)
+    let stream = super::dialer::dial(&addr)
         .await
         .map_err(|source| HttpError::Connect {
             url: req.url.clone(),

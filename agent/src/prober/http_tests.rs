@@ -186,7 +186,7 @@ async fn the_request_is_what_kubelet_sends_and_named_ports_resolve() {
     assert!(head.starts_with("get /ok?verbose=1 http/1.1\r\n"), "{head}");
     for line in [
         format!("host: 127.0.0.1:{port}"),
-        "user-agent: kube-probe/1.33".into(),
+        "user-agent: kube-probe/1.37".into(),
         "accept: */*".into(),
         "x-probe: yes".into(),
         "connection: close".into(),

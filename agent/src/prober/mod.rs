@@ -4,7 +4,9 @@
 //! shell that drives one task per probe and reports changed results.
 
 pub mod action;
+mod dialer;
 pub(crate) mod gofmt;
+pub mod grpc;
 pub mod http;
 pub mod manager;
 pub mod spec;

@@ -45,9 +45,17 @@ impl fmt::Display for ProbeKind {
 /// What a probe does each period. Exactly one handler, as the API server enforces.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProbeAction {
-    Exec { command: Vec<String> },
+    Exec {
+        command: Vec<String>,
+    },
     HttpGet(HTTPGetAction),
     TcpSocket(TCPSocketAction),
+    /// The gRPC health-checking protocol on the pod IP's `port`, for `service` ("" when
+    /// the probe names none).
+    Grpc {
+        port: u16,
+        service: String,
+    },
 }
 
 /// A validated probe with kubelet's defaults filled in. Durations are whole seconds, as in
@@ -117,6 +125,10 @@ pub enum ProbeError {
     /// A handler kubelet runs but podtrace does not (yet): gRPC probes and HTTPS.
     #[error("{}: {what} is not supported by podtrace", kind.field())]
     Unsupported { kind: ProbeKind, what: &'static str },
+
+    /// A grpc port outside 1..=65535.
+    #[error("{}.grpc.port: Invalid value: {port}: must be between 1 and 65535, inclusive", kind.field())]
+    BadGrpcPort { kind: ProbeKind, port: i32 },
 
     /// The pod has no container of that name.
     #[error("no container {container:?} in the pod spec")]
@@ -227,8 +239,16 @@ fn action(kind: ProbeKind, probe: &Probe) -> Result<ProbeAction, ProbeError> {
     if let Some(tcp) = &probe.tcp_socket {
         return Ok(ProbeAction::TcpSocket(tcp.clone()));
     }
-    Err(ProbeError::Unsupported {
-        kind,
-        what: "a grpc probe",
+    let grpc = probe.grpc.as_ref().ok_or(ProbeError::NoHandler { kind })?;
+    let port = u16::try_from(grpc.port)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or(ProbeError::BadGrpcPort {
+            kind,
+            port: grpc.port,
+        })?;
+    Ok(ProbeAction::Grpc {
+        port,
+        service: grpc.service.clone().unwrap_or_default(),
     })
 }

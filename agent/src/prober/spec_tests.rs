@@ -96,6 +96,25 @@ fn given_values_are_kept() {
             .action,
         ProbeAction::HttpGet(_)
     ));
+    let grpc = |service: Option<&str>| Probe {
+        grpc: Some(GRPCAction {
+            port: 9000,
+            service: service.map(Into::into),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    for (service, want) in [(None, ""), (Some("db"), "db")] {
+        assert_eq!(
+            ProbeSpec::from_probe(Liveness, &grpc(service))
+                .unwrap()
+                .action,
+            ProbeAction::Grpc {
+                port: 9000,
+                service: want.into()
+            }
+        );
+    }
 }
 
 #[test]
@@ -211,16 +230,16 @@ fn invalid_probes_are_named() {
             Liveness,
             Probe {
                 grpc: Some(GRPCAction {
-                    port: 9000,
+                    port: 70000,
                     ..Default::default()
                 }),
                 ..Default::default()
             },
-            ProbeError::Unsupported {
+            ProbeError::BadGrpcPort {
                 kind: Liveness,
-                what: "a grpc probe",
+                port: 70000,
             },
-            "livenessProbe: a grpc probe is not supported by podtrace",
+            "livenessProbe.grpc.port: Invalid value: 70000: must be between 1 and 65535, inclusive",
         ),
     ];
     for (kind, probe, want, text) in cases {
