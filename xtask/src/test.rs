@@ -24,6 +24,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "pipeline",
     "agent",
     "probes",
+    "grpc_probes",
     "sidecars",
     "resize",
     "kernel_events",

@@ -16,8 +16,8 @@ use super::process::{exec_ok, require_program};
 use super::{IMAGE_APP, IMAGE_BIG10, IMAGE_BIG50, IMAGE_PAUSE};
 
 pub(crate) const BUSYBOX: &str = "/bin/busybox";
-const UMOCI_TIMEOUT: Duration = Duration::from_secs(120);
-const PUSH_TIMEOUT: Duration = Duration::from_secs(180);
+pub(crate) const UMOCI_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const PUSH_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// Applets the lab's workloads rely on; linked even if `busybox --list` were to fail.
 const REQUIRED_APPLETS: &[&str] = &[
@@ -25,7 +25,8 @@ const REQUIRED_APPLETS: &[&str] = &[
     "env", "kill", "mkdir", "rm", "head", "dd",
 ];
 
-const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const PATH_ENV: &str =
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The sandbox process: exits 0 on TERM or INT, otherwise sleeps forever. The sleep runs in
 /// the background so the trap fires at once instead of after the sleep.
@@ -191,11 +192,11 @@ pub(crate) fn build_and_push(
     Ok(refs)
 }
 
-fn s(p: &Path) -> String {
+pub(crate) fn s(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-fn umoci_run(part: &str, umoci: &Path, args: &[&str]) -> Result<(), LabError> {
+pub(crate) fn umoci_run(part: &str, umoci: &Path, args: &[&str]) -> Result<(), LabError> {
     let mut cmd = Command::new(umoci);
     cmd.args(args);
     exec_ok(part, cmd, None, UMOCI_TIMEOUT).map(|_| ())
@@ -203,7 +204,7 @@ fn umoci_run(part: &str, umoci: &Path, args: &[&str]) -> Result<(), LabError> {
 
 /// `/bin/busybox` with every applet linked beside it, `/tmp`, and an `/etc/passwd` so that
 /// tools looking up users (httpd, id) work.
-fn stage_busybox_rootfs(rootfs: &Path) -> std::io::Result<()> {
+pub(crate) fn stage_busybox_rootfs(rootfs: &Path) -> std::io::Result<()> {
     let bin = rootfs.join("bin");
     fs::create_dir_all(&bin)?;
     fs::copy(BUSYBOX, bin.join("busybox"))?;

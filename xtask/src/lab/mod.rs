@@ -13,6 +13,7 @@ mod mounts;
 mod network;
 mod paths;
 mod process;
+mod program_image;
 mod registry;
 mod residue;
 mod state;
@@ -29,6 +30,7 @@ pub use error::LabError;
 pub use images::PAUSE_SCRIPT;
 pub use network::{CNI_VERSION, conflist};
 pub use paths::{DEFAULT_LAB_DIR, LAB_DIR_ENV, LabPaths};
+pub use program_image::push_program_image;
 pub use residue::{ResidueSnapshot, snapshot_residue};
 pub use state::{DownReport, LabState, LabStatus, PartStatus, UpOutcome};
 
