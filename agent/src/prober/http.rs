@@ -32,6 +32,8 @@ const MAX_REQUESTS: usize = 10;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpRequest {
     pub url: String,
+    /// HTTPS: TLS without certificate verification, as kubelet.
+    https: bool,
     host: String,
     port: u16,
     /// Origin-form request target: path and query.
@@ -46,6 +48,10 @@ pub struct HttpResponse {
     pub body: Vec<u8>,
 }
 
+/// A connection HTTP runs over: plain TCP or TLS on it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 /// Why no response came back. The messages follow Go's `url.Error`, which kubelet shows.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -54,6 +60,14 @@ pub enum HttpError {
     Connect {
         url: String,
         addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The TLS handshake of an HTTPS request failed.
+    #[error("Get {}: {source}", gofmt::quote(url.as_bytes()))]
+    Tls {
+        url: String,
         #[source]
         source: std::io::Error,
     },
@@ -98,9 +112,11 @@ impl HttpRequest {
             .as_deref()
             .unwrap_or("HTTP")
             .to_ascii_lowercase();
-        if scheme != "http" {
-            return Err(ActionError::UnsupportedScheme { scheme });
-        }
+        let https = match scheme.as_str() {
+            "http" => false,
+            "https" => true,
+            _ => return Err(ActionError::UnsupportedScheme { scheme }),
+        };
         let host = host_or_pod_ip(action.host.as_deref(), pod_ip)?.to_string();
         let port = resolve_port(&action.port, container)?;
         let path = action.path.as_deref().unwrap_or_default();
@@ -112,9 +128,9 @@ impl HttpRequest {
         };
         let authority = join_host_port(&host, port);
         let url = if path.is_empty() {
-            format!("http://{authority}")
+            format!("{scheme}://{authority}")
         } else {
-            format!("http://{authority}{target}")
+            format!("{scheme}://{authority}{target}")
         };
 
         let mut headers = Vec::new();
@@ -156,6 +172,7 @@ impl HttpRequest {
         headers.push((header::CONNECTION, HeaderValue::from_static("close")));
         Ok(HttpRequest {
             url,
+            https,
             host,
             port,
             target,
@@ -180,11 +197,11 @@ impl HttpRequest {
             (true, authority, rest)
         } else if let Some(rest) = location.strip_prefix("//") {
             let (authority, rest) = split_authority(rest);
-            (false, authority, rest)
+            (self.https, authority, rest)
         } else if location.contains("://") {
             return Err(refuse("not an http URL"));
         } else {
-            (false, "", location)
+            (self.https, "", location)
         };
         let mut next = self.clone();
         if !authority.is_empty() {
@@ -193,9 +210,6 @@ impl HttpRequest {
                 parse_authority(authority, default_port).ok_or(refuse("bad host"))?;
             if host != origin {
                 return Ok(Redirect::Elsewhere);
-            }
-            if https {
-                return Err(refuse("HTTPS is not supported by podtrace"));
             }
             next.host = host;
             next.port = port;
@@ -210,8 +224,10 @@ impl HttpRequest {
             let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
             format!("{dir}{}", escape_target(rest))
         };
+        next.https = https;
         let authority = join_host_port(&next.host, next.port);
-        next.url = format!("http://{authority}{}", next.target);
+        let scheme = if https { "https" } else { "http" };
+        next.url = format!("{scheme}://{authority}{}", next.target);
         // A Host the action set stays; the default one follows the port.
         if let Some(h) = next.headers.iter_mut().find(|(n, _)| n == header::HOST)
             && h.1.as_bytes() == join_host_port(&self.host, self.port).as_bytes()
@@ -322,6 +338,22 @@ async fn exchange(
     let protocol = |source| HttpError::Protocol {
         url: req.url.clone(),
         source,
+    };
+    let stream: Box<dyn Io> = if req.https {
+        let tls = |source: std::io::Error| HttpError::Tls {
+            url: req.url.clone(),
+            source,
+        };
+        let name = super::tls::server_name(&req.host)
+            .map_err(|e| tls(std::io::Error::other(e.to_string())))?;
+        Box::new(
+            super::tls::probe_connector()
+                .connect(name, stream)
+                .await
+                .map_err(tls)?,
+        )
+    } else {
+        Box::new(stream)
     };
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -455,9 +487,10 @@ mod tests {
             follow_to("/a", "https://other.example/"),
             Err("elsewhere".into())
         );
+        // The same host over HTTPS is followed (Go's client changes scheme freely).
         assert_eq!(
-            follow_to("/a", "https://10.0.0.7/"),
-            Err(r#"Get "http://10.0.0.7:8080/a": cannot follow redirect to "https://10.0.0.7/": HTTPS is not supported by podtrace"#.into())
+            follow_to("/a", "https://10.0.0.7/z"),
+            ok("https://10.0.0.7:443/z")
         );
     }
 

@@ -264,3 +264,89 @@ async fn only_the_first_10_kib_of_a_body_are_kept() {
     assert_eq!(result, ProbeResult::Success);
     assert_eq!(output.len(), MAX_OUTPUT_BYTES);
 }
+
+/// A TLS server on 127.0.0.1 with a fresh self-signed certificate for another name, which
+/// answers every request with `resp`.
+async fn serve_tls(resp: String) -> u16 {
+    use std::sync::Arc;
+
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["not-this-host.example".to_string()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let (acceptor, resp) = (acceptor.clone(), resp.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(sock).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let _ = tls.write_all(resp.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+fn https_request(port: u16) -> HttpRequest {
+    let action = HTTPGetAction {
+        scheme: Some("HTTPS".into()),
+        path: Some("/healthz".into()),
+        port: IntOrString::Int(port.into()),
+        ..Default::default()
+    };
+    HttpRequest::new(&action, &Container::default(), "127.0.0.1", PROBE_PURPOSE).unwrap()
+}
+
+#[tokio::test]
+async fn https_probes_do_not_verify_the_certificate_as_kubelet() {
+    let port = serve_tls(response("200 OK", "", "secure ok")).await;
+    let req = https_request(port);
+    assert_eq!(req.url, format!("https://127.0.0.1:{port}/healthz"));
+    let out = probe(&req, Duration::from_secs(2)).await;
+    assert_eq!(
+        (out.result, out.output.as_str()),
+        (ProbeResult::Success, "secure ok")
+    );
+    let failing = serve_tls(response("503 Service Unavailable", "", "")).await;
+    let out = probe(&https_request(failing), Duration::from_secs(2)).await;
+    assert_eq!(
+        (out.result, out.output.as_str()),
+        (
+            ProbeResult::Failure,
+            "HTTP probe failed with statuscode: 503"
+        )
+    );
+}
+
+#[tokio::test]
+async fn https_to_a_plain_http_server_fails_naming_the_url() {
+    let (port, _heads) = serve(|_| Some(response("200 OK", "", "plain"))).await;
+    let out = probe(&https_request(port), Duration::from_secs(2)).await;
+    assert_eq!(out.result, ProbeResult::Failure);
+    assert!(
+        out.output
+            .starts_with(&format!("Get \"https://127.0.0.1:{port}/healthz\": ")),
+        "{}",
+        out.output
+    );
+}

@@ -11,6 +11,7 @@ pub mod http;
 pub mod manager;
 pub mod spec;
 pub mod state;
+mod tls;
 
 #[cfg(test)]
 pub(crate) mod http_tests;

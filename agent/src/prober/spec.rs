@@ -122,10 +122,6 @@ pub enum ProbeError {
     #[error("{}.httpGet.scheme: Unsupported value: {scheme:?}: supported values: \"HTTP\", \"HTTPS\"", kind.field())]
     BadScheme { kind: ProbeKind, scheme: String },
 
-    /// A handler kubelet runs but podtrace does not (yet): gRPC probes and HTTPS.
-    #[error("{}: {what} is not supported by podtrace", kind.field())]
-    Unsupported { kind: ProbeKind, what: &'static str },
-
     /// A grpc port outside 1..=65535.
     #[error("{}.grpc.port: Invalid value: {port}: must be between 1 and 65535, inclusive", kind.field())]
     BadGrpcPort { kind: ProbeKind, port: i32 },
@@ -220,13 +216,7 @@ fn action(kind: ProbeKind, probe: &Probe) -> Result<ProbeAction, ProbeError> {
     }
     if let Some(http) = &probe.http_get {
         match http.scheme.as_deref().unwrap_or("HTTP") {
-            "HTTP" => {}
-            "HTTPS" => {
-                return Err(ProbeError::Unsupported {
-                    kind,
-                    what: "httpGet with scheme HTTPS",
-                });
-            }
+            "HTTP" | "HTTPS" => {}
             other => {
                 return Err(ProbeError::BadScheme {
                     kind,

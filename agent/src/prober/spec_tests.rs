@@ -90,12 +90,14 @@ fn given_values_are_kept() {
         ProbeSpec::from_probe(Startup, &tcp).unwrap().action,
         ProbeAction::TcpSocket(_)
     ));
-    assert!(matches!(
-        ProbeSpec::from_probe(Readiness, &http_probe(Some("HTTP")))
-            .unwrap()
-            .action,
-        ProbeAction::HttpGet(_)
-    ));
+    for scheme in ["HTTP", "HTTPS"] {
+        assert!(matches!(
+            ProbeSpec::from_probe(Readiness, &http_probe(Some(scheme)))
+                .unwrap()
+                .action,
+            ProbeAction::HttpGet(_)
+        ));
+    }
     let grpc = |service: Option<&str>| Probe {
         grpc: Some(GRPCAction {
             port: 9000,
@@ -216,15 +218,6 @@ fn invalid_probes_are_named() {
                 scheme: "FTP".into(),
             },
             r#"readinessProbe.httpGet.scheme: Unsupported value: "FTP": supported values: "HTTP", "HTTPS""#,
-        ),
-        (
-            Readiness,
-            http_probe(Some("HTTPS")),
-            ProbeError::Unsupported {
-                kind: Readiness,
-                what: "httpGet with scheme HTTPS",
-            },
-            "readinessProbe: httpGet with scheme HTTPS is not supported by podtrace",
         ),
         (
             Liveness,
