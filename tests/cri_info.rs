@@ -27,6 +27,21 @@ fn lab_runtime_is_ready_with_network() {
         "{text}"
     );
     assert!(text.contains("(node lab)"), "{text}");
+    // The node's shape comes from the runtime: the lab's runc runs with SystemdCgroup =
+    // false, its CNI plugins are Debian's and its configuration is the lab's.
+    assert!(
+        text.contains("cgroup driver:  cgroupfs (from runtime status info (SystemdCgroup))"),
+        "{text}"
+    );
+    assert!(text.contains("CNI plugins:    /usr/lib/cni"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "CNI config:     {}",
+            lab.root.join("cni/net.d").display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("cgroups:        v1"), "{text}");
 }
 
 /// The one line of error output, checked to be one line.

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use super::{CriArgs, EXIT_BAD_INPUT};
-use crate::cri::RuntimeService;
+use crate::cm::CgroupLayout;
+use crate::cri::{NodeShape, RuntimeService};
 
 pub async fn run(args: &CriArgs) -> ExitCode {
     let client = match args.connect().await {
@@ -33,6 +34,33 @@ pub async fn run(args: &CriArgs) -> ExitCode {
         version.runtime_name, version.runtime_version
     );
     println!("CRI API:        {}", version.runtime_api_version);
+    match NodeShape::detect(&client, None, false).await {
+        Ok(shape) => {
+            match shape.cgroup_driver {
+                Some((driver, source)) => println!("cgroup driver:  {driver} (from {source})"),
+                None => println!("cgroup driver:  not said by the runtime (pass --cgroup-driver)"),
+            }
+            let dirs = if shape.cni_bin_dirs.is_empty() {
+                "not said by the runtime".to_string()
+            } else {
+                shape.cni_bin_dirs.join(", ")
+            };
+            println!("CNI plugins:    {dirs}");
+            println!(
+                "CNI config:     {}",
+                shape
+                    .cni_conf_dir
+                    .as_deref()
+                    .unwrap_or("not said by the runtime")
+            );
+        }
+        Err(e) => println!("node shape:     unknown: {e}"),
+    }
+    match CgroupLayout::discover() {
+        Ok(layout) if layout.is_unified() => println!("cgroups:        v2 (unified)"),
+        Ok(_) => println!("cgroups:        v1"),
+        Err(e) => println!("cgroups:        {e}"),
+    }
     println!("conditions:");
     let mut all_ready = true;
     for c in status.status.map(|s| s.conditions).unwrap_or_default() {

@@ -36,9 +36,10 @@ pub struct EbpfArgs {
     /// Cgroup path prefix whose cgroup events are kept (repeatable).
     #[arg(long = "cgroup-prefix", value_name = "PATH", default_values_t = DEFAULT_CGROUP_PREFIXES.map(String::from))]
     pub cgroup_prefixes: Vec<String>,
-    /// The directory whose executables are CNI plugins.
-    #[arg(long, default_value = DEFAULT_CNI_BIN_DIR, value_name = "DIR")]
-    pub cni_bin_dir: String,
+    /// The directory whose executables are CNI plugins. Default: where the runtime says
+    /// it runs them (`podtrace run`), else Debian's directory.
+    #[arg(long, value_name = "DIR")]
+    pub cni_bin_dir: Option<String>,
     /// Also report network namespaces created by clone/clone3 with CLONE_NEWNET. Off by
     /// default: containerd and runc use unshare and setns, and the clone tracepoints
     /// slow down every fork on the node.
@@ -57,7 +58,10 @@ impl EbpfArgs {
         let mut config = ProbeConfig::new(ProbesObject::locate(self.probes.as_deref()));
         config.ringbuf_bytes = self.ringbuf_bytes;
         config.cgroup_prefixes = self.cgroup_prefixes.clone();
-        config.cni_bin_dir = self.cni_bin_dir.clone();
+        config.cni_bin_dir = self
+            .cni_bin_dir
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CNI_BIN_DIR.to_string());
         config.clone_netns = self.clone_netns;
         if self.netns_on_demand {
             config.netns_attach = NetnsAttach::OnDemand;

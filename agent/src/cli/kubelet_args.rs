@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cm::CgroupDriver;
 use crate::kubelet::admission::NodeAllocatable;
 use crate::syncloop::KubeletSettings;
 
@@ -48,6 +49,10 @@ pub struct KubeletArgs {
     /// Root of the pod cgroups (kubelet's --cgroup-root); "" leaves them to the runtime.
     #[arg(long, default_value = "/podtrace", value_name = "PATH")]
     pub cgroup_root: String,
+    /// The cgroup driver (kubelet's --cgroup-driver), used only when the runtime does not
+    /// say which it uses (CRI RuntimeConfig, else its status info).
+    #[arg(long, value_name = "systemd|cgroupfs")]
+    pub cgroup_driver: Option<CgroupDriver>,
     /// Directory of image pull secrets: <secret name>.json in docker config format.
     #[arg(long, value_name = "DIR")]
     pub pull_secrets_dir: Option<PathBuf>,

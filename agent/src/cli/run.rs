@@ -17,6 +17,7 @@ use super::{EXIT_BAD_INPUT, RunArgs};
 use crate::cm::CgroupName;
 use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
+use crate::cri::NodeShape;
 use crate::cri::Recording;
 use crate::kubelet::observed_start::with_observed_start;
 use crate::kubelet::status::phase;
@@ -64,6 +65,23 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    // The node's shape from the runtime: its cgroup driver and CNI directory.
+    let need_driver = settings.cgroup_root.is_some();
+    let shape = match NodeShape::detect(&cri, args.kubelet.cgroup_driver, need_driver).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    if let Some((driver, source)) = shape.cgroup_driver {
+        tracing::info!(%driver, %source, "cgroup driver");
+        settings.cgroup_driver = driver;
+    }
+    let mut ebpf_args = args.ebpf.clone();
+    if ebpf_args.cni_bin_dir.is_none() {
+        ebpf_args.cni_bin_dir = shape.cni_bin_dirs.first().cloned();
+    }
     let node = cfg.node_name.clone();
     let mut config = run_config(&args, &settings);
     // The node's IP, so a diagnosis of a host-network pod can name it.
@@ -81,7 +99,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let recorder = match RunRecorder::start(
         args.trace.as_deref(),
         want_kernel,
-        &args.ebpf,
+        &ebpf_args,
         watched_root.as_deref(),
         &cri,
         &node,

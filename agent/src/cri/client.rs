@@ -149,6 +149,19 @@ macro_rules! runtime_call {
     }};
 }
 
+impl CriClient {
+    /// CRI `RuntimeConfig` (CRI 1.28+): the runtime's own cgroup driver. Runtimes that
+    /// predate it (containerd 1.7) answer Unimplemented.
+    pub async fn runtime_config(&self) -> CriResult<api::RuntimeConfigResponse> {
+        runtime_call!(
+            self,
+            "RuntimeConfig",
+            runtime_config,
+            api::RuntimeConfigRequest {}
+        )
+    }
+}
+
 impl RuntimeService for CriClient {
     async fn version(&self) -> CriResult<api::VersionResponse> {
         runtime_call!(

@@ -5,12 +5,14 @@
 mod client;
 mod endpoint;
 mod error;
+mod node_shape;
 pub mod recording;
 pub mod service;
 
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
+pub use node_shape::{DriverSource, NodeShape, NodeShapeError};
 pub use recording::{CallHold, CallSink, CriCall, Recording};
 pub use service::{ImageService, ListedContainerState, RuntimeService};
 

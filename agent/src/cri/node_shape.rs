@@ -1,0 +1,218 @@
+//! The node's shape as its runtime runs it: the cgroup driver and the CNI directories.
+//! kubelet takes the driver from CRI `RuntimeConfig` when the runtime answers it and from
+//! `--cgroup-driver` otherwise; podtrace also reads the runtime's verbose status info,
+//! where containerd 1.7 (which has no RuntimeConfig) shows its configuration, so the
+//! node's real layout wins over a default.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde_json::Value;
+
+use super::{CriClient, CriError, RuntimeService, api};
+use crate::cm::CgroupDriver;
+
+/// Where the cgroup driver was learnt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverSource {
+    /// CRI RuntimeConfig.
+    RuntimeConfig,
+    /// The runtime's status info: its runc runtime's `SystemdCgroup` option.
+    StatusInfo,
+    /// The runtime's status info names a runc runtime without the option: runc's own
+    /// default, cgroupfs.
+    StatusInfoDefault,
+    /// `--cgroup-driver`.
+    Flag,
+}
+
+impl fmt::Display for DriverSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DriverSource::RuntimeConfig => "CRI RuntimeConfig",
+            DriverSource::StatusInfo => "runtime status info (SystemdCgroup)",
+            DriverSource::StatusInfoDefault => "runtime status info (runc's default)",
+            DriverSource::Flag => "--cgroup-driver",
+        })
+    }
+}
+
+/// What the runtime says about the node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeShape {
+    pub cgroup_driver: Option<(CgroupDriver, DriverSource)>,
+    /// Where the runtime runs CNI plugins from, in its order.
+    pub cni_bin_dirs: Vec<String>,
+    pub cni_conf_dir: Option<String>,
+}
+
+/// Why the node's shape could not be learnt.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeShapeError {
+    /// The runtime failed a call other than with Unimplemented.
+    #[error("{0}")]
+    Cri(#[from] CriError),
+
+    /// The driver is needed, the runtime does not say and none was given.
+    #[error(
+        "cannot tell the cgroup driver: {runtime} answers RuntimeConfig with {runtime_config} and its status info {info}; pass --cgroup-driver systemd or cgroupfs"
+    )]
+    UnknownDriver {
+        runtime: String,
+        runtime_config: String,
+        info: String,
+    },
+}
+
+impl NodeShape {
+    /// Asks the runtime; `flag` is kubelet's `--cgroup-driver`, used only when the runtime
+    /// does not say. With `need_driver`, a driver nobody names is an error saying what the
+    /// runtime answered.
+    pub async fn detect(
+        cri: &CriClient,
+        flag: Option<CgroupDriver>,
+        need_driver: bool,
+    ) -> Result<NodeShape, NodeShapeError> {
+        let status = cri.status(true).await?;
+        let mut shape = NodeShape::from_status_info(&status.info);
+        let info = if !status.info.contains_key("config") {
+            "has no configuration"
+        } else if shape.cgroup_driver.is_none() {
+            "names no runc runtime as the default"
+        } else {
+            "names the driver"
+        };
+        let runtime_config = match cri.runtime_config().await {
+            Ok(resp) => match resp.linux.and_then(|l| driver_from_cri(l.cgroup_driver)) {
+                Some(driver) => {
+                    shape.cgroup_driver = Some((driver, DriverSource::RuntimeConfig));
+                    "a driver".to_string()
+                }
+                None => "no Linux driver".to_string(),
+            },
+            Err(e) if e.code() == Some(tonic::Code::Unimplemented) => "Unimplemented".to_string(),
+            Err(e) => return Err(e.into()),
+        };
+        if shape.cgroup_driver.is_none() {
+            shape.cgroup_driver = flag.map(|d| (d, DriverSource::Flag));
+        }
+        if need_driver && shape.cgroup_driver.is_none() {
+            let runtime = match cri.version().await {
+                Ok(v) => format!("the runtime {} {}", v.runtime_name, v.runtime_version),
+                Err(_) => "the runtime".to_string(),
+            };
+            return Err(NodeShapeError::UnknownDriver {
+                runtime,
+                runtime_config,
+                info: info.to_string(),
+            });
+        }
+        Ok(shape)
+    }
+
+    /// What containerd's verbose status info (`info["config"]`, its CRI configuration as
+    /// JSON) says: the default runtime's `SystemdCgroup` and the CNI directories.
+    pub fn from_status_info(info: &HashMap<String, String>) -> NodeShape {
+        let mut shape = NodeShape::default();
+        let Some(config) = info
+            .get("config")
+            .and_then(|c| serde_json::from_str::<Value>(c).ok())
+        else {
+            return shape;
+        };
+        let containerd = &config["containerd"];
+        let default = containerd["defaultRuntimeName"].as_str().unwrap_or("runc");
+        let runtime = &containerd["runtimes"][default];
+        if runtime.is_object() {
+            let runc = runtime["runtimeType"]
+                .as_str()
+                .is_none_or(|t| t.starts_with("io.containerd.runc."));
+            shape.cgroup_driver = match runtime["options"]["SystemdCgroup"].as_bool() {
+                Some(true) => Some((CgroupDriver::Systemd, DriverSource::StatusInfo)),
+                Some(false) => Some((CgroupDriver::Cgroupfs, DriverSource::StatusInfo)),
+                None if runc => Some((CgroupDriver::Cgroupfs, DriverSource::StatusInfoDefault)),
+                None => None,
+            };
+        }
+        let cni = &config["cni"];
+        // containerd 1.7 has one `binDir`; 2.x a list `binDirs`.
+        if let Some(dirs) = cni["binDirs"].as_array() {
+            shape.cni_bin_dirs = dirs
+                .iter()
+                .filter_map(|d| d.as_str().map(str::to_string))
+                .collect();
+        } else if let Some(dir) = cni["binDir"].as_str() {
+            shape.cni_bin_dirs = vec![dir.to_string()];
+        }
+        shape.cni_conf_dir = cni["confDir"].as_str().map(str::to_string);
+        shape
+    }
+}
+
+fn driver_from_cri(value: i32) -> Option<CgroupDriver> {
+    match api::CgroupDriver::try_from(value).ok()? {
+        api::CgroupDriver::Systemd => Some(CgroupDriver::Systemd),
+        api::CgroupDriver::Cgroupfs => Some(CgroupDriver::Cgroupfs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(config: Value) -> HashMap<String, String> {
+        HashMap::from([("config".to_string(), config.to_string())])
+    }
+
+    #[test]
+    fn containerd_17_with_systemd_cgroups_and_opt_cni() {
+        let shape = NodeShape::from_status_info(&info(serde_json::json!({
+            "containerd": {
+                "defaultRuntimeName": "runc",
+                "runtimes": {"runc": {
+                    "runtimeType": "io.containerd.runc.v2",
+                    "options": {"SystemdCgroup": true, "BinaryName": ""},
+                }},
+            },
+            "cni": {"binDir": "/opt/cni/bin", "confDir": "/etc/cni/net.d"},
+        })));
+        assert_eq!(
+            shape,
+            NodeShape {
+                cgroup_driver: Some((CgroupDriver::Systemd, DriverSource::StatusInfo)),
+                cni_bin_dirs: vec!["/opt/cni/bin".into()],
+                cni_conf_dir: Some("/etc/cni/net.d".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn a_runc_runtime_without_the_option_is_runcs_default() {
+        let shape = NodeShape::from_status_info(&info(serde_json::json!({
+            "containerd": {"defaultRuntimeName": "runc", "runtimes": {"runc": {
+                "runtimeType": "io.containerd.runc.v2", "options": null,
+            }}},
+            "cni": {"binDirs": ["/usr/lib/cni", "/opt/cni/bin"]},
+        })));
+        assert_eq!(
+            shape.cgroup_driver,
+            Some((CgroupDriver::Cgroupfs, DriverSource::StatusInfoDefault))
+        );
+        assert_eq!(shape.cni_bin_dirs, ["/usr/lib/cni", "/opt/cni/bin"]);
+        assert_eq!(shape.cni_conf_dir, None);
+    }
+
+    #[test]
+    fn another_runtime_or_no_info_says_nothing() {
+        let other = NodeShape::from_status_info(&info(serde_json::json!({
+            "containerd": {"defaultRuntimeName": "kata", "runtimes": {"kata": {
+                "runtimeType": "io.containerd.kata.v2",
+            }}},
+        })));
+        assert_eq!(other.cgroup_driver, None);
+        assert_eq!(
+            NodeShape::from_status_info(&HashMap::new()),
+            NodeShape::default()
+        );
+    }
+}
