@@ -4,8 +4,8 @@
 //!
 //! Only `cpu` and `memory` count. A request the container leaves out defaults to its
 //! limit, as API defaulting does before kubelet ever sees a pod; static manifests skip
-//! the API server, so the defaulting happens here. Pod-level `spec.resources` is ignored:
-//! it sits behind the `PodLevelResources` gate, off in the 1.33 API podtrace speaks.
+//! the API server, so the defaulting happens here. Pod-level `spec.resources` is not
+//! modelled (see ARCHITECTURE.md's deliberate differences).
 //! Quantities that do not parse count as absent; manifest validation rejects them first.
 
 use std::fmt;
@@ -63,8 +63,9 @@ pub struct PodResourceConfig {
 /// kubelet's ComputePodQOS over init and regular containers alike.
 ///
 /// kubelet's GetPodQOS first returns `status.qosClass` when set, because in-place resize
-/// must not move a running pod between classes. podtrace never resizes, so the class
-/// computed from the spec is the one kubelet recorded at admission.
+/// must not move a running pod between classes. podtrace refuses such a resize at
+/// allocation (`resize.rs`, kubelet's Infeasible), so the class computed from the
+/// allocated spec is the one recorded at admission.
 pub fn pod_qos(pod: &Pod) -> QosClass {
     let Some(spec) = pod.spec.as_ref() else {
         return QosClass::BestEffort;

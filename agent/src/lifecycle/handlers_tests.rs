@@ -52,7 +52,7 @@ async fn http_hooks_succeed_on_any_answer_and_fail_without_one() {
         .unwrap();
     let head = heads.recv().await.unwrap().to_ascii_lowercase();
     assert!(
-        head.contains("user-agent: kube-lifecycle/1.33\r\n"),
+        head.contains("user-agent: kube-lifecycle/1.37\r\n"),
         "{head}"
     );
     // kubelet does not judge a hook by its status code.
