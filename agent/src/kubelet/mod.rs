@@ -23,6 +23,8 @@ pub use pod_actions::{PodActions, compute_pod_actions};
 pub use runtime_pod::RuntimePodStatus;
 
 #[cfg(test)]
+mod kubelet_compute_pod_actions_tests;
+#[cfg(test)]
 mod pod_actions_tests;
 
 /// The core's contract, checked on its source: no IO, no clock, no randomness, no

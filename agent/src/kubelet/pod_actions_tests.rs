@@ -20,7 +20,7 @@ fn container(name: &str) -> Container {
     }
 }
 
-fn base_pod() -> Pod {
+pub(super) fn base_pod() -> Pod {
     let mut pod = Pod::default();
     pod.metadata.name = Some("foo".into());
     pod.metadata.namespace = Some("default".into());
@@ -33,7 +33,12 @@ fn base_pod() -> Pod {
     pod
 }
 
-fn sandbox(id: &str, state: SandboxState, attempt: u32, created_at: i64) -> SandboxStatus {
+pub(super) fn sandbox(
+    id: &str,
+    state: SandboxState,
+    attempt: u32,
+    created_at: i64,
+) -> SandboxStatus {
     SandboxStatus {
         id: id.into(),
         state,
@@ -64,7 +69,7 @@ fn status_of(c: &Container, state: ContainerState, created_at: i64) -> Container
     }
 }
 
-fn base_status(pod: &Pod) -> RuntimePodStatus {
+pub(super) fn base_status(pod: &Pod) -> RuntimePodStatus {
     let spec = pod.spec.as_ref().unwrap();
     let mut st = RuntimePodStatus {
         uid: "12345678".into(),
@@ -81,17 +86,17 @@ fn base_status(pod: &Pod) -> RuntimePodStatus {
     st
 }
 
-fn find<'a>(st: &'a mut RuntimePodStatus, name: &str) -> &'a mut ContainerStatus {
+pub(super) fn find<'a>(st: &'a mut RuntimePodStatus, name: &str) -> &'a mut ContainerStatus {
     st.containers.iter_mut().find(|c| c.name == name).unwrap()
 }
 
-fn exited(st: &mut RuntimePodStatus, name: &str, code: i32) {
+pub(super) fn exited(st: &mut RuntimePodStatus, name: &str, code: i32) {
     let c = find(st, name);
     c.state = ContainerState::Exited;
     c.exit_code = code;
 }
 
-fn set_policy(pod: &mut Pod, policy: &str) {
+pub(super) fn set_policy(pod: &mut Pod, policy: &str) {
     pod.spec.as_mut().unwrap().restart_policy = Some(policy.into());
 }
 
@@ -132,14 +137,14 @@ fn kill(id: &str, name: &str, message: &str) -> BTreeMap<String, KillReason> {
     )])
 }
 
-fn keep(sandbox_id: &str) -> PodActions {
+pub(super) fn keep(sandbox_id: &str) -> PodActions {
     PodActions {
         sandbox_id: sandbox_id.into(),
         ..PodActions::default()
     }
 }
 
-fn create_sandbox(id: &str, attempt: u32, start: Vec<usize>) -> PodActions {
+pub(super) fn create_sandbox(id: &str, attempt: u32, start: Vec<usize>) -> PodActions {
     PodActions {
         kill_pod: true,
         create_sandbox: true,
