@@ -25,6 +25,8 @@ pub use runtime_pod::RuntimePodStatus;
 #[cfg(test)]
 mod kubelet_compute_pod_actions_tests;
 #[cfg(test)]
+mod kubelet_init_containers_tests;
+#[cfg(test)]
 mod pod_actions_tests;
 
 /// The core's contract, checked on its source: no IO, no clock, no randomness, no

@@ -12,7 +12,7 @@ use super::runtime_pod::{
     ContainerState, ContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
 
-fn container(name: &str) -> Container {
+pub(super) fn container(name: &str) -> Container {
     Container {
         name: name.into(),
         image: Some("127.0.0.1:5000/podtrace/app:1.0".into()),
@@ -105,7 +105,7 @@ fn with_init(pod: &mut Pod) {
 }
 
 /// The pod with init containers, no app container has run, and the given init statuses.
-fn init_status(pod: &Pod, inits: &[(&str, ContainerState, i32)]) -> RuntimePodStatus {
+pub(super) fn init_status(pod: &Pod, inits: &[(&str, ContainerState, i32)]) -> RuntimePodStatus {
     let spec = pod.spec.as_ref().unwrap();
     let mut st = base_status(pod);
     st.containers = inits
