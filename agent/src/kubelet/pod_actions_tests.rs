@@ -50,7 +50,7 @@ pub(super) fn sandbox(
     }
 }
 
-fn status_of(c: &Container, state: ContainerState, created_at: i64) -> ContainerStatus {
+pub(super) fn status_of(c: &Container, state: ContainerState, created_at: i64) -> ContainerStatus {
     ContainerStatus {
         id: format!("id-{}-{created_at}", c.name),
         name: c.name.clone(),
