@@ -27,6 +27,8 @@ mod kubelet_compute_pod_actions_tests;
 #[cfg(test)]
 mod kubelet_init_containers_tests;
 #[cfg(test)]
+mod kubelet_pod_resize_tests;
+#[cfg(test)]
 mod kubelet_restartable_init_tests;
 #[cfg(test)]
 mod pod_actions_tests;

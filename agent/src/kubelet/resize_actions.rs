@@ -10,6 +10,12 @@ use super::quantity::{milli_value, value};
 use super::runtime_pod::{ContainerResources, ContainerState, ContainerStatus};
 
 /// The resources an in-place resize changes, in the order kubelet applies them.
+/// kubelet's cm.MinShares, compared with a CPU request in milli-CPU as kubelet does.
+const MIN_SHARES_MILLI: i64 = 2;
+/// kubelet's cm.MinMilliCPULimit: the smallest CPU limit a CFS quota expresses (1 ms per
+/// 100 ms period).
+const MIN_MILLI_CPU_LIMIT: i64 = 10;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum ResourceName {
     #[serde(rename = "memory")]
@@ -78,7 +84,19 @@ pub fn compute_pod_resize_action(
     // A missing record counts as nothing applied, as in kubelet: the update that follows
     // is idempotent.
     let current = st.resources.unwrap_or_default();
-    let desired = desired_resources(c);
+    let mut desired = desired_resources(c);
+    // As kubelet: CPU requests both at or below the minimum shares, or CPU limits both at
+    // or below the smallest quota the kernel enforces, are the same cgroup setting.
+    if desired.cpu_request_milli <= MIN_SHARES_MILLI
+        && current.cpu_request_milli <= MIN_SHARES_MILLI
+    {
+        desired.cpu_request_milli = current.cpu_request_milli;
+    }
+    if desired.cpu_limit_milli <= MIN_MILLI_CPU_LIMIT
+        && current.cpu_limit_milli <= MIN_MILLI_CPU_LIMIT
+    {
+        desired.cpu_limit_milli = current.cpu_limit_milli;
+    }
     if desired == current {
         return true;
     }
