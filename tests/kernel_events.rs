@@ -480,3 +480,58 @@ impl Timeline {
             .join("\n")
     }
 }
+
+/// `cargo build` embeds the probes: the binary copied alone into an empty directory, with
+/// neither --probes nor $PODTRACE_PROBES, attaches them and sees a program run.
+#[test]
+fn the_binary_copied_alone_loads_its_embedded_probes() {
+    use std::io::{BufRead, BufReader};
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("podtrace");
+    std::fs::copy(podtrace_bin(), &alone).unwrap();
+    let marker = dir.path().join("podtrace-alone-marker");
+    std::fs::copy("/bin/true", &marker).unwrap();
+    let mut child = Command::new(&alone)
+        .args([
+            "kernel-events",
+            "--require-ebpf",
+            "--json",
+            "--duration",
+            "4",
+        ])
+        .current_dir(dir.path())
+        .env_remove("PODTRACE_PROBES")
+        .env_remove("PODTRACE_LAB_DIR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        said.push_str(&line);
+        if line.contains("watching kernel events") {
+            break;
+        }
+    }
+    assert!(
+        said.contains("embedded in the podtrace binary"),
+        "did not load the embedded probes:\n{said}"
+    );
+    assert!(Command::new(&marker).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{said}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let marker = marker.display().to_string();
+    assert!(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|e| e["kind"] == "exec" && e["filename"] == marker.as_str()),
+        "no exec event for {marker}"
+    );
+}

@@ -20,8 +20,8 @@ const LOSS_REPORT_EVERY: Duration = Duration::from_secs(5);
 /// Flags of every command that loads the probes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EbpfArgs {
-    /// The probes object. Default: $PODTRACE_PROBES, else bpf/podtrace-probes.o in the
-    /// target directory of the podtrace binary, else the workspace's target/bpf.
+    /// The probes object. Default: $PODTRACE_PROBES, else the object built with podtrace
+    /// and embedded in this binary.
     #[arg(long, value_name = "PATH")]
     pub probes: Option<PathBuf>,
     /// Fail when the probes cannot run, instead of continuing without kernel events.
@@ -143,7 +143,7 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
     eprintln!(
         "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes)",
         probes.attached().len(),
-        probes.object().display(),
+        probes.object(),
         probes.ringbuf_bytes()
     );
     if let Some(gate) = probes.netns_gate() {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub enum EbpfError {
     /// No probes object where podtrace looked.
     #[error(
-        "no eBPF probes object at {path} ({source_of_path}); build it with `cargo xtask build-ebpf` or pass --probes"
+        "no eBPF probes object at {path} ({source_of_path}); build it with `cargo xtask build-ebpf`, or leave out --probes and $PODTRACE_PROBES to use the embedded one"
     )]
     ObjectMissing {
         path: PathBuf,

@@ -172,7 +172,7 @@ pub struct KernelProbes {
     attached: Vec<&'static str>,
     skipped: Vec<(&'static str, String)>,
     offsets: KernelOffsets,
-    object: PathBuf,
+    object: ProbesObject,
     ringbuf_bytes: u32,
     pace: ReadPace,
 }
@@ -187,7 +187,7 @@ impl KernelProbes {
         let cgroup_prefixes = cgroup_prefixes(&config.cgroup_prefixes)?;
         let cni_bin_dir = cni_bin_dir(&config.cni_bin_dir)?;
         let path = config.object.path.clone();
-        let data = std::fs::read(&path).map_err(|source| {
+        let data = config.object.bytes().map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
                 EbpfError::ObjectMissing {
                     path: path.clone(),
@@ -259,7 +259,7 @@ impl KernelProbes {
                 attached,
                 skipped,
                 offsets,
-                object: path,
+                object: config.object.clone(),
                 ringbuf_bytes: config.ringbuf_bytes,
                 pace,
             },
@@ -292,7 +292,7 @@ impl KernelProbes {
         self.offsets
     }
 
-    pub fn object(&self) -> &Path {
+    pub fn object(&self) -> &ProbesObject {
         &self.object
     }
 
@@ -337,7 +337,7 @@ impl KernelProbes {
                     .program(program)
                     .ok_or_else(|| EbpfError::ProgramMissing {
                         program,
-                        path: self.object.clone(),
+                        path: self.object.path.clone(),
                         reason: "not in the object".to_string(),
                     })?
                     .info()

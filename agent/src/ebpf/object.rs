@@ -1,7 +1,8 @@
-//! Where the compiled probes are: `--probes`, else `$PODTRACE_PROBES`, else beside the
-//! binary (`<target>/<profile>/podtrace` -> `<target>/bpf/podtrace-probes.o`, where
-//! `cargo xtask build-ebpf` puts it), else in this workspace's `target/bpf`.
+//! Which compiled probes podtrace loads: `--probes`, else `$PODTRACE_PROBES`, else the
+//! object built with podtrace and embedded in its binary (see `agent/build.rs`), so a
+//! `podtrace` copied alone to a node carries its probes.
 
+use std::borrow::Cow;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,13 +12,16 @@ pub const OBJECT_NAME: &str = "podtrace-probes.o";
 /// The environment variable naming the object.
 pub const PROBES_ENV: &str = "PODTRACE_PROBES";
 
-/// How the object's path was chosen, for messages.
+/// The probes built with this binary. Aligned, as the ELF parser needs.
+static EMBEDDED: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podtrace-probes.o"));
+
+/// How the object was chosen, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectSource {
     Flag,
     Env,
-    BesideBinary,
-    Workspace,
+    Embedded,
 }
 
 impl fmt::Display for ObjectSource {
@@ -25,41 +29,49 @@ impl fmt::Display for ObjectSource {
         f.write_str(match self {
             ObjectSource::Flag => "from --probes",
             ObjectSource::Env => "from $PODTRACE_PROBES",
-            ObjectSource::BesideBinary => "beside the podtrace binary",
-            ObjectSource::Workspace => "in the workspace's target/bpf",
+            ObjectSource::Embedded => "embedded in the podtrace binary",
         })
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbesObject {
+    /// The file, or for the embedded object the name it was built as.
     pub path: PathBuf,
     pub source: ObjectSource,
 }
 
 impl ProbesObject {
-    /// Resolves the object from this process's flag, environment and location.
+    /// Resolves the object from this process's flag and environment.
     pub fn locate(flag: Option<&Path>) -> ProbesObject {
-        let exe = std::env::current_exe().ok();
-        let workspace_target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-        resolve(
-            flag,
-            std::env::var_os(PROBES_ENV),
-            exe.as_deref(),
-            &workspace_target,
-            &|p| p.exists(),
-        )
+        resolve(flag, std::env::var_os(PROBES_ENV))
+    }
+
+    /// The object's bytes: the embedded ones, or the file's.
+    pub fn bytes(&self) -> std::io::Result<Cow<'static, [u8]>> {
+        match self.source {
+            ObjectSource::Embedded => Ok(Cow::Borrowed(EMBEDDED)),
+            ObjectSource::Flag | ObjectSource::Env => std::fs::read(&self.path).map(Cow::Owned),
+        }
+    }
+
+    /// How big the embedded object is (0 would mean a build that embedded nothing).
+    pub fn embedded_len() -> usize {
+        EMBEDDED.len()
+    }
+}
+
+impl fmt::Display for ProbesObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.source {
+            ObjectSource::Embedded => write!(f, "{OBJECT_NAME} ({})", self.source),
+            _ => write!(f, "{} ({})", self.path.display(), self.source),
+        }
     }
 }
 
 /// The precedence, with the inputs passed in so it can be tested.
-pub fn resolve(
-    flag: Option<&Path>,
-    env: Option<OsString>,
-    exe: Option<&Path>,
-    workspace_target: &Path,
-    exists: &dyn Fn(&Path) -> bool,
-) -> ProbesObject {
+pub fn resolve(flag: Option<&Path>, env: Option<OsString>) -> ProbesObject {
     if let Some(p) = flag {
         return ProbesObject {
             path: p.to_path_buf(),
@@ -72,20 +84,9 @@ pub fn resolve(
             source: ObjectSource::Env,
         };
     }
-    let beside = exe
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .map(|target| target.join("bpf").join(OBJECT_NAME));
-    let workspace = ProbesObject {
-        path: workspace_target.join("bpf").join(OBJECT_NAME),
-        source: ObjectSource::Workspace,
-    };
-    match beside {
-        Some(path) if exists(&path) || !exists(&workspace.path) => ProbesObject {
-            path,
-            source: ObjectSource::BesideBinary,
-        },
-        _ => workspace,
+    ProbesObject {
+        path: PathBuf::from(OBJECT_NAME),
+        source: ObjectSource::Embedded,
     }
 }
 
@@ -93,48 +94,39 @@ pub fn resolve(
 mod tests {
     use super::*;
 
-    const EXE: &str = "/build/target/debug/podtrace";
-    const BESIDE: &str = "/build/target/bpf/podtrace-probes.o";
-    const WS: &str = "/src/podtrace/target";
-
-    fn at(flag: Option<&str>, env: Option<&str>, present: &[&str]) -> ProbesObject {
-        let present: Vec<PathBuf> = present.iter().map(PathBuf::from).collect();
-        resolve(
-            flag.map(Path::new),
-            env.map(OsString::from),
-            Some(Path::new(EXE)),
-            Path::new(WS),
-            &|p| present.iter().any(|q| q == p),
-        )
-    }
-
     #[test]
-    fn flag_then_env_then_beside_the_binary_then_the_workspace() {
-        let o = at(Some("/x.o"), Some("/y.o"), &[BESIDE]);
+    fn flag_then_env_then_the_embedded_object() {
+        let o = resolve(Some(Path::new("/x.o")), Some("/y.o".into()));
         assert_eq!(
             (o.path.to_str(), o.source),
             (Some("/x.o"), ObjectSource::Flag)
         );
-        let o = at(None, Some("/y.o"), &[BESIDE]);
+        let o = resolve(None, Some("/y.o".into()));
         assert_eq!(
             (o.path.to_str(), o.source),
             (Some("/y.o"), ObjectSource::Env)
         );
-        let o = at(None, Some(""), &[BESIDE]);
-        assert_eq!(o.source, ObjectSource::BesideBinary);
-        assert_eq!(o.path, Path::new(BESIDE));
-        let ws = "/src/podtrace/target/bpf/podtrace-probes.o";
-        let o = at(None, None, &[ws]);
-        assert_eq!(
-            (o.path.to_str(), o.source),
-            (Some(ws), ObjectSource::Workspace)
-        );
+        let o = resolve(None, Some("".into()));
+        assert_eq!(o.source, ObjectSource::Embedded);
+        assert_eq!(resolve(None, None).source, ObjectSource::Embedded);
     }
 
     #[test]
-    fn with_nothing_built_the_error_names_the_path_beside_the_binary() {
-        let o = at(None, None, &[]);
-        assert_eq!(o.path, Path::new(BESIDE));
-        assert_eq!(o.source, ObjectSource::BesideBinary);
+    fn the_embedded_object_is_an_ebpf_elf() {
+        let bytes = resolve(None, None).bytes().unwrap();
+        assert_eq!(&bytes[..4], b"\x7fELF", "an ELF file");
+        // e_machine at offset 18, little-endian: EM_BPF is 247.
+        assert_eq!(
+            u16::from_le_bytes([bytes[18], bytes[19]]),
+            247,
+            "built for BPF"
+        );
+        assert_eq!(ProbesObject::embedded_len(), bytes.len());
+    }
+
+    #[test]
+    fn a_missing_file_is_an_error_not_the_embedded_object() {
+        let o = resolve(Some(Path::new("/nonexistent/podtrace-probes.o")), None);
+        assert_eq!(o.bytes().unwrap_err().kind(), std::io::ErrorKind::NotFound);
     }
 }
