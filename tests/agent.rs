@@ -53,14 +53,33 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         .map(|w| (w[1] - w[0]) as f64 / 1e9)
         .collect();
     // kubelet's timing: the first restart is immediate, then the delay doubles (1 s, 2 s,
-    // 4 s here with the test's shortened back-off).
+    // 4 s here with the test's shortened back-off). Each gap is the back-off plus the time
+    // to create and start the container again, which on a slow node (the emulated modern
+    // node) is seconds: the gaps are held to the back-off from below, and the growth is
+    // read from kubelet's own BackOff messages.
     assert!(
         gaps[1] >= 0.9,
         "second restart came after {:.2}s: {gaps:?}",
         gaps[1]
     );
-    assert!(gaps[2] >= 1.8 && gaps[2] > gaps[1] * 1.5, "{gaps:?}");
-    assert!(gaps[3] >= 3.6 && gaps[3] > gaps[2] * 1.5, "{gaps:?}");
+    assert!(gaps[2] >= 1.8, "{gaps:?}");
+    assert!(gaps[3] >= 3.6, "{gaps:?}");
+    let mut delays: Vec<String> = Vec::new();
+    for e in agent.events("crasher") {
+        if e["reason"] == "BackOff"
+            && let Some(d) = e["message"]
+                .as_str()
+                .and_then(|m| m.strip_prefix("back-off "))
+                .and_then(|m| m.split_whitespace().next())
+            && delays.last().map(String::as_str) != Some(d)
+        {
+            delays.push(d.to_string());
+        }
+    }
+    assert!(
+        delays.starts_with(&["1s".into(), "2s".into(), "4s".into()]),
+        "the back-off doubles to its cap: {delays:?}"
+    );
     assert!(
         agent
             .events("crasher")

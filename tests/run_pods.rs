@@ -195,3 +195,40 @@ fn a_missing_image_fails_that_pod_only() {
         );
     }
 }
+
+#[test]
+fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
+    require_lab();
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-cni-dir}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+    );
+    let root = scratch.root_dir().display().to_string();
+    let out = podtrace_tests::podtrace(&[
+        "run",
+        "--until-ready",
+        "--root-dir",
+        &root,
+        "--cni-bin-dir",
+        "/nonexistent/cni/bin",
+        "--manifests",
+        manifest.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains("/nonexistent/cni/bin (from --cni-bin-dir) does not exist")
+            && lines[0].contains("the runtime says /"),
+        "names the directory, where it came from and what the runtime said: {err}"
+    );
+    let (sandboxes, containers) =
+        podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", "no-cni-dir");
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "{sandboxes:?} {containers:?}"
+    );
+    assert!(!scratch.root_dir().join("pods").exists());
+}

@@ -148,7 +148,13 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     let sandbox_cgroups: BTreeMap<&str, u64> = kernel(&trace)
         .filter_map(|e| match e {
             KernelEvent::CgroupMkdir { cgroup, .. } if cgroup.hierarchy == 0 => {
-                Some((cgroup.path.rsplit('/').next().unwrap(), cgroup.cgroup_id))
+                // `<id>` with the cgroupfs driver, `cri-containerd-<id>.scope` with systemd.
+                let leaf = cgroup.path.rsplit('/').next().unwrap();
+                let id = leaf
+                    .strip_prefix("cri-containerd-")
+                    .and_then(|l| l.strip_suffix(".scope"))
+                    .unwrap_or(leaf);
+                Some((id, cgroup.cgroup_id))
             }
             _ => None,
         })
@@ -228,8 +234,12 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         // The sandbox's cgroup, and pause and the app running in their own cgroups.
         let cgroup = stage(p, "sandbox_cgroup");
         assert_eq!(cgroup.cgroup_id, Some(sandbox_cgroups[sandbox.as_str()]));
+        // `pod<uid>` with cgroupfs; systemd's slice names escape the UID's dashes.
         assert!(
-            cgroup.detail.contains(&format!("pod{}", p.uid)),
+            cgroup.detail.contains(&format!("pod{}", p.uid))
+                || cgroup
+                    .detail
+                    .contains(&format!("pod{}.slice", p.uid.replace('-', "_"))),
             "{cgroup:?}"
         );
         let pause = stage(p, "pause_exec");

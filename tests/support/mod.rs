@@ -144,6 +144,11 @@ pub use xtask::lab::ip_in_subnet;
 
 /// What the lab's runtime holds for a pod UID: (sandbox IDs, container IDs).
 pub fn runtime_objects(uid: &str) -> (Vec<String>, Vec<String>) {
+    runtime_objects_labelled("io.kubernetes.pod.uid", uid)
+}
+
+/// What the lab's runtime holds with a label: (sandbox IDs, container IDs).
+pub fn runtime_objects_labelled(label: &str, value: &str) -> (Vec<String>, Vec<String>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -158,10 +163,7 @@ pub fn runtime_objects(uid: &str) -> (Vec<String>, Vec<String>) {
         let cri = CriClient::connect(ep, Timeouts::default())
             .await
             .expect("lab CRI");
-        let sel = std::collections::HashMap::from([(
-            "io.kubernetes.pod.uid".to_string(),
-            uid.to_string(),
-        )]);
+        let sel = std::collections::HashMap::from([(label.to_string(), value.to_string())]);
         let sandboxes = cri
             .list_pod_sandbox(Some(api::PodSandboxFilter {
                 label_selector: sel.clone(),

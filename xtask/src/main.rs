@@ -3,6 +3,7 @@
 mod bench;
 mod build_ebpf;
 mod demo;
+mod node_vm;
 mod record;
 mod setup;
 mod test;
@@ -49,6 +50,11 @@ enum Cmd {
     Replay,
     /// Run the benchmarks and write BENCHMARKS.md and target/bench/samples.json.
     Bench(bench::BenchArgs),
+    /// The modern node: Debian trixie in a QEMU guest (cgroup v2, systemd, containerd 1.7).
+    NodeVm {
+        #[command(subcommand)]
+        command: node_vm::NodeVmCmd,
+    },
 }
 
 #[derive(Subcommand)]
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         Cmd::Lab { command } => lab_command(command),
         Cmd::Demo => demo::run(),
         Cmd::Test(args) => test::run(&args),
+        Cmd::NodeVm { command } => node_vm::run(command),
         Cmd::BuildEbpf => build_ebpf::run().map(|path| println!("{}", path.display())),
         Cmd::Record { names } => record::run(&names),
         Cmd::Replay => record::replay_all(),

@@ -24,7 +24,16 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("libpolly-22-dev", "bpf-linker"),
     ("libzstd-dev", "bpf-linker"),
     ("libxml2-dev", "bpf-linker"),
+    ("qemu-system-x86", "the modern node's guest (node-vm)"),
+    ("debootstrap", "the modern node's root file system"),
+    ("e2fsprogs", "the modern node's disk (mkfs.ext4 -d)"),
+    ("openssh-client", "reaching the modern node's guest"),
 ];
+
+/// Debian bookworm's QEMU (7.2) would replace the machine's qemu-utils from
+/// bookworm-backports (10.0): where that is installed, QEMU comes from backports too.
+const BACKPORTS: &str = "bookworm-backports";
+const BACKPORTS_SOURCE: &str = "deb http://deb.debian.org/debian bookworm-backports main\n";
 
 /// bpf-linker's version, pinned so every machine links the probes the same way.
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -209,8 +218,46 @@ pub fn run(install: bool, progress: &dyn Fn(&str)) -> Report {
 }
 
 fn apt_install(pkgs: &[&str]) -> Result<(), String> {
+    let from_backports = package_version("qemu-utils").is_some_and(|v| v.contains("~bpo12"));
+    let (qemu, rest): (Vec<&str>, Vec<&str>) = pkgs
+        .iter()
+        .partition(|p| from_backports && p.starts_with("qemu-"));
+    if !rest.is_empty() {
+        apt(&[], &rest)?;
+    }
+    if !qemu.is_empty() {
+        // A sources list of its own for this one install; the system's stays as it is.
+        let list = std::env::temp_dir().join("podtrace-backports.list");
+        std::fs::write(&list, BACKPORTS_SOURCE)
+            .map_err(|e| format!("writing {}: {e}", list.display()))?;
+        let source = format!("Dir::Etc::SourceList={}", list.display());
+        let result = apt(
+            &[
+                "-o",
+                &source,
+                "-o",
+                "APT::Sandbox::User=root",
+                "-t",
+                BACKPORTS,
+            ],
+            &qemu,
+        );
+        let _ = std::fs::remove_file(&list);
+        result?;
+    }
+    Ok(())
+}
+
+fn package_version(name: &str) -> Option<String> {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Version}", name]))
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+fn apt(options: &[&str], pkgs: &[&str]) -> Result<(), String> {
     let env = [("DEBIAN_FRONTEND", "noninteractive")];
     let update = Command::new("apt-get")
+        .args(options)
         .args(["update", "-q"])
         .envs(env)
         .stdin(Stdio::null())
@@ -223,6 +270,7 @@ fn apt_install(pkgs: &[&str]) -> Result<(), String> {
         ));
     }
     let out = Command::new("apt-get")
+        .args(options)
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(pkgs)
         .envs(env)
@@ -233,7 +281,8 @@ fn apt_install(pkgs: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "apt-get install: {}",
+            "apt-get install {}: {}",
+            pkgs.join(" "),
             last_line(&String::from_utf8_lossy(&out.stderr))
         ))
     }

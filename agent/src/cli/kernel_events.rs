@@ -37,7 +37,7 @@ pub struct EbpfArgs {
     #[arg(long = "cgroup-prefix", value_name = "PATH", default_values_t = DEFAULT_CGROUP_PREFIXES.map(String::from))]
     pub cgroup_prefixes: Vec<String>,
     /// The directory whose executables are CNI plugins. Default: where the runtime says
-    /// it runs them (`podtrace run`), else Debian's directory.
+    /// it runs them (its CRI status info), else /opt/cni/bin.
     #[arg(long, value_name = "DIR")]
     pub cni_bin_dir: Option<String>,
     /// Also report network namespaces created by clone/clone3 with CLONE_NEWNET. Off by
@@ -119,7 +119,31 @@ pub struct KernelEventsArgs {
     pub ebpf: EbpfArgs,
 }
 
-pub async fn run(args: KernelEventsArgs) -> ExitCode {
+/// Where the runtime runs its CNI plugins, when it answers within a moment; `None` when
+/// it is not there (kernel-events also watches nodes without a runtime).
+async fn runtime_cni_bin_dir() -> Option<String> {
+    let endpoint = crate::cri::Endpoint::from_env(None).ok()?;
+    let timeouts = crate::cri::Timeouts {
+        request: Duration::from_secs(2),
+        pull: Duration::from_secs(2),
+    };
+    let client = tokio::time::timeout(
+        Duration::from_secs(3),
+        crate::cri::CriClient::connect(endpoint, timeouts),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let shape = crate::cri::NodeShape::detect(&client, None, false)
+        .await
+        .ok()?;
+    shape.cni_bin_dirs.first().cloned()
+}
+
+pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
+    if args.ebpf.cni_bin_dir.is_none() {
+        args.ebpf.cni_bin_dir = runtime_cni_bin_dir().await;
+    }
     // Before the probes announce themselves: whoever waits for that line may interrupt
     // right after, and an interrupt must end the run cleanly, with its summary.
     let (mut sigint, mut sigterm) = match (
@@ -141,10 +165,14 @@ pub async fn run(args: KernelEventsArgs) -> ExitCode {
         Err(code) => return code,
     };
     eprintln!(
-        "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes)",
+        "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes, CNI plugins in {})",
         probes.attached().len(),
         probes.object(),
-        probes.ringbuf_bytes()
+        probes.ringbuf_bytes(),
+        args.ebpf
+            .cni_bin_dir
+            .as_deref()
+            .unwrap_or(DEFAULT_CNI_BIN_DIR)
     );
     if let Some(gate) = probes.netns_gate() {
         eprintln!(

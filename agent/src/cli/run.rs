@@ -79,8 +79,24 @@ pub async fn run(args: RunArgs) -> ExitCode {
         settings.cgroup_driver = driver;
     }
     let mut ebpf_args = args.ebpf.clone();
-    if ebpf_args.cni_bin_dir.is_none() {
+    let cni_source = if ebpf_args.cni_bin_dir.is_some() {
+        "--cni-bin-dir"
+    } else {
         ebpf_args.cni_bin_dir = shape.cni_bin_dirs.first().cloned();
+        "the runtime's status info"
+    };
+    if let Some(dir) = ebpf_args.cni_bin_dir.as_deref()
+        && !std::path::Path::new(dir).is_dir()
+    {
+        let said = if shape.cni_bin_dirs.is_empty() {
+            "says no CNI directory".to_string()
+        } else {
+            format!("says {}", shape.cni_bin_dirs.join(", "))
+        };
+        eprintln!(
+            "podtrace: the CNI plugin directory {dir} (from {cni_source}) does not exist; the runtime {said}"
+        );
+        return ExitCode::from(EXIT_BAD_INPUT);
     }
     let node = cfg.node_name.clone();
     let mut config = run_config(&args, &settings);

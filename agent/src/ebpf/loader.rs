@@ -30,9 +30,9 @@ pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug
 /// eighths as headroom while it gets scheduled.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
 /// The pod cgroup roots kept by default: podtrace's own and containerd's CRI namespace.
-pub const DEFAULT_CGROUP_PREFIXES: [&str; 2] = ["/podtrace", "/k8s.io"];
-/// Where Debian's containernetworking-plugins (and the node lab) keep CNI plugins.
-pub const DEFAULT_CNI_BIN_DIR: &str = "/usr/lib/cni/";
+pub const DEFAULT_CGROUP_PREFIXES: [&str; 3] = ["/podtrace", "/kubepods", "/k8s.io"];
+/// The CNI plugins' conventional directory, when the runtime does not say its own.
+pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin/";
 
 /// One program of the object: its name and the tracepoint it attaches to.
 pub(super) struct ProgramSpec {

@@ -155,7 +155,7 @@ disabled_plugins = [{disabled}]
 /// `certs.d/127.0.0.1:5000/hosts.toml`: the local registry speaks plain HTTP. containerd
 /// 1.6 rejects a hosts file without a `[host]` table ("invalid `host` tree") and falls back
 /// to its defaults, so the registry is listed as a host as well as the server.
-pub(crate) fn hosts_toml() -> String {
+pub fn hosts_toml() -> String {
     let url = q(format!("http://{REGISTRY_ADDR}"));
     format!("server = {url}\n\n[host.{url}]\n  capabilities = [\"pull\", \"resolve\"]\n")
 }

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub use containerd::PROGRAM_ENV as CONTAINERD_ENV;
+pub use containerd::hosts_toml as registry_hosts_toml;
 pub use error::LabError;
 pub use images::PAUSE_SCRIPT;
 pub use network::{CNI_VERSION, conflist};

@@ -1,0 +1,308 @@
+//! Building the modern node's disk image: debootstrap of Debian trixie, the recipe's files,
+//! an ext4 image made straight from the directory (`mkfs.ext4 -d`), and the kernel and
+//! initramfs to boot it with. Cached under `images/<recipe hash>`; a changed recipe builds
+//! a new image and removes the old ones.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+use super::paths::{ImagePaths, NodeVmPaths};
+use super::recipe;
+use xtask::lab::LabPaths;
+
+/// The cached image for the current recipe, built first if it is not there.
+pub fn ensure(paths: &NodeVmPaths, say: &dyn Fn(&str)) -> anyhow::Result<ImagePaths> {
+    let hash = recipe::hash();
+    let image = paths.image(&hash);
+    if image.ready_marker().exists() {
+        return Ok(image);
+    }
+    let started = Instant::now();
+    let partial = paths.images_dir().join(format!("{hash}.partial"));
+    if partial.exists() {
+        fs::remove_dir_all(&partial)
+            .with_context(|| format!("removing the unfinished build {}", partial.display()))?;
+    }
+    fs::create_dir_all(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let building = ImagePaths::at(partial.clone());
+    build(&building, say)?;
+    if image.dir.exists() {
+        fs::remove_dir_all(&image.dir)?;
+    }
+    fs::rename(&partial, &image.dir)
+        .with_context(|| format!("moving {} into place", partial.display()))?;
+    fs::write(image.ready_marker(), format!("{hash}\n"))?;
+    remove_other_images(paths, &hash, say);
+    say(&format!(
+        "image {hash} built in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(image)
+}
+
+fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
+    let rootfs = image.dir.join("rootfs");
+    say(&format!(
+        "debootstrap {} ({} packages) from {}",
+        recipe::SUITE,
+        recipe::PACKAGES.len(),
+        recipe::MIRROR
+    ));
+    let log = image.dir.join("debootstrap.log");
+    let status = Command::new("debootstrap")
+        .arg("--variant=minbase")
+        .arg(format!("--include={}", recipe::PACKAGES.join(",")))
+        .args([recipe::SUITE])
+        .arg(&rootfs)
+        .arg(recipe::MIRROR)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&log)?)
+        .stderr(fs::File::create(image.dir.join("debootstrap.err"))?)
+        .status()
+        .context("running debootstrap (package debootstrap; `cargo xtask setup` installs it)")?;
+    if !status.success() {
+        let err = fs::read_to_string(image.dir.join("debootstrap.err")).unwrap_or_default();
+        let tail = tail_lines(&fs::read_to_string(&log).unwrap_or_default(), 15);
+        bail!(
+            "debootstrap of {} failed ({status}):\n{err}{tail}",
+            recipe::SUITE
+        );
+    }
+    say("configuring the node: containerd with the systemd driver, CNI in /opt/cni/bin, sshd");
+    configure(image, &rootfs)?;
+    say("making the ext4 image");
+    make_image(image, &rootfs)?;
+    fs::remove_dir_all(&rootfs).with_context(|| format!("removing {}", rootfs.display()))?;
+    Ok(())
+}
+
+fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
+    // containerd: its own default config, edited to today's node shape.
+    let default = chroot_output(rootfs, &["containerd", "config", "default"])?;
+    let config = recipe::edit_containerd_config(&default).map_err(|missed| {
+        anyhow::anyhow!(
+            "containerd's default config in {} has no line for {}",
+            recipe::SUITE,
+            missed.join(", ")
+        )
+    })?;
+    write(rootfs, recipe::CONTAINERD_CONFIG, 0o644, &config)?;
+
+    // Debian's CNI plugins, where today's nodes have them.
+    let cni = rootfs.join(recipe::CNI_BIN_DIR.trim_start_matches('/'));
+    fs::create_dir_all(&cni)?;
+    let debian_cni = rootfs.join(recipe::DEBIAN_CNI_DIR.trim_start_matches('/'));
+    for entry in
+        fs::read_dir(&debian_cni).with_context(|| format!("listing {}", debian_cni.display()))?
+    {
+        let name = entry?.file_name();
+        let target = Path::new(recipe::DEBIAN_CNI_DIR).join(&name);
+        let link = cni.join(&name);
+        let _ = fs::remove_file(&link);
+        symlink(&target, &link).with_context(|| format!("linking {}", link.display()))?;
+    }
+
+    // The key the host logs in with, and the guest's host key the host checks.
+    let key = image.ssh_key();
+    let _ = fs::remove_file(&key);
+    let _ = fs::remove_file(key.with_extension("pub"));
+    run(
+        Command::new("ssh-keygen")
+            .args([
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "podtrace-node-vm",
+                "-f",
+            ])
+            .arg(&key),
+        "ssh-keygen",
+    )?;
+    let authorized = fs::read_to_string(key.with_extension("pub"))?;
+    for (path, mode, text) in recipe::files(&authorized) {
+        write(rootfs, &path, mode, &text)?;
+    }
+    let host_key = rootfs.join("etc/ssh/ssh_host_ed25519_key.pub");
+    if !host_key.exists() {
+        chroot_output(rootfs, &["ssh-keygen", "-A"])?;
+    }
+    let host_key =
+        fs::read_to_string(&host_key).with_context(|| format!("reading {}", host_key.display()))?;
+    let mut fields = host_key.split_whitespace();
+    let (Some(kind), Some(b64)) = (fields.next(), fields.next()) else {
+        bail!("unexpected host key: {host_key}");
+    };
+    fs::write(
+        image.known_hosts(),
+        format!("{} {kind} {b64}\n", super::ssh::HOST_KEY_ALIAS),
+    )?;
+
+    // The lab profile's socket: the system containerd's.
+    let guest_lab = LabPaths::new(recipe::GUEST_LAB_DIR);
+    let sock = rootfs.join(guest_lab.cri_socket().strip_prefix("/").expect("absolute"));
+    fs::create_dir_all(sock.parent().expect("has a parent"))?;
+    let _ = fs::remove_file(&sock);
+    symlink(recipe::CONTAINERD_SOCKET, &sock)?;
+
+    let mut enable = vec!["enable"];
+    enable.extend_from_slice(recipe::ENABLE_UNITS);
+    let mut args = vec!["systemctl"];
+    args.extend(enable);
+    chroot_output(rootfs, &args)?;
+    chroot_output(rootfs, &["update-initramfs", "-u", "-k", "all"])?;
+
+    let versions = chroot_output(
+        rootfs,
+        &[
+            "dpkg-query",
+            "-W",
+            "-f",
+            "${Package} ${Version}\\n",
+            "containerd",
+            "runc",
+            "systemd",
+            "containernetworking-plugins",
+            recipe::KERNEL_PACKAGE,
+        ],
+    )?;
+    fs::write(image.versions(), versions)?;
+
+    for dir in [
+        "var/cache/apt/archives",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/man",
+    ] {
+        let d = rootfs.join(dir);
+        if d.exists() {
+            for e in fs::read_dir(&d)? {
+                let p = e?.path();
+                if p.is_dir() {
+                    let _ = fs::remove_dir_all(&p);
+                } else {
+                    let _ = fs::remove_file(&p);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Room beside the root file system for images, containers and the test binaries.
+const HEADROOM_MIB: u64 = 3072;
+
+fn make_image(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
+    let used = dir_mib(rootfs)?;
+    let size = used + HEADROOM_MIB;
+    let img = image.disk();
+    let _ = fs::remove_file(&img);
+    run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "podtrace-node", "-d"])
+            .arg(rootfs)
+            .arg(&img)
+            .arg(format!("{size}M")),
+        "mkfs.ext4",
+    )?;
+    let boot = rootfs.join("boot");
+    let pick = |prefix: &str| -> anyhow::Result<PathBuf> {
+        let mut found: Vec<PathBuf> = fs::read_dir(&boot)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .collect();
+        found.sort();
+        found
+            .pop()
+            .with_context(|| format!("no {prefix}* in {}", boot.display()))
+    };
+    fs::copy(pick("vmlinuz-")?, image.kernel())?;
+    fs::copy(pick("initrd.img-")?, image.initrd())?;
+    Ok(())
+}
+
+fn dir_mib(dir: &Path) -> anyhow::Result<u64> {
+    let out = Command::new("du")
+        .args(["-sm", "-x"])
+        .arg(dir)
+        .output()
+        .context("du")?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("du -sm {}", dir.display()))
+}
+
+fn write(rootfs: &Path, path: &str, mode: u32, text: &str) -> anyhow::Result<()> {
+    let p = rootfs.join(path.trim_start_matches('/'));
+    if let Some(dir) = p.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+fn chroot_output(rootfs: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("chroot")
+        .arg(rootfs)
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("chroot {} {}", rootfs.display(), args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "in the node's root file system, `{}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            tail_lines(&String::from_utf8_lossy(&out.stderr), 10)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            tail_lines(&String::from_utf8_lossy(&out.stderr), 10)
+        );
+    }
+    Ok(())
+}
+
+fn tail_lines(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn remove_other_images(paths: &NodeVmPaths, keep: &str, say: &dyn Fn(&str)) {
+    let Ok(entries) = fs::read_dir(paths.images_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != keep && !name.ends_with(".partial") {
+            say(&format!("removing the image of an older recipe ({name})"));
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! `cargo xtask node-vm test`: the modern-node suite. The host builds `podtrace` and the
+//! integration test binaries; they run inside the guest against its containerd 1.7 with the
+//! systemd cgroup driver, with the host lab's registry forwarded to the guest's
+//! 127.0.0.1:5000. Timings inside the emulated guest are functional only.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use xtask::lab::{self, LabPaths, LabState};
+
+use super::machine::VmState;
+use super::ssh::Guest;
+use super::{Booted, NodeVmPaths, recipe};
+use crate::workspace;
+
+/// The tests run in the guest: (test target, test names; empty = all of them).
+pub const GUEST_TESTS: &[(&str, &[&str])] = &[
+    ("modern_node", &[]),
+    (
+        "kernel_events",
+        &[
+            "the_binary_copied_alone_loads_its_embedded_probes",
+            "a_sandbox_is_seen_from_the_kernel",
+        ],
+    ),
+    (
+        "run_pods",
+        &[
+            "example_pods_reach_running_with_lab_ips_and_clean_up",
+            "a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing",
+        ],
+    ),
+    (
+        "timeline",
+        &["five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order"],
+    ),
+    (
+        "pipeline",
+        &[
+            "init_containers_run_one_at_a_time_in_order",
+            "a_failing_init_container_with_restart_policy_never_fails_the_pod",
+        ],
+    ),
+    (
+        "agent",
+        &[
+            "crash_loop_back_off_grows_and_counts_restarts",
+            "readiness_probe_gates_ready",
+            "a_liveness_failure_restarts_the_container",
+            "a_deleted_manifest_leaves_no_runtime_object_within_the_grace_period",
+            "an_agent_killed_mid_creation_adopts_its_pod_without_a_second_sandbox",
+        ],
+    ),
+    (
+        "probes",
+        &[
+            "exec_probes_and_hooks_run_in_the_container",
+            "http_tcp_and_sleep_reach_the_pod_ip",
+        ],
+    ),
+    ("sidecars", &[]),
+];
+
+/// Where the binaries and examples go in the guest.
+const WORK: &str = recipe::GUEST_WORK_DIR;
+
+pub fn run(paths: &NodeVmPaths) -> anyhow::Result<()> {
+    // The guest's registry is the host lab's.
+    let lab_paths = LabPaths::from_env();
+    let lab_was_up = lab_paths.state_file().exists();
+    if !lab_was_up {
+        eprintln!("starting the host lab (its registry serves the guest)");
+        lab::up(&lab_paths, &|s| eprintln!("lab: {s}"))?;
+    }
+    let result = run_on_lab(paths, &lab_paths);
+    if !lab_was_up {
+        lab::down(&lab_paths, &|s| eprintln!("lab: {s}"))?;
+    }
+    result
+}
+
+/// The suite, with the host lab up.
+pub fn run_on_lab(paths: &NodeVmPaths, lab_paths: &LabPaths) -> anyhow::Result<()> {
+    let started = Instant::now();
+    eprintln!("node-vm [1/4] building podtrace and the test binaries");
+    let podtrace = workspace::build_podtrace(true)?;
+    let probes = crate::build_ebpf::run()?;
+    let binaries = build_test_binaries()?;
+    let report = with_guest(paths, lab_paths, &podtrace, &probes, &binaries)?;
+    report.print();
+    eprintln!(
+        "modern-node suite: {} of {} test binaries passed in {:.0} s (boot {:.0} s)",
+        report.passed(),
+        report.runs.len(),
+        started.elapsed().as_secs_f64(),
+        report.boot_seconds
+    );
+    if report.passed() != report.runs.len() {
+        bail!(
+            "the modern-node suite failed; the guest's logs are in {}",
+            results_dir().display()
+        );
+    }
+    Ok(())
+}
+
+struct Run {
+    test: &'static str,
+    ok: bool,
+    seconds: f64,
+}
+
+struct Report {
+    runs: Vec<Run>,
+    boot_seconds: f64,
+}
+
+impl Report {
+    fn passed(&self) -> usize {
+        self.runs.iter().filter(|r| r.ok).count()
+    }
+
+    fn print(&self) {
+        eprintln!("{:<14} {:>8}  result", "test", "seconds");
+        for r in &self.runs {
+            eprintln!(
+                "{:<14} {:>8.1}  {}",
+                r.test,
+                r.seconds,
+                if r.ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+}
+
+fn with_guest(
+    paths: &NodeVmPaths,
+    lab_paths: &LabPaths,
+    podtrace: &Path,
+    probes: &Path,
+    binaries: &[(&'static str, PathBuf)],
+) -> anyhow::Result<Report> {
+    eprintln!("node-vm [2/4] the modern node");
+    let (state, booted) = super::up(paths)?;
+    let result = in_guest(&state, paths, lab_paths, podtrace, probes, binaries);
+    if booted == Booted::Now {
+        super::down(paths, false)?;
+    }
+    result
+}
+
+fn in_guest(
+    state: &VmState,
+    paths: &NodeVmPaths,
+    lab_paths: &LabPaths,
+    podtrace: &Path,
+    probes: &Path,
+    binaries: &[(&'static str, PathBuf)],
+) -> anyhow::Result<Report> {
+    let guest = state.guest(paths);
+    eprintln!("node-vm [3/4] copying podtrace, the probes, the tests and the examples in");
+    let stage = stage(podtrace, probes, binaries)?;
+    guest.check(&format!("rm -rf {WORK}"))?;
+    guest.copy_in(&[stage], "/opt")?;
+    install_lab_profile(&guest, lab_paths)?;
+
+    eprintln!("node-vm [4/4] the suite, in the guest");
+    let port = registry_port();
+    let mut runs = Vec::new();
+    for (test, names) in GUEST_TESTS {
+        let mut cmd = vec![
+            format!("{WORK}/tests/{test}"),
+            "--test-threads=1".to_string(),
+        ];
+        if !names.is_empty() {
+            cmd.push("--exact".into());
+            cmd.extend(names.iter().map(|n| n.to_string()));
+        }
+        let script = format!(
+            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples RUST_BACKTRACE=1 {cmd}",
+            lab = recipe::GUEST_LAB_DIR,
+            cmd = super::ssh::join_args(&cmd)?
+        );
+        eprintln!("--- {test} (in the guest)");
+        let t = Instant::now();
+        let status = guest.exec(&script, Some(port))?;
+        runs.push(Run {
+            test,
+            ok: status.success(),
+            seconds: t.elapsed().as_secs_f64(),
+        });
+    }
+    if runs.iter().any(|r| !r.ok) {
+        collect_logs(&guest, paths);
+    }
+    Ok(Report {
+        runs,
+        boot_seconds: state.boot_seconds,
+    })
+}
+
+/// `cargo test --no-run` for the guest's test targets; their executables by target name.
+fn build_test_binaries() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+    let mut cmd = workspace::cargo();
+    cmd.args([
+        "test",
+        "--package",
+        "podtrace-tests",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    for (test, _) in GUEST_TESTS {
+        cmd.args(["--test", test]);
+    }
+    let out = cmd
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the test binaries failed ({})", out.status);
+    }
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(name), Some(exe)) = (msg["target"]["name"].as_str(), msg["executable"].as_str())
+        else {
+            continue;
+        };
+        if let Some((test, _)) = GUEST_TESTS.iter().find(|(t, _)| *t == name)
+            && msg["target"]["kind"][0] == "test"
+        {
+            found.push((*test, PathBuf::from(exe)));
+        }
+    }
+    for (test, _) in GUEST_TESTS {
+        if !found.iter().any(|(t, _)| t == test) {
+            bail!("cargo built no executable for the test {test}");
+        }
+    }
+    Ok(found)
+}
+
+/// `target/node-vm/podtrace`: what goes to the guest's /opt/podtrace.
+fn stage(
+    podtrace: &Path,
+    probes: &Path,
+    binaries: &[(&'static str, PathBuf)],
+) -> anyhow::Result<PathBuf> {
+    let dir = workspace::target_dir().join("node-vm").join("podtrace");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    for sub in ["bin", "bpf", "tests"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    // Hard links where the file system allows: the test binaries are large.
+    let place = |from: &Path, to: PathBuf| -> anyhow::Result<()> {
+        std::fs::hard_link(from, &to)
+            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+            .with_context(|| format!("staging {}", from.display()))
+    };
+    place(podtrace, dir.join("bin/podtrace"))?;
+    // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
+    // test uses the embedded object instead).
+    place(probes, dir.join("bpf/podtrace-probes.o"))?;
+    for (test, exe) in binaries {
+        place(exe, dir.join("tests").join(test))?;
+    }
+    let examples = workspace::root().join("examples");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(&examples)
+        .arg(dir.join("examples"))
+        .status()?;
+    if !status.success() {
+        bail!("copying {}", examples.display());
+    }
+    Ok(dir)
+}
+
+/// The guest's lab profile: the host lab's state, with the guest's runtime in it. The
+/// images and the registry are the host lab's; containerd, CNI and the cgroups are the
+/// guest's own.
+fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(lab_paths.state_file())
+        .with_context(|| format!("reading {}", lab_paths.state_file().display()))?;
+    let mut state: LabState = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a lab state", lab_paths.state_file().display()))?;
+    let containerd_pid: u32 = guest
+        .check("systemctl show -p MainPID --value containerd")?
+        .trim()
+        .parse()
+        .context("the guest's containerd has no main pid")?;
+    let guest_lab = LabPaths::new(recipe::GUEST_LAB_DIR);
+    state.root = guest_lab.root.clone();
+    state.containerd_pid = containerd_pid;
+    state.registry_pid = 0;
+    state.cri_socket = recipe::CONTAINERD_SOCKET.into();
+    state.containerd_log = "journalctl -u containerd".into();
+    state.registry_log = lab_paths.registry_log();
+    state.containerd_config = recipe::CONTAINERD_CONFIG.into();
+    state.cni_conflist = Path::new(recipe::CNI_CONF_DIR).join("10-podtrace-lab.conflist");
+    guest.write_file(
+        &guest_lab.state_file().display().to_string(),
+        &(serde_json::to_string_pretty(&state)? + "\n"),
+    )
+}
+
+pub fn registry_port() -> u16 {
+    lab::REGISTRY_ADDR
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("the registry address has a port")
+}
+
+pub fn results_dir() -> PathBuf {
+    workspace::target_dir().join("node-vm").join("results")
+}
+
+/// The guest's containerd journal and unit list, brought back after a failure.
+fn collect_logs(guest: &Guest, paths: &NodeVmPaths) {
+    let dir = results_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; true";
+    if guest.check(script).is_ok() {
+        let _ = guest.copy_out("/tmp/node-vm-results", &dir);
+    }
+    let _ = std::fs::copy(paths.console_log(), dir.join("console.log"));
+}
