@@ -29,8 +29,15 @@ pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug
 /// and is woken early at each eighth (128 KiB) of unread data, which leaves seven
 /// eighths as headroom while it gets scheduled.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
-/// The pod cgroup roots kept by default: podtrace's own and containerd's CRI namespace.
-pub const DEFAULT_CGROUP_PREFIXES: [&str; 3] = ["/podtrace", "/kubepods", "/k8s.io"];
+/// podtrace's and kubelet's pod cgroups as the cgroupfs driver and as the systemd driver
+/// name them (a prefix matches whole path components), and containerd's own namespace.
+pub const DEFAULT_CGROUP_PREFIXES: [&str; 5] = [
+    "/podtrace",
+    "/podtrace.slice",
+    "/kubepods",
+    "/kubepods.slice",
+    "/k8s.io",
+];
 /// The CNI plugins' conventional directory, when the runtime does not say its own.
 pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin/";
 
