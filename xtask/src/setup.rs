@@ -31,7 +31,8 @@ pub const PACKAGES: &[(&str, &str)] = &[
 ];
 
 /// Debian bookworm's QEMU (7.2) would replace the machine's qemu-utils from
-/// bookworm-backports (10.0): where that is installed, QEMU comes from backports too.
+/// bookworm-backports (10.0): where that is installed, QEMU (and debootstrap, for trixie)
+/// comes from backports too. `-t` makes apt take their dependencies from there as well.
 const BACKPORTS: &str = "bookworm-backports";
 const BACKPORTS_SOURCE: &str = "deb http://deb.debian.org/debian bookworm-backports main\n";
 
@@ -219,9 +220,10 @@ pub fn run(install: bool, progress: &dyn Fn(&str)) -> Report {
 
 fn apt_install(pkgs: &[&str]) -> Result<(), String> {
     let from_backports = package_version("qemu-utils").is_some_and(|v| v.contains("~bpo12"));
+    // debootstrap too, so that trixie is bootstrapped by the version checked here.
     let (qemu, rest): (Vec<&str>, Vec<&str>) = pkgs
         .iter()
-        .partition(|p| from_backports && p.starts_with("qemu-"));
+        .partition(|p| from_backports && (p.starts_with("qemu-") || **p == "debootstrap"));
     if !rest.is_empty() {
         apt(&[], &rest)?;
     }
