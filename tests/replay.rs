@@ -206,14 +206,26 @@ fn a_corrupt_line_is_named_with_file_and_line() {
     assert!(err.contains("corrupt.jsonl:4: corrupt record"), "{err}");
 }
 
+/// A trace whose writer was killed: no footer, and a torn last line. Replay says once that
+/// it is incomplete and compares each pod up to the cut.
 #[test]
-fn a_truncated_trace_is_refused() {
+fn a_trace_cut_short_replays_up_to_the_cut() {
     let lines = fixture_lines();
-    let err = bad_input("cut.jsonl", &(lines[..lines.len() - 1].join("\n") + "\n"));
+    let keep = lines.len() * 3 / 5;
+    let torn = &lines[keep][..lines[keep].len() / 2];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.jsonl");
+    std::fs::write(&path, lines[..keep].join("\n") + "\n" + torn).unwrap();
+    let out = replay(&[], &[&path]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{}{err}", stdout(&out));
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("incomplete")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
     assert!(
-        err.contains(&format!("cut.jsonl:{}: truncated", lines.len() - 1)),
+        notes[0].contains(&format!("torn last line {} is left out", keep + 1)),
         "{err}"
     );
+    assert!(stdout(&out).contains("trace "), "{}", stdout(&out));
 }
 
 #[test]

@@ -117,8 +117,13 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     );
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
     let trace = read_trace(&trace_path).expect("the trace reads back");
-    assert!(trace.footer.ebpf, "{:?}", trace.footer);
-    assert_eq!(trace.footer.lost_events, 0, "{:?}", trace.footer);
+    assert!(trace.footer.as_ref().unwrap().ebpf, "{:?}", trace.footer);
+    assert_eq!(
+        trace.footer.as_ref().unwrap().lost_events,
+        0,
+        "{:?}",
+        trace.footer
+    );
 
     // The stages the run wrote are what the records rebuild to.
     let timeline = build(&trace.records);
@@ -408,7 +413,7 @@ fn without_bpf_privileges_a_traced_run_says_so_once_and_keeps_cri_stages() {
     assert_eq!(pod(&doc, "timeline-nobpf")["phase"], "Running", "{doc:#}");
 
     let trace = read_trace(&trace_path).expect("the trace reads back");
-    assert!(!trace.footer.ebpf, "{:?}", trace.footer);
+    assert!(!trace.footer.as_ref().unwrap().ebpf, "{:?}", trace.footer);
     assert_eq!(kernel(&trace).count(), 0);
     let t = Timeline::from_stages(recorded_stages(&trace));
     let p = &t.pods[0];

@@ -75,7 +75,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert!(sandbox_failed, "{p:#}\n{}", stderr(&out));
 
     let trace = read_trace(&trace_path).expect("the trace reads back");
-    assert!(trace.footer.ebpf, "{:?}", trace.footer);
+    assert!(trace.footer.as_ref().unwrap().ebpf, "{:?}", trace.footer);
     let timeline = build(&trace.records);
     let t = &timeline.pods[0];
     assert_eq!(t.name, "cni-fails");

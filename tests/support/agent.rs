@@ -37,6 +37,11 @@ impl Agent {
         agent
     }
 
+    /// The extra `podtrace run` flags the next [`Agent::spawn`] uses.
+    pub fn set_extra(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+    }
+
     pub fn manifests(&self) -> PathBuf {
         self.scratch.path().join("manifests")
     }

@@ -30,6 +30,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "kernel_events",
     "timeline",
     "diagnose_faults",
+    "crash_safe_trace",
 ];
 
 #[derive(Debug, clap::Args)]

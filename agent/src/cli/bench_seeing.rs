@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use super::EXIT_BAD_INPUT;
 use crate::timeline::seen_latencies;
-use crate::trace::read_trace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchSeeingArgs {
@@ -16,14 +15,18 @@ pub struct BenchSeeingArgs {
 }
 
 pub fn run(args: &BenchSeeingArgs) -> ExitCode {
-    let trace = match read_trace(&args.trace) {
+    let trace = match super::trace_file::read(&args.trace) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("podtrace: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
-    if !trace.footer.ebpf {
+    let ebpf = match &trace.footer {
+        Some(f) => f.ebpf,
+        None => trace
+            .records
+            .iter()
+            .any(|r| matches!(r, crate::trace::TraceRecord::Kernel(_))),
+    };
+    if !ebpf {
         eprintln!(
             "podtrace: {}: recorded without the probes, so it has no kernel events to measure from",
             args.trace.display()
@@ -32,7 +35,7 @@ pub fn run(args: &BenchSeeingArgs) -> ExitCode {
     }
     let seeing = seen_latencies(&trace.records);
     let doc = serde_json::json!({
-        "lost_events": trace.footer.lost_events,
+        "lost_events": trace.footer.as_ref().map(|f| f.lost_events),
         "samples": seeing.samples.iter().map(|s| serde_json::json!({
             "pod_uid": s.pod_uid,
             "container_id": s.container_id,

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use crate::diagnose::{Diagnosis, diagnose, render};
 use crate::syncloop::api;
-use crate::trace::read_trace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct DiagnoseArgs {
@@ -17,12 +16,9 @@ pub struct DiagnoseArgs {
 pub async fn run(args: &DiagnoseArgs) -> ExitCode {
     let args = &args.source;
     let diagnosis = match &args.trace {
-        Some(path) => match read_trace(path) {
+        Some(path) => match super::trace_file::read(path) {
             Ok(trace) => diagnose(&trace.records, None),
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
-            }
+            Err(code) => return code,
         },
         None => {
             let doc = match api::get(&args.socket, "/diagnose").await {

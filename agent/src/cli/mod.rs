@@ -18,6 +18,7 @@ mod run;
 pub mod sched;
 mod start_feed;
 mod timeline;
+mod trace_file;
 mod trace_or_agent;
 
 use std::path::PathBuf;

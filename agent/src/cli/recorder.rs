@@ -180,6 +180,9 @@ impl RunRecorder {
     /// date (before a scrape).
     pub fn refresh_metrics(&self) {
         self.sink.metrics.observe_collector(&self.sink.collector);
+        if let Some(w) = &self.writer {
+            self.sink.metrics.set_trace_unwritten(w.stats().unwritten());
+        }
         if let Some(lost) = self.probes.as_ref().and_then(|p| p.lost().ok()) {
             let by_kind = lost
                 .by_kind
@@ -294,8 +297,18 @@ impl RunRecorder {
         footer.ended_ns = now_ktime_ns();
         if let Some(w) = self.writer {
             let path = w.path().to_path_buf();
+            let stats = w.stats();
             if let Err(e) = w.finish(footer).await {
                 eprintln!("podtrace: writing {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+            if stats.unwritten() > 0 {
+                eprintln!(
+                    "podtrace: trace {}: {} records could not be written ({})",
+                    path.display(),
+                    stats.unwritten(),
+                    stats.failure().unwrap_or("the writer stopped")
+                );
                 return ExitCode::FAILURE;
             }
         }

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::replay::{Tolerance, WhatIf, compare, replay};
-use crate::trace::read_trace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
@@ -65,12 +64,9 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     let began = Instant::now();
     let mut traces = Vec::new();
     for path in &args.traces {
-        match read_trace(path) {
+        match super::trace_file::read(path) {
             Ok(t) => traces.push(t),
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
-            }
+            Err(code) => return code,
         }
     }
     let read = began.elapsed();

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::report::{self, TraceInput};
-use crate::trace::read_trace;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
@@ -28,12 +27,9 @@ pub struct ReportArgs {
 pub fn run(args: &ReportArgs) -> ExitCode {
     let mut inputs = Vec::new();
     for path in &args.traces {
-        let trace = match read_trace(path) {
+        let trace = match super::trace_file::read(path) {
             Ok(t) => t,
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
-            }
+            Err(code) => return code,
         };
         let mut timeline = super::timeline::from_records(&trace.records);
         if let Some(pod) = &args.pod {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use crate::syncloop::api;
 use crate::timeline::{Stage, Timeline};
-use crate::trace::{TraceRecord, read_trace};
+use crate::trace::TraceRecord;
 
 /// Width of the waterfall bar, in characters.
 const BAR: usize = 40;
@@ -20,12 +20,9 @@ pub struct TimelineArgs {
 pub async fn run(args: &TimelineArgs) -> ExitCode {
     let args = &args.source;
     let timeline = match &args.trace {
-        Some(path) => match read_trace(path) {
+        Some(path) => match super::trace_file::read(path) {
             Ok(trace) => from_records(&trace.records),
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
-            }
+            Err(code) => return code,
         },
         None => {
             let doc = match api::get(&args.socket, "/timeline").await {

@@ -94,6 +94,7 @@ pub struct Metrics {
     lost: Family<Kind, Counter>,
     netns_attached: Gauge,
     netns_attaches: Counter,
+    trace_unwritten: Counter,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -107,6 +108,7 @@ struct State {
     staged: BTreeSet<String>,
     lost_seen: BTreeMap<String, u64>,
     netns_attaches_seen: u64,
+    trace_unwritten_seen: u64,
 }
 
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
@@ -205,7 +207,15 @@ impl Metrics {
             "Times the network-namespace probes were attached",
             netns_attaches.clone(),
         );
+        let trace_unwritten = Counter::default();
+        podtrace.register(
+            "trace_records_unwritten",
+            "Trace records that could not be written (a write error or a full disk); the pods \
+             keep running",
+            trace_unwritten.clone(),
+        );
         Metrics {
+            trace_unwritten,
             registry,
             runtime_ops,
             runtime_ops_total,
@@ -325,6 +335,15 @@ impl Metrics {
                     .inc_by(*total - *seen);
                 *seen = *total;
             }
+        }
+    }
+
+    /// The trace writer's total of unwritten records (monotonic; only growth is added).
+    pub fn set_trace_unwritten(&self, total: u64) {
+        let mut st = self.state();
+        if total > st.trace_unwritten_seen {
+            self.trace_unwritten.inc_by(total - st.trace_unwritten_seen);
+            st.trace_unwritten_seen = total;
         }
     }
 

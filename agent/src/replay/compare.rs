@@ -75,6 +75,9 @@ pub struct FirstDivergence {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PodComparison {
+    /// The trace is incomplete and its recording of this pod ends where the cut came:
+    /// the replay went on past it. Only the calls recorded before the cut are compared.
+    pub cut_short: bool,
     pub divergence: Option<FirstDivergence>,
     pub latency_ok: bool,
     pub name: String,
@@ -231,19 +234,28 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         }
         rep_steps.sort_by_key(|(at, _)| *at);
         let rep_steps: Vec<Step> = rep_steps.into_iter().map(|(_, s)| s).collect();
-        let divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
+        let mut divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
             d.why = d
                 .replayed
                 .as_ref()
                 .and_then(|s| why.get(&format!("{s}")).cloned());
             d
         });
+        // In a trace cut short, a pod whose recorded calls are all matched and the replay
+        // merely goes on (with the call the cut left unfinished, which was never recorded)
+        // is compared as far as it was recorded; a call that differs still diverges.
+        let cut_short =
+            !trace.is_complete() && divergence.as_ref().is_some_and(|d| d.recorded.is_none());
+        if cut_short {
+            divergence = None;
+        }
         let recorded_startup_ns = startup(rec, *added);
         let replayed_startup_ns = startup(rep, *added);
         let latency_ok = match (recorded_startup_ns, replayed_startup_ns) {
             (Some(a), Some(b)) => tolerance.allows(a, b),
             (None, None) => true,
-            _ => false,
+            (None, Some(_)) => cut_short,
+            (Some(_), None) => false,
         };
         let rec_stages = stage_times(rec, *added);
         let rep_stages = stage_times(rep, *added);
@@ -261,6 +273,7 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
             })
             .collect();
         out.push(PodComparison {
+            cut_short,
             stages,
             namespace: namespace.clone(),
             name: name.clone(),
@@ -274,10 +287,7 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         });
     }
     out.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
-    let span = trace
-        .footer
-        .ended_ns
-        .saturating_sub(trace.header.started_ns);
+    let span = trace.ended_ns().saturating_sub(trace.header.started_ns);
     Comparison {
         trace: trace.path.display().to_string(),
         virtual_ns: replayed.virtual_ns,
@@ -365,10 +375,20 @@ impl fmt::Display for Comparison {
                 "{:<36} {:>9} {:<6} {:>13} {:>13} {:>10}",
                 format!("{}/{}", p.namespace, p.name),
                 format!("{}/{}", p.recorded_calls, p.replayed_calls),
-                if p.divergence.is_none() { "yes" } else { "NO" },
+                match (&p.divergence, p.cut_short) {
+                    (Some(_), _) => "NO",
+                    (None, true) => "cut",
+                    (None, false) => "yes",
+                },
                 ms(p.recorded_startup_ns),
                 ms(p.replayed_startup_ns),
                 delta
+            )?;
+        }
+        if self.pods.iter().any(|p| p.cut_short) {
+            writeln!(
+                f,
+                "(cut: the trace ends while this pod was in flight; its calls are compared up to the cut)"
             )?;
         }
         for p in &self.pods {
@@ -435,6 +455,7 @@ mod tests {
     fn full() -> Comparison {
         Comparison {
             pods: vec![PodComparison {
+                cut_short: false,
                 divergence: Some(FirstDivergence {
                     context: vec![step("CreateContainer")],
                     index: 3,

@@ -157,7 +157,7 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
         }
         last_ns = last_ns.max(p.at_ns);
     }
-    let end_ns = trace.footer.ended_ns.max(last_ns);
+    let end_ns = trace.ended_ns().max(last_ns);
     let end = start + Duration::from_nanos(end_ns.saturating_sub(h.started_ns)) + TAIL;
     tokio::time::sleep_until(end).await;
     let _ = stop_tx.send(true);

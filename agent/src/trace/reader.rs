@@ -1,7 +1,10 @@
-//! Reading a trace back, strictly: a corrupt or truncated line is an error naming the
-//! file and line; a newer schema is refused naming both versions; fields and record types
-//! this version does not know are skipped (the compatibility policy in
-//! docs/trace-format.md).
+//! Reading a trace back, strictly: a corrupt line is an error naming the file and line; a
+//! newer schema is refused naming both versions; fields and record types this version
+//! does not know are skipped (the compatibility policy in docs/trace-format.md).
+//!
+//! A trace whose writer was killed (SIGKILL, OOM, a node crash) has no footer and may end
+//! in a torn line: it is read as incomplete, up to its last complete record, and the torn
+//! line (the last one, without its newline) is left out.
 
 use std::path::{Path, PathBuf};
 
@@ -14,9 +17,50 @@ pub struct Trace {
     pub header: Header,
     /// Every record between the header and the footer, in file order.
     pub records: Vec<TraceRecord>,
-    pub footer: Footer,
+    /// None when the trace is incomplete: the recording was cut short.
+    pub footer: Option<Footer>,
     /// Records of types this version does not know, skipped.
     pub skipped: usize,
+    /// The line number of a torn last line, left out.
+    pub torn_line: Option<usize>,
+    /// The number of the last line read.
+    pub lines: usize,
+}
+
+impl Trace {
+    pub fn is_complete(&self) -> bool {
+        self.footer.is_some()
+    }
+
+    /// What a reader says once about an incomplete trace.
+    pub fn incomplete_note(&self) -> Option<String> {
+        if self.is_complete() {
+            return None;
+        }
+        let torn = match self.torn_line {
+            Some(line) => format!(", and its torn last line {line} is left out"),
+            None => String::new(),
+        };
+        Some(format!(
+            "{}: incomplete: the trace ends without its footer after line {} (the recording was cut short); reading its {} complete records{torn}",
+            self.path.display(),
+            self.lines,
+            self.records.len()
+        ))
+    }
+
+    /// When the recording ended: the footer's time, else the last record's.
+    pub fn ended_ns(&self) -> u64 {
+        match &self.footer {
+            Some(f) => f.ended_ns,
+            None => self
+                .records
+                .iter()
+                .filter_map(TraceRecord::at_ns)
+                .max()
+                .unwrap_or(self.header.started_ns),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +92,6 @@ pub enum TraceError {
     /// The first line is not a header.
     #[error("{}:1: not a podtrace trace (the first record must be the header)", path.display())]
     NoHeader { path: PathBuf },
-    /// The file ends before its footer: the recording was cut short.
-    #[error("{}:{line}: truncated: the trace ends without its footer", path.display())]
-    Truncated { path: PathBuf, line: usize },
 }
 
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
@@ -72,6 +113,9 @@ pub(crate) fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> 
     let mut records = Vec::new();
     let mut skipped = 0;
     let mut last_line = 0;
+    let mut torn_line = None;
+    let ends_in_newline = text.ends_with('\n');
+    let count = text.lines().count();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         last_line = line;
@@ -81,8 +125,17 @@ pub(crate) fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> 
         if footer.is_some() {
             return Err(corrupt(line, "a record after the footer".into()));
         }
-        let value: serde_json::Value =
-            serde_json::from_str(raw).map_err(|e| corrupt(line, e.to_string()))?;
+        // The last line without its newline is a write cut short, when it does not parse.
+        let torn = line == count && !ends_in_newline && line > 1;
+        let value: serde_json::Value = match serde_json::from_str(raw) {
+            Ok(v) => v,
+            Err(_) if torn => {
+                torn_line = Some(line);
+                last_line = line - 1;
+                break;
+            }
+            Err(e) => return Err(corrupt(line, e.to_string())),
+        };
         let kind = value
             .get("type")
             .and_then(|t| t.as_str())
@@ -122,16 +175,14 @@ pub(crate) fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> 
     let header = header.ok_or_else(|| TraceError::NoHeader {
         path: path.to_path_buf(),
     })?;
-    let footer = footer.ok_or(TraceError::Truncated {
-        path: path.to_path_buf(),
-        line: last_line,
-    })?;
     Ok(Trace {
         path: path.to_path_buf(),
         header,
         records,
         footer,
         skipped,
+        torn_line,
+        lines: last_line,
     })
 }
 
@@ -152,7 +203,8 @@ mod tests {
     fn reads_a_whole_trace() {
         let t = parse(&format!("{HEADER}\n{CRI}\n{FOOTER}\n")).unwrap();
         assert_eq!(t.records.len(), 1);
-        assert_eq!(t.footer.counts["cri"], 1);
+        assert_eq!(t.footer.as_ref().unwrap().counts["cri"], 1);
+        assert!(t.is_complete() && t.incomplete_note().is_none());
     }
 
     #[test]
@@ -168,11 +220,36 @@ mod tests {
     }
 
     #[test]
-    fn a_truncated_trace_is_an_error() {
-        let err = parse(&format!("{HEADER}\n{CRI}\n")).unwrap_err();
+    fn a_trace_without_its_footer_is_read_as_incomplete() {
+        let t = parse(&format!("{HEADER}\n{CRI}\n")).unwrap();
+        assert!(!t.is_complete());
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.torn_line, None);
+        assert_eq!(t.ended_ns(), 4, "the last record's end");
         assert_eq!(
-            err.to_string(),
-            "t.jsonl:2: truncated: the trace ends without its footer"
+            t.incomplete_note().unwrap(),
+            "t.jsonl: incomplete: the trace ends without its footer after line 2 (the recording was cut short); reading its 1 complete records"
+        );
+    }
+
+    #[test]
+    fn a_torn_last_line_is_left_out() {
+        let t = parse(&format!("{HEADER}\n{CRI}\n{{\"type\":\"cri\",\"meth")).unwrap();
+        assert_eq!(t.records.len(), 1);
+        assert_eq!(t.torn_line, Some(3));
+        assert!(
+            t.incomplete_note()
+                .unwrap()
+                .ends_with("reading its 1 complete records, and its torn last line 3 is left out")
+        );
+    }
+
+    #[test]
+    fn a_corrupt_last_line_with_its_newline_is_corrupt_not_torn() {
+        let err = parse(&format!("{HEADER}\n{CRI}\n{{\"type\":\"cri\",\"meth\n")).unwrap_err();
+        assert!(
+            err.to_string().starts_with("t.jsonl:3: corrupt record"),
+            "{err}"
         );
     }
 

@@ -80,6 +80,9 @@ pub struct Footer {
     pub lost_by_kind: BTreeMap<String, u64>,
     /// False when the probes did not run (no permission, no tracefs).
     pub ebpf: bool,
+    /// Records that reached the writer but not the file (a write error, a full disk).
+    #[serde(default)]
+    pub unwritten_records: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +100,19 @@ pub enum TraceRecord {
 }
 
 impl TraceRecord {
+    /// When the record's event happened on the trace's clock (a CRI call: when it ended);
+    /// None for the header, stages and the footer.
+    pub fn at_ns(&self) -> Option<u64> {
+        match self {
+            TraceRecord::Pod(p) => Some(p.at_ns),
+            TraceRecord::Cri(c) => Some(c.end_ns.max(c.start_ns)),
+            TraceRecord::Kernel(k) => Some(k.ktime_ns()),
+            TraceRecord::Event(e) => Some(e.at_ns),
+            TraceRecord::Status(s) => Some(s.at_ns),
+            TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             TraceRecord::Header(_) => "header",

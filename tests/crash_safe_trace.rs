@@ -1,0 +1,142 @@
+//! A trace is most needed right after something went wrong: an agent SIGKILLed while it
+//! records keeps what it recorded, the file is private, and every reader works on it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::Duration;
+
+use podtrace_tests::agent::{Agent, phase};
+use podtrace_tests::{podtrace_bin, require_lab, runtime_objects, stderr, stdout};
+use serde_json::Value;
+
+const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+const PODS: [&str; 4] = ["kept-a", "kept-b", "kept-c", "kept-d"];
+
+fn read(args: &[&str]) -> (Value, String) {
+    let out = Command::new(podtrace_bin()).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "podtrace {args:?}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("podtrace {args:?} printed no JSON ({e}): {}", stdout(&out)));
+    (doc, stderr(&out))
+}
+
+/// Says once that the file is incomplete, naming it.
+fn says_incomplete_once(err: &str, file: &str) {
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("incomplete")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(
+        notes[0].contains(file) && notes[0].contains("ends without its footer"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
+    require_lab();
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first.jsonl");
+    let second = dir.path().join("second.jsonl");
+    let mut agent = Agent::start("crashsafe", &["--trace", first.to_str().unwrap()]);
+    for name in PODS {
+        agent.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
+            ),
+        );
+    }
+    agent.wait_for("four pods Running", Duration::from_secs(120), |pods| {
+        PODS.iter().all(|n| {
+            pods.iter()
+                .any(|p| p["name"] == *n && phase(p) == "Running")
+        })
+    });
+    let uids: Vec<String> = agent
+        .pods()
+        .iter()
+        .map(|p| p["uid"].as_str().unwrap().to_string())
+        .collect();
+    agent.kill9();
+
+    // What it had recorded is there, private, and without a footer.
+    let mode = std::fs::metadata(&first).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the trace holds pod specs: {mode:o}");
+    let text = std::fs::read_to_string(&first).unwrap();
+    assert!(!text.contains("\"type\":\"footer\""));
+    let path = first.to_str().unwrap();
+
+    let (timeline, err) = read(&["timeline", "--trace", path, "-o", "json"]);
+    says_incomplete_once(&err, path);
+    for name in PODS {
+        let p = timeline["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no timeline for {name}: {timeline:#}"));
+        let stages: Vec<&str> = p["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        for want in ["sandbox_ready", "container_start:app", "running"] {
+            assert!(stages.contains(&want), "{name}: no {want} in {stages:?}");
+        }
+    }
+    let (report, err) = read(&["report", path, "-o", "json"]);
+    says_incomplete_once(&err, path);
+    let text = report.to_string();
+    for name in PODS {
+        assert!(text.contains(name), "report without {name}: {report:#}");
+    }
+    let out = Command::new(podtrace_bin())
+        .args(["diagnose", "--trace", path, "-o", "json"])
+        .output()
+        .unwrap();
+    says_incomplete_once(&stderr(&out), path);
+    let diagnosis: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "diagnose printed no JSON ({e}): {}{}",
+            stdout(&out),
+            stderr(&out)
+        )
+    });
+    let verdicts = diagnosis.to_string();
+    for name in PODS {
+        assert!(
+            verdicts.contains(name),
+            "no verdict for {name}: {diagnosis:#}"
+        );
+    }
+
+    // Restarted with a new trace: the pods are adopted, not made again.
+    agent.set_extra(&["--trace", second.to_str().unwrap()]);
+    agent.spawn();
+    agent.wait_for("the pods adopted", Duration::from_secs(60), |pods| {
+        PODS.iter().all(|n| {
+            pods.iter()
+                .any(|p| p["name"] == *n && phase(p) == "Running")
+        })
+    });
+    for uid in &uids {
+        let (sandboxes, _) = runtime_objects(uid);
+        assert_eq!(sandboxes.len(), 1, "{uid}: {sandboxes:?}");
+    }
+    // Both traces read (the second is still being written: it too reads as incomplete).
+    let (again, err) = read(&[
+        "timeline",
+        "--trace",
+        second.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    says_incomplete_once(&err, second.to_str().unwrap());
+    assert!(again["pods"].is_array(), "{again:#}");
+    let (_, _) = read(&["timeline", "--trace", path, "-o", "json"]);
+}
