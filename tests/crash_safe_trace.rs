@@ -140,3 +140,76 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
     assert!(again["pods"].is_array(), "{again:#}");
     let (_, _) = read(&["timeline", "--trace", path, "-o", "json"]);
 }
+
+/// Unmounts a test's small file system.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_trace_not_the_pods() {
+    require_lab();
+    let scratch = podtrace_tests::Scratch::new();
+    let small = scratch.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=16k",
+            "podtrace-test",
+            small.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a 16 KiB tmpfs");
+    let _unmount = Mounted(small.clone());
+    let trace = small.join("trace.jsonl");
+    let manifest = scratch.manifest(
+        "pod.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: disk-full}}\nspec:\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
+        ),
+    );
+    let (out, doc) = scratch.run(
+        &[&manifest],
+        &["--cleanup", "--trace", trace.to_str().unwrap()],
+    );
+    let err = stderr(&out);
+    // The pod ran and was cleaned up as usual.
+    let p = podtrace_tests::pod(&doc, "disk-full");
+    assert_eq!(p["phase"], "Running", "{doc:#}\n{err}");
+    assert_eq!(doc["cleaned_up"], true, "{doc:#}");
+    // The trace stopped, said once and why, and what it could not write is counted.
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stopped writing"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains(trace.to_str().unwrap()) && said[0].contains("No space left"),
+        "{err}"
+    );
+    let lost: u64 = err
+        .lines()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" records could not be written")?;
+            before.rsplit(' ').next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no count of unwritten records: {err}"));
+    assert!(lost > 0, "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a trace with holes fails the run: {err}"
+    );
+    // What reached the disk reads, as an incomplete trace.
+    let (timeline, note) = read(&["timeline", "--trace", trace.to_str().unwrap(), "-o", "json"]);
+    says_incomplete_once(&note, trace.to_str().unwrap());
+    assert!(timeline["pods"].is_array(), "{timeline:#}");
+}

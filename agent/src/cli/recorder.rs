@@ -181,7 +181,10 @@ impl RunRecorder {
     pub fn refresh_metrics(&self) {
         self.sink.metrics.observe_collector(&self.sink.collector);
         if let Some(w) = &self.writer {
-            self.sink.metrics.set_trace_unwritten(w.stats().unwritten());
+            let stats = w.stats();
+            self.sink
+                .metrics
+                .set_trace_losses(stats.unwritten(), stats.dropped());
         }
         if let Some(lost) = self.probes.as_ref().and_then(|p| p.lost().ok()) {
             let by_kind = lost
@@ -302,6 +305,13 @@ impl RunRecorder {
                 eprintln!("podtrace: writing {}: {e}", path.display());
                 return ExitCode::FAILURE;
             }
+            if stats.dropped() > 0 {
+                eprintln!(
+                    "podtrace: trace {}: {} records were dropped while the writer was behind",
+                    path.display(),
+                    stats.dropped()
+                );
+            }
             if stats.unwritten() > 0 {
                 eprintln!(
                     "podtrace: trace {}: {} records could not be written ({})",
@@ -309,6 +319,8 @@ impl RunRecorder {
                     stats.unwritten(),
                     stats.failure().unwrap_or("the writer stopped")
                 );
+            }
+            if stats.dropped() > 0 || stats.unwritten() > 0 {
                 return ExitCode::FAILURE;
             }
         }

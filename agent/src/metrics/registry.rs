@@ -95,6 +95,7 @@ pub struct Metrics {
     netns_attached: Gauge,
     netns_attaches: Counter,
     trace_unwritten: Counter,
+    trace_dropped: Counter,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -109,6 +110,7 @@ struct State {
     lost_seen: BTreeMap<String, u64>,
     netns_attaches_seen: u64,
     trace_unwritten_seen: u64,
+    trace_dropped_seen: u64,
 }
 
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
@@ -214,8 +216,15 @@ impl Metrics {
              keep running",
             trace_unwritten.clone(),
         );
+        let trace_dropped = Counter::default();
+        podtrace.register(
+            "trace_records_dropped",
+            "Trace records dropped because the trace writer's queue was full (it fell behind)",
+            trace_dropped.clone(),
+        );
         Metrics {
             trace_unwritten,
+            trace_dropped,
             registry,
             runtime_ops,
             runtime_ops_total,
@@ -338,12 +347,18 @@ impl Metrics {
         }
     }
 
-    /// The trace writer's total of unwritten records (monotonic; only growth is added).
-    pub fn set_trace_unwritten(&self, total: u64) {
+    /// The trace writer's totals of records it could not write and records dropped at its
+    /// full queue (monotonic; only growth is added).
+    pub fn set_trace_losses(&self, unwritten: u64, dropped: u64) {
         let mut st = self.state();
-        if total > st.trace_unwritten_seen {
-            self.trace_unwritten.inc_by(total - st.trace_unwritten_seen);
-            st.trace_unwritten_seen = total;
+        if unwritten > st.trace_unwritten_seen {
+            self.trace_unwritten
+                .inc_by(unwritten - st.trace_unwritten_seen);
+            st.trace_unwritten_seen = unwritten;
+        }
+        if dropped > st.trace_dropped_seen {
+            self.trace_dropped.inc_by(dropped - st.trace_dropped_seen);
+            st.trace_dropped_seen = dropped;
         }
     }
 

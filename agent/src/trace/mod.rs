@@ -11,4 +11,4 @@ pub use record::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
     TraceRecord, redact_pod,
 };
-pub use writer::{SYNC_EVERY, TraceSink, TraceWriter, WriterStats};
+pub use writer::{QUEUE_RECORDS, SYNC_EVERY, TraceSink, TraceWriter, WriterStats};

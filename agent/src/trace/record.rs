@@ -83,6 +83,9 @@ pub struct Footer {
     /// Records that reached the writer but not the file (a write error, a full disk).
     #[serde(default)]
     pub unwritten_records: u64,
+    /// Records dropped because the writer fell too far behind (its queue was full).
+    #[serde(default)]
+    pub dropped_records: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -13,21 +13,37 @@ use tokio::sync::mpsc;
 use super::record::{Footer, Header, TraceRecord};
 use crate::cri::{CallSink, CriCall};
 
-/// The sending side, cheap to clone: hand it to everything that records.
+/// Records waiting for the writer, at most. A writer that falls this far behind (a disk
+/// slower than a burst of events) drops what comes next, and counts it.
+pub const QUEUE_RECORDS: usize = 16_384;
+
+/// The sending side, cheap to clone: hand it to everything that records. Sending never
+/// waits: the pipeline does not slow down for the disk.
 #[derive(Clone, Debug)]
 pub struct TraceSink {
-    tx: mpsc::UnboundedSender<TraceRecord>,
+    tx: mpsc::Sender<TraceRecord>,
+    stats: Arc<WriterStats>,
 }
 
 impl TraceSink {
     pub fn send(&self, record: TraceRecord) {
-        let _ = self.tx.send(record);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(record) {
+            if self.stats.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!(
+                    "podtrace: trace {}: the writer is {QUEUE_RECORDS} records behind; records are dropped, and counted, until it catches up",
+                    self.stats.path.display()
+                );
+            }
+        }
     }
 
     /// A sink that drops everything (no trace file requested).
     pub fn discard() -> TraceSink {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        TraceSink { tx }
+        let (tx, _rx) = mpsc::channel(1);
+        TraceSink {
+            tx,
+            stats: Arc::new(WriterStats::default()),
+        }
     }
 }
 
@@ -46,11 +62,18 @@ const BATCH: usize = 1024;
 /// What the writer could not do, shared with whoever reports it (`/metrics`, the footer).
 #[derive(Debug, Default)]
 pub struct WriterStats {
+    path: PathBuf,
     unwritten: AtomicU64,
+    dropped: AtomicU64,
     failure: OnceLock<String>,
 }
 
 impl WriterStats {
+    /// Records dropped because the writer's queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
     /// Records that reached the writer but not the file.
     pub fn unwritten(&self) -> u64 {
         self.unwritten.load(Ordering::Relaxed)
@@ -92,15 +115,21 @@ impl TraceWriter {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .await?;
         let mut out = tokio::io::BufWriter::new(file);
-        let (tx, rx) = mpsc::unbounded_channel::<TraceRecord>();
+        let (tx, rx) = mpsc::channel::<TraceRecord>(QUEUE_RECORDS);
         write_line(&mut out, &TraceRecord::Header(header)).await?;
         out.flush().await?;
-        let stats = Arc::new(WriterStats::default());
+        let stats = Arc::new(WriterStats {
+            path: path.to_path_buf(),
+            ..WriterStats::default()
+        });
         let task = tokio::spawn(write_records(out, rx, path.to_path_buf(), stats.clone()));
         Ok(TraceWriter {
             path: path.to_path_buf(),
             task,
-            sink: TraceSink { tx },
+            sink: TraceSink {
+                tx,
+                stats: stats.clone(),
+            },
             stats,
         })
     }
@@ -121,7 +150,8 @@ impl TraceWriter {
     /// could not be) and closes the file. Records sent after this are dropped. Returns
     /// the counts written, by type.
     pub async fn finish(self, footer: Footer) -> std::io::Result<BTreeMap<String, u64>> {
-        self.sink.send(TraceRecord::Footer(footer));
+        // Waits for room: the footer is never dropped.
+        let _ = self.sink.tx.send(TraceRecord::Footer(footer)).await;
         drop(self.sink);
         self.task.await.map_err(std::io::Error::other)
     }
@@ -129,7 +159,7 @@ impl TraceWriter {
 
 async fn write_records(
     mut out: tokio::io::BufWriter<tokio::fs::File>,
-    mut rx: mpsc::UnboundedReceiver<TraceRecord>,
+    mut rx: mpsc::Receiver<TraceRecord>,
     path: PathBuf,
     stats: Arc<WriterStats>,
 ) -> BTreeMap<String, u64> {
@@ -161,6 +191,7 @@ async fn write_records(
                 // The footer carries the counts of everything written before it.
                 footer.counts = counts.clone();
                 footer.unwritten_records = stats.unwritten();
+                footer.dropped_records = stats.dropped();
                 done = true;
             } else {
                 *counts.entry(record.type_name().to_string()).or_default() += 1;
@@ -212,4 +243,107 @@ async fn write_line<W: tokio::io::AsyncWrite + Unpin>(
     let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     line.push(b'\n');
     out.write_all(&line).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri::CriCall;
+
+    fn header() -> Header {
+        Header {
+            schema_version: super::super::SCHEMA_VERSION,
+            podtrace_version: "test".into(),
+            node: "n".into(),
+            kernel: "k".into(),
+            runtime_name: "r".into(),
+            runtime_version: "1".into(),
+            config: serde_json::json!({}),
+            started_wall_ns: 0,
+            started_ns: 1,
+        }
+    }
+
+    fn call(i: u64) -> TraceRecord {
+        TraceRecord::Cri(CriCall {
+            method: "Version".into(),
+            pod_uid: String::new(),
+            container: String::new(),
+            attempt: 0,
+            sandbox_id: String::new(),
+            container_id: String::new(),
+            image: String::new(),
+            start_ns: i,
+            end_ns: i,
+            code: "OK".into(),
+            message: String::new(),
+            response: BTreeMap::new(),
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_file_is_private_and_every_record_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        // An existing, world-readable file is made private too.
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = TraceWriter::create(&path, header()).await.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let sink = w.sink();
+        for i in 0..10 {
+            sink.send(call(i));
+        }
+        let stats = w.stats();
+        let counts = w.finish(Footer::default()).await.unwrap();
+        assert_eq!(counts["cri"], 10);
+        assert_eq!((stats.unwritten(), stats.dropped()), (0, 0));
+        let trace = super::super::read_trace(&path).unwrap();
+        assert!(trace.is_complete());
+        assert_eq!(trace.records.len(), 10);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_writer_that_falls_behind_drops_and_counts_but_keeps_the_footer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TraceWriter::create(&path, header()).await.unwrap();
+        let sink = w.sink();
+        // The writer task cannot run before this test yields: the queue fills.
+        let sent = QUEUE_RECORDS as u64 + 100;
+        for i in 0..sent {
+            sink.send(call(i));
+        }
+        let stats = w.stats();
+        assert_eq!(stats.dropped(), 100);
+        w.finish(Footer::default()).await.unwrap();
+        let trace = super::super::read_trace(&path).unwrap();
+        let footer = trace.footer.expect("the footer is never dropped");
+        assert_eq!(footer.dropped_records, 100);
+        assert_eq!(footer.counts["cri"], QUEUE_RECORDS as u64);
+        assert_eq!(trace.records.len(), QUEUE_RECORDS);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn records_sent_are_on_disk_before_the_footer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let w = TraceWriter::create(&path, header()).await.unwrap();
+        let sink = w.sink();
+        sink.send(call(5));
+        // Let the writer take the batch and flush it, as it does while the run goes on.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+            let text = std::fs::read_to_string(&path).unwrap();
+            if text.lines().count() == 2 {
+                break;
+            }
+        }
+        // Read as a killed writer would have left it: complete records, no footer.
+        let trace = super::super::read_trace(&path).unwrap();
+        assert!(!trace.is_complete());
+        assert_eq!(trace.records.len(), 1);
+        w.finish(Footer::default()).await.unwrap();
+    }
 }
