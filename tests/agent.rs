@@ -634,3 +634,55 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// kubelet's file source: a manifest directory that disappears is an empty set of pods
+/// (they are removed), and when it comes back its pods come back, each with one sandbox
+/// and nothing of the old ones left.
+#[test]
+fn a_manifest_directory_removed_and_recreated_removes_then_restores_its_pods() {
+    require_lab();
+    let agent = Agent::start("mandir", &[]);
+    let names = ["dir-a", "dir-b"];
+    let yaml = |name: &str| {
+        pod_yaml(
+            name,
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        )
+    };
+    for n in names {
+        agent.write(&format!("{n}.yaml"), &yaml(n));
+    }
+    let running = |pods: &[serde_json::Value]| {
+        names.iter().all(|n| {
+            pods.iter()
+                .any(|p| p["name"] == *n && phase(p) == "Running")
+        })
+    };
+    agent.wait_for("both pods Running", MINUTE, |pods| running(pods));
+    let uids: Vec<String> = agent
+        .pods()
+        .iter()
+        .map(|p| p["uid"].as_str().unwrap().to_string())
+        .collect();
+
+    std::fs::remove_dir_all(agent.manifests()).unwrap();
+    agent.wait_for("the pods removed", MINUTE, |pods| pods.is_empty());
+    for uid in &uids {
+        let (sandboxes, containers) = runtime_objects(uid);
+        assert!(
+            sandboxes.is_empty() && containers.is_empty(),
+            "{uid}: {sandboxes:?} {containers:?}"
+        );
+    }
+
+    std::fs::create_dir_all(agent.manifests()).unwrap();
+    for n in names {
+        agent.write(&format!("{n}.yaml"), &yaml(n));
+    }
+    agent.wait_for("both pods Running again", MINUTE, |pods| running(pods));
+    for uid in &uids {
+        let (sandboxes, _) = runtime_objects(uid);
+        assert_eq!(sandboxes.len(), 1, "{uid}: {sandboxes:?}");
+    }
+    assert_eq!(agent.pods().len(), 2, "no pod duplicated");
+}

@@ -70,7 +70,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
     assert!(!text.contains("\"type\":\"footer\""));
     let path = first.to_str().unwrap();
 
-    let (timeline, err) = read(&["timeline", "--trace", path, "-o", "json"]);
+    let (timeline, err) = read(&["timeline", path, "-o", "json"]);
     says_incomplete_once(&err, path);
     for name in PODS {
         let p = timeline["pods"]
@@ -96,7 +96,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
         assert!(text.contains(name), "report without {name}: {report:#}");
     }
     let out = Command::new(podtrace_bin())
-        .args(["diagnose", "--trace", path, "-o", "json"])
+        .args(["diagnose", path, "-o", "json"])
         .output()
         .unwrap();
     says_incomplete_once(&stderr(&out), path);
@@ -129,16 +129,10 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
         assert_eq!(sandboxes.len(), 1, "{uid}: {sandboxes:?}");
     }
     // Both traces read (the second is still being written: it too reads as incomplete).
-    let (again, err) = read(&[
-        "timeline",
-        "--trace",
-        second.to_str().unwrap(),
-        "-o",
-        "json",
-    ]);
+    let (again, err) = read(&["timeline", second.to_str().unwrap(), "-o", "json"]);
     says_incomplete_once(&err, second.to_str().unwrap());
     assert!(again["pods"].is_array(), "{again:#}");
-    let (_, _) = read(&["timeline", "--trace", path, "-o", "json"]);
+    let (_, _) = read(&["timeline", path, "-o", "json"]);
 }
 
 /// Unmounts a test's small file system.
@@ -209,7 +203,7 @@ fn a_full_disk_stops_the_trace_not_the_pods() {
         "a trace with holes fails the run: {err}"
     );
     // What reached the disk reads, as an incomplete trace.
-    let (timeline, note) = read(&["timeline", "--trace", trace.to_str().unwrap(), "-o", "json"]);
+    let (timeline, note) = read(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     says_incomplete_once(&note, trace.to_str().unwrap());
     assert!(timeline["pods"].is_array(), "{timeline:#}");
 }

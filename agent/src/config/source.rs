@@ -109,6 +109,9 @@ pub fn watch(
     let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
         let _ = kick_tx.send(());
     })?;
+    // A directory that is removed loses its watch: its parent is watched too, so its
+    // re-creation is seen, and the directory is watched again after every load.
+    let dirs: Vec<PathBuf> = paths.iter().filter(|p| p.is_dir()).cloned().collect();
     for p in &paths {
         // Watch the directory holding a file too, so editors that replace the file are seen.
         let target = if p.is_dir() {
@@ -120,6 +123,11 @@ pub fn watch(
         };
         watcher.watch(&target, notify::RecursiveMode::NonRecursive)?;
     }
+    for d in &dirs {
+        if let Some(parent) = d.parent().filter(|p| p.is_dir()) {
+            watcher.watch(parent, notify::RecursiveMode::NonRecursive)?;
+        }
+    }
     let mut config = PodConfig::default();
     let (pods, errors) = load_paths(&paths, &node_name);
     for u in config.apply(pods, &errors) {
@@ -127,7 +135,7 @@ pub fn watch(
     }
     let _ = tx.send(PodUpdate::SourcesReady);
     tokio::spawn(async move {
-        let _watcher = watcher; // dropping it stops the notifications
+        let mut watcher = watcher; // dropping it stops the notifications
         loop {
             tokio::select! {
                 kicked = kick_rx.recv() => {
@@ -139,6 +147,10 @@ pub fn watch(
                     while kick_rx.try_recv().is_ok() {}
                 }
                 _ = tokio::time::sleep(RESCAN_PERIOD) => {}
+            }
+            for d in dirs.iter().filter(|d| d.is_dir()) {
+                // Adding a watch that exists is a no-op; a re-created directory gets one.
+                let _ = watcher.watch(d, notify::RecursiveMode::NonRecursive);
             }
             let (pods, errors) = load_paths(&paths, &node_name);
             for u in config.apply(pods, &errors) {
