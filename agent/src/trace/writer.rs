@@ -27,13 +27,13 @@ pub struct TraceSink {
 
 impl TraceSink {
     pub fn send(&self, record: TraceRecord) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(record) {
-            if self.stats.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
-                eprintln!(
-                    "podtrace: trace {}: the writer is {QUEUE_RECORDS} records behind; records are dropped, and counted, until it catches up",
-                    self.stats.path.display()
-                );
-            }
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(record)
+            && self.stats.dropped.fetch_add(1, Ordering::Relaxed) == 0
+        {
+            eprintln!(
+                "podtrace: trace {}: the writer is {QUEUE_RECORDS} records behind; records are dropped, and counted, until it catches up",
+                self.stats.path.display()
+            );
         }
     }
 
