@@ -31,6 +31,8 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "timeline",
     "diagnose_faults",
     "crash_safe_trace",
+    // Kills and restarts the lab's containerd: last, in a binary of its own.
+    "fault_containerd",
 ];
 
 #[derive(Debug, clap::Args)]

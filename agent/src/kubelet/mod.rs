@@ -17,6 +17,7 @@ pub mod resize;
 pub mod resize_actions;
 pub mod restart_rules;
 pub mod runtime_pod;
+pub mod sandbox_gc;
 pub mod status;
 
 pub use pod_actions::{PodActions, compute_pod_actions};

@@ -6,6 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::cri::{RuntimeService, api};
+use crate::kubelet::sandbox_gc::{SandboxGcInfo, evictable_sandboxes};
 use crate::kuberuntime::labels;
 use crate::kuberuntime::volumes;
 
@@ -15,6 +16,8 @@ use super::shared::Shared;
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Cleaned {
     pub sandboxes: Vec<String>,
+    /// Dead sandboxes of pods that still exist (kubelet's sandbox GC).
+    pub dead_sandboxes: Vec<String>,
     pub containers: Vec<String>,
     pub pod_dirs: Vec<String>,
     pub pod_cgroups: Vec<String>,
@@ -41,14 +44,19 @@ pub async fn cleanup_orphans<R: RuntimeService>(
     let orphan =
         |l: &HashMap<String, String>| l.get(labels::POD_UID).is_some_and(|u| !keep.contains(u));
 
-    if let Ok(containers) = cri
+    let listed = cri
         .list_containers(Some(api::ContainerFilter {
             label_selector: ours(node),
             ..Default::default()
         }))
-        .await
-    {
-        for c in containers.into_iter().filter(|c| orphan(&c.labels)) {
+        .await;
+    // Sandboxes some container still names, the orphans' about to go excepted.
+    let mut in_use: BTreeSet<String> = BTreeSet::new();
+    if let Ok(containers) = listed {
+        let (orphans, kept): (Vec<_>, Vec<_>) =
+            containers.into_iter().partition(|c| orphan(&c.labels));
+        in_use.extend(kept.into_iter().map(|c| c.pod_sandbox_id));
+        for c in orphans {
             let stopped = c.state != api::ContainerState::ContainerRunning as i32
                 || cri.stop_container(&c.id, 0).await.is_ok();
             if stopped && cri.remove_container(&c.id).await.is_ok() {
@@ -63,11 +71,39 @@ pub async fn cleanup_orphans<R: RuntimeService>(
         }))
         .await
     {
-        for sb in sandboxes.into_iter().filter(|s| orphan(&s.labels)) {
+        let (orphans, kept): (Vec<_>, Vec<_>) =
+            sandboxes.into_iter().partition(|s| orphan(&s.labels));
+        for sb in orphans {
             if cri.stop_pod_sandbox(&sb.id).await.is_ok()
                 && cri.remove_pod_sandbox(&sb.id).await.is_ok()
             {
                 cleaned.sandboxes.push(sb.id);
+            }
+        }
+        // kubelet's sandbox GC for the pods that stay: a dead sandbox (one a crashed
+        // runtime left, or an older attempt) goes once it holds no container and a newer
+        // one exists.
+        let mut by_pod: std::collections::BTreeMap<String, Vec<SandboxGcInfo>> =
+            std::collections::BTreeMap::new();
+        for sb in kept {
+            let Some(uid) = sb.labels.get(labels::POD_UID) else {
+                continue;
+            };
+            by_pod.entry(uid.clone()).or_default().push(SandboxGcInfo {
+                has_containers: in_use.contains(&sb.id),
+                ready: sb.state == api::PodSandboxState::SandboxReady as i32,
+                created_at: sb.created_at,
+                id: sb.id,
+            });
+        }
+        for sandboxes in by_pod.values() {
+            for id in evictable_sandboxes(sandboxes, true) {
+                // kubelet stops a sandbox before removing it, in case nothing did.
+                if cri.stop_pod_sandbox(&id).await.is_ok()
+                    && cri.remove_pod_sandbox(&id).await.is_ok()
+                {
+                    cleaned.dead_sandboxes.push(id);
+                }
             }
         }
     }

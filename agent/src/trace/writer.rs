@@ -332,13 +332,13 @@ mod tests {
         let w = TraceWriter::create(&path, header()).await.unwrap();
         let sink = w.sink();
         sink.send(call(5));
-        // Let the writer take the batch and flush it, as it does while the run goes on.
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-            let text = std::fs::read_to_string(&path).unwrap();
-            if text.lines().count() == 2 {
-                break;
-            }
+        // Let the writer take the batch and flush it, as it does while the run goes on:
+        // its file writes run on tokio's blocking pool, so this polls the file (bounded).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(&path).unwrap().lines().count() < 2
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         // Read as a killed writer would have left it: complete records, no footer.
         let trace = super::super::read_trace(&path).unwrap();

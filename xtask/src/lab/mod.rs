@@ -102,6 +102,34 @@ pub fn up(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<UpOutcome, LabErr
     up_with(paths, &LabOptions::default(), progress)
 }
 
+/// Starts the lab's containerd again after it died (a fault test SIGKILLs it), with the
+/// same configuration and state, and records its new pid in `lab.json`. Fails if the lab
+/// is not up, or its containerd still runs.
+pub fn restart_containerd(paths: &LabPaths) -> Result<u32, LabError> {
+    let _lock = LabLock::acquire(paths)?;
+    let path = paths.state_file();
+    let Some(mut state) = LabState::read(paths)? else {
+        return Err(LabError::io(
+            "containerd",
+            "read",
+            &path,
+            io::Error::new(io::ErrorKind::NotFound, "the lab is not up"),
+        ));
+    };
+    if daemon_alive(
+        state.containerd_pid,
+        &paths.containerd_config().to_string_lossy(),
+    ) {
+        return Err(LabError::SocketInUse {
+            path: paths.cri_socket(),
+        });
+    }
+    let pid = containerd::start(paths)?;
+    state.containerd_pid = pid;
+    state.write(paths)?;
+    Ok(pid)
+}
+
 /// [`up`] with `options`. A lab that already runs is left as it is, options or not.
 pub fn up_with(
     paths: &LabPaths,

@@ -1,0 +1,142 @@
+//! containerd SIGKILLed while ten pods are being created, then started again: every pod
+//! ends Running with exactly one sandbox, and no IPAM reservation or network namespace is
+//! left of the sandboxes the crash cut short.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use podtrace_tests::agent::{Agent, phase};
+use podtrace_tests::{require_lab, runtime_objects};
+use serde_json::Value;
+use xtask::lab::{self, LabState};
+
+const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+const PODS: usize = 10;
+
+fn names() -> Vec<String> {
+    (0..PODS).map(|i| format!("ctd-fault-{i}")).collect()
+}
+
+fn entries(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| keep(n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `check` every 100 ms for at most `limit`.
+fn eventually(what: &str, limit: Duration, check: impl Fn() -> Result<(), String>) {
+    let start = Instant::now();
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(e) if start.elapsed() > limit => panic!("{what} within {limit:?}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+#[test]
+fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
+    let lab_paths = require_lab();
+    let state: LabState =
+        serde_json::from_str(&std::fs::read_to_string(lab_paths.state_file()).unwrap()).unwrap();
+    let agent = Agent::start(
+        "ctdfault",
+        &["--backoff-initial", "1s", "--backoff-max", "4s"],
+    );
+    for n in names() {
+        agent.write(
+            &format!("{n}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}, namespace: default}}\nspec:\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
+            ),
+        );
+    }
+    // Kill containerd in the middle of the creations: once the first sandbox exists.
+    eventually("a first sandbox", Duration::from_secs(60), || {
+        let made = names()
+            .iter()
+            .filter(|n| {
+                !podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", n)
+                    .0
+                    .is_empty()
+            })
+            .count();
+        if made > 0 {
+            Ok(())
+        } else {
+            Err("none yet".into())
+        }
+    });
+    // SAFETY: kill(2) on the lab's containerd, whose pid lab.json records.
+    unsafe { libc::kill(state.containerd_pid as i32, libc::SIGKILL) };
+    eventually("containerd to die", Duration::from_secs(10), || {
+        if std::path::Path::new(&format!("/proc/{}", state.containerd_pid)).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", state.containerd_pid))
+                .unwrap_or_default()
+                .contains(") Z")
+        {
+            Err("still running".into())
+        } else {
+            Ok(())
+        }
+    });
+    lab::restart_containerd(&lab_paths).expect("containerd starts again");
+
+    let running = |pods: &[Value]| {
+        names().iter().all(|n| {
+            pods.iter()
+                .any(|p| p["name"] == *n && phase(p) == "Running")
+        })
+    };
+    agent.wait_for("all ten pods Running", Duration::from_secs(180), |pods| {
+        running(pods)
+    });
+    let pods = agent.pods();
+    let uids: Vec<String> = pods
+        .iter()
+        .map(|p| p["uid"].as_str().unwrap().to_string())
+        .collect();
+    let ips: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(uids.len(), PODS, "no pod duplicated");
+    assert_eq!(ips.len(), PODS, "ten distinct pod IPs: {ips:?}");
+    // Sandboxes the crash left behind are removed: one sandbox per pod, and only the
+    // running pods' IPs and namespaces are held.
+    let ipam = lab_paths.ipam_dir().join(&state.cni_network);
+    let netns = lab_paths.netns_dir();
+    eventually(
+        "one sandbox per pod and nothing else held",
+        Duration::from_secs(120),
+        || {
+            for uid in &uids {
+                let (sandboxes, _) = runtime_objects(uid);
+                if sandboxes.len() != 1 {
+                    return Err(format!("{uid}: {sandboxes:?}"));
+                }
+            }
+            let held = entries(&ipam, |n| n.parse::<std::net::Ipv4Addr>().is_ok());
+            if held != ips {
+                return Err(format!("IPAM holds {held:?}, the pods have {ips:?}"));
+            }
+            let spaces = entries(&netns, |_| true);
+            if spaces.len() != PODS {
+                return Err(format!("{} netns: {spaces:?}", spaces.len()));
+            }
+            Ok(())
+        },
+    );
+    drop(agent);
+    assert!(
+        entries(&ipam, |n| n.parse::<std::net::Ipv4Addr>().is_ok()).is_empty(),
+        "IPAM reservations left after the pods were deleted"
+    );
+    assert!(entries(&netns, |_| true).is_empty(), "netns left");
+}
