@@ -686,3 +686,95 @@ fn a_manifest_directory_removed_and_recreated_removes_then_restores_its_pods() {
     }
     assert_eq!(agent.pods().len(), 2, "no pod duplicated");
 }
+
+/// A runtime call that hangs: a pull from a registry that accepts connections and never
+/// answers. The pull fails at the agent's deadline, that pod shows the error and is
+/// retried, and the other pod and the agent's API go on as usual.
+#[test]
+fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
+    require_lab();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepts and holds every connection, never writing a byte.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let agent = Agent::start(
+        "hungpull",
+        &[
+            "--pull-timeout",
+            "3",
+            "--backoff-initial",
+            "1s",
+            "--backoff-max",
+            "2s",
+        ],
+    );
+    agent.write(
+        "hung.yaml",
+        &pod_yaml(
+            "hung",
+            &format!(
+                "  - {{name: c, image: '127.0.0.1:{port}/podtrace/silent:1.0', command: [sleep, '3600']}}\n"
+            ),
+        ),
+    );
+    agent.write(
+        "fine.yaml",
+        &pod_yaml(
+            "fine",
+            &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
+        ),
+    );
+    // The other pod runs, and the API answers, while a pull hangs.
+    agent.wait_pod("fine", "Running beside a hung pull", MINUTE, |p| {
+        phase(p) == "Running"
+    });
+    // The hung pull ends at the deadline, named as such, and is tried again.
+    agent.wait_for("hung: two pulls failed at the deadline", MINUTE, |_| {
+        let failed = agent
+            .events("hung")
+            .iter()
+            .filter(|e| {
+                e["reason"] == "Failed"
+                    && e["message"].as_str().is_some_and(|m| {
+                        m.contains("ErrImagePull") || m.contains("DeadlineExceeded")
+                    })
+            })
+            .map(|e| e["count"].as_u64().unwrap_or(1))
+            .sum::<u64>();
+        let pulls = agent
+            .events("hung")
+            .iter()
+            .filter(|e| e["reason"] == "Pulling")
+            .map(|e| e["count"].as_u64().unwrap_or(1))
+            .sum::<u64>();
+        failed >= 1 && pulls >= 2
+    });
+    let messages: Vec<String> = agent
+        .events("hung")
+        .iter()
+        .filter(|e| e["reason"] == "Failed")
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.to_lowercase().contains("deadline")),
+        "the failure names the deadline: {messages:?}"
+    );
+    let p = agent.pod("hung").unwrap();
+    assert_ne!(phase(&p), "Running");
+    assert!(
+        matches!(
+            waiting_reason(&p, "c"),
+            Some("ErrImagePull") | Some("ImagePullBackOff")
+        ),
+        "{p:#}"
+    );
+    let fine = agent.pod("fine").unwrap();
+    assert_eq!(phase(&fine), "Running", "{fine:#}");
+}
