@@ -126,6 +126,15 @@ impl CriClient {
                 request.set_timeout(after);
                 match tokio::time::timeout(after, call(request)).await {
                     Err(_) => Err(CriError::Timeout { method, after }),
+                    // The deadline, as tonic's client (Cancelled, "Timeout expired") or the
+                    // runtime (DeadlineExceeded) reports it when it fires first.
+                    Ok(Err(status))
+                        if status.code() == tonic::Code::DeadlineExceeded
+                            || (status.code() == tonic::Code::Cancelled
+                                && status.message() == "Timeout expired") =>
+                    {
+                        Err(CriError::Timeout { method, after })
+                    }
                     Ok(Err(status)) => Err(CriError::Call {
                         method,
                         code: status.code(),

@@ -35,8 +35,9 @@ pub enum CriError {
         message: String,
     },
 
-    /// The call did not finish within its deadline.
-    #[error("CRI {method} timed out after {after:?}")]
+    /// The call did not finish within its deadline (gRPC DeadlineExceeded, as kubelet's
+    /// context deadline reads).
+    #[error("CRI {method}: no answer within its {after:?} deadline (DeadlineExceeded)")]
     Timeout {
         method: &'static str,
         after: Duration,
@@ -55,6 +56,7 @@ impl CriError {
     pub fn code(&self) -> Option<tonic::Code> {
         match self {
             CriError::Call { code, .. } => Some(*code),
+            CriError::Timeout { .. } => Some(tonic::Code::DeadlineExceeded),
             _ => None,
         }
     }
