@@ -289,6 +289,11 @@ impl Metrics {
         self.pod_worker.get_or_create(&op).observe(secs);
     }
 
+    /// Drops what is kept for a pod that is gone: the pull time of a pod that never ran.
+    pub fn forget_pod(&self, uid: &str) {
+        self.state().pulls_ns.remove(uid);
+    }
+
     /// A pod reached Running for the first time, `secs` after it was first seen.
     pub fn observe_pod_started(&self, uid: &str, secs: f64) {
         let pulls = self.state().pulls_ns.remove(uid).unwrap_or(0) as f64 / 1e9;
@@ -553,5 +558,45 @@ mod tests {
             m.encode()
                 .contains("podtrace_ebpf_lost_events_total{kind=\"exec\"} 7")
         );
+    }
+
+    #[test]
+    fn trace_losses_only_grow() {
+        let m = Metrics::new();
+        m.set_trace_losses(3, 0);
+        m.set_trace_losses(5, 2);
+        m.set_trace_losses(5, 2);
+        let text = m.encode();
+        assert!(
+            text.contains("podtrace_trace_records_unwritten_total 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podtrace_trace_records_dropped_total 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_deleted_pod_that_never_ran_leaves_no_pull_time_behind() {
+        let m = Metrics::new();
+        let pull = CriCall {
+            method: "PullImage".into(),
+            pod_uid: "never-ran".into(),
+            container: "c".into(),
+            attempt: 0,
+            sandbox_id: String::new(),
+            container_id: String::new(),
+            image: "i".into(),
+            start_ns: 0,
+            end_ns: 5,
+            code: "NotFound".into(),
+            message: String::new(),
+            response: BTreeMap::new(),
+        };
+        m.observe_call(&pull);
+        assert_eq!(m.state().pulls_ns.len(), 1);
+        m.forget_pod("never-ran");
+        assert!(m.state().pulls_ns.is_empty());
     }
 }

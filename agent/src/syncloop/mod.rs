@@ -381,6 +381,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             self.workers.forget(&done.uid);
             self.shared.forget_pod(&done.uid);
             self.shared.store.remove(&done.uid);
+            if let Some(m) = &self.metrics {
+                m.forget_pod(&done.uid);
+            }
         }
         self.dispatch_opt(next);
     }
