@@ -111,3 +111,139 @@ fn a_regular_file_is_not_a_socket() {
     let line = one_line_error(&out);
     assert!(line.contains("is not a unix socket"), "{line}");
 }
+
+/// A containerd of the test's own whose default runtime is not runc: nothing says the
+/// cgroup driver (containerd 1.6 has no RuntimeConfig; the status info names no
+/// SystemdCgroup). Stopped and its files removed when dropped.
+struct OtherRuntime {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl OtherRuntime {
+    fn start() -> OtherRuntime {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let config = d.join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{opt}"
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "gvisor"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor]
+        runtime_type = "io.containerd.runsc.v1"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "{cni}"
+"#,
+                root = d.join("root").display(),
+                state = d.join("state").display(),
+                sock = d.join("c.sock").display(),
+                opt = d.join("opt").display(),
+                cni = d.join("net.d").display(),
+            ),
+        )
+        .unwrap();
+        // A network, so the runtime reports itself ready.
+        std::fs::create_dir_all(d.join("net.d")).unwrap();
+        std::fs::write(
+            d.join("net.d/10-lo.conflist"),
+            r#"{"cniVersion": "1.0.0", "name": "lo-only", "plugins": [{"type": "loopback"}]}"#,
+        )
+        .unwrap();
+        let program =
+            std::env::var(xtask::lab::CONTAINERD_ENV).unwrap_or_else(|_| "containerd".into());
+        let child = std::process::Command::new(program)
+            .arg("--config")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
+            .spawn()
+            .expect("containerd");
+        let sock = d.join("c.sock");
+        // Bounded: containerd answers within a second or two; 30 s allows a loaded host.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if sock.exists()
+                && podtrace(&["cri", "info", "--cri", sock.to_str().unwrap()])
+                    .status
+                    .success()
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        OtherRuntime { child, dir }
+    }
+
+    fn socket(&self) -> String {
+        self.dir.path().join("c.sock").display().to_string()
+    }
+}
+
+impl Drop for OtherRuntime {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_cgroup_driver_nobody_names_is_exit_2_naming_what_the_runtime_said() {
+    let runtime = OtherRuntime::start();
+    let sock = runtime.socket();
+    let info = podtrace(&["cri", "info", "--cri", &sock]);
+    assert!(info.status.success(), "{}", stderr(&info));
+    assert!(
+        stdout(&info).contains("cgroup driver:  not said by the runtime (pass --cgroup-driver)"),
+        "{}",
+        stdout(&info)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-driver}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0}\n",
+    )
+    .unwrap();
+    let root = dir.path().join("root");
+    let out = podtrace(&[
+        "run",
+        "--until-ready",
+        "--cri",
+        &sock,
+        "--root-dir",
+        root.to_str().unwrap(),
+        "--manifests",
+        manifest.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let line = one_line_error(&out);
+    assert!(
+        line.contains("cannot tell the cgroup driver")
+            && line.contains("RuntimeConfig with Unimplemented")
+            && line.contains("names no runc runtime as the default")
+            && line.contains("--cgroup-driver"),
+        "{line}"
+    );
+    assert!(!root.join("pods").exists(), "nothing created");
+}
