@@ -9,12 +9,12 @@
 //! `PODTRACE_PROBES_OBJECT=<path>` embeds a prebuilt object instead (a packager's build
 //! with no bpf-linker).
 
+#[path = "../agent-ebpf/probes_build.rs"]
+mod probes_build;
+
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const TARGET: &str = "bpfel-unknown-none";
-const PACKAGE: &str = "podtrace-probes";
 const OBJECT_NAME: &str = "podtrace-probes.o";
 const PREBUILT_ENV: &str = "PODTRACE_PROBES_OBJECT";
 
@@ -47,6 +47,10 @@ fn main() {
         println!("cargo:rerun-if-changed={}", input.display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    println!(
+        "cargo:rerun-if-changed={}",
+        ebpf.join("probes_build.rs").display()
+    );
 
     let linker = find_bpf_linker();
     let Some(linker) = linker else {
@@ -57,32 +61,10 @@ fn main() {
         );
     };
     // Shared with `cargo xtask build-ebpf`.
-    let target_dir = env::var_os("CARGO_TARGET_DIR")
-        .map(|d| PathBuf::from(d).join(PACKAGE))
-        .unwrap_or_else(|| probes.join("target"));
+    let target_dir = probes_build::target_dir(&probes);
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(&probes)
-        .env("RUSTC_BOOTSTRAP", "1")
-        // The outer build's flags and wrappers (clippy's driver among them) are for the
-        // host target, not the probes'.
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("RUSTC_WRAPPER")
-        .env_remove("CARGO_TARGET_DIR")
-        .env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", linker.as_os_str())
-        .args([
-            "build",
-            "--release",
-            "--target",
-            TARGET,
-            "-Z",
-            "build-std=core",
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir);
+    let mut cmd = probes_build::command(&cargo, &probes, &target_dir);
+    cmd.env("CARGO_TARGET_BPFEL_UNKNOWN_NONE_LINKER", linker.as_os_str());
     match cmd.status() {
         Ok(s) if s.success() => {}
         Ok(s) => fail(&format!(
@@ -91,7 +73,7 @@ fn main() {
         )),
         Err(e) => fail(&format!("running cargo for the eBPF probes: {e}")),
     }
-    let built = target_dir.join(TARGET).join("release").join(PACKAGE);
+    let built = probes_build::built_object(&target_dir);
     if let Err(e) = std::fs::copy(&built, &out) {
         fail(&format!(
             "copying {} to {}: {e}",

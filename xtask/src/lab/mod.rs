@@ -31,6 +31,7 @@ pub use error::LabError;
 pub use images::PAUSE_SCRIPT;
 pub use network::{CNI_VERSION, conflist};
 pub use paths::{DEFAULT_LAB_DIR, LAB_DIR_ENV, LabPaths};
+pub use process::{cmdline, find_program, is_alive};
 pub use program_image::push_program_image;
 pub use residue::{ResidueSnapshot, snapshot_residue};
 pub use state::{DownReport, LabState, LabStatus, PartStatus, UpOutcome};

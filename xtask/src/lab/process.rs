@@ -43,7 +43,7 @@ pub(crate) fn daemon_path_env() -> String {
 }
 
 /// The full path of `program`, looked up like a shell would (plus the sbin directories).
-pub(crate) fn find_program(program: &str) -> Option<PathBuf> {
+pub fn find_program(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
         let p = PathBuf::from(program);
         return is_executable(&p).then_some(p);
@@ -253,7 +253,7 @@ pub(crate) fn signal(pid: u32, sig: i32) -> bool {
 /// Whether `pid` is a running process. Zombies count as dead: they hold no mounts,
 /// namespaces or files, only a pid until their parent (often init, which on this VM reaps a
 /// second or two later) collects them. Daemons this process started are reaped first.
-pub(crate) fn is_alive(pid: u32) -> bool {
+pub fn is_alive(pid: u32) -> bool {
     reap_spawned();
     match proc_stat(pid) {
         Some(stat) => !matches!(stat.state, 'Z' | 'X' | 'x'),
@@ -285,7 +285,7 @@ fn parse_stat(text: &str) -> Option<ProcStat> {
 }
 
 /// The command line with arguments joined by spaces (empty for kernel threads and zombies).
-pub(crate) fn cmdline(pid: u32) -> String {
+pub fn cmdline(pid: u32) -> String {
     fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
             let s = String::from_utf8_lossy(&raw).replace('\0', " ");

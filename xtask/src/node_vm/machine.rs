@@ -61,14 +61,8 @@ impl VmState {
 }
 
 fn is_our_qemu(pid: u32, paths: &NodeVmPaths) -> bool {
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default();
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let zombie = stat
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-    !zombie && cmdline.contains(&paths.console_log().display().to_string())
+    xtask::lab::is_alive(pid)
+        && xtask::lab::cmdline(pid).contains(&paths.console_log().display().to_string())
 }
 
 /// Boots the guest from `image` and waits until its containerd answers over ssh.

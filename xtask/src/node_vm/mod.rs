@@ -187,7 +187,7 @@ fn require_host_programs() -> anyhow::Result<()> {
         ("ssh-keygen", "openssh-client"),
     ]
     .iter()
-    .filter(|(prog, _)| !on_path(prog))
+    .filter(|(prog, _)| xtask::lab::find_program(prog).is_none())
     .map(|(_, pkg)| *pkg)
     .collect();
     if !missing.is_empty() {
@@ -197,13 +197,4 @@ fn require_host_programs() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p).any(|d| d.join(prog).is_file())
-            || ["/usr/sbin", "/sbin"]
-                .iter()
-                .any(|d| std::path::Path::new(d).join(prog).is_file())
-    })
 }
