@@ -152,6 +152,12 @@ pub struct RunArgs {
     /// Record the run as a trace (JSON Lines, docs/trace-format.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Without --until-ready: how long `GET /timeline` and `podtrace timeline` keep showing
+    /// a pod after its manifest is gone (the trace keeps it for good). The agent then
+    /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with
+    /// every pod it ever ran; at most 512 deleted pods are kept whatever this says.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub deleted_pod_retention: std::time::Duration,
     /// Do not load the kernel probes at all.
     #[arg(long, conflicts_with = "require_ebpf")]
     pub no_ebpf: bool,

@@ -22,6 +22,9 @@ use crate::trace::{
     TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
+/// How long the agent's in-memory timeline keeps a pod after it left the config.
+pub const DEFAULT_DELETED_POD_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The trace and the agent's timeline records, fed together.
 #[derive(Clone)]
 pub struct RecordSink {
@@ -71,6 +74,8 @@ impl CallSink for RecordSink {
 }
 
 pub struct RunRecorder {
+    /// How long the in-memory timeline keeps a deleted pod (`--deleted-pod-retention`).
+    retention: std::time::Duration,
     writer: Option<TraceWriter>,
     sink: RecordSink,
     probes: Option<KernelProbes>,
@@ -127,6 +132,7 @@ impl RunRecorder {
             netns: Arc::new(OnceLock::new()),
         };
         let mut recorder = RunRecorder {
+            retention: DEFAULT_DELETED_POD_RETENTION,
             writer,
             sink,
             probes: None,
@@ -180,6 +186,10 @@ impl RunRecorder {
     /// date (before a scrape).
     pub fn refresh_metrics(&self) {
         self.sink.metrics.observe_collector(&self.sink.collector);
+        self.forget_deleted();
+        self.sink
+            .metrics
+            .set_collector(&self.sink.collector.stats());
         if let Some(w) = &self.writer {
             let stats = w.stats();
             self.sink
@@ -195,6 +205,28 @@ impl RunRecorder {
             self.sink.metrics.set_lost(&by_kind);
         }
         self.netns_refresher()();
+    }
+
+    pub fn set_deleted_pod_retention(&mut self, retention: std::time::Duration) {
+        self.retention = retention;
+    }
+
+    /// Lets the in-memory timeline forget pods deleted longer than the retention ago.
+    /// Their stages are counted in the metrics if they were not yet, and written to the
+    /// trace now: the stages written when the run ends are those of the pods kept then.
+    fn forget_deleted(&self) {
+        let retention = u64::try_from(self.retention.as_nanos()).unwrap_or(u64::MAX);
+        let forgotten = self
+            .sink
+            .collector
+            .forget_deleted(now_ktime_ns(), retention);
+        if forgotten.uids.is_empty() {
+            return;
+        }
+        self.sink.metrics.forget_timeline(&forgotten);
+        if self.writer.is_some() {
+            send_stages(&self.sink.trace, &forgotten.timeline);
+        }
     }
 
     /// Brings what the metrics show of the namespace probes' gate up to date; cheap
@@ -290,12 +322,7 @@ impl RunRecorder {
         }
         if self.writer.is_some() {
             // Every record is in by now: the probes are stopped and their events drained.
-            for stage in self.sink.collector.timeline().stages() {
-                match serde_json::to_value(stage) {
-                    Ok(v) => self.sink.trace.send(TraceRecord::Stage(v)),
-                    Err(e) => eprintln!("podtrace: a timeline stage: {e}"),
-                }
-            }
+            send_stages(&self.sink.trace, &self.sink.collector.timeline());
         }
         footer.ended_ns = now_ktime_ns();
         if let Some(w) = self.writer {
@@ -325,5 +352,15 @@ impl RunRecorder {
             }
         }
         ExitCode::SUCCESS
+    }
+}
+
+/// The timeline's stages as stage records.
+fn send_stages(trace: &TraceSink, timeline: &crate::timeline::Timeline) {
+    for stage in timeline.stages() {
+        match serde_json::to_value(stage) {
+            Ok(v) => trace.send(TraceRecord::Stage(v)),
+            Err(e) => eprintln!("podtrace: a timeline stage: {e}"),
+        }
     }
 }

@@ -112,7 +112,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         .cgroup_root
         .as_deref()
         .map(|r| CgroupName::from_cgroupfs(r).to_driver(settings.cgroup_driver));
-    let recorder = match RunRecorder::start(
+    let mut recorder = match RunRecorder::start(
         args.trace.as_deref(),
         want_kernel,
         &ebpf_args,
@@ -126,6 +126,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
+    recorder.set_deleted_pod_retention(args.deleted_pod_retention);
     let cri = Recording::new(cri, Arc::new(recorder.sink()));
     let mut kubelet = match Kubelet::new(cri, cfg, settings) {
         Ok(k) => k,

@@ -107,6 +107,18 @@ pub fn load_paths(paths: &[PathBuf], node_name: &str) -> (Vec<StaticPod>, Vec<Ma
     (pods, errors)
 }
 
+/// Reads the pods in `text`, the contents of manifest `file` (YAML or JSON, several
+/// documents): what [`load_paths`] does with each file it reads.
+pub fn parse_manifest_text(
+    file: &Path,
+    text: &str,
+    node_name: &str,
+) -> (Vec<StaticPod>, Vec<ManifestError>) {
+    let (mut pods, mut errors) = (Vec::new(), Vec::new());
+    load_text(file, text, node_name, &mut pods, &mut errors);
+    (pods, errors)
+}
+
 fn expand(paths: &[PathBuf], errors: &mut Vec<ManifestError>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for path in paths {

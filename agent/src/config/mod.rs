@@ -7,5 +7,7 @@ pub mod source;
 mod uid;
 mod validate;
 
-pub use manifest::{ManifestError, PodSource, StaticPod, load_paths};
+pub use validate::validate;
+
+pub use manifest::{ManifestError, PodSource, StaticPod, load_paths, parse_manifest_text};
 pub use uid::static_pod_uid;

@@ -239,8 +239,20 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
         let mut c = call("RemovePodSandbox");
         self.for_sandbox(pod_sandbox_id, &mut c);
-        self.record(c, self.inner.remove_pod_sandbox(pod_sandbox_id), |_, _| {})
-            .await
+        let ids = self.ids.clone();
+        // Nothing names a removed sandbox or its containers again: what was learned of
+        // them goes, so the agent does not keep an entry per sandbox it ever ran.
+        self.record(
+            c,
+            self.inner.remove_pod_sandbox(pod_sandbox_id),
+            move |_, c| {
+                let mut ids = ids.lock().unwrap_or_else(|e| e.into_inner());
+                ids.sandboxes.remove(&c.sandbox_id);
+                ids.containers
+                    .retain(|_, (_, _, _, sandbox)| *sandbox != c.sandbox_id);
+            },
+        )
+        .await
     }
 
     async fn pod_sandbox_status(
@@ -361,8 +373,14 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     async fn remove_container(&self, container_id: &str) -> CriResult<()> {
         let mut c = call("RemoveContainer");
         self.for_container(container_id, &mut c);
-        self.record(c, self.inner.remove_container(container_id), |_, _| {})
-            .await
+        let ids = self.ids.clone();
+        self.record(c, self.inner.remove_container(container_id), move |_, c| {
+            ids.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .containers
+                .remove(&c.container_id);
+        })
+        .await
     }
 
     async fn list_containers(

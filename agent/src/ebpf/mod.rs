@@ -19,6 +19,8 @@ pub mod btf;
 mod comm;
 mod error;
 pub mod event;
+#[cfg(test)]
+mod fuzz_seeds;
 mod loader;
 mod netns_gate;
 pub mod object;

@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::cri::CriCall;
-use crate::timeline::{Collector, Timeline};
+use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Operation {
@@ -96,6 +96,11 @@ pub struct Metrics {
     netns_attaches: Counter,
     trace_unwritten: Counter,
     trace_dropped: Counter,
+    timeline_evicted: Family<Kind, Counter>,
+    timeline_pods: Gauge,
+    timeline_deleted_pods: Gauge,
+    timeline_forgotten: Counter,
+    timeline_forgotten_early: Counter,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -111,6 +116,9 @@ struct State {
     netns_attaches_seen: u64,
     trace_unwritten_seen: u64,
     trace_dropped_seen: u64,
+    evicted_seen: BTreeMap<&'static str, u64>,
+    forgotten_seen: u64,
+    forgotten_early_seen: u64,
 }
 
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
@@ -222,9 +230,46 @@ impl Metrics {
             "Trace records dropped because the trace writer's queue was full (it fell behind)",
             trace_dropped.clone(),
         );
+        let timeline_evicted = Family::<Kind, Counter>::default();
+        podtrace.register(
+            "timeline_records_evicted",
+            "Records the agent's in-memory timeline let go at its cap, oldest first, by kind \
+             (the trace keeps them; GET /timeline no longer shows them)",
+            timeline_evicted.clone(),
+        );
+        let timeline_pods = Gauge::default();
+        podtrace.register(
+            "timeline_pods",
+            "Pods the agent's in-memory timeline holds records of",
+            timeline_pods.clone(),
+        );
+        let timeline_deleted_pods = Gauge::default();
+        podtrace.register(
+            "timeline_deleted_pods",
+            "Of those, pods no longer in the config, kept until --deleted-pod-retention ends",
+            timeline_deleted_pods.clone(),
+        );
+        let timeline_forgotten = Counter::default();
+        podtrace.register(
+            "timeline_pods_forgotten",
+            "Deleted pods whose records the agent let go after the retention",
+            timeline_forgotten.clone(),
+        );
+        let timeline_forgotten_early = Counter::default();
+        podtrace.register(
+            "timeline_pods_forgotten_early",
+            "Deleted pods let go before the retention ended because the agent kept its \
+             bound of deleted pods",
+            timeline_forgotten_early.clone(),
+        );
         Metrics {
             trace_unwritten,
             trace_dropped,
+            timeline_evicted,
+            timeline_pods,
+            timeline_deleted_pods,
+            timeline_forgotten,
+            timeline_forgotten_early,
             registry,
             runtime_ops,
             runtime_ops_total,
@@ -364,6 +409,45 @@ impl Metrics {
         if dropped > st.trace_dropped_seen {
             self.trace_dropped.inc_by(dropped - st.trace_dropped_seen);
             st.trace_dropped_seen = dropped;
+        }
+    }
+
+    /// What the in-memory timeline keeps and let go (its counters are monotonic; only
+    /// growth is added).
+    pub fn set_collector(&self, stats: &CollectorStats) {
+        self.timeline_pods.set(stats.pods as i64);
+        self.timeline_deleted_pods.set(stats.deleted_pods as i64);
+        let mut st = self.state();
+        for (kind, total) in stats.evicted {
+            let seen = st.evicted_seen.entry(kind).or_default();
+            if total > *seen {
+                self.timeline_evicted
+                    .get_or_create(&Kind {
+                        kind: kind.to_string(),
+                    })
+                    .inc_by(total - *seen);
+                *seen = total;
+            }
+        }
+        if stats.forgotten_pods > st.forgotten_seen {
+            self.timeline_forgotten
+                .inc_by(stats.forgotten_pods - st.forgotten_seen);
+            st.forgotten_seen = stats.forgotten_pods;
+        }
+        if stats.forgotten_early > st.forgotten_early_seen {
+            self.timeline_forgotten_early
+                .inc_by(stats.forgotten_early - st.forgotten_early_seen);
+            st.forgotten_early_seen = stats.forgotten_early;
+        }
+    }
+
+    /// Pods the timeline forgot: their stages are observed now if they were not yet,
+    /// and nothing is kept about them any more.
+    pub fn forget_timeline(&self, forgotten: &Forgotten) {
+        self.observe_timeline(&forgotten.timeline);
+        let mut st = self.state();
+        for uid in &forgotten.uids {
+            st.staged.remove(uid);
         }
     }
 

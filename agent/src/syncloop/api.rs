@@ -67,20 +67,24 @@ pub fn serve(
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let store = store.clone();
-            let timeline = timeline.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let store = store.clone();
-                    let timeline = timeline.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(&store, &timeline, req)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
+            tokio::spawn(serve_connection(stream, store.clone(), timeline.clone()));
         }
     }))
+}
+
+/// Answers the requests of one connection until the client closes it or sends what is
+/// not HTTP/1.
+pub async fn serve_connection<IO>(io: IO, store: Arc<StatusStore>, timeline: Arc<Collector>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let response = handle(&store, &timeline, req.method(), req.uri().path());
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
 }
 
 struct RemoveOnDrop(PathBuf);
@@ -104,9 +108,10 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
 fn handle(
     store: &StatusStore,
     timeline: &Collector,
-    req: Request<Incoming>,
+    method: &Method,
+    path: &str,
 ) -> Response<Full<Bytes>> {
-    match (req.method(), req.uri().path()) {
+    match (method, path) {
         (&Method::GET, "/pods") => {
             json(StatusCode::OK, serde_json::json!({ "pods": store.list() }))
         }

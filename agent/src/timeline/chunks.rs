@@ -21,6 +21,9 @@ pub(super) struct Chunks<T> {
     open: Vec<T>,
     len: usize,
     cap: usize,
+    /// Items dropped from the front so far: a snapshot's position `i` is at `i - (popped
+    /// now - popped then)` later.
+    popped: u64,
 }
 
 /// The items of a [`Chunks`] at one moment, in order.
@@ -39,7 +42,27 @@ impl<T: Clone> Chunks<T> {
             open: Vec::new(),
             len: 0,
             cap,
+            popped: 0,
         }
+    }
+
+    /// Items dropped from the front since the queue was made (see [`Chunks::retain`]).
+    pub fn popped(&self) -> u64 {
+        self.popped
+    }
+
+    /// Keeps only the items `keep` accepts, given each item's position; the kept ones
+    /// are copied into new chunks (snapshots may still share the old ones), and `popped`
+    /// starts over from what was dropped before.
+    pub fn retain(&mut self, mut keep: impl FnMut(usize, &T) -> bool) {
+        let mut rebuilt = Chunks::new(self.cap);
+        for (i, item) in self.iter().enumerate() {
+            if keep(i, item) {
+                rebuilt.push(item.clone());
+            }
+        }
+        rebuilt.popped = self.popped;
+        *self = rebuilt;
     }
 
     pub fn len(&self) -> usize {
@@ -60,10 +83,13 @@ impl<T: Clone> Chunks<T> {
     }
 
     fn pop_front(&mut self) {
+        self.popped += 1;
         let Some(first) = self.frozen.front() else {
             if !self.open.is_empty() {
                 self.open.remove(0);
                 self.len -= 1;
+            } else {
+                self.popped -= 1;
             }
             return;
         };
@@ -89,6 +115,10 @@ impl<T: Clone> Chunks<T> {
 }
 
 impl<T> Snapshot<T> {
+    pub fn len(&self) -> usize {
+        self.frozen.iter().map(|c| c.len()).sum::<usize>() - self.skip + self.open.len()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &T> {
         chain(&self.frozen, self.skip, &self.open)
     }
@@ -137,6 +167,28 @@ mod tests {
             c.push(i);
         }
         assert_eq!(items(&c), [7, 8, 9]);
+    }
+
+    #[test]
+    fn retain_keeps_the_order_and_counts_what_was_dropped_at_the_front() {
+        let mut c = Chunks::new(CHUNK * 2);
+        for i in 0..CHUNK * 3 {
+            c.push(i);
+        }
+        assert_eq!(c.popped(), CHUNK as u64);
+        let snap = c.snapshot();
+        c.retain(|pos, item| {
+            assert_eq!(*item, pos + CHUNK);
+            item % 3 == 0
+        });
+        let want: Vec<usize> = (CHUNK..CHUNK * 3).filter(|i| i % 3 == 0).collect();
+        assert_eq!(items(&c), want);
+        assert_eq!(c.len(), want.len());
+        assert_eq!(c.popped(), CHUNK as u64);
+        // A snapshot taken before still reads what it read.
+        assert_eq!(snap.iter().count(), CHUNK * 2);
+        c.push(usize::MAX);
+        assert_eq!(items(&c).last(), Some(&usize::MAX));
     }
 
     #[test]

@@ -5,11 +5,15 @@
 //! are kept: the builder reads no others, so the timeline is the same as from a full
 //! trace. The runtime's Status answers are kept when they change, for `diagnose`.
 //!
+//! A deleted pod is forgotten once it has been gone for a retention the caller chooses
+//! (`forget.rs` says what goes with it); its stages are handed back for the trace and
+//! the metrics, and records about it that arrive later are not kept.
+//!
 //! A timeline is built from a snapshot that shares the kept records with the collector
 //! (`chunks.rs`), so building one every few seconds neither copies them nor holds the
 //! lock that every CRI call and kernel event takes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,6 +38,12 @@ const MAX_KERNEL: usize = 50_000;
 pub const OBSERVATIONS_KEPT: u32 = 4;
 /// Keys counted for [`OBSERVATIONS_KEPT`]; beyond this the counts start over.
 const MAX_KEYS: usize = 100_000;
+/// Deleted pods kept within the retention; beyond this the longest gone are forgotten
+/// first, so a burst of deletions cannot hold more than this many pods' records.
+pub const MAX_DELETED_KEPT: usize = 512;
+/// IDs of forgotten pods, sandboxes and containers remembered to refuse their late
+/// records.
+const MAX_FORGOTTEN_IDS: usize = 16_384;
 
 /// Kept records by kind, each in a queue of its own type: a `TraceRecord` is as large as
 /// its largest variant, and kernel events, by far the most numerous, are about half that.
@@ -45,8 +55,77 @@ struct Kept {
     kernel: Chunks<KernelEvent>,
     observations: HashMap<String, u32>,
     last_status: Option<BTreeMap<String, String>>,
+    /// Every pod the kept records name, by UID.
+    marks: HashMap<String, PodMark>,
+    forgotten: ForgottenIds,
+    /// Pods forgotten so far, and of those the ones that went before their retention
+    /// because more than [`MAX_DELETED_KEPT`] deleted pods were kept.
+    forgotten_pods: u64,
+    forgotten_early: u64,
     /// Counts the records kept: the timeline changes only when this does.
     generation: u64,
+}
+
+/// What the collector knows of a pod for forgetting it.
+#[derive(Debug, Clone, Copy, Default)]
+struct PodMark {
+    /// The pod's config has it (its last change was not a removal).
+    desired: bool,
+    /// The newest time a kept record about it carries.
+    last_ns: u64,
+}
+
+/// Recently forgotten IDs, oldest first, bounded.
+#[derive(Debug, Default)]
+struct ForgottenIds {
+    order: VecDeque<String>,
+    ids: HashSet<String>,
+}
+
+impl ForgottenIds {
+    fn add(&mut self, id: String) {
+        if self.ids.insert(id.clone()) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > MAX_FORGOTTEN_IDS {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        !id.is_empty() && self.ids.contains(id)
+    }
+
+    fn remove(&mut self, id: &str) {
+        if self.ids.remove(id) {
+            self.order.retain(|o| o != id);
+        }
+    }
+}
+
+impl Kept {
+    fn mark(&mut self, uid: &str, at_ns: u64) -> &mut PodMark {
+        let mark = self.marks.entry(uid.to_string()).or_default();
+        mark.last_ns = mark.last_ns.max(at_ns);
+        mark
+    }
+
+    /// True for a record about a pod, sandbox or container forgotten already.
+    fn is_forgotten(&self, record: &TraceRecord) -> bool {
+        let f = &self.forgotten;
+        match record {
+            TraceRecord::Pod(p) => {
+                p.op != PodOp::Add && f.contains(p.pod.metadata.uid.as_deref().unwrap_or(""))
+            }
+            TraceRecord::Event(e) => f.contains(&e.pod_uid),
+            TraceRecord::Cri(c) => {
+                f.contains(&c.pod_uid) || f.contains(&c.sandbox_id) || f.contains(&c.container_id)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Default for Kept {
@@ -58,6 +137,10 @@ impl Default for Kept {
             kernel: Chunks::new(MAX_KERNEL),
             observations: HashMap::new(),
             last_status: None,
+            marks: HashMap::new(),
+            forgotten: ForgottenIds::default(),
+            forgotten_pods: 0,
+            forgotten_early: 0,
             generation: 0,
         }
     }
@@ -81,7 +164,7 @@ impl Frozen {
         }
     }
 
-    fn timeline(&self, wanted: &dyn Fn(&str) -> bool) -> Timeline {
+    fn index(&self) -> Index<'_> {
         // Positions as in `Collector::records`.
         let refs = self
             .pods
@@ -91,7 +174,17 @@ impl Frozen {
             .chain(self.events.iter().map(Ref::Event))
             .chain(self.kernel.iter().map(Ref::Kernel))
             .enumerate();
-        super::build_index(&Index::of(refs), wanted)
+        Index::of(refs)
+    }
+
+    fn timeline(&self, wanted: &dyn Fn(&str) -> bool) -> Timeline {
+        super::build_index(&self.index(), wanted)
+    }
+
+    /// Where the kernel events start among the positions, and how many there are.
+    fn kernel_range(&self) -> (usize, usize) {
+        let base = self.pods.len() + self.calls.len() + self.events.len();
+        (base, self.kernel.len())
     }
 }
 
@@ -99,6 +192,8 @@ impl Frozen {
 #[derive(Debug, Default)]
 pub struct Collector {
     kept: Mutex<Kept>,
+    /// Held for a whole [`Collector::forget_deleted`]: one pass at a time.
+    forgetting: Mutex<()>,
 }
 
 impl Collector {
@@ -113,9 +208,24 @@ impl Collector {
     /// Keeps `record` if the builder may need it.
     pub fn push(&self, record: &TraceRecord) {
         let mut kept = self.lock();
+        if kept.is_forgotten(record) {
+            return;
+        }
         match record {
-            TraceRecord::Pod(p) => kept.pods.push(kept_pod_op(p)),
-            TraceRecord::Event(e) => kept.events.push(e.clone()),
+            TraceRecord::Pod(p) => {
+                if let Some(uid) = p.pod.metadata.uid.as_deref() {
+                    if p.op == PodOp::Add {
+                        // The same pod again (a manifest put back): no longer forgotten.
+                        kept.forgotten.remove(uid);
+                    }
+                    kept.mark(uid, p.at_ns).desired = p.op != PodOp::Remove;
+                }
+                kept.pods.push(kept_pod_op(p))
+            }
+            TraceRecord::Event(e) => {
+                kept.mark(&e.pod_uid, e.at_ns);
+                kept.events.push(e.clone())
+            }
             TraceRecord::Kernel(e) => kept.kernel.push(e.clone()),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
@@ -130,6 +240,9 @@ impl Collector {
             TraceRecord::Cri(c) => {
                 if c.is_observation() && !keep_observation(&mut kept.observations, c) {
                     return;
+                }
+                if !c.pod_uid.is_empty() {
+                    kept.mark(&c.pod_uid, c.end_ns.max(c.start_ns));
                 }
                 kept.calls.push(c.clone());
             }
@@ -178,6 +291,147 @@ impl Collector {
         };
         Some(frozen.timeline(&wanted))
     }
+}
+
+impl Collector {
+    /// Forgets the pods that left the config (or were only ever named by the runtime)
+    /// and have had no record for `retention_ns` before `now_ns`, and, beyond
+    /// [`MAX_DELETED_KEPT`] such pods, the longest gone. Returns their timeline, built
+    /// before they went, and their UIDs. Kernel events owned by no remaining pod go too once older than
+    /// the retention, unless they fall around a remaining pod's work.
+    ///
+    /// The timeline is built outside the lock, from a snapshot; records kept meanwhile
+    /// stay unless they name a forgotten pod.
+    pub fn forget_deleted(&self, now_ns: u64, retention_ns: u64) -> Forgotten {
+        let _one_pass = self.forgetting.lock().unwrap_or_else(|e| e.into_inner());
+        let old_before = now_ns.saturating_sub(retention_ns);
+        let (frozen, gone, popped, early) = {
+            let kept = self.lock();
+            let mut undesired: Vec<(u64, &String)> = kept
+                .marks
+                .iter()
+                .filter(|(_, m)| !m.desired)
+                .map(|(uid, m)| (m.last_ns, uid))
+                .collect();
+            undesired.sort_unstable();
+            let over = undesired.len().saturating_sub(MAX_DELETED_KEPT);
+            let early = undesired
+                .iter()
+                .take(over)
+                .filter(|(last, _)| *last >= old_before)
+                .count();
+            let gone: BTreeSet<String> = undesired
+                .iter()
+                .enumerate()
+                .filter(|(i, (last, _))| *i < over || *last < old_before)
+                .map(|(_, (_, uid))| (*uid).clone())
+                .collect();
+            if gone.is_empty() {
+                return Forgotten::default();
+            }
+            (Frozen::of(&kept), gone, kept.kernel.popped(), early)
+        };
+        let index = frozen.index();
+        let attribution = super::attribution::attribute(&index);
+        let (base, len) = frozen.kernel_range();
+        let plan = super::forget::plan(&index, &attribution, base, len, &gone, old_before);
+        drop(index);
+        let mut kept = self.lock();
+        // A pod added again since the snapshot stays, and so does every kernel event this
+        // pass: the plan counted it as gone.
+        let revived = gone
+            .iter()
+            .any(|uid| kept.marks.get(uid).is_some_and(|m| m.desired));
+        let gone: BTreeSet<String> = gone
+            .into_iter()
+            .filter(|uid| kept.marks.get(uid).is_none_or(|m| !m.desired))
+            .collect();
+        let named = |c: &CriCall| {
+            gone.contains(&c.pod_uid)
+                || plan.sandboxes.contains(&c.sandbox_id)
+                || plan.containers.contains(&c.container_id)
+        };
+        kept.pods.retain(|_, p| {
+            !p.pod
+                .metadata
+                .uid
+                .as_ref()
+                .is_some_and(|uid| gone.contains(uid))
+        });
+        kept.calls.retain(|_, c| !named(c));
+        kept.events.retain(|_, e| !gone.contains(&e.pod_uid));
+        if !revived {
+            let shift = (kept.kernel.popped() - popped) as usize;
+            kept.kernel
+                .retain(|i, _| !plan.drop_kernel.get(i + shift).copied().unwrap_or(false));
+        }
+        kept.observations.retain(|key, _| {
+            let id = key.split_once(':').map_or("", |(_, id)| id);
+            !(gone.contains(id) || plan.sandboxes.contains(id) || plan.containers.contains(id))
+        });
+        for uid in &gone {
+            kept.marks.remove(uid);
+            kept.forgotten.add(uid.clone());
+        }
+        for id in plan.sandboxes.iter().chain(&plan.containers) {
+            kept.forgotten.add(id.clone());
+        }
+        kept.forgotten_pods += gone.len() as u64;
+        kept.forgotten_early += early as u64;
+        kept.generation += 1;
+        let mut timeline = plan.timeline;
+        timeline.pods.retain(|p| gone.contains(&p.uid));
+        Forgotten {
+            uids: gone.into_iter().collect(),
+            timeline,
+        }
+    }
+
+    /// How many pods the kept records name, and how many of those left the config.
+    pub fn pods_kept(&self) -> (usize, usize) {
+        let stats = self.stats();
+        (stats.pods, stats.deleted_pods)
+    }
+
+    /// What is kept and what went, for `/metrics`.
+    pub fn stats(&self) -> CollectorStats {
+        let kept = self.lock();
+        CollectorStats {
+            pods: kept.marks.len(),
+            deleted_pods: kept.marks.values().filter(|m| !m.desired).count(),
+            forgotten_pods: kept.forgotten_pods,
+            forgotten_early: kept.forgotten_early,
+            evicted: [
+                ("pod", kept.pods.popped()),
+                ("cri", kept.calls.popped()),
+                ("event", kept.events.popped()),
+                ("kernel", kept.kernel.popped()),
+            ],
+        }
+    }
+}
+
+/// The pods one [`Collector::forget_deleted`] forgot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Forgotten {
+    pub uids: Vec<String>,
+    /// Their timeline as it was, for the pods that had stages.
+    pub timeline: Timeline,
+}
+
+/// Counts of what the collector keeps and what it let go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorStats {
+    /// Pods the kept records name.
+    pub pods: usize,
+    /// Of those, the ones no longer in the config, kept for the retention.
+    pub deleted_pods: usize,
+    /// Deleted pods forgotten so far.
+    pub forgotten_pods: u64,
+    /// Of those, the ones forgotten before their retention ended, at the bound.
+    pub forgotten_early: u64,
+    /// Records dropped at each kind's cap, oldest first, by record kind.
+    pub evicted: [(&'static str, u64); 4],
 }
 
 /// A pod change as kept: of a removal, the builder and `diagnose` read only which pod

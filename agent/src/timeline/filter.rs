@@ -14,9 +14,9 @@ use std::collections::{HashSet, VecDeque};
 use crate::ebpf::KernelEvent;
 
 /// Node-level events are kept until this long after the last pod-related event.
-const ACTIVE_AFTER_NS: u64 = 2_000_000_000;
+pub(super) const ACTIVE_AFTER_NS: u64 = 2_000_000_000;
 /// Node-level events from at most this long before pod work starts are kept.
-const LEAD_IN_NS: u64 = 500_000_000;
+pub(super) const LEAD_IN_NS: u64 = 500_000_000;
 /// ... and at most this many of them.
 const LEAD_IN_MAX: usize = 256;
 /// At most this many node-level events are kept per second of kernel time.

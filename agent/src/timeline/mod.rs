@@ -17,6 +17,7 @@ mod attribution;
 mod chunks;
 mod collector;
 mod filter;
+mod forget;
 mod ids;
 mod index;
 mod model;
@@ -27,7 +28,7 @@ mod stages;
 mod tests;
 
 pub use attribution::{Attribution, Owner, Rule};
-pub use collector::Collector;
+pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};

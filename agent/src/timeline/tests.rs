@@ -640,3 +640,138 @@ fn the_time_to_see_a_container_start_and_exit_runs_from_the_kernel_event_to_the_
     assert!(seeing.unseen.is_empty(), "{seeing:?}");
     assert_eq!(seeing.samples[1].seen_ns, 307 * MS);
 }
+
+/// `records` as another pod of the same shape would leave them `offset_ms` later: its
+/// own UID, sandbox, container, processes, cgroups and namespaces.
+fn shifted(records: &[TraceRecord], offset_ms: u64) -> Vec<TraceRecord> {
+    fn walk(v: &mut serde_json::Value, key: &str, offset_ns: u64) {
+        use serde_json::Value;
+        let add = |v: &mut Value, by: u64| {
+            if let Some(n) = v.as_u64() {
+                *v = Value::from(n + by);
+            }
+        };
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    walk(child, k, offset_ns);
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|c| walk(c, key, offset_ns)),
+            Value::String(s) => {
+                *s = s
+                    .replace(UID, "0a1b2c3d-0000-4000-8000-00000000000b")
+                    .replace(SANDBOX, &"5b".repeat(32))
+                    .replace(CONTAINER, &"cb".repeat(32));
+            }
+            _ if key.ends_with("_ns") => add(v, offset_ns),
+            _ if ["pid", "tgid", "ppid", "old_pid", "parent_pid"].contains(&key) => add(v, 10_000),
+            _ if key == "cgroup_id" => add(v, 100_000),
+            _ if key == "netns_inum" => add(v, 1_000),
+            _ => {}
+        }
+    }
+    records
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap();
+            walk(&mut v, "", offset_ms * MS);
+            serde_json::from_value(v).unwrap()
+        })
+        .collect()
+}
+
+fn removal(records: &[TraceRecord], at_ms: u64) -> TraceRecord {
+    let TraceRecord::Pod(add) = &records[0] else {
+        panic!("a run starts with the pod's ADD");
+    };
+    TraceRecord::Pod(PodOpRecord {
+        at_ns: at_ms * MS,
+        op: PodOp::Remove,
+        pod: add.pod.clone(),
+    })
+}
+
+#[test]
+fn a_deleted_pod_is_forgotten_after_the_retention_and_the_others_stay_as_they_were() {
+    let mut gone = run("portmap", 0);
+    gone.push(removal(&gone, 900));
+    let stays = shifted(&run("portmap", 0), 100_000);
+    assert_ne!(build(&stays).pods[0].uid, UID);
+    let collector = Collector::new();
+    for r in gone.iter().chain(&stays) {
+        collector.push(r);
+    }
+    let everything = [gone.clone(), stays.clone()].concat();
+    // Within the retention (60 s after its last record) nothing goes.
+    let retention = 60_000 * MS;
+    assert!(
+        collector
+            .forget_deleted(50_000 * MS, retention)
+            .uids
+            .is_empty()
+    );
+    assert_eq!(collector.timeline(), build(&everything));
+    assert_eq!(collector.pods_kept(), (2, 1));
+
+    let forgotten = collector.forget_deleted(101_000 * MS, retention);
+    assert_eq!(forgotten.uids, [UID]);
+    assert_eq!(
+        forgotten.timeline.pods,
+        build(&gone).pods,
+        "its stages, for the trace"
+    );
+    // What remains is what the remaining pod's own run gives: the node's events around
+    // the forgotten pod's work and the other kubelet's pod then went too.
+    assert_eq!(collector.timeline(), build(&stays));
+    assert_eq!(collector.pods_kept(), (1, 0));
+    let left = collector.records().len();
+    assert!(
+        collector
+            .forget_deleted(200_000 * MS, retention)
+            .uids
+            .is_empty()
+    );
+
+    // Its teardown reported late is not kept...
+    let mut late = call("RemovePodSandbox", 101_500, 101_600);
+    late.pod_uid.clear();
+    late.sandbox_id = SANDBOX.into();
+    collector.push(&cri(late));
+    collector.push(&removal(&gone, 101_700));
+    assert_eq!(collector.records().len(), left);
+    // ... but the same pod put back is a pod again.
+    collector.push(&gone[0]);
+    assert_eq!(collector.records().len(), left + 1);
+    assert_eq!(collector.pods_kept(), (2, 0));
+}
+
+#[test]
+fn at_most_so_many_deleted_pods_are_kept_whatever_the_retention() {
+    use super::collector::MAX_DELETED_KEPT;
+    let collector = Collector::new();
+    let total = MAX_DELETED_KEPT + 3;
+    for i in 0..total as u64 {
+        for (op, at) in [(PodOp::Add, i), (PodOp::Remove, i + 1)] {
+            let pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("p{i}"), "uid": format!("uid-{i:04}")},
+            }))
+            .unwrap();
+            collector.push(&TraceRecord::Pod(PodOpRecord {
+                at_ns: at * MS,
+                op,
+                pod: Box::new(pod),
+            }));
+        }
+    }
+    assert_eq!(collector.pods_kept(), (total, total));
+    let forgotten = collector.forget_deleted(total as u64 * MS, u64::MAX);
+    assert_eq!(
+        forgotten.uids,
+        ["uid-0000", "uid-0001", "uid-0002"],
+        "the longest gone"
+    );
+    let stats = collector.stats();
+    assert_eq!((stats.forgotten_pods, stats.forgotten_early), (3, 3));
+    assert_eq!(collector.pods_kept(), (MAX_DELETED_KEPT, MAX_DELETED_KEPT));
+}

@@ -6,7 +6,7 @@ mod reader;
 mod record;
 mod writer;
 
-pub use reader::{Trace, TraceError, read_trace};
+pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
     TraceRecord, redact_pod,

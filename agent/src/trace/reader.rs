@@ -102,7 +102,8 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
     parse_trace(path, &text)
 }
 
-pub(crate) fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
+/// Reads a trace from `text`, the contents of the file `path` names (for messages).
+pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
     let corrupt = |line: usize, reason: String| TraceError::Corrupt {
         path: path.to_path_buf(),
         line,

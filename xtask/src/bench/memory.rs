@@ -18,7 +18,7 @@ const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLES: usize = 10;
 
 /// VmRSS and VmHWM in KiB.
-fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+pub fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let field = |key: &str| {
@@ -40,7 +40,7 @@ fn manifest(i: usize) -> String {
 }
 
 /// The highest VmRSS over a few samples, and VmHWM at the end, in KiB.
-fn sample(pid: u32) -> anyhow::Result<(Vec<u64>, u64)> {
+pub fn sample(pid: u32) -> anyhow::Result<(Vec<u64>, u64)> {
     let mut rss = Vec::with_capacity(SAMPLES);
     let mut hwm = 0;
     for _ in 0..SAMPLES {

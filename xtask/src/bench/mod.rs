@@ -3,6 +3,7 @@
 //! (every raw sample). Not part of `cargo xtask test`: timing is never asserted in a test.
 
 mod agent;
+mod churn;
 mod direct;
 mod machine;
 mod memory;
@@ -24,7 +25,7 @@ use crate::workspace;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
-    /// state, 4 probe overhead, 5 replay, 6 memory); default all.
+    /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -33,6 +34,9 @@ pub struct BenchArgs {
     /// Pods in the generated replay trace (benchmark 5).
     #[arg(long, default_value_t = replay_speed::PODS, value_name = "N")]
     pub replay_pods: usize,
+    /// Rounds of ten pods in the churn benchmark (7); at least 10.
+    #[arg(long, default_value_t = churn::ROUNDS, value_name = "N")]
+    pub churn_rounds: usize,
 }
 
 /// One line of a benchmark's results table.
@@ -68,6 +72,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (4, "probe overhead"),
     (5, "replay speed"),
     (6, "memory"),
+    (7, "churn"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -80,6 +85,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         .chain(
             (args.replay_pods != replay_speed::PODS)
                 .then(|| format!("--replay-pods {}", args.replay_pods)),
+        )
+        .chain(
+            (args.churn_rounds != churn::ROUNDS)
+                .then(|| format!("--churn-rounds {}", args.churn_rounds)),
         )
         .collect::<Vec<_>>()
         .join(" ");
@@ -106,6 +115,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             4 => probe_overhead::run(&bin, &dir),
             5 => replay_speed::run(&bin, &dir, args.replay_pods),
             6 => with_lab(|| memory::run(&bin, &dir)),
+            7 => with_lab(|| churn::run(&bin, &dir, args.churn_rounds)),
             _ => continue,
         };
         match outcome {

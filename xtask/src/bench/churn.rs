@@ -1,0 +1,206 @@
+//! Benchmark 7: the agent's resident memory under pod churn. Rounds of ten pods created,
+//! Running, then deleted and cleaned up, on one agent recording a trace; VmRSS after
+//! rounds 10 and 60, and once the deleted pods' retention has passed, against the RSS
+//! with no pods. A node agent runs for months on nodes whose pods come and go: what it
+//! keeps must not grow with every pod it ever ran.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::agent::Agent;
+use super::memory::{rss_kib, sample};
+use super::{Figure, Outcome};
+
+pub const ROUNDS: usize = 60;
+const PODS_PER_ROUND: usize = 10;
+/// The round whose RSS is compared with the last one's.
+const EARLY_ROUND: usize = 10;
+const GROWTH_GOAL_MIB: f64 = 3.0;
+const IDLE_GOAL_MIB: f64 = 2.0;
+const NODE: &str = "podtrace-bench-churn";
+const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+/// The agent's default `--deleted-pod-retention`: the bench measures the default.
+const RETENTION: Duration = Duration::from_secs(60);
+const SETTLE: Duration = Duration::from_secs(5);
+
+fn manifest(round: usize, i: usize) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: churn-{round:02}-{i}\n  namespace: default\n\
+         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
+         image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
+/// Pods the agent's in-memory timeline still holds (`podtrace timeline -o json`).
+fn timeline_pods(bin: &Path, socket: &Path) -> anyhow::Result<usize> {
+    let out = Command::new(bin)
+        .args(["timeline", "-o", "json", "--api-socket"])
+        .arg(socket)
+        .output()
+        .context("running podtrace timeline")?;
+    if !out.status.success() {
+        bail!(
+            "podtrace timeline: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let t: Value = serde_json::from_slice(&out.stdout).context("parsing podtrace timeline")?;
+    Ok(t["pods"].as_array().map_or(0, Vec::len))
+}
+
+pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
+    let rounds = rounds.max(EARLY_ROUND);
+    let work = dir.join("churn");
+    let trace = work.join("churn.trace");
+    let mut agent = Agent::start(
+        bin,
+        &work,
+        NODE,
+        &["--trace".to_string(), trace.display().to_string()],
+    )?;
+    let pid = agent.pid();
+    std::thread::sleep(SETTLE);
+    let (idle, _) = sample(pid)?;
+    let mut after_round: Vec<u64> = Vec::with_capacity(rounds);
+    let mut round_secs: Vec<f64> = Vec::with_capacity(rounds);
+    let (mut early, mut last) = (Vec::new(), Vec::new());
+    let started = Instant::now();
+    for round in 1..=rounds {
+        let began = Instant::now();
+        for i in 0..PODS_PER_ROUND {
+            std::fs::write(
+                agent.manifests.join(format!("churn-{round:02}-{i}.yaml")),
+                manifest(round, i),
+            )?;
+        }
+        agent.wait_for(
+            &format!("round {round}'s pods Running"),
+            Duration::from_secs(120),
+            |a| Ok(a.phases()?.iter().filter(|p| *p == "Running").count() == PODS_PER_ROUND),
+        )?;
+        agent.remove_all(Duration::from_secs(120))?;
+        round_secs.push(began.elapsed().as_secs_f64());
+        if round == EARLY_ROUND || round == rounds {
+            let (rss, _) = sample(pid)?;
+            if round == EARLY_ROUND {
+                early = rss;
+            } else {
+                last = rss;
+            }
+        }
+        after_round.push(rss_kib(pid)?.0);
+        eprintln!(
+            "bench: churn: round {round}/{rounds} in {:.1} s, RSS {:.1} MiB",
+            round_secs.last().copied().unwrap_or(0.0),
+            *after_round.last().unwrap_or(&0) as f64 / 1024.0
+        );
+    }
+    let churn_s = started.elapsed().as_secs_f64();
+    // The deleted pods go once the retention has passed and the agent's next pass (every
+    // 5 s) ran: wait for the timeline to be empty rather than for a fixed time.
+    let socket = work.join("api.sock");
+    let forgotten = agent.wait_for(
+        "the deleted pods to be forgotten",
+        RETENTION + Duration::from_secs(60),
+        |_| Ok(timeline_pods(bin, &socket)? == 0),
+    )?;
+    std::thread::sleep(SETTLE);
+    let (after, hwm) = sample(pid)?;
+    let status = agent.stop()?;
+    if !status.success() {
+        bail!(
+            "the agent exited with {status} (see {})",
+            work.join("agent.log").display()
+        );
+    }
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let max = |v: &[u64]| mib(v.iter().copied().max().unwrap_or(0));
+    let (idle_mib, early_mib, last_mib, after_mib) =
+        (max(&idle), max(&early), max(&last), max(&after));
+    let growth = last_mib - early_mib;
+    let over_idle = after_mib - idle_mib;
+    let met = growth <= GROWTH_GOAL_MIB && over_idle <= IDLE_GOAL_MIB;
+    let verdict = format!(
+        "{}: {growth:+.1} MiB from round {EARLY_ROUND} to {rounds} (goal ≤ {GROWTH_GOAL_MIB:.0}), \
+         {over_idle:+.1} MiB over idle after the churn (goal ≤ {IDLE_GOAL_MIB:.0})",
+        if met { "met" } else { "missed" }
+    );
+    let trace_bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
+    Ok(Outcome {
+        number: 7,
+        title: "Churn",
+        method: format!(
+            "One agent (`podtrace run --manifests DIR --trace FILE`, release build, probes \
+             loaded, default --deleted-pod-retention of {r} s) on the node lab runs {rounds} \
+             rounds: ten `sleep` pods written, all Running, their manifests removed, all \
+             cleaned up. VmRSS from /proc/<pid>/status, the highest of {n} samples over \
+             {s} s: with no pods before the churn, after round {EARLY_ROUND}, after round \
+             {rounds}, and after the churn once the agent's timeline had forgotten every \
+             deleted pod (waited for through `podtrace timeline`, {f:.0} s after the last \
+             round); VmHWM is the peak.",
+            r = RETENTION.as_secs(),
+            n = 10,
+            s = SETTLE.as_secs(),
+            f = forgotten.as_secs_f64(),
+        ),
+        figures: vec![
+            Figure::new("RSS, no pods", format!("{idle_mib:.1} MiB")),
+            Figure::new(
+                &format!("RSS after round {EARLY_ROUND}"),
+                format!("{early_mib:.1} MiB"),
+            ),
+            Figure::new(
+                &format!("RSS after round {rounds}"),
+                format!("{last_mib:.1} MiB"),
+            ),
+            Figure::new(
+                &format!("growth, round {EARLY_ROUND} to {rounds}"),
+                format!("{growth:+.1} MiB"),
+            ),
+            Figure::new(
+                "RSS after the churn, deleted pods forgotten",
+                format!("{after_mib:.1} MiB ({over_idle:+.1} MiB over no pods)"),
+            ),
+            Figure::new(
+                "peak RSS (VmHWM at the end)",
+                format!("{:.1} MiB", mib(hwm)),
+            ),
+            Figure::new(
+                "round time (median)",
+                format!("{:.1} s", super::stats::percentile(&round_secs, 50.0)),
+            ),
+            Figure::new(
+                "pods run / trace written",
+                format!(
+                    "{} / {:.1} MiB",
+                    rounds * PODS_PER_ROUND,
+                    trace_bytes as f64 / (1024.0 * 1024.0)
+                ),
+            ),
+        ],
+        goal: format!(
+            "≤ {GROWTH_GOAL_MIB:.0} MiB growth from round {EARLY_ROUND} to {rounds}; after the \
+             churn ≤ {IDLE_GOAL_MIB:.0} MiB over no pods"
+        ),
+        verdict,
+        samples: json!({
+            "rounds": rounds,
+            "pods_per_round": PODS_PER_ROUND,
+            "idle_rss_kib": idle,
+            "early_round": EARLY_ROUND,
+            "early_rss_kib": early,
+            "last_rss_kib": last,
+            "after_rss_kib": after,
+            "after_hwm_kib": hwm,
+            "rss_after_each_round_kib": after_round,
+            "round_seconds": round_secs,
+            "churn_seconds": churn_s,
+            "seconds_to_forgotten": forgotten.as_secs_f64(),
+            "trace_bytes": trace_bytes,
+        }),
+    })
+}
