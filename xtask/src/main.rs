@@ -3,6 +3,7 @@
 mod bench;
 mod build_ebpf;
 mod demo;
+mod fuzz;
 mod node_vm;
 mod record;
 mod setup;
@@ -50,6 +51,8 @@ enum Cmd {
     Replay,
     /// Run the benchmarks and write BENCHMARKS.md and target/bench/samples.json.
     Bench(bench::BenchArgs),
+    /// Fuzz the manifest reader, the trace reader, the agent API and the eBPF decoder.
+    Fuzz(fuzz::FuzzArgs),
     /// The modern node: Debian trixie in a QEMU guest (cgroup v2, systemd, containerd 1.7).
     NodeVm {
         #[command(subcommand)]
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Cmd::Record { names } => record::run(&names),
         Cmd::Replay => record::replay_all(),
         Cmd::Bench(args) => bench::run(&args),
+        Cmd::Fuzz(args) => fuzz::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

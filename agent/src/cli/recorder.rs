@@ -22,8 +22,9 @@ use crate::trace::{
     TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
-/// How long the agent's in-memory timeline keeps a pod after it left the config.
-pub const DEFAULT_DELETED_POD_RETENTION: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long the agent's in-memory timeline keeps a pod after it left the config, unless
+/// `--deleted-pod-retention` says otherwise.
+pub const DEFAULT_DELETED_POD_RETENTION: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The trace and the agent's timeline records, fed together.
 #[derive(Clone)]

@@ -101,6 +101,9 @@ pub fn load_paths(paths: &[PathBuf], node_name: &str) -> (Vec<StaticPod>, Vec<Ma
     for file in expand(paths, &mut errors) {
         match std::fs::read_to_string(&file) {
             Ok(text) => load_text(&file, &text, node_name, &mut pods, &mut errors),
+            // Removed between the listing and the read: it is no longer a manifest, and
+            // the watch that follows reads the directory without it.
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => errors.push(ManifestError::Read { path: file, source }),
         }
     }

@@ -51,18 +51,45 @@ impl<T: Clone> Chunks<T> {
         self.popped
     }
 
-    /// Keeps only the items `keep` accepts, given each item's position; the kept ones
-    /// are copied into new chunks (snapshots may still share the old ones), and `popped`
-    /// starts over from what was dropped before.
+    /// Keeps only the items `keep` accepts, given each item's position, chunk by chunk:
+    /// a chunk no snapshot shares is filtered in place and freed before the next is
+    /// looked at, so forgetting never holds two copies of what is kept. Chunks left
+    /// small are merged into the one before. `popped` is unchanged.
     pub fn retain(&mut self, mut keep: impl FnMut(usize, &T) -> bool) {
-        let mut rebuilt = Chunks::new(self.cap);
-        for (i, item) in self.iter().enumerate() {
-            if keep(i, item) {
-                rebuilt.push(item.clone());
+        let mut pos = 0;
+        let mut test = |item: &T| {
+            let k = keep(pos, item);
+            pos += 1;
+            k
+        };
+        let skip = std::mem::take(&mut self.skip);
+        let mut rebuilt: VecDeque<Arc<Vec<T>>> = VecDeque::new();
+        for (n, chunk) in std::mem::take(&mut self.frozen).into_iter().enumerate() {
+            let from = if n == 0 { skip } else { 0 };
+            let kept: Vec<T> = match Arc::try_unwrap(chunk) {
+                Ok(mut items) => {
+                    items.drain(..from);
+                    items.retain(&mut test);
+                    items
+                }
+                Err(shared) => shared[from..].iter().filter(|i| test(i)).cloned().collect(),
+            };
+            if kept.is_empty() {
+                continue;
+            }
+            match rebuilt.back_mut().and_then(Arc::get_mut) {
+                Some(last) if last.len() + kept.len() <= CHUNK => last.extend(kept),
+                _ => rebuilt.push_back(Arc::new(kept)),
             }
         }
-        rebuilt.popped = self.popped;
-        *self = rebuilt;
+        for chunk in rebuilt.iter_mut() {
+            if let Some(items) = Arc::get_mut(chunk) {
+                items.shrink_to_fit();
+            }
+        }
+        self.open.retain(&mut test);
+        self.len = rebuilt.iter().map(|c| c.len()).sum::<usize>() + self.open.len();
+        self.frozen = rebuilt;
     }
 
     pub fn len(&self) -> usize {
@@ -189,6 +216,23 @@ mod tests {
         assert_eq!(snap.iter().count(), CHUNK * 2);
         c.push(usize::MAX);
         assert_eq!(items(&c).last(), Some(&usize::MAX));
+    }
+
+    #[test]
+    fn retain_filters_unshared_chunks_in_place_and_merges_what_is_left() {
+        let mut c = Chunks::new(usize::MAX);
+        for i in 0..CHUNK * 8 + 5 {
+            c.push(i);
+        }
+        c.retain(|_, item| item % 16 == 0 || *item >= CHUNK * 8);
+        let want: Vec<usize> = (0..CHUNK * 8 + 5)
+            .filter(|i| i % 16 == 0 || *i >= CHUNK * 8)
+            .collect();
+        assert_eq!(items(&c), want);
+        assert_eq!(c.len(), want.len());
+        // Eight chunks of 16 left each fit in one.
+        assert_eq!(c.frozen.len(), 1);
+        assert_eq!(c.frozen[0].capacity(), c.frozen[0].len());
     }
 
     #[test]

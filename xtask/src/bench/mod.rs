@@ -5,6 +5,7 @@
 mod agent;
 mod churn;
 mod direct;
+mod fuzzing;
 mod machine;
 mod memory;
 mod probe_overhead;
@@ -25,7 +26,7 @@ use crate::workspace;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
-    /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn); default all.
+    /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -37,6 +38,9 @@ pub struct BenchArgs {
     /// Rounds of ten pods in the churn benchmark (7); at least 10.
     #[arg(long, default_value_t = churn::ROUNDS, value_name = "N")]
     pub churn_rounds: usize,
+    /// Seconds each fuzz target runs in the fuzzing benchmark (8).
+    #[arg(long, default_value_t = fuzzing::SECONDS, value_name = "N")]
+    pub fuzz_seconds: u64,
 }
 
 /// One line of a benchmark's results table.
@@ -73,6 +77,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (5, "replay speed"),
     (6, "memory"),
     (7, "churn"),
+    (8, "fuzzing"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -85,6 +90,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         .chain(
             (args.replay_pods != replay_speed::PODS)
                 .then(|| format!("--replay-pods {}", args.replay_pods)),
+        )
+        .chain(
+            (args.fuzz_seconds != fuzzing::SECONDS)
+                .then(|| format!("--fuzz-seconds {}", args.fuzz_seconds)),
         )
         .chain(
             (args.churn_rounds != churn::ROUNDS)
@@ -116,6 +125,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             5 => replay_speed::run(&bin, &dir, args.replay_pods),
             6 => with_lab(|| memory::run(&bin, &dir)),
             7 => with_lab(|| churn::run(&bin, &dir, args.churn_rounds)),
+            8 => fuzzing::run(args.fuzz_seconds),
             _ => continue,
         };
         match outcome {

@@ -1,0 +1,74 @@
+//! Benchmark 8: every fuzz target (`cargo xtask fuzz`) for a bounded time: executions,
+//! their rate, the corpus reached, and crashes.
+
+use serde_json::json;
+
+use super::{Figure, Outcome};
+use crate::fuzz;
+
+pub const SECONDS: u64 = 60;
+
+pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
+    fuzz::ensure_cargo_fuzz()?;
+    let mut runs = Vec::new();
+    for target in fuzz::TARGETS {
+        let r = fuzz::fuzz(target, seconds)?;
+        eprintln!("bench: {}", fuzz::summary(&r));
+        runs.push(r);
+    }
+    let crashed: Vec<&str> = runs
+        .iter()
+        .filter(|r| r.crash.is_some())
+        .map(|r| r.target.as_str())
+        .collect();
+    let verdict = if crashed.is_empty() {
+        format!(
+            "met: 0 crashes in {} executions",
+            runs.iter().map(|r| r.executions).sum::<u64>()
+        )
+    } else {
+        format!("missed: {} crashed", crashed.join(", "))
+    };
+    Ok(Outcome {
+        number: 8,
+        title: "Fuzzing",
+        method: format!(
+            "`cargo xtask fuzz TARGET --seconds {seconds}` for each target: cargo-fuzz \
+             (libFuzzer, AddressSanitizer, release build with debug assertions) from the \
+             committed seeds in agent/fuzz/seeds/ and the corpus earlier runs left in \
+             agent/fuzz/corpus/; executions and rate from libFuzzer's final stats, after \
+             the build."
+        ),
+        figures: runs
+            .iter()
+            .map(|r| {
+                Figure::new(
+                    &r.target,
+                    format!(
+                        "{} executions ({:.0}/s), corpus {}, {}",
+                        r.executions,
+                        r.executions as f64 / r.seconds.max(0.001),
+                        r.corpus,
+                        match &r.crash {
+                            Some(input) => format!("crashed on {}", input.display()),
+                            None => "0 crashes".into(),
+                        }
+                    ),
+                )
+            })
+            .collect(),
+        goal: "0 crashes in every target".into(),
+        verdict,
+        samples: json!(
+            runs.iter()
+                .map(|r| json!({
+                    "target": r.target,
+                    "executions": r.executions,
+                    "seconds": r.seconds,
+                    "corpus": r.corpus,
+                    "crash": r.crash.as_ref().map(|p| p.display().to_string()),
+                }))
+                .collect::<Vec<_>>()
+        ),
+    })
+}
