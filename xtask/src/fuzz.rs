@@ -32,7 +32,7 @@ const TRACE_SEED_BYTES: usize = 24 * 1024;
 pub struct FuzzArgs {
     /// One target (default: all): manifest_reader, trace_reader, api_request, ebpf_event.
     pub target: Option<String>,
-    /// How long each target runs.
+    /// How long each target runs (0: fuzz nothing, e.g. with --refresh-seeds).
     #[arg(long, default_value_t = 60, value_name = "N")]
     pub seconds: u64,
     /// Rewrite the committed seeds from examples/, traces/ and the traces' kernel records,
@@ -59,6 +59,9 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
         refresh_seeds()?;
     }
     let targets = select(args.target.as_deref())?;
+    if args.seconds == 0 {
+        return Ok(());
+    }
     ensure_cargo_fuzz()?;
     let mut crashed = Vec::new();
     for target in targets {
