@@ -34,7 +34,8 @@ fuzz_target!(|data: &[u8]| {
         .expect("the API answers or closes the connection")
         .expect("the response is read");
         if !response.is_empty() {
-            assert!(response.starts_with(b"HTTP/1.1 "), "not an HTTP/1 response");
+            // HTTP/1.1, or 1.0 to a 1.0 client.
+            assert!(response.starts_with(b"HTTP/1."), "not an HTTP/1 response");
         }
         serving.await.expect("the connection task does not panic");
     });

@@ -23,7 +23,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = podtrace::diagnose::diagnose(&trace.records, None);
     // Written out record by record, the trace reads back the same.
     let mut again = String::new();
-    again.push_str(&serde_json::to_string(&trace.header).expect("a header serializes"));
+    let header = podtrace::trace::TraceRecord::Header(trace.header.clone());
+    again.push_str(&serde_json::to_string(&header).expect("a header serializes"));
     again.push('\n');
     for r in &trace.records {
         again.push_str(&serde_json::to_string(r).expect("a record serializes"));
