@@ -75,7 +75,14 @@ fn round(agent: &mut Agent, round: usize) -> anyhow::Result<()> {
         Duration::from_secs(120),
         |a| Ok(a.phases()?.iter().filter(|p| *p == "Running").count() == PODS_PER_ROUND),
     )?;
-    agent.remove_all(Duration::from_secs(120))?;
+    if let Err(e) = agent.remove_all(Duration::from_secs(120)) {
+        // Say what was left, so a stall can be told from a slow node.
+        let left = agent
+            .phases()
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_else(|e| format!("unknown ({e:#})"));
+        return Err(e.context(format!("round {round}: pods left with phases {left}")));
+    }
     Ok(())
 }
 
