@@ -156,7 +156,7 @@ pub struct RunArgs {
     /// a pod after its manifest is gone (the trace keeps it for good). The agent then
     /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with
     /// every pod it ever ran; at most 512 deleted pods are kept whatever this says.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub deleted_pod_retention: std::time::Duration,
     /// Do not load the kernel probes at all.
     #[arg(long, conflicts_with = "require_ebpf")]

@@ -24,7 +24,7 @@ use crate::trace::{
 
 /// How long the agent's in-memory timeline keeps a pod after it left the config, unless
 /// `--deleted-pod-retention` says otherwise.
-pub const DEFAULT_DELETED_POD_RETENTION: std::time::Duration = std::time::Duration::from_secs(30);
+pub const DEFAULT_DELETED_POD_RETENTION: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The trace and the agent's timeline records, fed together.
 #[derive(Clone)]

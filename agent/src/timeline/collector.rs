@@ -75,17 +75,28 @@ struct PodMark {
     last_ns: u64,
 }
 
-/// Recently forgotten IDs, oldest first, bounded.
+/// Recently forgotten IDs, oldest first, bounded. Kept as 64-bit hashes (SipHash with
+/// fixed keys): a few flat arrays rather than a small string per ID, which, allocated one
+/// by one among the records as pods went, kept heap pages from being returned long after
+/// the records on them were freed. A false match needs a 64-bit collision.
 #[derive(Debug, Default)]
 struct ForgottenIds {
-    order: VecDeque<String>,
-    ids: HashSet<String>,
+    order: VecDeque<u64>,
+    ids: HashSet<u64>,
+}
+
+fn id_hash(id: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
 }
 
 impl ForgottenIds {
-    fn add(&mut self, id: String) {
-        if self.ids.insert(id.clone()) {
-            self.order.push_back(id);
+    fn add(&mut self, id: &str) {
+        let h = id_hash(id);
+        if self.ids.insert(h) {
+            self.order.push_back(h);
         }
         while self.order.len() > MAX_FORGOTTEN_IDS {
             if let Some(old) = self.order.pop_front() {
@@ -95,12 +106,13 @@ impl ForgottenIds {
     }
 
     fn contains(&self, id: &str) -> bool {
-        !id.is_empty() && self.ids.contains(id)
+        !id.is_empty() && self.ids.contains(&id_hash(id))
     }
 
     fn remove(&mut self, id: &str) {
-        if self.ids.remove(id) {
-            self.order.retain(|o| o != id);
+        let h = id_hash(id);
+        if self.ids.remove(&h) {
+            self.order.retain(|o| *o != h);
         }
     }
 }
@@ -335,7 +347,11 @@ impl Collector {
         let attribution = super::attribution::attribute(&index);
         let (base, len) = frozen.kernel_range();
         let plan = super::forget::plan(&index, &attribution, base, len, &gone, old_before);
+        // The snapshot goes before the queues are filtered: while it shares their chunks,
+        // each would be copied rather than filtered in place.
         drop(index);
+        drop(attribution);
+        drop(frozen);
         let mut kept = self.lock();
         // A pod added again since the snapshot stays, and so does every kernel event this
         // pass: the plan counted it as gone.
@@ -371,11 +387,14 @@ impl Collector {
         });
         for uid in &gone {
             kept.marks.remove(uid);
-            kept.forgotten.add(uid.clone());
+            kept.forgotten.add(uid);
         }
         for id in plan.sandboxes.iter().chain(&plan.containers) {
-            kept.forgotten.add(id.clone());
+            kept.forgotten.add(id);
         }
+        // The maps held an entry per pod at the churn's height: give the space back.
+        kept.marks.shrink_to_fit();
+        kept.observations.shrink_to_fit();
         kept.forgotten_pods += gone.len() as u64;
         kept.forgotten_early += early as u64;
         kept.generation += 1;

@@ -24,7 +24,7 @@ const IDLE_GOAL_MIB: f64 = 2.0;
 const NODE: &str = "podtrace-bench-churn";
 const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 /// The agent's default `--deleted-pod-retention`: the bench measures the default.
-const RETENTION: Duration = Duration::from_secs(30);
+const RETENTION: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(5);
 
 fn manifest(round: usize, i: usize) -> String {
