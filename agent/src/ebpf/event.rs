@@ -470,17 +470,7 @@ mod tests {
 
     use super::*;
 
-    fn bytes<T: Copy>(v: &T) -> Vec<u8> {
-        // SAFETY: T is a #[repr(C)] layout type without hidden padding (the layout crate
-        // asserts its sizes), so all its bytes are initialised.
-        unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
-    }
-
-    fn fixed<const N: usize>(s: &str) -> [u8; N] {
-        let mut b = [0u8; N];
-        b[..s.len()].copy_from_slice(s.as_bytes());
-        b
-    }
+    use crate::ebpf::fuzz_seeds::{bytes, fixed};
 
     fn header(kind: EventKind, comm: &str) -> EventHeader {
         EventHeader {

@@ -1,4 +1,5 @@
-//! The eBPF decoder's fuzz seeds (`agent/fuzz/seeds/ebpf_event/`): real kernel records
+//! The probes' layout written from decoded events (shared with the decoder's tests), and
+//! the eBPF decoder's fuzz seeds (`agent/fuzz/seeds/ebpf_event/`): real kernel records
 //! from the committed traces, written back in the probes' ring-buffer layout. The test
 //! checks that every seed still decodes to the record it came from, so a change of the
 //! layout shows here; `PODTRACE_WRITE_FUZZ_SEEDS=1` rewrites them
@@ -18,14 +19,15 @@ use crate::trace::{TraceRecord, read_trace};
 /// Kernel records kept per kind and trace: enough to seed every branch of the decoder.
 const PER_KIND: usize = 3;
 
-fn bytes<T: Copy>(v: &T) -> Vec<u8> {
+/// The bytes of a layout struct, as the probes write it.
+pub(super) fn bytes<T: Copy>(v: &T) -> Vec<u8> {
     // SAFETY: T is a #[repr(C)] layout type without hidden padding (the layout crate
     // asserts its sizes), so all its bytes are initialised.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
 }
 
 /// `s` NUL-padded into `N` bytes, cut to leave the NUL.
-fn fixed<const N: usize>(s: &str) -> [u8; N] {
+pub(super) fn fixed<const N: usize>(s: &str) -> [u8; N] {
     let mut b = [0u8; N];
     let n = s.len().min(N - 1);
     b[..n].copy_from_slice(&s.as_bytes()[..n]);

@@ -68,20 +68,25 @@ impl Agent {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    /// Phases of the agent's pods, from `podtrace pods -o json`.
-    pub fn phases(&self) -> anyhow::Result<Vec<String>> {
+    /// `podtrace <command> -o json` against this agent's API, parsed.
+    pub fn query(&self, command: &str) -> anyhow::Result<Value> {
         let out = Command::new(&self.bin)
-            .args(["pods", "-o", "json", "--api-socket"])
+            .args([command, "-o", "json", "--api-socket"])
             .arg(&self.socket)
             .output()
-            .context("running podtrace pods")?;
+            .with_context(|| format!("running podtrace {command}"))?;
         if !out.status.success() {
             bail!(
-                "podtrace pods: {}",
+                "podtrace {command}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        let list: Value = serde_json::from_slice(&out.stdout).context("parsing podtrace pods")?;
+        serde_json::from_slice(&out.stdout).with_context(|| format!("parsing podtrace {command}"))
+    }
+
+    /// Phases of the agent's pods, from `podtrace pods -o json`.
+    pub fn phases(&self) -> anyhow::Result<Vec<String>> {
+        let list = self.query("pods")?;
         let Some(pods) = list["items"].as_array() else {
             bail!("podtrace pods -o json printed no List of Pods");
         };

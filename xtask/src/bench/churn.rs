@@ -5,14 +5,13 @@
 //! keeps must not grow with every pod it ever ran.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use anyhow::bail;
+use serde_json::json;
 
 use super::agent::Agent;
-use super::memory::{rss_kib, sample};
+use super::memory::{rss_kib, sample, status_kib};
 use super::{Figure, Outcome};
 
 pub const ROUNDS: usize = 60;
@@ -33,33 +32,6 @@ fn manifest(round: usize, i: usize) -> String {
          spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
          image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
     )
-}
-
-/// Pods the agent's in-memory timeline still holds (`podtrace timeline -o json`).
-fn timeline_pods(bin: &Path, socket: &Path) -> anyhow::Result<usize> {
-    let out = Command::new(bin)
-        .args(["timeline", "-o", "json", "--api-socket"])
-        .arg(socket)
-        .output()
-        .context("running podtrace timeline")?;
-    if !out.status.success() {
-        bail!(
-            "podtrace timeline: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let t: Value = serde_json::from_slice(&out.stdout).context("parsing podtrace timeline")?;
-    Ok(t["pods"].as_array().map_or(0, Vec::len))
-}
-
-/// RssAnon in KiB: the agent's own memory, without the pages of its binary and libraries.
-fn anon_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no RssAnon in /proc/<pid>/status")
 }
 
 /// Ten pods written, all Running, their manifests removed, all cleaned up.
@@ -87,13 +59,17 @@ fn round(agent: &mut Agent, round: usize) -> anyhow::Result<()> {
 }
 
 /// Waits until the agent's timeline has forgotten every deleted pod.
-fn wait_forgotten(agent: &mut Agent, bin: &Path, socket: &Path) -> anyhow::Result<Duration> {
+fn wait_forgotten(agent: &mut Agent) -> anyhow::Result<Duration> {
     // Once the retention has passed and the agent's next pass (every 5 s) ran: waited
     // for through the timeline rather than for a fixed time.
     agent.wait_for(
         "the deleted pods to be forgotten",
         RETENTION + Duration::from_secs(60),
-        |_| Ok(timeline_pods(bin, socket)? == 0),
+        |a| {
+            Ok(a.query("timeline")?["pods"]
+                .as_array()
+                .is_none_or(Vec::is_empty))
+        },
     )
 }
 
@@ -108,17 +84,16 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
         &["--trace".to_string(), trace.display().to_string()],
     )?;
     let pid = agent.pid();
-    let socket = work.join("api.sock");
     std::thread::sleep(SETTLE);
     let (cold, _) = sample(pid)?;
     // One round first, its pods forgotten: the agent has then paged in the code that
     // runs pods, which an agent that never ran one has not. That is the "no pods" state
     // the churn is compared with.
     round(&mut agent, 0)?;
-    wait_forgotten(&mut agent, bin, &socket)?;
+    wait_forgotten(&mut agent)?;
     std::thread::sleep(SETTLE);
     let (idle, _) = sample(pid)?;
-    let idle_anon = anon_kib(pid)?;
+    let idle_anon = status_kib(pid, "RssAnon:")?;
     let mut after_round: Vec<u64> = Vec::with_capacity(rounds);
     let mut round_secs: Vec<f64> = Vec::with_capacity(rounds);
     let (mut early, mut last) = (Vec::new(), Vec::new());
@@ -130,10 +105,10 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
         round_secs.push(began.elapsed().as_secs_f64());
         if r == EARLY_ROUND {
             early = sample(pid)?.0;
-            early_anon = anon_kib(pid)?;
+            early_anon = status_kib(pid, "RssAnon:")?;
         } else if r == rounds {
             last = sample(pid)?.0;
-            last_anon = anon_kib(pid)?;
+            last_anon = status_kib(pid, "RssAnon:")?;
         }
         after_round.push(rss_kib(pid)?.0);
         eprintln!(
@@ -143,10 +118,10 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
         );
     }
     let churn_s = started.elapsed().as_secs_f64();
-    let forgotten = wait_forgotten(&mut agent, bin, &socket)?;
+    let forgotten = wait_forgotten(&mut agent)?;
     std::thread::sleep(SETTLE);
     let (after, hwm) = sample(pid)?;
-    let after_anon = anon_kib(pid)?;
+    let after_anon = status_kib(pid, "RssAnon:")?;
     let status = agent.stop()?;
     if !status.success() {
         bail!(

@@ -17,18 +17,20 @@ const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLES: usize = 10;
 
-/// VmRSS and VmHWM in KiB.
-pub fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+/// A `kB` field of /proc/<pid>/status (`key` with its colon, e.g. `"RssAnon:"`), in KiB.
+pub fn status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
-    let field = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .with_context(|| format!("no {key} in /proc/{pid}/status"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .with_context(|| format!("no {key} in /proc/{pid}/status"))
+}
+
+/// VmRSS and VmHWM in KiB.
+pub fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
+    Ok((status_kib(pid, "VmRSS:")?, status_kib(pid, "VmHWM:")?))
 }
 
 fn manifest(i: usize) -> String {
