@@ -12,6 +12,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = podtrace::cli::Cli::parse();
+    if cli.is_long_running() {
+        podtrace::cli::malloc::exec_without_thread_caches();
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if cli.wants_short_slice() {

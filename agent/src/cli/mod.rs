@@ -46,6 +46,11 @@ pub struct Cli {
 impl Cli {
     /// Commands that drive pods and time them: their threads ask for a short scheduler
     /// slice ([`sched`]), the benchmark's direct driver as much as the agent.
+    /// The agent itself, which runs until stopped: its memory must stay flat.
+    pub fn is_long_running(&self) -> bool {
+        matches!(self.command, Command::Run(_))
+    }
+
     pub fn wants_short_slice(&self) -> bool {
         matches!(self.command, Command::Run(_) | Command::BenchDirect(_))
     }

@@ -74,4 +74,9 @@ pub enum CmError {
         action: &'static str,
         message: String,
     },
+
+    /// The task removing a pod's cgroups ended before finishing (it panicked, or the
+    /// agent is shutting down).
+    #[error("removing the cgroups of pod {uid} was interrupted: {reason}")]
+    Interrupted { uid: String, reason: String },
 }

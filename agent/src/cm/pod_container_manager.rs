@@ -236,6 +236,22 @@ impl PodContainerManager {
         Ok(())
     }
 
+    /// [`PodContainerManager::destroy_pod_cgroup`] on the runtime's blocking pool: it waits
+    /// on the kernel and on systemd, and a worker thread must not. (`block_in_place` would
+    /// also do, but it hands the worker's queue to a new thread each time, and every such
+    /// thread keeps the stack pages the pod workers touched.)
+    pub async fn destroy_pod_cgroup_blocking(&self, uid: &str) -> Result<(), CmError> {
+        let (pcm, owned) = (self.clone(), uid.to_string());
+        tokio::task::spawn_blocking(move || pcm.destroy_pod_cgroup(&owned))
+            .await
+            .unwrap_or_else(|e| {
+                Err(CmError::Interrupted {
+                    uid: uid.to_string(),
+                    reason: e.to_string(),
+                })
+            })
+    }
+
     /// kubelet's GetAllPodsFromCgroups: UIDs of the pod cgroups under any QoS tier in any
     /// hierarchy, for housekeeping to remove those of pods that no longer exist.
     pub fn list_pod_cgroups(&self) -> Result<BTreeSet<String>, CmError> {

@@ -124,7 +124,7 @@ pub async fn cleanup_orphans<R: RuntimeService>(
         && let Ok(uids) = pcm.list_pod_cgroups()
     {
         for uid in uids.into_iter().filter(|u| !keep.contains(u)) {
-            if tokio::task::block_in_place(|| pcm.destroy_pod_cgroup(&uid)).is_ok() {
+            if pcm.destroy_pod_cgroup_blocking(&uid).await.is_ok() {
                 cleaned.pod_cgroups.push(uid);
             }
         }

@@ -66,7 +66,7 @@ pub async fn terminate<R: RuntimeService>(cri: &R, shared: &Arc<Shared>, pod: &P
         return WorkOutcome::Failed;
     }
     if let Some(pcm) = &shared.pcm {
-        let destroyed = tokio::task::block_in_place(|| pcm.destroy_pod_cgroup(uid));
+        let destroyed = pcm.destroy_pod_cgroup_blocking(uid).await;
         if let Err(e) = destroyed {
             recorder.record(PodEvent::warning("FailedCleanup", e.to_string(), None));
             return WorkOutcome::Failed;
