@@ -17,6 +17,7 @@ use podtrace::prober::action::{ExecError, probe_exec, probe_tcp};
 use podtrace::prober::{
     ProbeKind, ProbeManager, ProbeOutcome, ProbeResult, ProbeSpec, ProbeUpdate, now_ns, run_probe,
 };
+use podtrace::syncloop::queues::{self, Queue, QueueStats};
 use podtrace_tests::{Scratch, lab, pod, require_lab, stderr};
 use tokio::sync::mpsc;
 
@@ -370,11 +371,7 @@ fn http_tcp_and_sleep_reach_the_pod_ip() {
 }
 
 /// The next update within `within`, or a failure naming what was awaited.
-async fn next(
-    rx: &mut mpsc::UnboundedReceiver<ProbeUpdate>,
-    within: Duration,
-    what: &str,
-) -> ProbeUpdate {
+async fn next(rx: &mut mpsc::Receiver<ProbeUpdate>, within: Duration, what: &str) -> ProbeUpdate {
     match tokio::time::timeout(within, rx.recv()).await {
         Ok(Some(u)) => u,
         Ok(None) => panic!("update channel closed while waiting for {what}"),
@@ -388,7 +385,8 @@ fn the_probe_manager_reports_changes_of_real_probes() {
     let id = t.container_id.clone();
     block_on(async {
         let cri = Arc::new(connect().await);
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let stats = Arc::new(QueueStats::default());
+        let (tx, mut rx) = queues::channel(Queue::ProbeResults, &stats);
         let manager = ProbeManager::new(cri.clone(), tx);
         let mut pod = t.pod.clone();
         let c = &mut pod.spec.as_mut().unwrap().containers[0];

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::progress::Progress;
 use super::recorder::RunRecorder;
@@ -22,6 +22,7 @@ use crate::cri::Recording;
 use crate::kubelet::observed_start::with_observed_start;
 use crate::kubelet::status::phase;
 use crate::kuberuntime::labels;
+use crate::syncloop::queues;
 use crate::syncloop::{Kubelet, PodRecord, StatusStore};
 
 /// Waiting reasons that mean the pod will not get to Running without a change.
@@ -148,7 +149,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             with_observed_start(current, &s.container_name, &s.container_id, s.attempt)
         });
     }));
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = kubelet.pod_update_channel();
     let tx = Forward {
         tx,
         recorder: &recorder,
@@ -184,14 +185,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
 /// Hands config updates to the agent, recording them on the way.
 struct Forward<'a> {
-    tx: mpsc::UnboundedSender<PodUpdate>,
+    tx: queues::Sender<PodUpdate>,
     recorder: &'a RunRecorder,
 }
 
 impl Forward<'_> {
-    fn send(&self, update: PodUpdate) -> Result<(), mpsc::error::SendError<PodUpdate>> {
+    /// Records the update and hands it to the sync loop, waiting for room in its queue.
+    async fn send(&self, update: PodUpdate) -> Result<(), queues::Stopped> {
         self.recorder.pod_update(&update);
-        self.tx.send(update)
+        self.tx.send(update).await
     }
 }
 
@@ -237,7 +239,12 @@ async fn serve(args: &RunArgs, node: &str, tx: &Forward<'_>) -> ExitCode {
     let code = loop {
         tokio::select! {
             u = updates.recv() => match u {
-                Some(u) => { let _ = tx.send(u); }
+                // While the sync loop's queue is full this waits, still answering signals.
+                Some(u) => tokio::select! {
+                    _ = tx.send(u) => {}
+                    _ = tokio::signal::ctrl_c() => break ExitCode::SUCCESS,
+                    _ = sigterm.recv() => break ExitCode::SUCCESS,
+                },
                 None => break ExitCode::FAILURE,
             },
             _ = refresh.tick() => tx.recorder.refresh_metrics(),
@@ -306,7 +313,7 @@ async fn until_ready(
         .map(|p| labels::pod_uid(p).to_string())
         .collect();
     let mut changes = store.subscribe();
-    let _ = tx.send(PodUpdate::Add(pods.clone()));
+    let _ = tx.send(PodUpdate::Add(pods.clone())).await;
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.ready_timeout);
     let mut done: BTreeMap<String, PodOutcome> = BTreeMap::new();
@@ -357,7 +364,7 @@ async fn until_ready(
     let mut cleanup_failed = false;
     if args.cleanup {
         progress.set_message("cleaning up");
-        let _ = tx.send(PodUpdate::Remove(pods.clone()));
+        let _ = tx.send(PodUpdate::Remove(pods.clone())).await;
         let grace = pods
             .iter()
             .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -98,16 +99,20 @@ impl PodConfig {
     }
 }
 
-/// Watches `paths` and sends updates until the receiver is dropped. The first snapshot is
-/// sent before this returns, so the caller sees the initial pods at once.
+/// Watches `paths` and sends updates until the receiver is dropped, the first snapshot
+/// first. The queue holds as many updates as the sync loop's (each update carries every
+/// pod a change touched, so a few per change): a reader that falls behind makes the
+/// watcher wait, and the waits are counted where it forwards them to the sync loop.
 pub fn watch(
     paths: Vec<PathBuf>,
     node_name: String,
-) -> Result<mpsc::UnboundedReceiver<PodUpdate>, notify::Error> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let (kick_tx, mut kick_rx) = mpsc::unbounded_channel::<()>();
+) -> Result<mpsc::Receiver<PodUpdate>, notify::Error> {
+    let (tx, rx) = mpsc::channel(crate::syncloop::queues::Queue::PodUpdates.capacity());
+    // File events only say "look again": any number of them is one stored wakeup.
+    let kick = Arc::new(tokio::sync::Notify::new());
+    let kicker = kick.clone();
     let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-        let _ = kick_tx.send(());
+        kicker.notify_one();
     })?;
     // A directory that is removed loses its watch: its parent is watched too, so its
     // re-creation is seen, and the directory is watched again after every load.
@@ -129,24 +134,28 @@ pub fn watch(
         }
     }
     let mut config = PodConfig::default();
-    let (pods, errors) = load_paths(&paths, &node_name);
-    for u in config.apply(pods, &errors) {
-        let _ = tx.send(u);
-    }
-    let _ = tx.send(PodUpdate::SourcesReady);
     tokio::spawn(async move {
         let mut watcher = watcher; // dropping it stops the notifications
+        let (pods, errors) = load_paths(&paths, &node_name);
+        for u in config
+            .apply(pods, &errors)
+            .into_iter()
+            .chain([PodUpdate::SourcesReady])
+        {
+            if tx.send(u).await.is_err() {
+                return;
+            }
+        }
         loop {
             tokio::select! {
-                kicked = kick_rx.recv() => {
-                    if kicked.is_none() {
-                        return;
-                    }
-                    // Coalesce a burst of notifications (an editor's write, rename, chmod).
+                () = kick.notified() => {
+                    // Coalesce a burst of notifications (an editor's write, rename, chmod):
+                    // one taken after this pause stands for all of them.
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    while kick_rx.try_recv().is_ok() {}
+                    let _ = tokio::time::timeout(Duration::ZERO, kick.notified()).await;
                 }
                 _ = tokio::time::sleep(RESCAN_PERIOD) => {}
+                () = tx.closed() => return,
             }
             for d in dirs.iter().filter(|d| d.is_dir()) {
                 // Adding a watch that exists is a no-op; a re-created directory gets one.
@@ -154,7 +163,7 @@ pub fn watch(
             }
             let (pods, errors) = load_paths(&paths, &node_name);
             for u in config.apply(pods, &errors) {
-                if tx.send(u).is_err() {
+                if tx.send(u).await.is_err() {
                     return;
                 }
             }

@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::cri::CriCall;
+use crate::syncloop::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -38,6 +39,11 @@ struct Plugin {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Kind {
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Queue {
+    queue: String,
 }
 
 /// kubelet's runtime operation buckets (0.005 s to 10 s, exponential) extended to 60 s.
@@ -101,6 +107,8 @@ pub struct Metrics {
     timeline_deleted_pods: Gauge,
     timeline_forgotten: Counter,
     timeline_forgotten_early: Counter,
+    pleg_discard: Counter,
+    queue_waits: Family<Queue, Counter>,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -119,6 +127,8 @@ struct State {
     evicted_seen: BTreeMap<&'static str, u64>,
     forgotten_seen: u64,
     forgotten_early_seen: u64,
+    pleg_discard_seen: u64,
+    queue_waits_seen: BTreeMap<&'static str, u64>,
 }
 
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
@@ -187,6 +197,12 @@ impl Metrics {
             "pod_start_sli_duration_seconds",
             "Duration in seconds to start a pod, excluding time to pull images",
             pod_start_sli.clone(),
+        );
+        let pleg_discard = Counter::default();
+        kubelet.register(
+            "pleg_discard_events",
+            "The number of discard events in PLEG (the relist found the sync loop's queue full)",
+            pleg_discard.clone(),
         );
         let podtrace = registry.sub_registry_with_prefix("podtrace");
         podtrace.register(
@@ -262,7 +278,16 @@ impl Metrics {
              bound of deleted pods",
             timeline_forgotten_early.clone(),
         );
+        let queue_waits = Family::<Queue, Counter>::default();
+        podtrace.register(
+            "syncloop_queue_waits",
+            "Sends that found one of the sync loop's bounded queues full and waited for room, \
+             by queue (pod_updates, pleg, probe_results, work_done)",
+            queue_waits.clone(),
+        );
         Metrics {
+            pleg_discard,
+            queue_waits,
             trace_unwritten,
             trace_dropped,
             timeline_evicted,
@@ -438,6 +463,30 @@ impl Metrics {
             self.timeline_forgotten_early
                 .inc_by(stats.forgotten_early - st.forgotten_early_seen);
             st.forgotten_early_seen = stats.forgotten_early;
+        }
+    }
+
+    /// What hitting the sync loop's queue bounds cost (monotonic; only growth is added).
+    pub fn set_syncloop_queues(&self, stats: &QueueStats) {
+        let mut st = self.state();
+        let discarded = stats.pleg_discarded();
+        if discarded > st.pleg_discard_seen {
+            self.pleg_discard.inc_by(discarded - st.pleg_discard_seen);
+            st.pleg_discard_seen = discarded;
+        }
+        for queue in SyncLoopQueue::ALL {
+            let (total, seen) = (
+                stats.waits(queue),
+                st.queue_waits_seen.entry(queue.name()).or_default(),
+            );
+            if total > *seen {
+                self.queue_waits
+                    .get_or_create(&Queue {
+                        queue: queue.name().to_string(),
+                    })
+                    .inc_by(total - *seen);
+                *seen = total;
+            }
         }
     }
 
@@ -659,6 +708,34 @@ mod tests {
             text.contains("podtrace_trace_records_dropped_total 2"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn full_sync_loop_queues_show_as_waits_and_pleg_discards() {
+        use crate::syncloop::queues::{self, Queue};
+        let m = Metrics::new();
+        let stats = std::sync::Arc::new(QueueStats::default());
+        assert!(m.encode().contains("kubelet_pleg_discard_events_total 0"));
+        let (pleg, _pleg_rx) = queues::channel::<u8>(Queue::Pleg, &stats);
+        for _ in 0..Queue::Pleg.capacity() + 3 {
+            pleg.send_or_discard(0);
+        }
+        let (done, _done_rx) = queues::channel::<u8>(Queue::WorkDone, &stats);
+        for _ in 0..Queue::WorkDone.capacity() + 2 {
+            let _ = done.try_send(0);
+        }
+        m.set_syncloop_queues(&stats);
+        m.set_syncloop_queues(&stats);
+        let text = m.encode();
+        assert!(
+            text.contains("kubelet_pleg_discard_events_total 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podtrace_syncloop_queue_waits_total{queue=\"work_done\"} 2"),
+            "{text}"
+        );
+        assert!(!text.contains("queue=\"probe_results\""), "{text}");
     }
 
     #[test]

@@ -11,13 +11,14 @@ use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use nix::time::{ClockId, clock_gettime};
 use serde::Serialize;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::action::run_probe_with_retries;
 use super::spec::{ProbeError, ProbeKind, ProbeSpec};
 use super::state::{ProbeResult, ProbeWorker, container_started, probe_allowed};
 use crate::cri::RuntimeService;
+use crate::syncloop::queues::{self, Full};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
@@ -68,7 +69,7 @@ pub struct ProbeManager<R> {
 }
 
 struct Shared {
-    updates: mpsc::UnboundedSender<ProbeUpdate>,
+    updates: queues::Sender<ProbeUpdate>,
     containers: BTreeMap<(String, String), Entry>,
     next_generation: u64,
 }
@@ -93,7 +94,7 @@ impl Entry {
 
 impl<R: RuntimeService + 'static> ProbeManager<R> {
     /// Panics outside a tokio runtime.
-    pub fn new(runtime: Arc<R>, updates: mpsc::UnboundedSender<ProbeUpdate>) -> Self {
+    pub fn new(runtime: Arc<R>, updates: queues::Sender<ProbeUpdate>) -> Self {
         ProbeManager {
             runtime,
             handle: Handle::current(),
@@ -156,15 +157,21 @@ impl<R: RuntimeService + 'static> ProbeManager<R> {
         for (kind, spec) in specs {
             let worker = ProbeWorker::new(kind, &spec, started_at_ns);
             entry.results.insert(kind, worker.result());
-            let _ = shared.updates.send(ProbeUpdate {
-                pod_uid: pod_uid.clone(),
-                container_name: container_name.to_string(),
-                container_id: container_id.to_string(),
-                kind,
-                result: worker.result(),
-                output: String::new(),
-            });
+            // Sent now, in order with what the caller does next; if the queue is full
+            // the worker sends it before anything else (this call cannot wait).
+            let pending = shared
+                .updates
+                .try_send(ProbeUpdate {
+                    pod_uid: pod_uid.clone(),
+                    container_name: container_name.to_string(),
+                    container_id: container_id.to_string(),
+                    kind,
+                    result: worker.result(),
+                    output: String::new(),
+                })
+                .err();
             let ctx = WorkerCtx {
+                updates: shared.updates.clone(),
                 runtime: self.runtime.clone(),
                 shared: self.shared.clone(),
                 key: key.clone(),
@@ -177,9 +184,9 @@ impl<R: RuntimeService + 'static> ProbeManager<R> {
             };
             // The task cannot publish before this lock is released, by which time its
             // entry is in place.
-            let task = self
-                .handle
-                .spawn(run_worker(ctx, worker, entry.started.subscribe()));
+            let task =
+                self.handle
+                    .spawn(run_worker(ctx, worker, entry.started.subscribe(), pending));
             entry.tasks.insert(kind, task.abort_handle());
         }
         shared.containers.insert(key, entry);
@@ -275,6 +282,7 @@ fn probe_of(c: &Container, kind: ProbeKind) -> Option<&Probe> {
 
 /// What one worker task needs besides its state machine.
 struct WorkerCtx<R> {
+    updates: queues::Sender<ProbeUpdate>,
     runtime: Arc<R>,
     shared: Arc<Mutex<Shared>>,
     key: (String, String),
@@ -287,34 +295,33 @@ struct WorkerCtx<R> {
 }
 
 impl<R> WorkerCtx<R> {
-    /// Records and sends a changed result. False when the container has been removed or
+    /// Records and sends a changed result, waiting for room in the sync loop's queue (with
+    /// the manager's lock released). False when the container has been removed or
     /// replaced, which ends the worker.
-    fn publish(&self, result: ProbeResult, output: String) -> bool {
-        let mut shared = lock(&self.shared);
-        let Shared {
-            updates,
-            containers,
-            ..
-        } = &mut *shared;
-        let Some(entry) = containers
-            .get_mut(&self.key)
-            .filter(|e| e.generation == self.generation)
-        else {
-            return false;
-        };
-        entry.results.insert(self.kind, result);
-        if self.kind == ProbeKind::Startup {
-            entry.started.send_replace(container_started(Some(result)));
+    async fn publish(&self, result: ProbeResult, output: String) -> bool {
+        {
+            let mut shared = lock(&self.shared);
+            let Some(entry) = shared
+                .containers
+                .get_mut(&self.key)
+                .filter(|e| e.generation == self.generation)
+            else {
+                return false;
+            };
+            entry.results.insert(self.kind, result);
+            if self.kind == ProbeKind::Startup {
+                entry.started.send_replace(container_started(Some(result)));
+            }
         }
-        let _ = updates.send(ProbeUpdate {
+        let update = ProbeUpdate {
             pod_uid: self.key.0.clone(),
             container_name: self.key.1.clone(),
             container_id: self.container_id.clone(),
             kind: self.kind,
             result,
             output,
-        });
-        true
+        };
+        self.updates.send(update).await.is_ok()
     }
 }
 
@@ -322,7 +329,13 @@ async fn run_worker<R: RuntimeService + 'static>(
     ctx: WorkerCtx<R>,
     mut worker: ProbeWorker,
     mut started: watch::Receiver<bool>,
+    initial: Option<Full<ProbeUpdate>>,
 ) {
+    if let Some(initial) = initial
+        && ctx.updates.send_counted(initial).await.is_err()
+    {
+        return;
+    }
     while let Some(due) = worker.next_due() {
         let wait = Duration::from_nanos(due.saturating_sub(now_ns()));
         // kubelet triggers a readiness probe as soon as a container counts as started.
@@ -362,7 +375,7 @@ async fn run_worker<R: RuntimeService + 'static>(
             }
         };
         if let Some(result) = worker.observe(now_ns(), raw)
-            && !ctx.publish(result, output)
+            && !ctx.publish(result, output).await
         {
             return;
         }

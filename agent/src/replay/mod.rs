@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
 pub use runtime::{Divergence, ReplayRuntime};
@@ -134,7 +134,7 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     };
     let kubelet = Kubelet::new(runtime.clone(), cfg, settings_from(trace, what_if))
         .expect("replay uses no cgroups");
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = kubelet.pod_update_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = tokio::spawn(kubelet.run(rx, stop_rx));
     let start = tokio::time::Instant::now();
@@ -150,9 +150,9 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
             PodOp::Update => PodUpdate::Update(pods),
             PodOp::Remove => PodUpdate::Remove(pods),
         };
-        let _ = tx.send(update);
+        let _ = tx.send(update).await;
         if !ready_sent {
-            let _ = tx.send(PodUpdate::SourcesReady);
+            let _ = tx.send(PodUpdate::SourcesReady).await;
             ready_sent = true;
         }
         last_ns = last_ns.max(p.at_ns);

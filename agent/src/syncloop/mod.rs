@@ -14,6 +14,7 @@ mod housekeeping;
 mod pidfd_exit;
 mod pleg;
 mod pod_sync;
+pub mod queues;
 pub mod settings;
 mod shared;
 pub mod start_watch;
@@ -44,6 +45,7 @@ pub use shared::Shared;
 pub use status_store::{PodRecord, StatusStore};
 
 use clock::{instant_at, wall_now};
+use queues::{Queue, QueueStats};
 
 struct WorkDone {
     uid: String,
@@ -71,11 +73,13 @@ pub struct Kubelet<R> {
     /// Pods whose first Running was counted in the pod start SLI.
     started: BTreeSet<String>,
     pleg: Pleg,
-    pleg_rx: mpsc::UnboundedReceiver<PlegEvent>,
+    pleg_rx: mpsc::Receiver<PlegEvent>,
     prober: Arc<ProbeManager<R>>,
-    probe_rx: mpsc::UnboundedReceiver<ProbeUpdate>,
-    done_tx: mpsc::UnboundedSender<WorkDone>,
-    done_rx: mpsc::UnboundedReceiver<WorkDone>,
+    probe_rx: mpsc::Receiver<ProbeUpdate>,
+    done_tx: queues::Sender<WorkDone>,
+    done_rx: mpsc::Receiver<WorkDone>,
+    /// What hitting the bounds of the queues above (and of the pod updates') cost.
+    queue_stats: Arc<QueueStats>,
 }
 
 impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
@@ -99,9 +103,10 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         };
         let ns = |d: std::time::Duration| d.as_nanos() as i64;
         let workers = PodWorkers::new(ns(settings.resync_interval), ns(settings.error_backoff));
-        let (mut pleg, pleg_rx) = Pleg::new();
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let queue_stats = Arc::new(QueueStats::default());
+        let (mut pleg, pleg_rx) = Pleg::new(&queue_stats);
+        let (done_tx, done_rx) = queues::channel(Queue::WorkDone, &queue_stats);
+        let (probe_tx, probe_rx) = queues::channel(Queue::ProbeResults, &queue_stats);
         let prober = Arc::new(ProbeManager::new(Arc::new(cri.clone()), probe_tx));
         let shared = Arc::new(Shared::new(cfg, settings, pcm));
         // Show an exit as soon as the kernel reports it; the sync that follows the
@@ -129,12 +134,23 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             probe_rx,
             done_tx,
             done_rx,
+            queue_stats,
         })
     }
 
     /// Reports pod worker durations and pod start latency into `metrics`.
     pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
         self.metrics = Some(metrics);
+    }
+
+    /// The queue the config sources send pod updates to [`Kubelet::run`] on.
+    pub fn pod_update_channel(&self) -> (queues::Sender<PodUpdate>, mpsc::Receiver<PodUpdate>) {
+        queues::channel(Queue::PodUpdates, &self.queue_stats)
+    }
+
+    /// What hitting the bounds of the sync loop's queues cost so far.
+    pub fn queue_stats(&self) -> Arc<QueueStats> {
+        self.queue_stats.clone()
     }
 
     /// The status store, for the local API and for callers waiting on pod states.
@@ -145,7 +161,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     /// Runs until `shutdown` turns true or `updates` closes and every worker is done.
     pub async fn run(
         mut self,
-        mut updates: mpsc::UnboundedReceiver<PodUpdate>,
+        mut updates: mpsc::Receiver<PodUpdate>,
         mut shutdown: watch::Receiver<bool>,
     ) {
         let settings = self.shared.settings.clone();
@@ -418,17 +434,22 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     terminate::terminate(&cri, &shared, &work.pod).await
                 }
             };
-            let _ = done.send(WorkDone {
-                uid: work.uid,
-                outcome,
-                operation,
-                secs: began.elapsed().as_secs_f64(),
-            });
+            let _ = done
+                .send(WorkDone {
+                    uid: work.uid,
+                    outcome,
+                    operation,
+                    secs: began.elapsed().as_secs_f64(),
+                })
+                .await;
         });
     }
 
     async fn housekeeping(&mut self) {
         lock_gc(&self.shared);
+        if let Some(m) = &self.metrics {
+            m.set_syncloop_queues(&self.queue_stats);
+        }
         if !self.shared.settings.housekeeping || !self.sources_ready {
             return;
         }

@@ -13,6 +13,8 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use super::queues::{self, Queue, QueueStats};
+
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::observed_exit::exit_code_of_wait_status;
 use crate::kuberuntime::labels;
@@ -47,15 +49,15 @@ const EXIT_SETTLE_MAX_STEP: Duration = Duration::from_millis(32);
 
 #[derive(Clone)]
 pub struct Pleg {
-    tx: mpsc::UnboundedSender<PlegEvent>,
+    tx: queues::Sender<PlegEvent>,
     /// Last relisted state of each container: (pod UID, state).
     seen: Arc<Mutex<BTreeMap<String, (String, i32)>>>,
     exit_observer: Option<ExitObserver>,
 }
 
 impl Pleg {
-    pub fn new() -> (Pleg, mpsc::UnboundedReceiver<PlegEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    pub fn new(stats: &Arc<QueueStats>) -> (Pleg, mpsc::Receiver<PlegEvent>) {
+        let (tx, rx) = queues::channel(Queue::Pleg, stats);
         (
             Pleg {
                 tx,
@@ -109,7 +111,8 @@ impl Pleg {
                 observe(&event.uid, &event.container_id, code);
             }
             settle(&cri, &event.container_id).await;
-            let _ = tx.send(event);
+            // A watcher runs on its own: it waits for room rather than lose an exit.
+            let _ = tx.send(event).await;
         });
     }
 
@@ -156,8 +159,11 @@ impl Pleg {
         }
         *seen = now;
         drop(seen);
+        // The relist runs on the loop that drains the queue, so it cannot wait for room:
+        // as kubelet's relist, it discards (and counts) what does not fit, and the pod is
+        // synced at its next resync.
         for e in changed {
-            let _ = self.tx.send(e);
+            self.tx.send_or_discard(e);
         }
     }
 }
