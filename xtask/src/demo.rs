@@ -1,7 +1,10 @@
 //! `cargo xtask demo`: the main job end to end on a fresh clone. Setup where missing,
-//! build, lab up, create the example pods, show each result, lab down, prove the
-//! teardown left nothing behind.
+//! build, lab up, create the example pods while recording a trace, show each result,
+//! the stage latency table across the pods and the slowest pod's timeline (what podtrace
+//! is for), lab down, prove the teardown left nothing behind.
 
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
@@ -67,6 +70,7 @@ pub fn run() -> anyhow::Result<()> {
 
     let pods = result?;
     teardown?;
+    show_stages(&bin, &pods)?;
     let running = pods.iter().filter(|p| p.running).count();
     println!();
     println!(
@@ -88,13 +92,35 @@ pub fn run() -> anyhow::Result<()> {
 }
 
 struct PodResult {
+    /// `namespace/name`.
+    name: String,
+    seconds: f64,
     running: bool,
 }
 
-fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
+/// Where the demo's trace and SVG report go.
+fn demo_dir() -> PathBuf {
+    workspace::target_dir().join("demo")
+}
+
+fn trace_path() -> PathBuf {
+    demo_dir().join("demo.trace")
+}
+
+fn run_examples(bin: &Path) -> anyhow::Result<Vec<PodResult>> {
     let examples = workspace::root().join("examples");
+    std::fs::create_dir_all(demo_dir())
+        .with_context(|| format!("creating {}", demo_dir().display()))?;
+    match std::fs::remove_file(trace_path()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", trace_path().display()));
+        }
+        _ => {}
+    }
     let out = Command::new(bin)
-        .args(["run", "--until-ready", "--cleanup", "--json", "--manifests"])
+        .args(["run", "--until-ready", "--cleanup", "--json", "--trace"])
+        .arg(trace_path())
+        .arg("--manifests")
         .arg(&examples)
         .stderr(Stdio::inherit())
         .output()
@@ -109,6 +135,11 @@ fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
     );
     let mut results = Vec::new();
     for p in &pods {
+        let name = format!(
+            "{}/{}",
+            p["namespace"].as_str().unwrap_or(""),
+            p["name"].as_str().unwrap_or("")
+        );
         let ip = p["ip"].as_str().unwrap_or("-");
         let phase = p["phase"].as_str().unwrap_or("?");
         let in_subnet = ip_in_subnet(ip, POD_SUBNET);
@@ -121,11 +152,7 @@ fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
             .collect();
         println!(
             "{:<28} {:<9} {:<14} {:>7.3}s  {}{}",
-            format!(
-                "{}/{}",
-                p["namespace"].as_str().unwrap_or(""),
-                p["name"].as_str().unwrap_or("")
-            ),
+            name,
             phase,
             ip,
             p["seconds"].as_f64().unwrap_or(0.0),
@@ -136,6 +163,8 @@ fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
             }
         );
         results.push(PodResult {
+            name,
+            seconds: p["seconds"].as_f64().unwrap_or(0.0),
             running: phase == "Running" && in_subnet,
         });
     }
@@ -146,4 +175,86 @@ fn run_examples(bin: &std::path::Path) -> anyhow::Result<Vec<PodResult>> {
         bail!("no pods ran from {}", examples.display());
     }
     Ok(results)
+}
+
+/// The stage latency table across the demo's pods, the slowest pod's timeline and its
+/// waterfall as SVG, all from the trace the run recorded.
+fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
+    let trace = trace_path();
+    println!();
+    println!("Stage latencies across the {} pods:", pods.len());
+    println!("  (podtrace report {})", trace.display());
+    podtrace(bin, &[OsStr::new("report"), trace.as_os_str()])?;
+    let Some(slowest) = pods
+        .iter()
+        .filter(|p| p.running)
+        .max_by(|a, b| a.seconds.total_cmp(&b.seconds))
+    else {
+        return Ok(());
+    };
+    println!();
+    println!(
+        "Timeline of the slowest pod, {} ({:.3} s to Running):",
+        slowest.name, slowest.seconds
+    );
+    println!(
+        "  (podtrace timeline {} --pod {})",
+        trace.display(),
+        slowest.name
+    );
+    let pod = OsStr::new(&slowest.name);
+    podtrace(
+        bin,
+        &[
+            OsStr::new("timeline"),
+            trace.as_os_str(),
+            OsStr::new("--pod"),
+            pod,
+        ],
+    )?;
+    let svg = demo_dir().join("report.svg");
+    let out = Command::new(bin)
+        .args([
+            OsStr::new("report"),
+            trace.as_os_str(),
+            OsStr::new("--pod"),
+            pod,
+        ])
+        .arg("--svg")
+        .arg(&svg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .with_context(|| format!("running {}", bin.display()))?;
+    if !out.success() {
+        bail!("podtrace report --svg {} failed ({out})", svg.display());
+    }
+    println!();
+    println!("The slowest pod's waterfall and the stage latency distributions, as SVG:");
+    println!("  {}", svg.display());
+    println!("The trace itself: {}", trace.display());
+    Ok(())
+}
+
+/// Runs `podtrace ARGS`, its output shown indented.
+fn podtrace(bin: &Path, args: &[&OsStr]) -> anyhow::Result<()> {
+    let out = Command::new(bin)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        println!("  {line}");
+    }
+    if !out.status.success() {
+        bail!(
+            "podtrace {} failed ({})",
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            out.status
+        );
+    }
+    Ok(())
 }
