@@ -778,3 +778,80 @@ fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
     let fine = agent.pod("fine").unwrap();
     assert_eq!(phase(&fine), "Running", "{fine:#}");
 }
+
+/// kubelet's serialized image puller: a pod whose pull queues behind another pod's shows
+/// the wait as a stage naming that pod, in the live timeline and in the report's parts.
+/// The first pull hangs (a registry that never answers) until its deadline, so the second
+/// pod surely queues behind it.
+#[test]
+fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
+    require_lab();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in silent.incoming().flatten() {
+            held.push(conn);
+        }
+    });
+    let agent = Agent::start(
+        "queuedpull",
+        &["--pull-timeout", "3", "--backoff-initial", "30s"],
+    );
+    agent.write(
+        "first.yaml",
+        &pod_yaml(
+            "first",
+            &format!(
+                "  - {{name: c, image: '127.0.0.1:{port}/podtrace/silent:1.0', command: [sleep, '3600']}}\n"
+            ),
+        ),
+    );
+    agent.wait_for("first: its pull started", MINUTE, |_| {
+        agent
+            .events("first")
+            .iter()
+            .any(|e| e["reason"] == "Pulling")
+    });
+    agent.write(
+        "second.yaml",
+        &pod_yaml(
+            "second",
+            &format!(
+                "  - {{name: c, image: {APP}, imagePullPolicy: Always, command: [sleep, '3600']}}\n"
+            ),
+        ),
+    );
+    agent.wait_pod("second", "Running after its queued pull", MINUTE, |p| {
+        phase(p) == "Running"
+    });
+    let out = Command::new(podtrace_tests::podtrace_bin())
+        .args(["timeline", "--pod", "second", "-o", "json", "--api-socket"])
+        .arg(&agent.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", podtrace_tests::stderr(&out));
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stages = t["pods"][0]["stages"].as_array().unwrap();
+    let names: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();
+    let wait = stages
+        .iter()
+        .find(|s| s["stage"] == "image_puller_wait:c")
+        .unwrap_or_else(|| panic!("no wait stage in {names:?}"));
+    assert_eq!(
+        wait["detail"], "behind default/first; serialized image pulls",
+        "{wait:#}"
+    );
+    assert_eq!(wait["source"], "agent");
+    // It queued from its pull's turn until the first pull failed at its 3 s deadline.
+    let waited_ms = wait["duration_ns"].as_u64().unwrap() / 1_000_000;
+    assert!((500..=3_500).contains(&waited_ms), "waited {waited_ms} ms");
+    let pull = stages
+        .iter()
+        .find(|s| s["stage"] == "image_pull:c")
+        .unwrap_or_else(|| panic!("no pull stage in {names:?}"));
+    assert!(
+        pull["start_ns"].as_u64() >= wait["end_ns"].as_u64(),
+        "the pull starts when the wait ends: {wait:#} {pull:#}"
+    );
+}

@@ -48,6 +48,25 @@ fn every_fixture_has_a_scenario_and_matches_the_schema() {
     );
     let timeless = serde_json::json!({"type": "cri", "method": "RunPodSandbox", "code": "OK"});
     assert!(!validator.is_valid(&timeless));
+    // A wait as the agent writes it validates; one that does not say what it waited for
+    // does not.
+    let wait = podtrace::trace::TraceRecord::Wait(podtrace::trace::PodWaitRecord {
+        start_ns: 1,
+        end_ns: 2,
+        pod_uid: "u".into(),
+        namespace: "default".into(),
+        name: "p".into(),
+        wait: podtrace::kuberuntime::event::PodWait {
+            wait: podtrace::kuberuntime::event::WaitKind::ImagePuller,
+            container: Some("c".into()),
+            behind: vec!["default/q".into()],
+            detail: "serialized image pulls".into(),
+        },
+    });
+    let mut wait = serde_json::to_value(&wait).unwrap();
+    assert!(validator.is_valid(&wait), "{wait}");
+    wait.as_object_mut().unwrap().remove("wait");
+    assert!(!validator.is_valid(&wait), "{wait}");
     for trace in fixtures() {
         let name = trace.file_stem().unwrap().to_string_lossy().to_string();
         let scenario = workspace_root()

@@ -18,8 +18,8 @@ use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
-    TraceRecord, TraceSink, TraceWriter, redact_pod,
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
+    SCHEMA_VERSION, TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
 /// How long the agent's in-memory timeline keeps a pod after it left the config, unless
@@ -261,6 +261,17 @@ impl RunRecorder {
                 namespace: ns.to_string(),
                 name: name.to_string(),
                 status: Box::new(status.clone()),
+            }));
+        }));
+        let wait_sink = self.sink.clone();
+        store.set_wait_tap(Arc::new(move |uid, ns, name, start_ns, end_ns, wait| {
+            wait_sink.send(TraceRecord::Wait(PodWaitRecord {
+                start_ns,
+                end_ns,
+                pod_uid: uid.to_string(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                wait: wait.clone(),
             }));
         }));
         let sink = self.sink.clone();

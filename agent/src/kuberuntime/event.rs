@@ -46,9 +46,45 @@ impl PodEvent {
     }
 }
 
+/// What a pod waited for, queued behind something the agent itself decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// kubelet's image puller: serialized pulls (its default), or the parallel-pull limit.
+    ImagePuller,
+}
+
+impl WaitKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitKind::ImagePuller => "image_puller",
+        }
+    }
+}
+
+/// Time a pod spent queued: how long, for what, and behind whose work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodWait {
+    pub wait: WaitKind,
+    /// The container it waited for, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// Who it waited behind (`namespace/name` of the pods whose work ran first), in the
+    /// order their work started.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<String>,
+    /// What it waited behind, said once (the image being pulled, the limit).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
 /// Where SyncPod sends events. Implementations stamp the time and keep or print them.
 pub trait EventRecorder: Send + Sync {
     fn record(&self, event: PodEvent);
+
+    /// The pod waited `waited_ns` until now. Only the agent's recorder keeps waits (for
+    /// its timeline and the trace).
+    fn waited(&self, _wait: PodWait, _waited_ns: u64) {}
 }
 
 /// Keeps events in memory, in the order they were recorded.

@@ -8,6 +8,7 @@
 //! span is its own work: RunPodSandbox less netns and CNI is the runtime's sandbox work,
 //! bridge less host-local is bridge's own run. Instants no stage covers are the gap, a
 //! row of its own: the agent's work between stages, back-off waits, anything unrecorded.
+//! Waits the agent decides (a pull queued at the image puller) are parts of their own.
 
 use std::collections::BTreeMap;
 
@@ -58,6 +59,7 @@ const ORDER: &[&str] = &[
     "cni_add",
     "cni_plugin",
     "sandbox_ready",
+    "image_puller_wait",
     "image_pull",
     "container_create",
     "container_start",
@@ -105,6 +107,10 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
             "sandbox_ready" => (
                 s.stage.clone(),
                 "the status read that found the sandbox ready".to_string(),
+            ),
+            "image_puller_wait" => (
+                s.stage.clone(),
+                format!("{c} queued at the image puller: {}", s.detail),
             ),
             "image_pull" => (s.stage.clone(), format!("pulling {c}'s image")),
             "container_create" => (s.stage.clone(), format!("CreateContainer for {c}")),

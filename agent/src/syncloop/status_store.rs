@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
 use crate::kubelet::runtime_pod::Nanos;
-use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait};
 use crate::kuberuntime::labels;
 
 use super::clock::wall_now;
@@ -47,6 +47,10 @@ pub struct PodRecord {
 /// Sees every event as it is recorded: (pod UID, namespace, name, event).
 pub type EventTap = Arc<dyn Fn(&str, &str, &str, &StampedEvent) + Send + Sync>;
 
+/// Sees every wait a pod's work spent queued: (pod UID, namespace, name, start and end in
+/// CLOCK_MONOTONIC ns, the wait).
+pub type WaitTap = Arc<dyn Fn(&str, &str, &str, u64, u64, &PodWait) + Send + Sync>;
+
 /// Sees every status change as it is published: (pod UID, namespace, name, CLOCK_MONOTONIC
 /// ns, the new status).
 pub type StatusTap = Arc<dyn Fn(&str, &str, &str, u64, &PodStatus) + Send + Sync>;
@@ -56,6 +60,7 @@ pub struct StatusStore {
     changed: tokio::sync::watch::Sender<u64>,
     tap: Mutex<Option<EventTap>>,
     status_tap: Mutex<Option<StatusTap>>,
+    wait_tap: Mutex<Option<WaitTap>>,
 }
 
 impl std::fmt::Debug for StatusStore {
@@ -71,6 +76,7 @@ impl Default for StatusStore {
             changed: tokio::sync::watch::channel(0).0,
             tap: Mutex::new(None),
             status_tap: Mutex::new(None),
+            wait_tap: Mutex::new(None),
         }
     }
 }
@@ -97,6 +103,38 @@ impl StatusStore {
     /// Sends every status change from now on to `tap` too (the trace writer).
     pub fn set_status_tap(&self, tap: StatusTap) {
         *self.status_tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tap);
+    }
+
+    /// Sends every wait recorded from now on to `tap` (the trace writer and timeline).
+    pub fn set_wait_tap(&self, tap: WaitTap) {
+        *self.wait_tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tap);
+    }
+
+    /// A wait of a known pod that ended now, after `waited_ns`.
+    pub fn record_wait(&self, uid: &str, wait: PodWait, waited_ns: u64) {
+        let Some((ns, name)) = self
+            .lock()
+            .get(uid)
+            .map(|r| (r.namespace.clone(), r.name.clone()))
+        else {
+            return;
+        };
+        let end_ns = super::clock::mono_now();
+        let tap = self
+            .wait_tap
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(tap) = tap {
+            tap(
+                uid,
+                &ns,
+                &name,
+                end_ns.saturating_sub(waited_ns),
+                end_ns,
+                &wait,
+            );
+        }
     }
 
     /// Registers a pod when it is first seen.
@@ -232,5 +270,9 @@ impl EventRecorder for PodRecorder {
     fn record(&self, event: PodEvent) {
         tracing::debug!(pod = %self.uid, reason = %event.reason, "{}", event.message);
         self.store.record(&self.uid, event);
+    }
+
+    fn waited(&self, wait: PodWait, waited_ns: u64) {
+        self.store.record_wait(&self.uid, wait, waited_ns);
     }
 }

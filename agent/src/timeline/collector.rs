@@ -24,7 +24,7 @@ use super::index::{Index, Ref};
 use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
 /// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,
@@ -33,6 +33,8 @@ use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 const MAX_PODS: usize = 2_048;
 const MAX_CALLS: usize = 20_000;
 const MAX_EVENTS: usize = 20_000;
+/// A pod waits a few times at most while it starts (its pulls, its back-offs).
+const MAX_WAITS: usize = 4_096;
 const MAX_KERNEL: usize = 50_000;
 /// State-reading calls kept per pod, sandbox and container.
 pub const OBSERVATIONS_KEPT: u32 = 4;
@@ -52,6 +54,7 @@ struct Kept {
     pods: Chunks<PodOpRecord>,
     calls: Chunks<CriCall>,
     events: Chunks<PodEventRecord>,
+    waits: Chunks<PodWaitRecord>,
     kernel: Chunks<KernelEvent>,
     observations: HashMap<String, u32>,
     last_status: Option<BTreeMap<String, String>>,
@@ -132,6 +135,7 @@ impl Kept {
                 p.op != PodOp::Add && f.contains(p.pod.metadata.uid.as_deref().unwrap_or(""))
             }
             TraceRecord::Event(e) => f.contains(&e.pod_uid),
+            TraceRecord::Wait(w) => f.contains(&w.pod_uid),
             TraceRecord::Cri(c) => {
                 f.contains(&c.pod_uid) || f.contains(&c.sandbox_id) || f.contains(&c.container_id)
             }
@@ -146,6 +150,7 @@ impl Default for Kept {
             pods: Chunks::new(MAX_PODS),
             calls: Chunks::new(MAX_CALLS),
             events: Chunks::new(MAX_EVENTS),
+            waits: Chunks::new(MAX_WAITS),
             kernel: Chunks::new(MAX_KERNEL),
             observations: HashMap::new(),
             last_status: None,
@@ -163,6 +168,7 @@ struct Frozen {
     pods: Snapshot<PodOpRecord>,
     calls: Snapshot<CriCall>,
     events: Snapshot<PodEventRecord>,
+    waits: Snapshot<PodWaitRecord>,
     kernel: Snapshot<KernelEvent>,
 }
 
@@ -172,6 +178,7 @@ impl Frozen {
             pods: kept.pods.snapshot(),
             calls: kept.calls.snapshot(),
             events: kept.events.snapshot(),
+            waits: kept.waits.snapshot(),
             kernel: kept.kernel.snapshot(),
         }
     }
@@ -184,6 +191,7 @@ impl Frozen {
             .map(Ref::Pod)
             .chain(self.calls.iter().map(Ref::Cri))
             .chain(self.events.iter().map(Ref::Event))
+            .chain(self.waits.iter().map(Ref::Wait))
             .chain(self.kernel.iter().map(Ref::Kernel))
             .enumerate();
         Index::of(refs)
@@ -195,7 +203,7 @@ impl Frozen {
 
     /// Where the kernel events start among the positions, and how many there are.
     fn kernel_range(&self) -> (usize, usize) {
-        let base = self.pods.len() + self.calls.len() + self.events.len();
+        let base = self.pods.len() + self.calls.len() + self.events.len() + self.waits.len();
         (base, self.kernel.len())
     }
 }
@@ -238,6 +246,10 @@ impl Collector {
                 kept.mark(&e.pod_uid, e.at_ns);
                 kept.events.push(e.clone())
             }
+            TraceRecord::Wait(w) => {
+                kept.mark(&w.pod_uid, w.end_ns);
+                kept.waits.push(w.clone())
+            }
             TraceRecord::Kernel(e) => kept.kernel.push(e.clone()),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
@@ -270,11 +282,16 @@ impl Collector {
     /// Everything kept, each kind in the order it arrived.
     pub fn records(&self) -> Vec<TraceRecord> {
         let kept = self.lock();
-        let len = kept.pods.len() + kept.calls.len() + kept.events.len() + kept.kernel.len();
+        let len = kept.pods.len()
+            + kept.calls.len()
+            + kept.events.len()
+            + kept.waits.len()
+            + kept.kernel.len();
         let mut out = Vec::with_capacity(len);
         out.extend(kept.pods.iter().cloned().map(TraceRecord::Pod));
         out.extend(kept.calls.iter().cloned().map(TraceRecord::Cri));
         out.extend(kept.events.iter().cloned().map(TraceRecord::Event));
+        out.extend(kept.waits.iter().cloned().map(TraceRecord::Wait));
         out.extend(kept.kernel.iter().cloned().map(TraceRecord::Kernel));
         out
     }
@@ -376,6 +393,7 @@ impl Collector {
         });
         kept.calls.retain(|_, c| !named(c));
         kept.events.retain(|_, e| !gone.contains(&e.pod_uid));
+        kept.waits.retain(|_, w| !gone.contains(&w.pod_uid));
         if !revived {
             let shift = (kept.kernel.popped() - popped) as usize;
             kept.kernel
@@ -424,6 +442,7 @@ impl Collector {
                 ("pod", kept.pods.popped()),
                 ("cri", kept.calls.popped()),
                 ("event", kept.events.popped()),
+                ("wait", kept.waits.popped()),
                 ("kernel", kept.kernel.popped()),
             ],
         }
@@ -450,7 +469,7 @@ pub struct CollectorStats {
     /// Of those, the ones forgotten before their retention ended, at the bound.
     pub forgotten_early: u64,
     /// Records dropped at each kind's cap, oldest first, by record kind.
-    pub evicted: [(&'static str, u64); 4],
+    pub evicted: [(&'static str, u64); 5],
 }
 
 /// A pod change as kept: of a removal, the builder and `diagnose` read only which pod

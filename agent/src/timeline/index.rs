@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
 
 /// A pod the agent ran.
 #[derive(Debug, Clone)]
@@ -37,6 +37,8 @@ pub(super) struct Index<'a> {
     cri: BTreeMap<String, Vec<&'a CriCall>>,
     /// Each pod's events, ordered by time, then record order.
     events: BTreeMap<String, Vec<&'a PodEventRecord>>,
+    /// Each pod's waits, ordered by start, then record order.
+    waits: BTreeMap<String, Vec<&'a PodWaitRecord>>,
     /// With their index in the input, ordered by time, then input order.
     pub kernel: Vec<(usize, &'a KernelEvent)>,
 }
@@ -47,6 +49,7 @@ pub(super) enum Ref<'a> {
     Pod(&'a PodOpRecord),
     Cri(&'a CriCall),
     Event(&'a PodEventRecord),
+    Wait(&'a PodWaitRecord),
     Kernel(&'a KernelEvent),
 }
 
@@ -57,6 +60,7 @@ impl<'a> Index<'a> {
                 TraceRecord::Pod(p) => Ref::Pod(p),
                 TraceRecord::Cri(c) => Ref::Cri(c),
                 TraceRecord::Event(e) => Ref::Event(e),
+                TraceRecord::Wait(w) => Ref::Wait(w),
                 TraceRecord::Kernel(k) => Ref::Kernel(k),
                 TraceRecord::Header(_)
                 | TraceRecord::Status(_)
@@ -76,6 +80,7 @@ impl<'a> Index<'a> {
             containers: BTreeMap::new(),
             cri: BTreeMap::new(),
             events: BTreeMap::new(),
+            waits: BTreeMap::new(),
             kernel: Vec::new(),
         };
         let mut cri: Vec<&'a CriCall> = Vec::new();
@@ -85,6 +90,7 @@ impl<'a> Index<'a> {
                 Ref::Pod(p) => index.pod_op(p.op, p.at_ns, &p.pod),
                 Ref::Cri(c) => cri.push(c),
                 Ref::Event(e) => events.push(e),
+                Ref::Wait(w) => index.waits.entry(w.pod_uid.clone()).or_default().push(w),
                 Ref::Kernel(k) => index.kernel.push((i, k)),
             }
         }
@@ -92,6 +98,9 @@ impl<'a> Index<'a> {
         // depend on how the sort breaks ties.
         cri.sort_by_key(|c| (c.start_ns, c.end_ns));
         events.sort_by_key(|e| e.at_ns);
+        for waits in index.waits.values_mut() {
+            waits.sort_by_key(|w| w.start_ns);
+        }
         index.kernel.sort_by_key(|(_, k)| k.ktime_ns());
         for c in cri {
             index.learn_ids(c);
@@ -175,6 +184,11 @@ impl<'a> Index<'a> {
     /// The pod's CRI calls, in order.
     pub fn calls_of(&self, uid: &str) -> impl Iterator<Item = &'a CriCall> + '_ {
         self.cri.get(uid).into_iter().flatten().copied()
+    }
+
+    /// The pod's waits, in order of their start.
+    pub fn waits_of(&self, uid: &str) -> impl Iterator<Item = &'a PodWaitRecord> + '_ {
+        self.waits.get(uid).into_iter().flatten().copied()
     }
 
     /// The pod's events, in order.

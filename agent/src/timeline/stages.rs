@@ -29,6 +29,7 @@ const ORDER: &[&str] = &[
     "sandbox_cgroup",
     "pause_exec",
     "sandbox_ready",
+    "image_puller_wait",
     "image_pull",
     "container_create",
     "container_start",
@@ -38,6 +39,21 @@ const ORDER: &[&str] = &[
     "running",
     "ready",
 ];
+
+/// What a wait stage says: whose work went first, and what it waited behind.
+fn wait_detail(w: &crate::trace::PodWaitRecord) -> String {
+    let behind = if w.wait.behind.is_empty() {
+        String::new()
+    } else {
+        format!("behind {}", w.wait.behind.join(", "))
+    };
+    [behind.as_str(), w.wait.detail.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 /// `SANDBOX_READY` in CRI's `PodSandboxState`.
 const SANDBOX_READY: &str = "0";
@@ -563,6 +579,18 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 }
                 v
             };
+            for w in self.index.waits_of(self.uid) {
+                if w.wait.container.as_deref() == Some(name.as_str()) {
+                    let mut s = self.stage(
+                        format!("{}_wait:{name}", w.wait.wait.name()),
+                        w.start_ns,
+                        w.end_ns,
+                        StageSource::Agent,
+                    );
+                    s.detail = wait_detail(w);
+                    self.stages.push(with(s));
+                }
+            }
             if pulls.is_empty() {
                 let present = self.index.events_of(self.uid).find(|e| {
                     e.event.reason == "Pulled" && e.event.container.as_deref() == Some(&name)

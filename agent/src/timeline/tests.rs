@@ -775,3 +775,58 @@ fn at_most_so_many_deleted_pods_are_kept_whatever_the_retention() {
     assert_eq!((stats.forgotten_pods, stats.forgotten_early), (3, 3));
     assert_eq!(collector.pods_kept(), (MAX_DELETED_KEPT, MAX_DELETED_KEPT));
 }
+
+/// `run`'s pod, whose image was pulled after queueing behind another pod's pull.
+fn run_with_queued_pull() -> Vec<TraceRecord> {
+    let mut records = run("portmap", 0);
+    records.push(TraceRecord::Wait(crate::trace::PodWaitRecord {
+        start_ns: 153 * MS + MS / 2,
+        end_ns: 156 * MS,
+        pod_uid: UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        wait: crate::kuberuntime::event::PodWait {
+            wait: crate::kuberuntime::event::WaitKind::ImagePuller,
+            container: Some("app".into()),
+            behind: vec!["default/big".into()],
+            detail: "serialized image pulls".into(),
+        },
+    }));
+    let mut pull = call("PullImage", 156, 159);
+    pull.image = "app:1".into();
+    records.push(cri(pull));
+    records
+}
+
+#[test]
+fn a_pull_queued_at_the_image_puller_is_a_stage_naming_whose_pull_went_first() {
+    let records = run_with_queued_pull();
+    let t = build(&records);
+    let p = &t.pods[0];
+    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let wait = names.iter().position(|n| *n == "image_puller_wait:app");
+    let pull = names.iter().position(|n| *n == "image_pull:app");
+    assert!(
+        matches!((wait, pull), (Some(w), Some(p)) if w < p),
+        "{names:?}"
+    );
+    let s = p.stage("image_puller_wait:app").unwrap();
+    assert_eq!(s.duration_ns, 2_500_000);
+    assert_eq!(s.source, StageSource::Agent);
+    assert_eq!(s.detail, "behind default/big; serialized image pulls");
+    // The report counts the wait as a part of its own, not as unexplained time.
+    let b = crate::report::breakdown(p).unwrap();
+    let part = b
+        .parts
+        .iter()
+        .find(|x| x.part == "image_puller_wait:app")
+        .unwrap();
+    assert_eq!(part.ns, 2_500_000);
+    assert!(part.what.contains("behind default/big"), "{}", part.what);
+    // The agent's bounded records keep waits and give the same timeline.
+    let collector = Collector::new();
+    for r in &records {
+        collector.push(r);
+    }
+    assert_eq!(collector.timeline(), t);
+}

@@ -8,7 +8,7 @@ mod writer;
 
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, SCHEMA_VERSION,
-    TraceRecord, redact_pod,
+    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
+    SCHEMA_VERSION, TraceRecord, redact_pod,
 };
 pub use writer::{QUEUE_RECORDS, SYNC_EVERY, TraceSink, TraceWriter, WriterStats};

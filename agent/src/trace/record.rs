@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::kuberuntime::PodEvent;
+use crate::kuberuntime::event::PodWait;
 
 /// The schema version this podtrace writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -69,6 +70,19 @@ pub struct PodEventRecord {
     pub event: PodEvent,
 }
 
+/// Time a pod's work spent queued behind something the agent decides (the image
+/// puller, ...): a stage of its own in the timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodWaitRecord {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub pod_uid: String,
+    pub namespace: String,
+    pub name: String,
+    #[serde(flatten)]
+    pub wait: PodWait,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Footer {
     pub ended_ns: u64,
@@ -97,6 +111,7 @@ pub enum TraceRecord {
     Kernel(KernelEvent),
     Event(PodEventRecord),
     Status(PodStatusRecord),
+    Wait(PodWaitRecord),
     /// A computed stage of a pod's startup (see the timeline).
     Stage(serde_json::Value),
     Footer(Footer),
@@ -112,6 +127,7 @@ impl TraceRecord {
             TraceRecord::Kernel(k) => Some(k.ktime_ns()),
             TraceRecord::Event(e) => Some(e.at_ns),
             TraceRecord::Status(s) => Some(s.at_ns),
+            TraceRecord::Wait(w) => Some(w.end_ns),
             TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
         }
     }
@@ -124,6 +140,7 @@ impl TraceRecord {
             TraceRecord::Kernel(_) => "kernel",
             TraceRecord::Event(_) => "event",
             TraceRecord::Status(_) => "status",
+            TraceRecord::Wait(_) => "wait",
             TraceRecord::Stage(_) => "stage",
             TraceRecord::Footer(_) => "footer",
         }
@@ -132,7 +149,7 @@ impl TraceRecord {
 
 /// Record types this version knows; others are skipped when read (forward compatible).
 pub(super) const KNOWN_TYPES: &[&str] = &[
-    "header", "pod", "cri", "kernel", "event", "status", "stage", "footer",
+    "header", "pod", "cri", "kernel", "event", "status", "wait", "stage", "footer",
 ];
 
 /// A pod as a trace keeps it: environment variable values are dropped (names stay), so
