@@ -687,21 +687,27 @@ fn a_manifest_directory_removed_and_recreated_removes_then_restores_its_pods() {
     assert_eq!(agent.pods().len(), 2, "no pod duplicated");
 }
 
-/// A runtime call that hangs: a pull from a registry that accepts connections and never
-/// answers. The pull fails at the agent's deadline, that pod shows the error and is
-/// retried, and the other pod and the agent's API go on as usual.
-#[test]
-fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
-    require_lab();
+/// The port of a registry that accepts and holds every connection, never writing a
+/// byte: a pull from it hangs until the agent's deadline.
+fn silent_registry() -> u16 {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
-    // Accepts and holds every connection, never writing a byte.
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for conn in silent.incoming().flatten() {
             held.push(conn);
         }
     });
+    port
+}
+
+/// A runtime call that hangs: a pull from a registry that accepts connections and never
+/// answers. The pull fails at the agent's deadline, that pod shows the error and is
+/// retried, and the other pod and the agent's API go on as usual.
+#[test]
+fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
+    require_lab();
+    let port = silent_registry();
     let agent = Agent::start(
         "hungpull",
         &[
@@ -786,14 +792,7 @@ fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
 #[test]
 fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
     require_lab();
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = silent.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for conn in silent.incoming().flatten() {
-            held.push(conn);
-        }
-    });
+    let port = silent_registry();
     let agent = Agent::start(
         "queuedpull",
         &["--pull-timeout", "3", "--backoff-initial", "30s"],
