@@ -59,6 +59,7 @@ const ORDER: &[&str] = &[
     "cni_add",
     "cni_plugin",
     "sandbox_ready",
+    "sidecar_wait",
     "image_puller_wait",
     "image_pull",
     "container_create",
@@ -108,6 +109,7 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
                 s.stage.clone(),
                 "the status read that found the sandbox ready".to_string(),
             ),
+            "sidecar_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
             "image_puller_wait" => (
                 s.stage.clone(),
                 format!("{c} queued at the image puller: {}", s.detail),

@@ -28,6 +28,7 @@ const ORDER: &[&str] = &[
     "cni_plugin",
     "sandbox_cgroup",
     "sandbox_ready",
+    "sidecar_wait",
     "image_puller_wait",
     "image_pull",
     "container_create",

@@ -29,6 +29,7 @@ const ORDER: &[&str] = &[
     "sandbox_cgroup",
     "pause_exec",
     "sandbox_ready",
+    "sidecar_wait",
     "image_puller_wait",
     "image_pull",
     "container_create",
@@ -168,6 +169,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             self.sandbox_stages(id);
         }
         let containers = self.container_stages();
+        self.sidecar_waits();
         self.pod_status_stages();
         if self.kernel.is_empty() {
             self.notes
@@ -554,6 +556,69 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
         }
         out
+    }
+
+    /// kubelet starts what follows a sidecar (the next init container, or after the last
+    /// one the regular containers) only once a sync sees the sidecar running and, if it
+    /// has a startupProbe, started. The time from the sidecar's StartContainer until the
+    /// next container's work began is that wait: `sidecar_wait:<next>`.
+    fn sidecar_waits(&mut self) {
+        let Some(spec) = self.info.pod.and_then(|p: &Pod| p.spec.as_ref()) else {
+            return;
+        };
+        let init = spec.init_containers.as_deref().unwrap_or_default();
+        for (i, c) in init.iter().enumerate() {
+            if !crate::kubelet::pod_actions::is_restartable_init_container(c) {
+                continue;
+            }
+            let next = match init.get(i + 1) {
+                Some(n) => n,
+                None => match spec.containers.first() {
+                    Some(n) => n,
+                    None => continue,
+                },
+            };
+            let started = self
+                .stages
+                .iter()
+                .filter(|s| s.stage == format!("container_start:{}", c.name) && s.ok)
+                .map(|s| s.end_ns)
+                .min();
+            let next_began = self
+                .stages
+                .iter()
+                .filter(|s| {
+                    s.container.as_deref() == Some(next.name.as_str())
+                        && matches!(
+                            s.kind(),
+                            "image_puller_wait" | "image_pull" | "container_create"
+                        )
+                })
+                .map(|s| s.start_ns)
+                .min();
+            let (Some(started), Some(began)) = (started, next_began) else {
+                continue;
+            };
+            if began <= started {
+                continue;
+            }
+            let mut s = self.stage(
+                format!("sidecar_wait:{}", next.name),
+                started,
+                began,
+                StageSource::Agent,
+            );
+            s.container = Some(next.name.clone());
+            s.detail = if c.startup_probe.is_some() {
+                format!(
+                    "until a sync saw sidecar {} running and its startup probe passed",
+                    c.name
+                )
+            } else {
+                format!("until a sync saw sidecar {} running", c.name)
+            };
+            self.stages.push(s);
+        }
     }
 
     /// Per container: image_pull, container_create, container_cgroup, container_start,

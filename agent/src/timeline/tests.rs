@@ -830,3 +830,69 @@ fn a_pull_queued_at_the_image_puller_is_a_stage_naming_whose_pull_went_first() {
     }
     assert_eq!(collector.timeline(), t);
 }
+
+/// A pod with sidecar `side` (a startup probe when `probed`) before container `app`:
+/// the sidecar starts at 170 ms, the app's creation begins at 400 ms.
+fn sidecar_pod(probed: bool) -> Vec<TraceRecord> {
+    let probe = if probed {
+        serde_json::json!({"exec": {"command": ["true"]}})
+    } else {
+        serde_json::Value::Null
+    };
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": UID},
+        "spec": {
+            "initContainers": [{"name": "side", "image": "app:1", "restartPolicy": "Always",
+                                "startupProbe": probe}],
+            "containers": [{"name": "app", "image": "app:1"}]
+        }
+    }))
+    .unwrap();
+    let mut records = vec![TraceRecord::Pod(PodOpRecord {
+        at_ns: 0,
+        op: PodOp::Add,
+        pod: Box::new(pod),
+    })];
+    let mut run = call("RunPodSandbox", 5, 150);
+    run.sandbox_id = SANDBOX.into();
+    records.push(cri(run));
+    for (name, id, at) in [("side", "5e5e", 160), ("app", "a0a0", 400)] {
+        let mut create = call("CreateContainer", at, at + 5);
+        create.container = name.into();
+        create.container_id = id.into();
+        create.sandbox_id = SANDBOX.into();
+        create.image = "app:1".into();
+        let mut start = call("StartContainer", at + 5, at + 10);
+        start.container = name.into();
+        start.container_id = id.into();
+        start.sandbox_id = SANDBOX.into();
+        records.push(cri(create));
+        records.push(cri(start));
+    }
+    records
+}
+
+#[test]
+fn the_time_the_app_waits_for_its_sidecar_is_a_stage_saying_what_it_waited_for() {
+    let t = build(&sidecar_pod(false));
+    let p = &t.pods[0];
+    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let s = p
+        .stage("sidecar_wait:app")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    assert_eq!((s.start_ns, s.end_ns), (170 * MS, 400 * MS));
+    assert_eq!(s.detail, "until a sync saw sidecar side running");
+    assert_eq!(s.container.as_deref(), Some("app"));
+    let probed = build(&sidecar_pod(true));
+    assert_eq!(
+        probed.pods[0].stage("sidecar_wait:app").unwrap().detail,
+        "until a sync saw sidecar side running and its startup probe passed"
+    );
+    // Without a sidecar nothing waits for one.
+    assert!(
+        !build(&run("portmap", 0)).pods[0]
+            .stages
+            .iter()
+            .any(|s| s.kind() == "sidecar_wait")
+    );
+}
