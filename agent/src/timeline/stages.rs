@@ -578,10 +578,11 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                     None => continue,
                 },
             };
+            let start_stage = format!("container_start:{}", c.name);
             let started = self
                 .stages
                 .iter()
-                .filter(|s| s.stage == format!("container_start:{}", c.name) && s.ok)
+                .filter(|s| s.stage == start_stage && s.ok)
                 .map(|s| s.end_ns)
                 .min();
             let next_began = self
