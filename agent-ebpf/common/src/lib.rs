@@ -23,6 +23,10 @@ pub const MAX_CGROUP_PREFIXES: u32 = 8;
 /// the runtime's whole environment and libcni appends the `CNI_*` variables at the end,
 /// so this must exceed the runtime's environment; the verifier needs a bound.
 pub const MAX_ENV_SCAN: u32 = 256;
+/// Bytes kept of a container runtime process's arguments (`runc`, the containerd shim):
+/// enough for runc's flags, bundle and pid-file paths and the container ID. A longer
+/// argument list is read from its end, where runc puts the ID.
+pub const ARGV_LEN: usize = 1024;
 
 /// `CLONE_NEWNET` from `<linux/sched.h>`.
 pub const CLONE_NEWNET: u64 = 0x4000_0000;
@@ -54,6 +58,10 @@ pub mod names {
     /// Byte offset of `mm_struct.start_stack`: where a new program's `argc` is, followed
     /// by its `argv` and `envp` pointers.
     pub const MM_START_STACK_OFFSET: &str = "MM_START_STACK_OFFSET";
+    /// Byte offset of `mm_struct.arg_start`.
+    pub const MM_ARG_START_OFFSET: &str = "MM_ARG_START_OFFSET";
+    /// Byte offset of `mm_struct.arg_end`.
+    pub const MM_ARG_END_OFFSET: &str = "MM_ARG_END_OFFSET";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the
@@ -75,12 +83,15 @@ pub enum EventKind {
     Netns = 6,
     /// exec of a file in the CNI plugin directory: [`CniExecEvent`].
     CniExec = 7,
+    /// exec of a container runtime program (runc, crun, a containerd shim):
+    /// [`RuntimeExecEvent`].
+    RuntimeExec = 8,
 }
 
 impl EventKind {
     /// One past the largest discriminant: the size of the lost-event counter array.
-    pub const COUNT: u32 = 8;
-    pub const ALL: [EventKind; 7] = [
+    pub const COUNT: u32 = 9;
+    pub const ALL: [EventKind; 8] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::CgroupMkdir,
@@ -88,6 +99,7 @@ impl EventKind {
         EventKind::CgroupAttach,
         EventKind::Netns,
         EventKind::CniExec,
+        EventKind::RuntimeExec,
     ];
 
     pub fn from_u32(v: u32) -> Option<EventKind> {
@@ -240,6 +252,52 @@ pub struct CniExecEvent {
     pub args: [u8; PATH_LEN],
 }
 
+/// Bits of [`RuntimeExecEvent::flags`].
+pub mod argv_flags {
+    /// The arguments were longer than [`crate::ARGV_LEN`]: `argv` holds their end.
+    pub const HEAD_CUT: u32 = 1;
+    /// The arguments could not be read.
+    pub const UNREADABLE: u32 = 2;
+}
+
+/// An exec (`sched_process_exec`) of a container runtime program, told by its `comm`
+/// (`runc`, `crun`, `containerd-shim*`), with its arguments: runc's subcommand and
+/// container ID, and the shim's `-id`, tie the process to a sandbox or container.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeExecEvent {
+    pub header: EventHeader,
+    /// Bytes of `argv` filled.
+    pub argv_len: u32,
+    /// [`argv_flags`] bits.
+    pub flags: u32,
+    /// The arguments as the kernel keeps them: NUL-separated, `argv[0]` first.
+    pub argv: [u8; ARGV_LEN],
+}
+
+/// True when an exec'd program's `comm` (its file name, cut to 15 bytes) is one of the
+/// container runtime's own programs whose arguments the probes read.
+#[inline(always)]
+pub fn is_runtime_comm(comm: &[u8; COMM_LEN]) -> bool {
+    comm_starts(comm, b"runc\0")
+        || comm_starts(comm, b"crun\0")
+        || comm_starts(comm, b"containerd-shim")
+}
+
+/// True when `comm` starts with `name`. The length is a constant so the verifier sees
+/// every access bounded.
+#[inline(always)]
+fn comm_starts<const N: usize>(comm: &[u8; COMM_LEN], name: &[u8; N]) -> bool {
+    let mut i = 0;
+    while i < N {
+        if comm.get(i) != Some(&name[i]) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// A path prefix in a filter map. `len == 0` marks an unused slot. `mask` and
 /// `boundary` are derived from the bytes by [`Prefix::new`] so that the probes compare
 /// without branching on `len`: a branch per byte makes the verifier walk every
@@ -350,6 +408,8 @@ const _: () = {
     assert!(core::mem::size_of::<CgroupEvent>() == H + 24 + COMM_LEN + PATH_LEN);
     assert!(core::mem::size_of::<NetnsEvent>() == H + 40);
     assert!(core::mem::size_of::<CniExecEvent>() == H + 8 + 3 * PATH_LEN + 32 + 128);
+    assert!(core::mem::size_of::<RuntimeExecEvent>() == H + 8 + ARGV_LEN);
+    assert!(ARGV_LEN.is_power_of_two());
     assert!(core::mem::size_of::<Prefix>() == 8 + 2 * PREFIX_LEN);
     assert!(PREFIX_LEN.is_power_of_two());
     assert!(PREFIX_LEN.is_multiple_of(8) && PREFIX_LEN <= PATH_LEN);
@@ -366,6 +426,7 @@ mod user {
     unsafe impl aya::Pod for crate::CgroupEvent {}
     unsafe impl aya::Pod for crate::NetnsEvent {}
     unsafe impl aya::Pod for crate::CniExecEvent {}
+    unsafe impl aya::Pod for crate::RuntimeExecEvent {}
     unsafe impl aya::Pod for crate::Prefix {}
 }
 
@@ -394,6 +455,23 @@ mod tests {
         assert!(prefix_matches(&cni, &path("/usr/lib/cni/bridge")));
         assert!(!prefix_matches(&cni, &path("/usr/lib/cnix/bridge")));
         assert!(!prefix_matches(&Prefix::EMPTY, &path("/k8s.io")));
+    }
+
+    #[test]
+    fn runtime_programs_are_told_by_their_comm() {
+        let comm = |s: &str| {
+            let mut c = [0u8; COMM_LEN];
+            c[..s.len()].copy_from_slice(s.as_bytes());
+            c
+        };
+        assert!(is_runtime_comm(&comm("runc")));
+        assert!(is_runtime_comm(&comm("crun")));
+        // The kernel cuts `containerd-shim-runc-v2` to 15 bytes.
+        assert!(is_runtime_comm(&comm("containerd-shim")));
+        assert!(!is_runtime_comm(&comm("runc:[2:INIT]")));
+        assert!(!is_runtime_comm(&comm("runcx")));
+        assert!(!is_runtime_comm(&comm("containerd")));
+        assert!(!is_runtime_comm(&comm("exe")));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 mod cgroup;
 mod cni;
 mod netns;
+mod runtime;
 mod sched;
 mod task;
 

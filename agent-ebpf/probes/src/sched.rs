@@ -4,9 +4,9 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent};
+use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
-use crate::{Reserved, cni, data_loc, fill_header, reserve, task};
+use crate::{Reserved, cni, data_loc, fill_header, reserve, runtime, task};
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
 const EXEC_FILENAME: usize = 8;
@@ -28,6 +28,16 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     // The CNI check reads the filename already copied into the event.
     // SAFETY: `reserve_exec` filled the entry.
     let plugin = cni::is_plugin(unsafe { &(*entry.as_mut_ptr()).filename });
+    // SAFETY: as above; the header holds the new program's comm.
+    let runtime = !plugin && is_runtime_comm(unsafe { &(*entry.as_mut_ptr()).header.comm });
+    if runtime {
+        // As for a plugin: the runtime program's arguments go first, so the reader
+        // knows whose process it is by the time it reads the exec.
+        entry.discard();
+        let _ = runtime::report_runtime();
+        reserve_exec(filename, old_pid)?.submit();
+        return Ok(0);
+    }
     if !plugin {
         entry.submit();
         return Ok(0);

@@ -21,6 +21,10 @@ static TASK_TGID_OFFSET: u32 = 0;
 static TASK_MM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_START_STACK_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_ARG_START_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static MM_ARG_END_OFFSET: u32 = 0;
 
 /// Reads a global set at load time. `read_volatile` keeps the compiler from folding the
 /// compile-time 0 into the code: the loader patches the value in `.rodata`.
@@ -124,5 +128,31 @@ pub fn exec_envp() -> *const u64 {
         // argc, argv[argc], NULL: the arithmetic wraps on a nonsense argc, and the
         // checked reads of the scan then fail instead of faulting.
         stack.wrapping_add(argc.wrapping_add(2).wrapping_mul(8)) as *const u64
+    }
+}
+
+/// Where the arguments of the program the current task has just exec'd lie:
+/// `(mm->arg_start, mm->arg_end)`, or `None` when unknown. Valid at
+/// `sched_process_exec`: the ELF loader has copied the argument strings to the new stack.
+#[inline(always)]
+pub fn exec_args() -> Option<(u64, u64)> {
+    let (mm_off, start_off, end_off) = (
+        global(&TASK_MM_OFFSET),
+        global(&MM_ARG_START_OFFSET),
+        global(&MM_ARG_END_OFFSET),
+    );
+    if mm_off == 0 || start_off == 0 || end_off == 0 {
+        return None;
+    }
+    // SAFETY: the helpers check every address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        let mm = bpf_probe_read_kernel(task.add(mm_off) as *const *const u8).ok()?;
+        if mm.is_null() {
+            return None;
+        }
+        let start = bpf_probe_read_kernel(mm.add(start_off) as *const u64).ok()?;
+        let end = bpf_probe_read_kernel(mm.add(end_off) as *const u64).ok()?;
+        (end > start).then_some((start, end))
     }
 }

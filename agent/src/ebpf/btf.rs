@@ -37,6 +37,10 @@ pub struct KernelOffsets {
     pub task_mm: u32,
     /// `mm_struct.start_stack`.
     pub mm_start_stack: u32,
+    /// `mm_struct.arg_start`: where a program's argument strings begin.
+    pub mm_arg_start: u32,
+    /// `mm_struct.arg_end`: one past their end.
+    pub mm_arg_end: u32,
 }
 
 impl KernelOffsets {
@@ -64,6 +68,8 @@ impl KernelOffsets {
             task_tgid: r.offset("task_struct", &["tgid"])?,
             task_mm: r.offset("task_struct", &["mm"])?,
             mm_start_stack: r.offset("mm_struct", &["start_stack"])?,
+            mm_arg_start: r.offset("mm_struct", &["arg_start"])?,
+            mm_arg_end: r.offset("mm_struct", &["arg_end"])?,
         })
     }
 }
@@ -191,6 +197,12 @@ mod tests {
             "an unsigned long is 8-byte aligned"
         );
         assert!(off.mm_start_stack > 0, "{off:?}");
+        assert_eq!(
+            off.mm_arg_start % 8,
+            0,
+            "an unsigned long is 8-byte aligned"
+        );
+        assert_eq!(off.mm_arg_end, off.mm_arg_start + 8, "{off:?}");
         assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{off:?}");
     }
 

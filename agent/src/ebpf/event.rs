@@ -5,7 +5,7 @@ use std::fmt;
 
 use podtrace_ebpf_common::{
     CgroupEvent, CniExecEvent, EventHeader, EventKind, ExecEvent, ExitEvent, NetnsEvent,
-    NetnsSyscall, cni_flags,
+    NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags,
 };
 use serde::Serialize;
 
@@ -124,6 +124,24 @@ pub enum KernelEvent {
     /// its strings make it three times the size of every other kind, and agents keep
     /// many events in memory.
     CniExec(Box<CniExec>),
+    /// A container runtime program (runc, crun, a containerd shim) was exec'd, with its
+    /// arguments. Reported just before that exec's own [`KernelEvent::Exec`].
+    RuntimeExec(Box<RuntimeExec>),
+}
+
+/// What a [`KernelEvent::RuntimeExec`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RuntimeExec {
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// The arguments, `argv[0]` first (or, when `head_cut`, the last ones that fit).
+    pub argv: Vec<String>,
+    /// The argument list was longer than the probe keeps: its first part is missing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub head_cut: bool,
+    /// The arguments could not be read.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreadable: bool,
 }
 
 /// What a [`KernelEvent::CniExec`] says.
@@ -171,6 +189,7 @@ impl KernelEvent {
             | KernelEvent::CgroupAttach { meta, .. }
             | KernelEvent::Netns { meta, .. } => meta,
             KernelEvent::CniExec(c) => &c.meta,
+            KernelEvent::RuntimeExec(r) => &r.meta,
         }
     }
 
@@ -187,6 +206,7 @@ impl KernelEvent {
             KernelEvent::CgroupAttach { .. } => EventKind::CgroupAttach,
             KernelEvent::Netns { .. } => EventKind::Netns,
             KernelEvent::CniExec(_) => EventKind::CniExec,
+            KernelEvent::RuntimeExec(_) => EventKind::RuntimeExec,
         }
     }
 }
@@ -201,6 +221,7 @@ pub fn kind_name(kind: EventKind) -> &'static str {
         EventKind::CgroupAttach => "cgroup_attach",
         EventKind::Netns => "netns",
         EventKind::CniExec => "cni_exec",
+        EventKind::RuntimeExec => "runtime_exec",
     }
 }
 
@@ -348,6 +369,28 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 args,
             }))
         }
+        EventKind::RuntimeExec => {
+            let e: RuntimeExecEvent = read(bytes)?;
+            let filled = (e.argv_len as usize).min(e.argv.len());
+            let head_cut = e.flags & argv_flags::HEAD_CUT != 0;
+            // The list ends with a NUL; what follows it is unused buffer.
+            let used = &e.argv[..filled];
+            let end = used.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+            let argv: Vec<String> = if end == 0 {
+                Vec::new()
+            } else {
+                used[..end]
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect()
+            };
+            KernelEvent::RuntimeExec(Box::new(RuntimeExec {
+                meta: meta(&e.header),
+                argv,
+                head_cut,
+                unreadable: e.flags & argv_flags::UNREADABLE != 0,
+            }))
+        }
     })
 }
 
@@ -460,6 +503,15 @@ impl fmt::Display for KernelEvent {
                 }
                 Ok(())
             }
+            KernelEvent::RuntimeExec(r) => {
+                if r.unreadable {
+                    return write!(f, "(arguments unreadable)");
+                }
+                if r.head_cut {
+                    write!(f, "... ")?;
+                }
+                write!(f, "{}", r.argv.join(" "))
+            }
         }
     }
 }
@@ -482,6 +534,42 @@ mod tests {
             cgroup_id: 5,
             comm: fixed::<COMM_LEN>(comm),
         }
+    }
+
+    #[test]
+    fn a_runtime_exec_carries_its_arguments() {
+        let mut argv = [0u8; podtrace_ebpf_common::ARGV_LEN];
+        let raw = b"runc\0--root\0/run/runc\0start\0abc\0";
+        argv[..raw.len()].copy_from_slice(raw);
+        let ev = RuntimeExecEvent {
+            header: header(EventKind::RuntimeExec, "runc"),
+            argv_len: raw.len() as u32,
+            flags: 0,
+            argv,
+        };
+        let KernelEvent::RuntimeExec(r) = decode(&bytes(&ev)).unwrap() else {
+            panic!("not a runtime exec");
+        };
+        assert_eq!(r.argv, ["runc", "--root", "/run/runc", "start", "abc"]);
+        assert!(!r.head_cut && !r.unreadable);
+        // A length past the buffer (a corrupt record) is cut to it, not trusted.
+        let cut = RuntimeExecEvent {
+            argv_len: u32::MAX,
+            flags: argv_flags::HEAD_CUT,
+            ..ev
+        };
+        let KernelEvent::RuntimeExec(r) = decode(&bytes(&cut)).unwrap() else {
+            panic!("not a runtime exec");
+        };
+        assert!(r.head_cut);
+        assert_eq!(r.argv.len(), 5, "{:?}", r.argv);
+        let unreadable = RuntimeExecEvent {
+            argv_len: 0,
+            flags: argv_flags::UNREADABLE,
+            ..ev
+        };
+        let e = decode(&bytes(&unreadable)).unwrap();
+        assert!(e.to_string().ends_with("(arguments unreadable)"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use podtrace_ebpf_common::{
     CgroupEvent, CniExecEvent, EventHeader, EventKind, ExecEvent, ExitEvent, NetnsEvent,
-    NetnsSyscall, cni_flags,
+    NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags,
 };
 
 use super::event::{EventMeta, KernelEvent, NetnsCall, decode};
@@ -136,6 +136,32 @@ fn encode(e: &KernelEvent) -> Vec<u8> {
             netns: fixed(&c.netns),
             args: fixed(&c.args),
         }),
+        KernelEvent::RuntimeExec(r) => {
+            let mut argv = [0u8; podtrace_ebpf_common::ARGV_LEN];
+            let mut n = 0;
+            for a in &r.argv {
+                let end = (n + a.len()).min(argv.len() - 1);
+                argv[n..end].copy_from_slice(&a.as_bytes()[..end - n]);
+                n = end + 1;
+                if n >= argv.len() {
+                    break;
+                }
+            }
+            let n = n.min(argv.len());
+            let flags = if r.unreadable {
+                argv_flags::UNREADABLE
+            } else if r.head_cut {
+                argv_flags::HEAD_CUT
+            } else {
+                0
+            };
+            bytes(&RuntimeExecEvent {
+                header: header(EventKind::RuntimeExec, &r.meta),
+                argv_len: if r.unreadable { 0 } else { n as u32 },
+                flags,
+                argv,
+            })
+        }
     }
 }
 

@@ -223,6 +223,8 @@ impl KernelProbes {
             .set_global(names::TASK_TGID_OFFSET, &offsets.task_tgid, false)
             .set_global(names::TASK_MM_OFFSET, &offsets.task_mm, true)
             .set_global(names::MM_START_STACK_OFFSET, &offsets.mm_start_stack, true)
+            .set_global(names::MM_ARG_START_OFFSET, &offsets.mm_arg_start, true)
+            .set_global(names::MM_ARG_END_OFFSET, &offsets.mm_arg_end, true)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .load(&data)
             .map_err(|source| match permission_error(&source, DENIED) {

@@ -2,13 +2,19 @@
 //! into parts that do not overlap, so their shares add up to the whole.
 //!
 //! Stages nest and overlap: CNI plugins run inside RunPodSandbox, host-local inside
-//! bridge, loopback beside bridge. Every instant of the startup is given to the most
-//! specific stage running then: the one that started last (a nested stage starts after
-//! the one around it), ties going to the later pipeline step. What is left of an outer
-//! span is its own work: RunPodSandbox less netns and CNI is the runtime's sandbox work,
-//! bridge less host-local is bridge's own run. Instants no stage covers are the gap, a
-//! row of its own: the agent's work between stages, back-off waits, anything unrecorded.
-//! Waits the agent decides (a pull queued at the image puller) are parts of their own.
+//! bridge, loopback beside bridge; the shim's start and runc's create, init and start
+//! inside RunPodSandbox and StartContainer. Every instant of the startup is given to the
+//! most specific stage running then: the one that started last (a nested stage starts
+//! after the one around it), ties going to the later pipeline step. What is left of an
+//! outer span is its own work: RunPodSandbox less what the kernel timed inside it is the
+//! runtime's own sandbox work, bridge less host-local is bridge's own run. Instants no
+//! stage covers are the gap, a row of its own: the agent's work between stages, anything
+//! unrecorded. Waits the agent decides (a pull queued at the image puller) are parts of
+//! their own.
+//!
+//! A part is *opaque* when it is the runtime's own time inside a CRI call that no
+//! kernel stage explains: what is left of RunPodSandbox and StartContainer, and
+//! CreateContainer. The report names each pod's largest one.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +36,21 @@ pub struct Breakdown {
     pub parts: Vec<Part>,
 }
 
+impl Breakdown {
+    /// The largest opaque part, if any part is opaque.
+    pub fn largest_opaque(&self) -> Option<&Part> {
+        self.parts
+            .iter()
+            .filter(|p| p.opaque)
+            .max_by_key(|p| (p.ns, std::cmp::Reverse(p.part.as_str())))
+    }
+
+    /// The gap row.
+    pub fn gap(&self) -> Option<&Part> {
+        self.parts.iter().find(|p| p.part == GAP)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Part {
     /// A stage name, `runtime_sandbox`, or [`GAP`].
@@ -39,6 +60,9 @@ pub struct Part {
     pub ns: u64,
     /// Percent of `total_ns`.
     pub share: f64,
+    /// The runtime's own time inside a CRI call that no kernel stage explains.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opaque: bool,
 }
 
 /// A span some part claims.
@@ -49,6 +73,7 @@ struct Claim {
     end: u64,
     /// Pipeline position: breaks ties between spans that start together.
     order: usize,
+    opaque: bool,
 }
 
 /// Parts by pipeline position; a later one is the more specific when spans start together.
@@ -64,10 +89,19 @@ const ORDER: &[&str] = &[
     "image_pull",
     "container_create",
     "container_start",
+    "shim_start",
+    "runc_create",
+    "runc_init",
+    "sandbox_cgroup",
+    "container_cgroup",
+    "runc_start",
     "app_first_exec",
     "post_start",
     "ready",
 ];
+
+/// Parts that are a CRI call's own time, less what the kernel timed inside it.
+const OPAQUE: &[&str] = &["runtime_sandbox", "container_create", "container_start"];
 
 fn order(part: &str) -> usize {
     let kind = part.split_once(':').map_or(part, |(k, _)| k);
@@ -75,8 +109,10 @@ fn order(part: &str) -> usize {
 }
 
 fn claim(part: String, what: String, start: u64, end: u64) -> Claim {
+    let kind = part.split_once(':').map_or(part.as_str(), |(k, _)| k);
     Claim {
         order: order(&part),
+        opaque: OPAQUE.contains(&kind),
         part,
         what,
         start,
@@ -84,8 +120,7 @@ fn claim(part: String, what: String, start: u64, end: u64) -> Claim {
     }
 }
 
-/// What each kind of stage contributes; stages inside CRI calls that the call's own
-/// part already stands for (runc's cgroups, the pause exec) contribute nothing.
+/// What each kind of stage contributes; instants (the pause exec) contribute nothing.
 fn claims_of(p: &PodTimeline) -> Vec<Claim> {
     let mut out = Vec::new();
     for s in &p.stages {
@@ -97,8 +132,21 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
             ),
             "sandbox_requested" => (
                 "runtime_sandbox".to_string(),
-                "RunPodSandbox less netns and CNI: the runtime's own sandbox work".to_string(),
+                "RunPodSandbox less what the kernel timed in it: the runtime's own work"
+                    .to_string(),
             ),
+            "shim_start" => (s.stage.clone(), runtime_what("the shim starting", &c)),
+            "runc_create" => (s.stage.clone(), runtime_what("runc create", &c)),
+            "runc_init" => (
+                s.stage.clone(),
+                runtime_what("runc init setting the container up", &c),
+            ),
+            "runc_start" => (s.stage.clone(), runtime_what("runc start", &c)),
+            "sandbox_cgroup" => (
+                s.stage.clone(),
+                "runc creating the sandbox's cgroups".to_string(),
+            ),
+            "container_cgroup" => (s.stage.clone(), format!("runc creating {c}'s cgroups")),
             "netns_created" => (
                 s.stage.clone(),
                 "the pod's network namespace created".to_string(),
@@ -140,6 +188,15 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
     out
 }
 
+/// A runtime step, of the sandbox (`c` empty) or of container `c`.
+fn runtime_what(step: &str, c: &str) -> String {
+    if c.is_empty() {
+        format!("{step} (sandbox)")
+    } else {
+        format!("{step} for {c}")
+    }
+}
+
 fn plugin_what(s: &Stage) -> String {
     let name = s.stage.trim_start_matches("cni_plugin:");
     if s.detail.contains("delegated by") {
@@ -152,8 +209,9 @@ fn plugin_what(s: &Stage) -> String {
     }
 }
 
-/// StartContainer, split at the app's first exec: the runtime until the app runs, then
-/// the rest of the call (or the wait for the exec, if the call returned first).
+/// StartContainer: the whole call is its own part, which the kernel's stages inside it
+/// (shim start, runc create, init and start, the container's cgroups) take from; the app's
+/// first exec, when it came after the call returned, adds the wait for it.
 fn start_claims(p: &PodTimeline, start: &Stage) -> Vec<Claim> {
     let c = start.container.clone().unwrap_or_default();
     let exec = p.stages.iter().find(|s| {
@@ -161,43 +219,21 @@ fn start_claims(p: &PodTimeline, start: &Stage) -> Vec<Claim> {
             && s.container_id.is_some()
             && s.container_id == start.container_id
     });
-    let name = format!("app_first_exec:{c}");
-    let mut out = Vec::new();
-    match exec {
-        Some(e) if e.start_ns >= start.start_ns && e.start_ns <= start.end_ns => {
-            out.push(claim(
-                start.stage.clone(),
-                format!("StartContainer for {c} until its first exec"),
-                start.start_ns,
-                e.start_ns,
-            ));
-            out.push(claim(
-                name,
-                format!("from {c}'s first exec until StartContainer returned"),
-                e.start_ns,
-                start.end_ns,
-            ));
-        }
-        Some(e) if e.start_ns > start.end_ns => {
-            out.push(claim(
-                start.stage.clone(),
-                format!("StartContainer for {c}"),
-                start.start_ns,
-                start.end_ns,
-            ));
-            out.push(claim(
-                name,
-                format!("from StartContainer's return until {c}'s first exec"),
-                start.end_ns,
-                e.start_ns,
-            ));
-        }
-        _ => out.push(claim(
-            start.stage.clone(),
-            format!("StartContainer for {c}"),
-            start.start_ns,
+    let mut out = vec![claim(
+        start.stage.clone(),
+        format!("StartContainer for {c} less what the kernel timed in it"),
+        start.start_ns,
+        start.end_ns,
+    )];
+    if let Some(e) = exec
+        && e.start_ns > start.end_ns
+    {
+        out.push(claim(
+            format!("app_first_exec:{c}"),
+            format!("from StartContainer's return until {c}'s first exec"),
             start.end_ns,
-        )),
+            e.start_ns,
+        ));
     }
     out.retain(|c| c.end > c.start);
     out
@@ -230,8 +266,8 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
         .collect();
     cuts.sort_unstable();
     cuts.dedup();
-    // Part name -> (first instant it took, ns, what).
-    let mut taken: BTreeMap<&str, (u64, u64, &str)> = BTreeMap::new();
+    // Part name -> (first instant it took, ns, what, opaque).
+    let mut taken: BTreeMap<&str, (u64, u64, &str, bool)> = BTreeMap::new();
     let mut gap = 0;
     for w in cuts.windows(2) {
         let (a, b) = (w[0], w[1]);
@@ -243,7 +279,7 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
             .map(|(_, c)| c);
         match winner {
             Some(c) => {
-                let e = taken.entry(&c.part).or_insert((a, 0, &c.what));
+                let e = taken.entry(&c.part).or_insert((a, 0, &c.what, c.opaque));
                 e.1 += b - a;
             }
             None => gap += b - a,
@@ -253,7 +289,7 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
     let share = |ns: u64| ns as f64 * 100.0 / total as f64;
     let mut parts: Vec<(u64, Part)> = taken
         .into_iter()
-        .map(|(part, (first, ns, what))| {
+        .map(|(part, (first, ns, what, opaque))| {
             (
                 first,
                 Part {
@@ -261,6 +297,7 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
                     what: what.to_string(),
                     ns,
                     share: share(ns),
+                    opaque,
                 },
             )
         })
@@ -271,9 +308,10 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
     let mut parts: Vec<Part> = parts.into_iter().map(|(_, p)| p).collect();
     parts.push(Part {
         part: GAP.into(),
-        what: "time no stage explains: the agent between stages, back-off waits".into(),
+        what: "time no stage explains: the agent between stages".into(),
         ns: gap,
         share: share(gap),
+        opaque: false,
     });
     Some(Breakdown {
         total_ns: total,

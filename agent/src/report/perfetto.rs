@@ -175,6 +175,13 @@ fn kernel_name(e: &KernelEvent) -> String {
         KernelEvent::CgroupAttach { target_comm, .. } => format!("cgroup_attach {target_comm}"),
         KernelEvent::Netns { syscall, .. } => format!("netns {syscall}"),
         KernelEvent::CniExec(c) => format!("cni {} {}", c.command, c.plugin),
+        KernelEvent::RuntimeExec(r) => {
+            let name = r
+                .argv
+                .first()
+                .map_or("", |a| a.rsplit('/').next().unwrap_or(a));
+            format!("runtime exec {name}")
+        }
     }
 }
 

@@ -98,8 +98,19 @@ pub fn table(r: &Report) -> String {
             ms(b.total_ns),
             100.0
         );
+        let _ = writeln!(out, "  {}", what_is_left(b));
     }
     out
+}
+
+/// One line: the largest opaque part and the gap, the time the stages leave unexplained.
+fn what_is_left(b: &super::Breakdown) -> String {
+    let opaque = match b.largest_opaque() {
+        Some(p) => format!("largest opaque part {} {:.1}%", p.part, p.share),
+        None => "no opaque part".to_string(),
+    };
+    let gap = b.gap().map_or(0.0, |g| g.share);
+    format!("{opaque}; gap {gap:.1}%")
 }
 
 /// The same report as markdown tables.
@@ -147,6 +158,7 @@ pub fn markdown(r: &Report) -> String {
             );
         }
         let _ = writeln!(out, "| **total** | {} | 100.0% | |", ms(b.total_ns));
+        let _ = writeln!(out, "\n{}.", what_is_left(b));
     }
     out
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ids::{cgroup_ids, is_runtime_id};
 use super::index::Index;
+use super::runtime_args;
 use crate::ebpf::event::cni_args_value;
 use crate::ebpf::{KernelEvent, NetnsCall};
 
@@ -34,6 +35,9 @@ pub enum Rule {
     CgroupId,
     /// The process is a CNI plugin of the pod, or a descendant of one.
     Ancestry,
+    /// A runtime program's arguments name a sandbox or container CRI created for the
+    /// pod (the shim's `-id`, runc's container ID).
+    RuntimeArgs,
     /// The network namespace is the one the pod's tasks entered.
     Netns,
 }
@@ -193,6 +197,20 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
                     o
                 })
             }
+            KernelEvent::RuntimeExec(r) => {
+                // By the ID in its arguments; `runc init`, which names none, by its
+                // parent (its own first exec was already tied by ancestry).
+                let named = runtime_args::parse(&r.argv, r.head_cut)
+                    .and_then(|run| run.id)
+                    .and_then(|id| runtime_owner(index, id))
+                    .map(|o| owners.intern(o));
+                let owner = named.or_else(|| procs.get(&meta.tgid).copied());
+                if let Some(o) = owner {
+                    procs.insert(meta.tgid, owners.by(o, Rule::Ancestry));
+                    awaiting_exec.insert(meta.tgid);
+                }
+                owner
+            }
             KernelEvent::CgroupMkdir { cgroup, .. }
             | KernelEvent::CgroupRmdir { cgroup, .. }
             | KernelEvent::CgroupAttach { cgroup, .. } => {
@@ -306,6 +324,20 @@ fn cni_owner(index: &Index<'_>, container_id: &str, args: &str) -> Option<Owner>
     } else {
         Owner::sandbox(&uid, container_id, Rule::CniPodUid)
     })
+}
+
+/// A sandbox or container CRI created, by its ID.
+fn runtime_owner(index: &Index<'_>, id: &str) -> Option<Owner> {
+    if let Some(c) = index.containers.get(id) {
+        return Some(Owner {
+            pod_uid: c.pod_uid.to_string(),
+            sandbox_id: (!c.sandbox_id.is_empty()).then(|| c.sandbox_id.to_string()),
+            container_id: Some(id.to_string()),
+            rule: Rule::RuntimeArgs,
+        });
+    }
+    let uid = index.sandboxes.get(id)?;
+    Some(Owner::sandbox(uid, id, Rule::RuntimeArgs))
 }
 
 /// A cgroup: the container or sandbox its last component names, else the pod its

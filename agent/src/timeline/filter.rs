@@ -56,7 +56,7 @@ impl KernelFilter {
         let meta = e.meta();
         let (t, tgid, cgroup) = (meta.ktime_ns, meta.tgid, meta.cgroup_id);
         let pod_related = match &e {
-            KernelEvent::CniExec(_) => {
+            KernelEvent::CniExec(_) | KernelEvent::RuntimeExec(_) => {
                 self.track(tgid);
                 true
             }

@@ -21,6 +21,8 @@ mod forget;
 mod ids;
 mod index;
 mod model;
+mod runtime_args;
+mod runtime_stages;
 mod seeing;
 mod stages;
 

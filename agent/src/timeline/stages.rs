@@ -12,6 +12,7 @@ use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
 use super::model::{PodTimeline, Stage, StageSource, Timeline};
+use super::runtime_stages::runtime_steps;
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
 use crate::ebpf::{KernelEvent, NetnsCall};
@@ -26,7 +27,12 @@ const ORDER: &[&str] = &[
     "netns_created",
     "cni_add",
     "cni_plugin",
+    "shim_start",
+    "runc_create",
+    "runc_init",
     "sandbox_cgroup",
+    "container_cgroup",
+    "runc_start",
     "pause_exec",
     "sandbox_ready",
     "sidecar_wait",
@@ -34,7 +40,6 @@ const ORDER: &[&str] = &[
     "image_pull",
     "container_create",
     "container_start",
-    "container_cgroup",
     "app_first_exec",
     "post_start",
     "running",
@@ -345,6 +350,9 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             self.stages.push(s);
         }
         self.cni_stages(id);
+        for s in self.runtime_stages(id, "") {
+            self.stages.push(with(s));
+        }
         if let Some(s) = self.cgroup_stage("sandbox_cgroup".into(), id) {
             self.stages.push(with(s));
         }
@@ -471,6 +479,31 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         };
         self.stages.push(add);
         self.stages.extend(plugins);
+    }
+
+    /// The runtime's own steps for sandbox or container `id` (shim start, runc create,
+    /// init and start), named with `suffix`.
+    fn runtime_stages(&self, id: &str, suffix: &str) -> Vec<Stage> {
+        runtime_steps(self.kernel.iter().map(|(e, _)| *e), id)
+            .into_iter()
+            .map(|step| {
+                let end = step.end_ns.unwrap_or(step.start_ns);
+                let mut s = self.stage(
+                    format!("{}{suffix}", step.kind),
+                    step.start_ns,
+                    end,
+                    StageSource::Kernel,
+                );
+                s.pid = Some(step.pid);
+                s.exit_code = step.exit_code;
+                s.signal = step.signal;
+                s.ok = step.end_ns.is_some()
+                    && step.signal.is_none()
+                    && step.exit_code.is_none_or(|c| c == 0);
+                s.detail = step.detail;
+                s
+            })
+            .collect()
     }
 
     /// The cgroup runc made for sandbox or container `id`, across hierarchies, until the
@@ -710,6 +743,9 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 if let Some(c) = start {
                     let s = self.cri_stage(format!("container_start:{name}"), c);
                     self.stages.push(s);
+                }
+                for s in self.runtime_stages(id, &format!(":{name}")) {
+                    self.stages.push(with_id(s));
                 }
                 if let Some(s) = self.first_exec(format!("app_first_exec:{name}"), |o| {
                     o.container_id.as_deref() == Some(id)
