@@ -31,8 +31,9 @@ fn stage(name: &str, start_ms: u64, end_ms: u64, source: StageSource) -> Stage {
 }
 
 /// A pod like the lab's: RunPodSandbox 10..110 holding netns, CNI (bridge with
-/// host-local inside it, loopback beside it), then pull, create, start with the app's
-/// first exec inside the call.
+/// host-local inside it, loopback beside it), the shim's start and runc's create (with
+/// init and the cgroups inside) and start, then pull, create, start with the same
+/// runtime steps and the app's first exec inside the call.
 fn pod() -> Timeline {
     use StageSource::{Agent, Cri, Kernel};
     let mut ipam = stage("cni_plugin:host-local", 50, 60, Kernel);
@@ -52,13 +53,21 @@ fn pod() -> Timeline {
         stage("cni_plugin:loopback", 32, 40, Kernel),
         ipam,
         stage("cni_plugin:portmap", 76, 80, Kernel),
+        stage("shim_start", 82, 86, Kernel),
+        stage("runc_create", 87, 99, Kernel),
+        stage("runc_init", 89, 97, Kernel),
         stage("sandbox_cgroup", 90, 95, Kernel),
-        stage("pause_exec", 100, 100, Kernel),
+        stage("runc_start", 100, 104, Kernel),
+        stage("pause_exec", 105, 105, Kernel),
         stage("sandbox_ready", 112, 113, Cri),
         stage("image_pull:app", 120, 130, Cri),
         stage("container_create:app", 135, 145, Cri),
         start,
+        stage("shim_start:app", 152, 155, Kernel),
+        stage("runc_create:app", 156, 170, Kernel),
+        stage("runc_init:app", 158, 168, Kernel),
         stage("container_cgroup:app", 160, 165, Kernel),
+        stage("runc_start:app", 172, 178, Kernel),
         exec,
         stage("running", 190, 190, Cri),
         stage("ready", 190, 190, Cri),
@@ -98,10 +107,21 @@ fn the_parts_and_the_gap_add_up_to_the_startup() {
     // cni_add 30..80 less its plugins: 75..76.
     assert_eq!(part(&b, "cni_add").ns, MS);
     assert_eq!(part(&b, "netns_created").ns, 2 * MS);
-    // RunPodSandbox 10..110 less netns (2) and CNI (50): the runtime's own.
-    assert_eq!(part(&b, "runtime_sandbox").ns, 48 * MS);
-    assert_eq!(part(&b, "container_start:app").ns, 30 * MS);
-    assert_eq!(part(&b, "app_first_exec:app").ns, 10 * MS);
+    // RunPodSandbox 10..110 less netns (2), CNI (50), the shim's start (4), runc create
+    // (12) and start (4): the runtime's own.
+    assert_eq!(part(&b, "runtime_sandbox").ns, 28 * MS);
+    assert!(part(&b, "runtime_sandbox").opaque);
+    // runc create 87..99 less init 89..97; init less the cgroups 90..95.
+    assert_eq!(part(&b, "runc_create").ns, 4 * MS);
+    assert_eq!(part(&b, "runc_init").ns, 3 * MS);
+    assert_eq!(part(&b, "sandbox_cgroup").ns, 5 * MS);
+    assert!(!part(&b, "runc_create").opaque);
+    // StartContainer 150..190 less shim (3), create (14) and start (6); the app's exec
+    // inside the call takes nothing.
+    assert_eq!(part(&b, "container_start:app").ns, 17 * MS);
+    assert_eq!(part(&b, "runc_init:app").ns, 5 * MS);
+    assert!(b.parts.iter().all(|p| p.part != "app_first_exec:app"));
+    assert_eq!(b.largest_opaque().unwrap().part, "runtime_sandbox");
     // 0..2, 4..10, 110..112, 113..120, 130..135, 145..150.
     let gap = b.parts.last().unwrap();
     assert_eq!(gap.part, GAP);
@@ -120,11 +140,20 @@ fn the_parts_and_the_gap_add_up_to_the_startup() {
             "cni_plugin:host-local",
             "cni_add",
             "cni_plugin:portmap",
+            "shim_start",
+            "runc_create",
+            "runc_init",
+            "sandbox_cgroup",
+            "runc_start",
             "sandbox_ready",
             "image_pull:app",
             "container_create:app",
             "container_start:app",
-            "app_first_exec:app",
+            "shim_start:app",
+            "runc_create:app",
+            "runc_init:app",
+            "container_cgroup:app",
+            "runc_start:app",
             GAP
         ]
     );
@@ -178,7 +207,11 @@ fn stage_rows_pool_containers_and_keep_plugins_apart() {
             "cni_plugin:host-local",
             "cni_plugin:loopback",
             "cni_plugin:portmap",
+            "shim_start",
+            "runc_create",
+            "runc_init",
             "sandbox_cgroup",
+            "runc_start",
             "sandbox_ready",
             "image_pull",
             "container_create",

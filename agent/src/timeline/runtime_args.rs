@@ -94,10 +94,11 @@ fn shim(args: &[String]) -> RuntimeRun<'_> {
         .and_then(|i| args.get(i + 1))
         .map(String::as_str)
         .filter(|id| is_runtime_id(id));
-    let command = match args.last().map(String::as_str) {
-        Some(c @ ("start" | "delete")) => c,
-        _ => "",
-    };
+    let command = args
+        .last()
+        .map(String::as_str)
+        .filter(|c| matches!(*c, "start" | "delete"))
+        .unwrap_or("");
     RuntimeRun {
         program: Program::Shim,
         command,
