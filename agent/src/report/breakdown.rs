@@ -85,17 +85,20 @@ const ORDER: &[&str] = &[
     "cni_plugin",
     "sandbox_ready",
     "sidecar_wait",
+    "init_wait",
     "image_puller_wait",
     "image_pull",
     "container_create",
     "container_start",
     "shim_start",
+    "shim_create",
     "runc_create",
     "runc_init",
     "sandbox_cgroup",
     "container_cgroup",
     "runc_start",
     "app_first_exec",
+    "init_run",
     "post_start",
     "ready",
 ];
@@ -136,6 +139,10 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
                     .to_string(),
             ),
             "shim_start" => (s.stage.clone(), runtime_what("the shim starting", &c)),
+            "shim_create" => (
+                s.stage.clone(),
+                runtime_what("the new shim daemon until it ran runc create", &c),
+            ),
             "runc_create" => (s.stage.clone(), runtime_what("runc create", &c)),
             "runc_init" => (
                 s.stage.clone(),
@@ -158,6 +165,11 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
                 "the status read that found the sandbox ready".to_string(),
             ),
             "sidecar_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
+            "init_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
+            "init_run" => (
+                s.stage.clone(),
+                format!("init container {c} running until it exited"),
+            ),
             "image_puller_wait" => (
                 s.stage.clone(),
                 format!("{c} queued at the image puller: {}", s.detail),

@@ -25,6 +25,7 @@ mod runtime_args;
 mod runtime_stages;
 mod seeing;
 mod stages;
+mod waits;
 
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,21 @@
 //! The runtime's own steps inside RunPodSandbox and StartContainer, from the kernel:
-//! the shim's start, `runc create` (with `runc init`, the container's first process,
-//! inside it) and `runc start`. Each is a process the probes saw exec'd, with the
-//! sandbox or container ID in its arguments (`runc init` by its parent), timed from its
-//! exec to its exit.
+//! the shim's start, the new shim daemon until it ran runc, `runc create` (with
+//! `runc init`, the container's first process, inside it) and `runc start`. Each is a
+//! process the probes saw exec'd, with the sandbox or container ID in its arguments
+//! (`runc init` by its parent), timed from its exec to its exit; the shim daemon, which
+//! lives on, from its exec until it ran `runc create`.
 
 use super::runtime_args::{self, Program};
 use crate::ebpf::KernelEvent;
 
 /// The kinds, in the order the runtime runs them.
-pub const KINDS: &[&str] = &["shim_start", "runc_create", "runc_init", "runc_start"];
+pub const KINDS: &[&str] = &[
+    "shim_start",
+    "shim_create",
+    "runc_create",
+    "runc_init",
+    "runc_start",
+];
 
 /// One runtime step of a sandbox or container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +50,7 @@ pub fn runtime_steps<'e>(
         }
         let kind = match (run.program, run.command) {
             (Program::Shim, "start") => "shim_start",
+            (Program::Shim, "") => "shim_create",
             (Program::Oci, "create") => "runc_create",
             (Program::Oci, "start") => "runc_start",
             _ => continue,
@@ -51,7 +59,12 @@ pub fn runtime_steps<'e>(
             continue;
         }
         let (pid, at) = (r.meta.tgid, r.meta.ktime_ns);
-        let exit = exit_of(events.clone(), pid, at);
+        let exit = if kind == "shim_create" {
+            // It serves until the sandbox goes; its end is set below.
+            None
+        } else {
+            exit_of(events.clone(), pid, at)
+        };
         let program = r
             .argv
             .first()
@@ -66,7 +79,11 @@ pub fn runtime_steps<'e>(
             signal: exit.and_then(|x| x.2),
             detail: format!("{program} {}", run.command),
         };
-        if exit.is_none() {
+        if kind == "shim_create" {
+            step.detail =
+                "the new shim daemon: its start-up and the Create request, until it ran runc create"
+                    .into();
+        } else if exit.is_none() {
             step.detail.push_str(", exit not seen");
         }
         if kind == "runc_create"
@@ -75,6 +92,13 @@ pub fn runtime_steps<'e>(
             steps.push(init);
         }
         steps.push(step);
+    }
+    let create = steps
+        .iter()
+        .find(|s| s.kind == "runc_create")
+        .map(|s| s.start_ns);
+    for s in steps.iter_mut().filter(|s| s.kind == "shim_create") {
+        s.end_ns = create.filter(|c| *c >= s.start_ns);
     }
     steps.sort_by_key(|s| (s.start_ns, KINDS.iter().position(|k| *k == s.kind)));
     steps
@@ -177,6 +201,14 @@ mod tests {
                 10,
                 &format!("/usr/bin/containerd-shim-runc-v2 -namespace k8s.io -id {ID} start"),
             ),
+            // The daemon the start runs, which serves the sandbox from then on.
+            runtime(
+                112,
+                11,
+                &format!(
+                    "/usr/bin/containerd-shim-runc-v2 -namespace k8s.io -id {ID} -address /c.sock"
+                ),
+            ),
             exit(115, 10, 0),
             runtime(
                 120,
@@ -201,12 +233,13 @@ mod tests {
             got,
             vec![
                 ("shim_start", 100, Some(115), 10),
+                ("shim_create", 112, Some(120), 11),
                 ("runc_create", 120, Some(153), 20),
                 ("runc_init", 133, Some(153), 21),
                 ("runc_start", 160, Some(168), 40),
             ]
         );
-        assert_eq!(steps[3].exit_code, Some(1));
+        assert_eq!(steps[4].exit_code, Some(1));
         assert_eq!(steps[0].detail, "containerd-shim-runc-v2 start");
     }
 

@@ -28,6 +28,7 @@ const ORDER: &[&str] = &[
     "cni_add",
     "cni_plugin",
     "shim_start",
+    "shim_create",
     "runc_create",
     "runc_init",
     "sandbox_cgroup",
@@ -36,11 +37,13 @@ const ORDER: &[&str] = &[
     "pause_exec",
     "sandbox_ready",
     "sidecar_wait",
+    "init_wait",
     "image_puller_wait",
     "image_pull",
     "container_create",
     "container_start",
     "app_first_exec",
+    "init_run",
     "post_start",
     "running",
     "ready",
@@ -65,7 +68,7 @@ fn wait_detail(w: &crate::trace::PodWaitRecord) -> String {
 const SANDBOX_READY: &str = "0";
 
 /// A kernel event attributed to the pod being built.
-type Attributed<'a> = (&'a KernelEvent, &'a Owner);
+pub(super) type Attributed<'a> = (&'a KernelEvent, &'a Owner);
 
 /// The timeline of the pods `wanted` picks (by UID); the event counts are the run's.
 pub(super) fn build(
@@ -105,13 +108,13 @@ pub(super) fn build(
     }
 }
 
-struct PodBuilder<'i, 'a> {
-    index: &'i Index<'a>,
-    uid: &'i str,
-    info: &'i PodInfo<'a>,
-    kernel: &'i [Attributed<'i>],
+pub(super) struct PodBuilder<'i, 'a> {
+    pub(super) index: &'i Index<'a>,
+    pub(super) uid: &'i str,
+    pub(super) info: &'i PodInfo<'a>,
+    pub(super) kernel: &'i [Attributed<'i>],
     calls: Vec<&'a CriCall>,
-    stages: Vec<Stage>,
+    pub(super) stages: Vec<Stage>,
     notes: Vec<String>,
 }
 
@@ -133,7 +136,13 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
     }
 
-    fn stage(&self, name: String, start_ns: u64, end_ns: u64, source: StageSource) -> Stage {
+    pub(super) fn stage(
+        &self,
+        name: String,
+        start_ns: u64,
+        end_ns: u64,
+        source: StageSource,
+    ) -> Stage {
         Stage::new(
             self.uid,
             &self.info.namespace,
@@ -175,6 +184,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
         let containers = self.container_stages();
         self.sidecar_waits();
+        self.init_waits();
         self.pod_status_stages();
         if self.kernel.is_empty() {
             self.notes
@@ -589,70 +599,6 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
         }
         out
-    }
-
-    /// kubelet starts what follows a sidecar (the next init container, or after the last
-    /// one the regular containers) only once a sync sees the sidecar running and, if it
-    /// has a startupProbe, started. The time from the sidecar's StartContainer until the
-    /// next container's work began is that wait: `sidecar_wait:<next>`.
-    fn sidecar_waits(&mut self) {
-        let Some(spec) = self.info.pod.and_then(|p: &Pod| p.spec.as_ref()) else {
-            return;
-        };
-        let init = spec.init_containers.as_deref().unwrap_or_default();
-        for (i, c) in init.iter().enumerate() {
-            if !crate::kubelet::pod_actions::is_restartable_init_container(c) {
-                continue;
-            }
-            let next = match init.get(i + 1) {
-                Some(n) => n,
-                None => match spec.containers.first() {
-                    Some(n) => n,
-                    None => continue,
-                },
-            };
-            let start_stage = format!("container_start:{}", c.name);
-            let started = self
-                .stages
-                .iter()
-                .filter(|s| s.stage == start_stage && s.ok)
-                .map(|s| s.end_ns)
-                .min();
-            let next_began = self
-                .stages
-                .iter()
-                .filter(|s| {
-                    s.container.as_deref() == Some(next.name.as_str())
-                        && matches!(
-                            s.kind(),
-                            "image_puller_wait" | "image_pull" | "container_create"
-                        )
-                })
-                .map(|s| s.start_ns)
-                .min();
-            let (Some(started), Some(began)) = (started, next_began) else {
-                continue;
-            };
-            if began <= started {
-                continue;
-            }
-            let mut s = self.stage(
-                format!("sidecar_wait:{}", next.name),
-                started,
-                began,
-                StageSource::Agent,
-            );
-            s.container = Some(next.name.clone());
-            s.detail = if c.startup_probe.is_some() {
-                format!(
-                    "until a sync saw sidecar {} running and its startup probe passed",
-                    c.name
-                )
-            } else {
-                format!("until a sync saw sidecar {} running", c.name)
-            };
-            self.stages.push(s);
-        }
     }
 
     /// Per container: image_pull, container_create, container_cgroup, container_start,
