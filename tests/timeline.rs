@@ -303,7 +303,23 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
                 "{s:?} {add:?}"
             );
         }
+        runtime_steps_are_this_pods(&trace, p, sandbox, container);
         assert_eq!(p.ip.as_deref(), pod(&doc, name)["ip"].as_str(), "{name}");
+    }
+
+    // No runtime process is on two pods' timelines.
+    let mut owners: BTreeMap<u32, &str> = BTreeMap::new();
+    for p in &timeline.pods {
+        for s in p
+            .stages
+            .iter()
+            .filter(|s| RUNTIME_STEPS.contains(&s.kind()))
+        {
+            let pid = s.pid.unwrap();
+            if let Some(other) = owners.insert(pid, &p.name) {
+                assert_eq!(other, p.name, "process {pid} ({}) on two pods", s.stage);
+            }
+        }
     }
 
     // What the command prints for one pod.
@@ -318,6 +334,74 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     let out = timeline_cli(&[trace_path.to_str().unwrap(), "-o", "json"]);
     let json: Timeline = serde_json::from_slice(&out.stdout).expect("timeline JSON");
     assert_eq!(json, timeline);
+}
+
+/// The runtime's own steps, timed by the kernel inside the CRI calls.
+const RUNTIME_STEPS: [&str; 4] = ["shim_start", "runc_create", "runc_init", "runc_start"];
+
+/// The shim's start and runc's create, init and start of the pod's sandbox lie inside
+/// its RunPodSandbox, before the pause exec; those of its container inside StartContainer,
+/// before the app's exec. Each is a process whose own arguments (or, for `runc init`,
+/// whose parent's) name this pod's sandbox or container.
+fn runtime_steps_are_this_pods(trace: &Trace, p: &PodTimeline, sandbox: &str, container: &str) {
+    let name = &p.name;
+    let args_of = |pid: u32| -> Vec<String> {
+        kernel(trace)
+            .find_map(|e| match e {
+                KernelEvent::RuntimeExec(r) if r.meta.tgid == pid => Some(r.argv.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{name}: no runtime exec of process {pid}"))
+    };
+    for (suffix, id, call, first_exec) in [
+        ("", sandbox, "sandbox_requested", "pause_exec"),
+        (
+            ":app",
+            container,
+            "container_start:app",
+            "app_first_exec:app",
+        ),
+    ] {
+        let call = stage(p, call);
+        let exec = stage(p, first_exec);
+        for kind in RUNTIME_STEPS {
+            let s = stage(p, &format!("{kind}{suffix}"));
+            assert_eq!(s.source, StageSource::Kernel, "{name}: {s:?}");
+            assert!(
+                call.start_ns <= s.start_ns && s.end_ns <= call.end_ns,
+                "{name}: {} outside {}\n{}",
+                s.stage,
+                call.stage,
+                waterfall(p)
+            );
+            assert!(s.start_ns <= exec.start_ns, "{name}: {s:?} after {exec:?}");
+            let pid = s.pid.unwrap();
+            if kind == "runc_init" {
+                let create = stage(p, &format!("runc_create{suffix}")).pid;
+                let parent = kernel(trace).find_map(|e| match e {
+                    KernelEvent::Exec { meta, ppid, .. } if meta.tgid == pid => *ppid,
+                    _ => None,
+                });
+                assert_eq!(parent, create, "{name}: {s:?}");
+            } else {
+                assert!(s.ok && s.exit_code == Some(0), "{name}: {s:?}");
+                let args = args_of(pid);
+                assert!(
+                    args.iter().any(|a| a == id),
+                    "{name}: {} ran with {args:?}",
+                    s.stage
+                );
+            }
+        }
+        let at = |kind: &str| stage(p, &format!("{kind}{suffix}")).start_ns;
+        assert!(
+            at("shim_start") <= at("runc_create")
+                && at("runc_create") <= at("runc_init")
+                && at("runc_init") <= at("runc_start"),
+            "{name}: runtime steps out of order\n{}",
+            waterfall(p)
+        );
+    }
 }
 
 #[test]
