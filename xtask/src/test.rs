@@ -126,8 +126,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         // The guest's registry is the host lab's, so it runs while the lab is up.
         eprintln!("[8/{total}] the modern-node suite, in the QEMU guest");
         let modern_started = std::time::Instant::now();
-        result =
-            crate::node_vm::suite::run_on_lab(&crate::node_vm::NodeVmPaths::from_env(), &paths);
+        result = crate::node_vm::suite::run_on_lab(
+            &crate::node_vm::NodeVmPaths::from_env(),
+            &paths,
+            &[],
+        );
         times.push(("the modern-node suite", modern_started.elapsed()));
     }
     // The lab comes down whether or not the tests passed.

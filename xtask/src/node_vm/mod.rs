@@ -40,7 +40,11 @@ pub enum NodeVmCmd {
         paths: Vec<String>,
     },
     /// Boot the guest (if down), run the modern-node suite in it, bring back its results.
-    Test,
+    Test {
+        /// Run only these test targets of the suite (`timeline`, `modern_node`, ...).
+        #[arg(long = "only", value_name = "TEST")]
+        only: Vec<String>,
+    },
 }
 
 pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
@@ -59,7 +63,7 @@ pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
             Ok(())
         }
         NodeVmCmd::Cp { paths: args } => copy(&paths, &args),
-        NodeVmCmd::Test => suite::run(&paths),
+        NodeVmCmd::Test { only } => suite::run(&paths, &only),
     }
 }
 

@@ -65,7 +65,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
 /// Where the binaries and examples go in the guest.
 const WORK: &str = recipe::GUEST_WORK_DIR;
 
-pub fn run(paths: &NodeVmPaths) -> anyhow::Result<()> {
+pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
     // The guest's registry is the host lab's.
     let lab_paths = LabPaths::from_env();
     let lab_was_up = lab_paths.state_file().exists();
@@ -73,20 +73,42 @@ pub fn run(paths: &NodeVmPaths) -> anyhow::Result<()> {
         eprintln!("starting the host lab (its registry serves the guest)");
         lab::up(&lab_paths, &|s| eprintln!("lab: {s}"))?;
     }
-    let result = run_on_lab(paths, &lab_paths);
+    let result = run_on_lab(paths, &lab_paths, only);
     if !lab_was_up {
         lab::down(&lab_paths, &|s| eprintln!("lab: {s}"))?;
     }
     result
 }
 
-/// The suite, with the host lab up.
-pub fn run_on_lab(paths: &NodeVmPaths, lab_paths: &LabPaths) -> anyhow::Result<()> {
+/// The suite (or the test targets `only` names), with the host lab up.
+pub fn run_on_lab(
+    paths: &NodeVmPaths,
+    lab_paths: &LabPaths,
+    only: &[String],
+) -> anyhow::Result<()> {
     let started = Instant::now();
     eprintln!("node-vm [1/4] building podtrace and the test binaries");
     let podtrace = workspace::build_podtrace(true)?;
     let probes = crate::build_ebpf::run()?;
-    let binaries = build_test_binaries()?;
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !GUEST_TESTS.iter().any(|(t, _)| t == o))
+    {
+        bail!(
+            "--only {unknown}: not a test of the suite (it has {})",
+            GUEST_TESTS
+                .iter()
+                .map(|(t, _)| *t)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let tests: Vec<(&'static str, &'static [&'static str])> = GUEST_TESTS
+        .iter()
+        .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
+        .copied()
+        .collect();
+    let binaries = build_test_binaries(&tests)?;
     let report = with_guest(paths, lab_paths, &podtrace, &probes, &binaries)?;
     report.print();
     eprintln!(
@@ -169,6 +191,9 @@ fn in_guest(
     let port = registry_port();
     let mut runs = Vec::new();
     for (test, names) in GUEST_TESTS {
+        if !binaries.iter().any(|(t, _)| t == test) {
+            continue;
+        }
         let mut cmd = vec![
             format!("{WORK}/tests/{test}"),
             "--test-threads=1".to_string(),
@@ -201,7 +226,9 @@ fn in_guest(
 }
 
 /// `cargo test --no-run` for the guest's test targets; their executables by target name.
-fn build_test_binaries() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+fn build_test_binaries(
+    tests: &[(&'static str, &'static [&'static str])],
+) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
     let mut cmd = workspace::cargo();
     cmd.args([
         "test",
@@ -210,7 +237,7 @@ fn build_test_binaries() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
         "--no-run",
         "--message-format=json",
     ]);
-    for (test, _) in GUEST_TESTS {
+    for (test, _) in tests {
         cmd.args(["--test", test]);
     }
     let out = cmd
@@ -229,13 +256,13 @@ fn build_test_binaries() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
         else {
             continue;
         };
-        if let Some((test, _)) = GUEST_TESTS.iter().find(|(t, _)| *t == name)
+        if let Some((test, _)) = tests.iter().find(|(t, _)| *t == name)
             && msg["target"]["kind"][0] == "test"
         {
             found.push((*test, PathBuf::from(exe)));
         }
     }
-    for (test, _) in GUEST_TESTS {
+    for (test, _) in tests {
         if !found.iter().any(|(t, _)| t == test) {
             bail!("cargo built no executable for the test {test}");
         }
