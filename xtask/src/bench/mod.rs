@@ -11,6 +11,7 @@ mod memory;
 mod probe_overhead;
 mod replay_speed;
 mod seeing;
+mod shares;
 mod stats;
 
 use std::fmt::Write as _;
@@ -26,7 +27,8 @@ use crate::workspace;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
-    /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing); default all.
+    /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing, 9 startup
+    /// explained); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -78,6 +80,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (6, "memory"),
     (7, "churn"),
     (8, "fuzzing"),
+    (9, "startup explained"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -126,6 +129,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             6 => with_lab(|| memory::run(&bin, &dir)),
             7 => with_lab(|| churn::run(&bin, &dir, args.churn_rounds)),
             8 => fuzzing::run(args.fuzz_seconds),
+            9 => with_lab(|| shares::run_all(&bin, &dir)),
             _ => continue,
         };
         match outcome {
