@@ -67,6 +67,26 @@ fn every_fixture_has_a_scenario_and_matches_the_schema() {
     assert!(validator.is_valid(&wait), "{wait}");
     wait.as_object_mut().unwrap().remove("wait");
     assert!(!validator.is_valid(&wait), "{wait}");
+    // So does a runtime program's exec with its arguments; without them it does not.
+    let runtime = podtrace::trace::TraceRecord::Kernel(podtrace::ebpf::KernelEvent::RuntimeExec(
+        Box::new(podtrace::ebpf::event::RuntimeExec {
+            meta: podtrace::ebpf::event::EventMeta {
+                ktime_ns: 5,
+                cpu: 0,
+                pid: 7,
+                tgid: 7,
+                comm: podtrace::ebpf::Comm::new("runc"),
+                cgroup_id: 1,
+            },
+            argv: vec!["runc".into(), "start".into(), "0123".into()],
+            head_cut: false,
+            unreadable: false,
+        }),
+    ));
+    let mut runtime = serde_json::to_value(&runtime).unwrap();
+    assert!(validator.is_valid(&runtime), "{runtime}");
+    runtime.as_object_mut().unwrap().remove("argv");
+    assert!(!validator.is_valid(&runtime), "{runtime}");
     for trace in fixtures() {
         let name = trace.file_stem().unwrap().to_string_lossy().to_string();
         let scenario = workspace_root()
