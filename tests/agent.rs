@@ -106,6 +106,36 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
     agent.wait_pod("crasher", "CrashLoopBackOff", MINUTE, |p| {
         waiting_reason(p, "c") == Some("CrashLoopBackOff")
     });
+    // Each back-off is a stage of the pod's timeline, naming the container and why, as
+    // long as the back-off the sync decided.
+    let timeline = agent.timeline();
+    let pod = timeline["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "crasher")
+        .expect("crasher's timeline");
+    let waits: Vec<(f64, &str)> = pod["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stage"] == "back_off_wait:c")
+        .map(|s| {
+            (
+                s["duration_ns"].as_f64().unwrap() / 1e9,
+                s["detail"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(waits.len() >= 2, "{waits:?}");
+    assert!(
+        waits
+            .iter()
+            .all(|(_, d)| d.starts_with("c: CrashLoopBackOff")),
+        "{waits:?}"
+    );
+    let longest = waits.iter().map(|(s, _)| *s).fold(0.0, f64::max);
+    assert!((1.5..=4.5).contains(&longest), "{waits:?}");
 }
 
 #[test]

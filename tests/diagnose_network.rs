@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts};
 use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
+use podtrace_tests::agent::{Agent, phase};
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::{Scratch, ip_in_subnet, lab, podtrace_bin, stderr};
 use xtask::lab::{
@@ -24,6 +25,8 @@ use xtask::lab::{
 };
 
 /// One lab at a time: they share the lab root and the registry's port.
+const MINUTE: Duration = Duration::from_secs(60);
+
 fn one_lab() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
@@ -176,6 +179,64 @@ fn a_removed_cni_configuration_is_network_not_ready() {
     );
     assert!(evidence(p, "no RunPodSandbox was called"), "{p:#?}");
     assert!(p.ip.is_none() && !p.running);
+    lab.finish();
+}
+
+#[test]
+fn a_pod_created_before_the_network_is_ready_waits_for_it_as_a_stage() {
+    let _one = one_lab();
+    let lab = OwnLab::up(&LabOptions::default());
+    let conflist = lab.0.cni_conflist();
+    let saved = std::fs::read(&conflist).expect("read the conflist");
+    std::fs::remove_file(&conflist).expect("remove the conflist");
+    let start = Instant::now();
+    while network_ready(&lab.0).0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "containerd still reports NetworkReady=true without a conflist"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // An agent (not `--until-ready`, which settles on a pod the network holds back)
+    // retries after its error back-off; once it has met the closed gate, the network
+    // comes back.
+    let agent = Agent::start("late-network", &["--error-backoff", "1s"]);
+    agent.write("pods.yaml", &pod_yaml("late-network"));
+    agent.wait_pod("late-network", "NetworkNotReady", MINUTE, |p| {
+        p["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["reason"] == "NetworkNotReady"))
+    });
+    std::fs::write(&conflist, &saved).expect("restore the conflist");
+    agent.wait_pod("late-network", "Running", MINUTE, |p| phase(p) == "Running");
+    let timeline = agent.timeline();
+    let stages = timeline["pods"][0]["stages"].as_array().unwrap();
+    let stage = |name: &str| {
+        stages
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {stages:#?}"))
+    };
+    let wait = stage("network_wait");
+    assert!(
+        wait["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the runtime's network was not ready: NetworkPluginNotReady"),
+        "{wait:#}"
+    );
+    // It ends when the sandbox's creation can begin, and covers at least one error
+    // back-off.
+    assert!(
+        wait["duration_ns"].as_u64().unwrap() >= 1_000_000_000,
+        "{wait:#}"
+    );
+    assert!(
+        wait["end_ns"].as_u64() <= stage("sandbox_requested")["start_ns"].as_u64(),
+        "{stages:#?}"
+    );
+    drop(agent);
     lab.finish();
 }
 

@@ -112,6 +112,38 @@ fn a_sidecar_with_a_startup_probe_gates_the_app_restarts_and_stops_last() {
         (app_created - sidecar_started) / 1_000_000
     );
 
+    // The timeline names the wait: the sidecar's startup probe (at least the 2 s before
+    // its file appears), then the time until a sync saw it pass; the app's work after.
+    let timeline = agent.timeline();
+    let stages = timeline["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "meshed")
+        .expect("meshed's timeline")["stages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let first = |name: &str| {
+        stages
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap_or_else(|| panic!("no {name} stage: {stages:#?}"))
+    };
+    let ns = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap();
+    let probe = first("startup_probe_wait:config");
+    assert!(ns(probe, "duration_ns") >= 2_000_000_000, "{probe:#}");
+    let sidecar_wait = first("sidecar_wait:app");
+    assert_eq!(
+        ns(sidecar_wait, "start_ns"),
+        ns(probe, "end_ns"),
+        "{sidecar_wait:#}"
+    );
+    assert!(
+        ns(first("container_create:app"), "start_ns") >= ns(sidecar_wait, "end_ns"),
+        "{stages:#?}"
+    );
+
     // A killed sidecar is restarted; the app keeps running in the same container.
     let (app_id, sidecar_id) = (id(app), id(sidecar));
     let pids = container_pids(&sidecar_id);

@@ -102,6 +102,11 @@ impl Agent {
         serde_json::from_slice(&out.stdout).ok()
     }
 
+    /// The agent's timeline of every pod (`podtrace timeline -o json`).
+    pub fn timeline(&self) -> Value {
+        self.api("timeline").expect("the agent serves its timeline")
+    }
+
     /// The agent's `/metrics` exposition.
     pub fn metrics(&self) -> String {
         use std::io::{Read, Write};

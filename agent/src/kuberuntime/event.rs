@@ -52,12 +52,27 @@ impl PodEvent {
 pub enum WaitKind {
     /// kubelet's image puller: serialized pulls (its default), or the parallel-pull limit.
     ImagePuller,
+    /// An update for the pod arrived while its pod worker was busy with earlier work; it
+    /// ran once that work ended.
+    PodWorker,
+    /// A back-off kubelet decided (CrashLoopBackOff, ImagePullBackOff): the pod's next
+    /// sync waited for it to end.
+    BackOff,
+    /// The runtime's network was not ready, so no sandbox could get a pod network.
+    Network,
+    /// A container's startup probe had not passed yet (a sidecar holds back the
+    /// containers after it until it does).
+    StartupProbe,
 }
 
 impl WaitKind {
     pub fn name(self) -> &'static str {
         match self {
             WaitKind::ImagePuller => "image_puller",
+            WaitKind::PodWorker => "pod_worker",
+            WaitKind::BackOff => "back_off",
+            WaitKind::Network => "network",
+            WaitKind::StartupProbe => "startup_probe",
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct ProbeUpdate {
     /// What the probe run that decided it said (kubelet's `Unhealthy` event text); empty
     /// for the initial value.
     pub output: String,
+    /// When the container started, on the [`now_ns`] clock.
+    pub started_at_ns: u64,
 }
 
 /// Runs the probes of the containers it is told about. Must be created inside a tokio
@@ -168,6 +170,7 @@ impl<R: RuntimeService + 'static> ProbeManager<R> {
                     kind,
                     result: worker.result(),
                     output: String::new(),
+                    started_at_ns,
                 })
                 .err();
             let ctx = WorkerCtx {
@@ -181,6 +184,7 @@ impl<R: RuntimeService + 'static> ProbeManager<R> {
                 container: container.clone(),
                 container_id: container_id.to_string(),
                 pod_ip: pod_ip.to_string(),
+                started_at_ns,
             };
             // The task cannot publish before this lock is released, by which time its
             // entry is in place.
@@ -292,6 +296,7 @@ struct WorkerCtx<R> {
     container: Container,
     container_id: String,
     pod_ip: String,
+    started_at_ns: u64,
 }
 
 impl<R> WorkerCtx<R> {
@@ -320,6 +325,7 @@ impl<R> WorkerCtx<R> {
             kind: self.kind,
             result,
             output,
+            started_at_ns: self.started_at_ns,
         };
         self.updates.send(update).await.is_ok()
     }

@@ -78,12 +78,16 @@ struct Claim {
 
 /// Parts by pipeline position; a later one is the more specific when spans start together.
 const ORDER: &[&str] = &[
+    "pod_worker_wait",
+    "network_wait",
+    "back_off_wait",
     "pod_cgroup_created",
     "runtime_sandbox",
     "netns_created",
     "cni_add",
     "cni_plugin",
     "sandbox_ready",
+    "startup_probe_wait",
     "sidecar_wait",
     "init_wait",
     "image_puller_wait",
@@ -166,6 +170,16 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
             ),
             "sidecar_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
             "init_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
+            "startup_probe_wait" => (
+                s.stage.clone(),
+                format!("{c} running until its startup probe passed"),
+            ),
+            "pod_worker_wait" => (
+                s.stage.clone(),
+                format!("the pod worker busy: {}", s.detail),
+            ),
+            "network_wait" => (s.stage.clone(), format!("waiting: {}", s.detail)),
+            "back_off_wait" => (s.stage.clone(), format!("in back-off: {}", s.detail)),
             "init_run" => (
                 s.stage.clone(),
                 format!("init container {c} running until it exited"),

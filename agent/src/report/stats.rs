@@ -22,6 +22,9 @@ const POINTS: &[&str] = &[
 
 /// Row order: the pipeline's. Groups not listed sort after these, by name.
 const ORDER: &[&str] = &[
+    "pod_worker_wait",
+    "network_wait",
+    "back_off_wait",
     "pod_cgroup_created",
     "sandbox_requested",
     "netns_created",
@@ -34,6 +37,7 @@ const ORDER: &[&str] = &[
     "sandbox_cgroup",
     "runc_start",
     "sandbox_ready",
+    "startup_probe_wait",
     "sidecar_wait",
     "init_wait",
     "image_puller_wait",

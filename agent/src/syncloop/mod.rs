@@ -20,6 +20,7 @@ mod shared;
 pub mod start_watch;
 pub mod status_store;
 mod terminate;
+mod worker_waits;
 
 use crate::kubelet::observed_exit::with_observed_exit;
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,6 +47,7 @@ pub use status_store::{PodRecord, StatusStore};
 
 use clock::{instant_at, wall_now};
 use queues::{Queue, QueueStats};
+use worker_waits::WorkerWaits;
 
 struct WorkDone {
     uid: String,
@@ -80,6 +82,8 @@ pub struct Kubelet<R> {
     done_rx: mpsc::Receiver<WorkDone>,
     /// What hitting the bounds of the queues above (and of the pod updates') cost.
     queue_stats: Arc<QueueStats>,
+    /// Updates held behind busy workers and back-offs, until the pod's next work.
+    waits: WorkerWaits,
 }
 
 impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
@@ -128,6 +132,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             invalid: Vec::new(),
             metrics: None,
             started: BTreeSet::new(),
+            waits: WorkerWaits::default(),
             pleg,
             pleg_rx,
             prober,
@@ -217,8 +222,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     };
                     self.pod_manager.insert(uid.clone(), pod.clone());
                     if !self.rejected.contains(&uid) {
-                        let work = self.workers.update_pod(UpdateType::Update, pod);
-                        self.dispatch_opt(work);
+                        self.update_worker(UpdateType::Update, pod, "a spec update");
                     }
                 }
             }
@@ -230,8 +234,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                         self.shared.store.remove(&uid);
                         continue;
                     }
-                    let work = self.workers.update_pod(UpdateType::Kill, Arc::new(pod));
-                    self.dispatch_opt(work);
+                    self.update_worker(UpdateType::Kill, Arc::new(pod), "the pod's removal");
                 }
                 self.retry_pending_resizes();
             }
@@ -313,21 +316,20 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 );
                 continue;
             }
-            let work = self.workers.update_pod(UpdateType::Create, pod);
-            self.dispatch_opt(work);
+            self.update_worker(UpdateType::Create, pod, "the pod's creation");
         }
     }
 
     fn handle_pleg(&mut self, ev: PlegEvent) {
         if let Some(pod) = self.pod_manager.get(&ev.uid).cloned() {
-            let work = self.workers.update_pod(UpdateType::Sync, pod);
-            self.dispatch_opt(work);
+            self.update_worker(UpdateType::Sync, pod, "a container's change of state");
         }
     }
 
     /// A probe result changed: record it where the core reads it, and sync the pod so
     /// readiness reaches its status and a liveness failure restarts the container.
     fn handle_probe(&mut self, u: ProbeUpdate) {
+        let mut startup_passed = false;
         let changed = {
             let mut all = shared::lock(&self.shared.probes);
             let r = all.entry(u.pod_uid.clone()).or_default();
@@ -345,7 +347,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                         r.startup_failed.insert(id.clone());
                     }
                     if u.result == ProbeResult::Success {
-                        r.not_started.remove(&id);
+                        if r.not_started.remove(&id) {
+                            startup_passed = true;
+                        }
                     } else {
                         r.not_started.insert(id);
                     }
@@ -356,6 +360,20 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             }
             *r != before
         };
+        if startup_passed {
+            // Until now the container counted as not started: what follows a sidecar
+            // waited for this.
+            let waited = crate::prober::now_ns().saturating_sub(u.started_at_ns);
+            self.shared.store.recorder(&u.pod_uid).waited(
+                crate::kuberuntime::event::PodWait {
+                    wait: crate::kuberuntime::event::WaitKind::StartupProbe,
+                    container: Some(u.container_name.clone()),
+                    behind: Vec::new(),
+                    detail: "until its startup probe passed".into(),
+                },
+                waited,
+            );
+        }
         if u.result == ProbeResult::Failure {
             let mut message = format!("{} probe failed", u.kind);
             if !u.output.is_empty() {
@@ -372,8 +390,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 ));
         }
         if changed && let Some(pod) = self.pod_manager.get(&u.pod_uid).cloned() {
-            let work = self.workers.update_pod(UpdateType::Sync, pod);
-            self.dispatch_opt(work);
+            self.update_worker(UpdateType::Sync, pod, "a probe result");
         }
     }
 
@@ -391,7 +408,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         let next = self
             .workers
             .complete_work(&done.uid, wall_now(), done.outcome);
+        if matches!(done.outcome, WorkOutcome::RetryAt(_)) {
+            self.waits.backing_off(&done.uid);
+        }
         if done.outcome == WorkOutcome::Terminated {
+            self.waits.forget(&done.uid);
             self.started.remove(&done.uid);
             self.prober.remove_pod(&done.uid);
             self.workers.forget(&done.uid);
@@ -404,6 +425,18 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         self.dispatch_opt(next);
     }
 
+    /// kubelet's UpdatePod: runs the update now if the pod's worker is idle, else holds it
+    /// (`what` names it for the wait that follows).
+    fn update_worker(&mut self, update_type: UpdateType, pod: Arc<Pod>, what: &'static str) {
+        let uid = labels::pod_uid(&pod).to_string();
+        let busy = self.workers.is_working(&uid);
+        match self.workers.update_pod(update_type, pod) {
+            Some(work) => self.dispatch(work),
+            None if busy => self.waits.held(&uid, what),
+            None => {}
+        }
+    }
+
     fn dispatch_opt(&mut self, work: Option<PodWork>) {
         if let Some(work) = work {
             self.dispatch(work);
@@ -412,6 +445,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
 
     /// Runs one unit of work in its own task; its outcome comes back as `WorkDone`.
     fn dispatch(&mut self, work: PodWork) {
+        let reasons = self.shared.reasons_of(&work.uid);
+        self.waits
+            .work_begins(&work.uid, &self.shared.store, &reasons);
         let (cri, shared, pleg, prober, done) = (
             self.cri.clone(),
             self.shared.clone(),

@@ -12,7 +12,7 @@ use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::pod_actions::is_restartable_init_container;
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
-use crate::kuberuntime::event::{EventRecorder, PodEvent};
+use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait, WaitKind};
 use crate::kuberuntime::pod_status::status_after_start;
 use crate::kuberuntime::{
     ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
@@ -73,7 +73,22 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
                 format!("network is not ready: {why}"),
                 None,
             ));
+            lock(&shared.network_waits)
+                .entry(uid.clone())
+                .or_insert_with(|| (mono_now(), why));
             return WorkOutcome::Failed;
+        }
+        let waited = lock(&shared.network_waits).remove(&uid);
+        if let Some((since, why)) = waited {
+            recorder.waited(
+                PodWait {
+                    wait: WaitKind::Network,
+                    container: None,
+                    behind: Vec::new(),
+                    detail: format!("the runtime's network was not ready: {why}"),
+                },
+                mono_now().saturating_sub(since),
+            );
         }
     }
 

@@ -32,6 +32,8 @@ pub struct Shared {
     pub actuated: ActuatedResources,
     /// Pods whose resize is pending: kubelet's PodResizePending (reason, message).
     pub resize_pending: Mutex<BTreeMap<String, (String, String)>>,
+    /// Pods held at the network-readiness gate: since when (CLOCK_MONOTONIC ns), and why.
+    pub network_waits: Mutex<BTreeMap<String, (u64, String)>>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -57,6 +59,7 @@ impl Shared {
             pcm,
             network_ready_at: Mutex::new(None),
             resize_pending: Mutex::new(BTreeMap::new()),
+            network_waits: Mutex::new(BTreeMap::new()),
             actuated: ActuatedResources::new(cfg.touch_host.then(|| cfg.root_dir.join("pods"))),
             cfg,
             settings,
@@ -77,6 +80,7 @@ impl Shared {
         lock(&self.probes).remove(uid);
         self.actuated.forget(uid);
         lock(&self.resize_pending).remove(uid);
+        lock(&self.network_waits).remove(uid);
         lock(&self.backoff).forget_prefix(&format!("{uid}/"));
     }
 }

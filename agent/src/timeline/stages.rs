@@ -21,6 +21,9 @@ use crate::ebpf::{KernelEvent, NetnsCall};
 /// by this, so a point and the span it opens list in pipeline order.
 const ORDER: &[&str] = &[
     "pod_seen",
+    "pod_worker_wait",
+    "network_wait",
+    "back_off_wait",
     "admitted",
     "pod_cgroup_created",
     "sandbox_requested",
@@ -36,6 +39,7 @@ const ORDER: &[&str] = &[
     "runc_start",
     "pause_exec",
     "sandbox_ready",
+    "startup_probe_wait",
     "sidecar_wait",
     "init_wait",
     "image_puller_wait",
@@ -169,6 +173,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     fn build(mut self) -> PodTimeline {
         self.pod_stages();
+        self.pod_waits();
         let sandboxes = self.sandbox_ids();
         for call in self.calls_named("RunPodSandbox") {
             let mut s = self.cri_stage("sandbox_requested".into(), call);
@@ -295,6 +300,27 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             s.detail = format!("{} ({} hierarchies)", cg.path, mkdirs.len());
             self.stages.push(s);
         }
+    }
+
+    /// Waits of the whole pod (no container): `<kind>_wait`, e.g. `network_wait`,
+    /// `pod_worker_wait`, `back_off_wait` when several containers were backing off.
+    fn pod_waits(&mut self) {
+        let waits: Vec<Stage> = self
+            .index
+            .waits_of(self.uid)
+            .filter(|w| w.wait.container.is_none())
+            .map(|w| {
+                let mut s = self.stage(
+                    format!("{}_wait", w.wait.wait.name()),
+                    w.start_ns,
+                    w.end_ns,
+                    StageSource::Agent,
+                );
+                s.detail = wait_detail(w);
+                s
+            })
+            .collect();
+        self.stages.extend(waits);
     }
 
     /// The pod's sandboxes in the order they appeared: those CRI created, and those only

@@ -50,12 +50,25 @@ impl PodBuilder<'_, '_> {
                 continue;
             };
             let start_stage = format!("container_start:{}", c.name);
+            let probe_stage = format!("startup_probe_wait:{}", c.name);
             let started = self
                 .stages
                 .iter()
                 .filter(|s| s.stage == start_stage && s.ok)
                 .map(|s| s.end_ns)
                 .min();
+            // With a startup probe, the wait for it is a stage of its own; what is left
+            // is the time until a sync saw it pass.
+            let passed = self
+                .stages
+                .iter()
+                .filter(|s| s.stage == probe_stage)
+                .map(|s| s.end_ns)
+                .min();
+            let started = match (started, passed) {
+                (Some(s), Some(p)) => Some(s.max(p)),
+                (s, _) => s,
+            };
             let next_began = self.work_began(&next.name);
             let (Some(started), Some(began)) = (started, next_began) else {
                 continue;
@@ -70,7 +83,12 @@ impl PodBuilder<'_, '_> {
                 StageSource::Agent,
             );
             s.container = Some(next.name.clone());
-            s.detail = if c.startup_probe.is_some() {
+            s.detail = if passed.is_some() {
+                format!(
+                    "from sidecar {}'s startup probe passing until a sync saw it",
+                    c.name
+                )
+            } else if c.startup_probe.is_some() {
                 format!(
                     "until a sync saw sidecar {} running and its startup probe passed",
                     c.name
