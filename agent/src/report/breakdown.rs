@@ -74,7 +74,13 @@ struct Claim {
     /// Pipeline position: breaks ties between spans that start together.
     order: usize,
     opaque: bool,
+    /// Takes only instants no other claim covers: a wait that overlaps the work it waits
+    /// behind (an update held while the pod worker's sync runs its CRI calls).
+    background: bool,
 }
+
+/// Parts that wait behind work that has parts of its own.
+const BACKGROUND: &[&str] = &["pod_worker_wait"];
 
 /// Parts by pipeline position; a later one is the more specific when spans start together.
 const ORDER: &[&str] = &[
@@ -120,6 +126,7 @@ fn claim(part: String, what: String, start: u64, end: u64) -> Claim {
     Claim {
         order: order(&part),
         opaque: OPAQUE.contains(&kind),
+        background: BACKGROUND.contains(&kind),
         part,
         what,
         start,
@@ -301,7 +308,7 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
             .iter()
             .enumerate()
             .filter(|(_, c)| c.start <= a && c.end >= b)
-            .max_by_key(|(i, c)| (c.start, c.order, *i))
+            .max_by_key(|(i, c)| (!c.background, c.start, c.order, *i))
             .map(|(_, c)| c);
         match winner {
             Some(c) => {

@@ -160,6 +160,31 @@ fn the_parts_and_the_gap_add_up_to_the_startup() {
 }
 
 #[test]
+fn a_held_update_takes_only_time_no_work_covers() {
+    let mut t = pod();
+    // An update held from 170 (inside StartContainer, 150..190) until after Running:
+    // the call keeps its time, the wait takes nothing inside the startup.
+    let held = stage("pod_worker_wait", 170, 195, StageSource::Agent);
+    t.pods[0].stages.push(held);
+    let b = breakdown(&t.pods[0]).unwrap();
+    assert_eq!(part(&b, "container_start:app").ns, 17 * MS);
+    assert!(
+        b.parts.iter().all(|p| p.part != "pod_worker_wait"),
+        "{b:#?}"
+    );
+    // Held across a stretch nothing covers (110..112, between the sandbox's return and
+    // its status read), it takes that stretch from the gap.
+    let mut t = pod();
+    t.pods[0]
+        .stages
+        .push(stage("pod_worker_wait", 105, 112, StageSource::Agent));
+    let b = breakdown(&t.pods[0]).unwrap();
+    assert_eq!(part(&b, "pod_worker_wait").ns, 2 * MS);
+    assert_eq!(b.gap().unwrap().ns, 25 * MS);
+    assert_eq!(part(&b, "runtime_sandbox").ns, 28 * MS);
+}
+
+#[test]
 fn readiness_after_running_extends_the_startup() {
     let mut t = pod();
     let ready = t.pods[0]

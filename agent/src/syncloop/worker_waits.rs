@@ -93,3 +93,96 @@ impl WorkerWaits {
         self.backing_off.remove(uid);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<(String, u64, u64, PodWait)>>>;
+
+    fn store() -> (StatusStore, Seen) {
+        let store = StatusStore::default();
+        store.add_pod(&Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        });
+        let seen: Seen = Arc::default();
+        let tap = seen.clone();
+        store.set_wait_tap(Arc::new(move |uid, _, _, start, end, wait| {
+            tap.lock()
+                .unwrap()
+                .push((uid.to_string(), start, end, wait.clone()));
+        }));
+        (store, seen)
+    }
+
+    #[test]
+    fn a_held_update_is_a_wait_from_the_first_held_until_the_work_begins() {
+        let (store, seen) = store();
+        let mut waits = WorkerWaits::default();
+        waits.held("u1", "a container's change of state");
+        waits.held("u1", "a probe result");
+        waits.work_begins("u1", &store, &BTreeMap::new());
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let (uid, start, end, wait) = &seen[0];
+        assert_eq!(uid, "u1");
+        assert!(start <= end);
+        assert_eq!(wait.wait, WaitKind::PodWorker);
+        assert_eq!(
+            wait.detail,
+            "a container's change of state, held while the pod worker finished its earlier work"
+        );
+        drop(seen);
+        // Nothing is held any more: the next work records nothing.
+        waits.work_begins("u1", &store, &BTreeMap::new());
+    }
+
+    #[test]
+    fn a_back_off_names_the_container_backing_off_and_why() {
+        let (store, seen) = store();
+        let mut waits = WorkerWaits::default();
+        waits.backing_off("u1");
+        let reasons = BTreeMap::from([
+            (
+                "c".to_string(),
+                (
+                    "CrashLoopBackOff".to_string(),
+                    "back-off 10s restarting failed container=c pod=p".to_string(),
+                ),
+            ),
+            (
+                "d".to_string(),
+                ("ContainerCreating".to_string(), String::new()),
+            ),
+        ]);
+        waits.work_begins("u1", &store, &reasons);
+        let got = seen.lock().unwrap();
+        let wait = &got.last().unwrap().3;
+        assert_eq!(wait.wait, WaitKind::BackOff);
+        assert_eq!(wait.container.as_deref(), Some("c"));
+        assert_eq!(
+            wait.detail,
+            "c: CrashLoopBackOff: back-off 10s restarting failed container=c pod=p"
+        );
+        drop(got);
+        waits.backing_off("u1");
+        waits.forget("u1");
+        waits.work_begins("u1", &store, &reasons);
+        assert_eq!(
+            seen.lock().unwrap().len(),
+            1,
+            "a forgotten pod's back-off is gone"
+        );
+    }
+}

@@ -896,3 +896,49 @@ fn the_time_the_app_waits_for_its_sidecar_is_a_stage_saying_what_it_waited_for()
             .any(|s| s.kind() == "sidecar_wait")
     );
 }
+
+#[test]
+fn waits_of_the_whole_pod_and_of_one_container_are_stages_by_kind() {
+    let mut records = run("portmap", 0);
+    let wait = |start: u64, end: u64, kind, container: Option<&str>, detail: &str| {
+        TraceRecord::Wait(crate::trace::PodWaitRecord {
+            start_ns: start * MS,
+            end_ns: end * MS,
+            pod_uid: UID.into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            wait: crate::kuberuntime::event::PodWait {
+                wait: kind,
+                container: container.map(str::to_string),
+                behind: Vec::new(),
+                detail: detail.into(),
+            },
+        })
+    };
+    use crate::kuberuntime::event::WaitKind;
+    records.push(wait(1, 2, WaitKind::Network, None, "not ready"));
+    records.push(wait(
+        3,
+        4,
+        WaitKind::PodWorker,
+        None,
+        "a probe result, held",
+    ));
+    records.push(wait(
+        150,
+        153,
+        WaitKind::BackOff,
+        Some("app"),
+        "app: CrashLoopBackOff",
+    ));
+    let t = build(&records);
+    let p = &t.pods[0];
+    let network = p.stage("network_wait").expect("network_wait");
+    assert_eq!((network.start_ns, network.end_ns), (MS, 2 * MS));
+    assert_eq!(network.detail, "not ready");
+    assert_eq!(network.container, None);
+    assert!(p.stage("pod_worker_wait").is_some());
+    let back_off = p.stage("back_off_wait:app").expect("back_off_wait:app");
+    assert_eq!(back_off.container.as_deref(), Some("app"));
+    assert_eq!(back_off.duration_ns, 3 * MS);
+}
