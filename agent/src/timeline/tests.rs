@@ -942,3 +942,79 @@ fn waits_of_the_whole_pod_and_of_one_container_are_stages_by_kind() {
     assert_eq!(back_off.container.as_deref(), Some("app"));
     assert_eq!(back_off.duration_ns, 3 * MS);
 }
+
+fn runtime_exec(t: u64, pid: u32, comm: &str, argv: &str) -> TraceRecord {
+    TraceRecord::Kernel(KernelEvent::RuntimeExec(Box::new(
+        crate::ebpf::event::RuntimeExec {
+            meta: meta(t, pid, comm, 1),
+            argv: argv.split(' ').map(str::to_string).collect(),
+            head_cut: false,
+            unreadable: false,
+        },
+    )))
+}
+
+#[test]
+fn runtime_programs_are_attributed_by_the_ids_in_their_arguments_and_runc_init_by_its_parent() {
+    let mut records = run("portmap", 0);
+    let first = records.len();
+    // The sandbox's shim and runc, a container's runc create with runc init under it,
+    // and a runc run for another kubelet's sandbox: none attributed by time.
+    records.extend([
+        runtime_exec(
+            50,
+            600,
+            "containerd-shim",
+            &format!("/usr/bin/containerd-shim-runc-v2 -namespace k8s.io -id {SANDBOX} start"),
+        ),
+        exec(50, 600, CONTAINERD, "/usr/bin/containerd-shim-runc-v2", 1),
+        exit(60, 600, "containerd-shim", 0),
+        runtime_exec(
+            61,
+            610,
+            "runc",
+            &format!("runc --root /r create --bundle /b/{CONTAINER} {CONTAINER}"),
+        ),
+        exec(61, 610, 601, "/usr/sbin/runc", 1),
+        exec(62, 611, 610, "/proc/self/exe", 1),
+        runtime_exec(63, 611, "runc", "runc init"),
+        exec(63, 611, 610, "/dev/fd/6", 1),
+        exit(70, 610, "runc", 0),
+        runtime_exec(71, 620, "runc", &format!("runc start {OTHER_SANDBOX}")),
+        exec(71, 620, 601, "/usr/sbin/runc", 1),
+    ]);
+    let a = attribute(&records);
+    let owner = |i: usize| a.owner(first + i);
+    let shim = owner(0).expect("the shim's start");
+    assert_eq!(
+        (shim.pod_uid.as_str(), shim.sandbox_id.as_deref(), shim.rule),
+        (UID, Some(SANDBOX), Rule::RuntimeArgs)
+    );
+    assert_eq!(owner(1).map(|o| o.rule), Some(Rule::Ancestry), "its exec");
+    assert_eq!(owner(2).map(|o| o.rule), Some(Rule::Ancestry), "its exit");
+    let create = owner(3).expect("runc create");
+    assert_eq!(create.container_id.as_deref(), Some(CONTAINER));
+    assert_eq!(create.rule, Rule::RuntimeArgs);
+    for i in [5, 6, 7] {
+        let o = owner(i).unwrap_or_else(|| panic!("runc init record {i}"));
+        assert_eq!(o.container_id.as_deref(), Some(CONTAINER), "record {i}");
+    }
+    assert_eq!(
+        owner(8).map(|o| o.rule),
+        Some(Rule::Ancestry),
+        "runc create's exit"
+    );
+    assert_eq!(owner(9), None, "a sandbox CRI never named for this agent");
+    assert_eq!(owner(10), None);
+    // The steps on the timeline, inside StartContainer's container.
+    let t = build(&records);
+    let p = &t.pods[0];
+    let create = p.stage("runc_create:app").expect("runc_create:app");
+    assert_eq!((create.start_ns, create.end_ns), (61 * MS, 70 * MS));
+    let init = p.stage("runc_init:app").expect("runc_init:app");
+    assert_eq!(
+        (init.start_ns, init.end_ns, init.pid),
+        (62 * MS, 70 * MS, Some(611))
+    );
+    assert_eq!(p.stage("shim_start").map(|s| s.duration_ns), Some(10 * MS));
+}
