@@ -279,18 +279,18 @@ pub struct RuntimeExecEvent {
 /// container runtime's own programs whose arguments the probes read.
 #[inline(always)]
 pub fn is_runtime_comm(comm: &[u8; COMM_LEN]) -> bool {
-    comm_starts(comm, b"runc\0")
-        || comm_starts(comm, b"crun\0")
-        || comm_starts(comm, b"containerd-shim")
+    starts_with(comm, b"runc\0")
+        || starts_with(comm, b"crun\0")
+        || starts_with(comm, b"containerd-shim")
 }
 
-/// True when `comm` starts with `name`. The length is a constant so the verifier sees
-/// every access bounded.
+/// True when `head` starts with `name`. Both lengths are constants, so the verifier
+/// sees every access bounded (no panicking index).
 #[inline(always)]
-fn comm_starts<const N: usize>(comm: &[u8; COMM_LEN], name: &[u8; N]) -> bool {
+pub fn starts_with<const L: usize, const N: usize>(head: &[u8; L], name: &[u8; N]) -> bool {
     let mut i = 0;
     while i < N {
-        if comm.get(i) != Some(&name[i]) {
+        if head.get(i) != Some(&name[i]) {
             return false;
         }
         i += 1;

@@ -15,8 +15,8 @@ use aya_ebpf::maps::Array;
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::warn;
 use podtrace_ebpf_common::{
-    CniExecEvent, EventKind, MAX_ENV_SCAN, PATH_LEN, PREFIX_LEN, Prefix, cni_flags,
-    prefix_matches,
+    CniExecEvent, EventKind, MAX_ENV_SCAN, PATH_LEN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
+    starts_with,
 };
 
 use crate::{fill_header, reserve, task};
@@ -80,36 +80,22 @@ pub fn report_plugin(ctx: &TracePointContext, filename: *const u8) -> Result<(),
 /// the returned offset.
 #[inline(always)]
 fn cni_var(head: &[u8; ENV_HEAD]) -> Option<(u8, usize)> {
-    if !named(head, b"CNI_") {
+    if !starts_with(head, b"CNI_") {
         return None;
     }
-    if named(head, b"CNI_COMMAND=") {
+    if starts_with(head, b"CNI_COMMAND=") {
         Some((0, 12))
-    } else if named(head, b"CNI_CONTAINERID=") {
+    } else if starts_with(head, b"CNI_CONTAINERID=") {
         Some((1, 16))
-    } else if named(head, b"CNI_NETNS=") {
+    } else if starts_with(head, b"CNI_NETNS=") {
         Some((2, 10))
-    } else if named(head, b"CNI_IFNAME=") {
+    } else if starts_with(head, b"CNI_IFNAME=") {
         Some((3, 11))
-    } else if named(head, b"CNI_ARGS=") {
+    } else if starts_with(head, b"CNI_ARGS=") {
         Some((4, 9))
     } else {
         None
     }
-}
-
-/// True when `head` starts with `name`. The length is a constant so the verifier sees
-/// every access bounded (no panicking index).
-#[inline(always)]
-fn named<const N: usize>(head: &[u8; ENV_HEAD], name: &[u8; N]) -> bool {
-    let mut i = 0;
-    while i < N {
-        if head.get(i) != Some(&name[i]) {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }
 
 /// Walks `envp`, copying the `CNI_*` values into `ev`. Returns how many entries it

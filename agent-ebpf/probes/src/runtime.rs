@@ -37,7 +37,11 @@ pub fn report_runtime() -> Result<(), u32> {
             };
             // The mask keeps the size provably within the buffer for the verifier.
             let n = n & (2 * ARGV_LEN as u32 - 1);
-            let n = if n > ARGV_LEN as u32 { ARGV_LEN as u32 } else { n };
+            let n = if n > ARGV_LEN as u32 {
+                ARGV_LEN as u32
+            } else {
+                n
+            };
             let ret = bpf_probe_read_user(
                 (&raw mut (*ev).argv).cast(),
                 n,

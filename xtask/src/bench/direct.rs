@@ -7,7 +7,6 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use xtask::lab::LabPaths;
 
 use super::stats::percentile;
 use super::{Figure, Outcome};
@@ -70,16 +69,8 @@ fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::
             cmd.args(["bench-direct", "--cleanup"]);
         }
     }
-    let out = cmd
-        .arg("--manifests")
-        .arg(&manifests)
-        .args(["--node-name", &format!("podtrace-bench-{}", arm.name())])
-        .arg("--root-dir")
-        .arg(dir.join("root"))
-        .arg("--pod-logs-dir")
-        .arg(dir.join("logs"))
-        .arg("--cri")
-        .arg(LabPaths::from_env().cri_socket())
+    let node = format!("podtrace-bench-{}", arm.name());
+    let out = super::on_lab(&mut cmd, &dir, &manifests, &node)
         .output()
         .with_context(|| format!("running the {} arm", arm.name()))?;
     // Kept for after the run: cleanup errors from either arm show only here.

@@ -178,6 +178,26 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What every one-shot `podtrace run` (or `bench-direct`) of a benchmark is given: its
+/// manifests, a node name, its own root and log directories under `dir`, and the lab's
+/// runtime.
+fn on_lab<'c>(
+    cmd: &'c mut std::process::Command,
+    dir: &std::path::Path,
+    manifests: &std::path::Path,
+    node: &str,
+) -> &'c mut std::process::Command {
+    cmd.arg("--manifests")
+        .arg(manifests)
+        .args(["--node-name", node])
+        .arg("--root-dir")
+        .arg(dir.join("root"))
+        .arg("--pod-logs-dir")
+        .arg(dir.join("logs"))
+        .arg("--cri")
+        .arg(LabPaths::from_env().cri_socket())
+}
+
 /// Runs `f` on the node lab, starting it first when it is down and then taking it down
 /// again, so a bench leaves the lab as it found it.
 fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {

@@ -138,18 +138,10 @@ fn run(
     }
     remove_images()?;
     let trace = dir.join("run.trace");
-    let out = Command::new(bin)
-        .args(["run", "--until-ready", "--cleanup", "--json", "--trace"])
-        .arg(&trace)
-        .arg("--manifests")
-        .arg(&manifests)
-        .args(["--node-name", "podtrace-bench-shares"])
-        .arg("--root-dir")
-        .arg(dir.join("root"))
-        .arg("--pod-logs-dir")
-        .arg(dir.join("logs"))
-        .arg("--cri")
-        .arg(LabPaths::from_env().cri_socket())
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--until-ready", "--cleanup", "--json", "--trace"])
+        .arg(&trace);
+    let out = super::on_lab(&mut cmd, &dir, &manifests, "podtrace-bench-shares")
         .output()
         .context("running podtrace run")?;
     std::fs::write(dir.join("stderr.log"), &out.stderr)?;
