@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{PodTimeline, Stage};
+use crate::timeline::{PodTimeline, Stage, pipeline_rank};
 
 /// The row for instants no stage covers.
 pub const GAP: &str = "gap";
@@ -82,43 +82,16 @@ struct Claim {
 /// Parts that wait behind work that has parts of its own.
 const BACKGROUND: &[&str] = &["pod_worker_wait"];
 
-/// Parts by pipeline position; a later one is the more specific when spans start together.
-const ORDER: &[&str] = &[
-    "pod_worker_wait",
-    "network_wait",
-    "back_off_wait",
-    "pod_cgroup_created",
-    "runtime_sandbox",
-    "netns_created",
-    "cni_add",
-    "cni_plugin",
-    "sandbox_ready",
-    "startup_probe_wait",
-    "sidecar_wait",
-    "init_wait",
-    "image_puller_wait",
-    "image_pull",
-    "container_create",
-    "container_start",
-    "shim_start",
-    "shim_create",
-    "runc_create",
-    "runc_init",
-    "sandbox_cgroup",
-    "container_cgroup",
-    "runc_start",
-    "app_first_exec",
-    "init_run",
-    "post_start",
-    "ready",
-];
-
 /// Parts that are a CRI call's own time, less what the kernel timed inside it.
 const OPAQUE: &[&str] = &["runtime_sandbox", "container_create", "container_start"];
 
+/// A part's pipeline position: the runtime's own sandbox work stands where
+/// RunPodSandbox does.
 fn order(part: &str) -> usize {
-    let kind = part.split_once(':').map_or(part, |(k, _)| k);
-    ORDER.iter().position(|k| *k == kind).unwrap_or(ORDER.len())
+    if part == "runtime_sandbox" {
+        return pipeline_rank("sandbox_requested");
+    }
+    pipeline_rank(part)
 }
 
 fn claim(part: String, what: String, start: u64, end: u64) -> Claim {

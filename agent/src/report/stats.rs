@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{PodTimeline, Stage, StageSource};
+use crate::timeline::{PIPELINE, PodTimeline, Stage, StageSource, pipeline_rank};
 
 /// Stage kinds that are points in time: their duration is always zero, so a latency
 /// distribution of them says nothing. Their timing shows in the breakdown instead.
@@ -18,36 +18,6 @@ const POINTS: &[&str] = &[
     "init_run",
     "running",
     "ready",
-];
-
-/// Row order: the pipeline's. Groups not listed sort after these, by name.
-const ORDER: &[&str] = &[
-    "pod_worker_wait",
-    "network_wait",
-    "back_off_wait",
-    "pod_cgroup_created",
-    "sandbox_requested",
-    "netns_created",
-    "cni_add",
-    "cni_plugin",
-    "shim_start",
-    "shim_create",
-    "runc_create",
-    "runc_init",
-    "sandbox_cgroup",
-    "runc_start",
-    "sandbox_ready",
-    "startup_probe_wait",
-    "sidecar_wait",
-    "init_wait",
-    "image_puller_wait",
-    "image_pull",
-    "container_create",
-    "container_start",
-    "container_cgroup",
-    "post_start",
-    STARTUP,
-    TO_READY,
 ];
 
 /// The derived row for pod_seen -> running.
@@ -95,9 +65,17 @@ fn group(s: &Stage) -> Option<String> {
     }
 }
 
+/// Row order: the pipeline's, then the derived rows; groups it does not list sort after
+/// these, by name.
 fn rank(group: &str) -> usize {
-    let kind = group.split_once(':').map_or(group, |(k, _)| k);
-    ORDER.iter().position(|k| *k == kind).unwrap_or(ORDER.len())
+    match group {
+        STARTUP => PIPELINE.len() + 1,
+        TO_READY => PIPELINE.len() + 2,
+        _ => match pipeline_rank(group) {
+            r if r == PIPELINE.len() => PIPELINE.len() + 3,
+            r => r,
+        },
+    }
 }
 
 /// Every recorded duration per row of the stage table, each with whether the stage

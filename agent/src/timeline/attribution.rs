@@ -202,7 +202,7 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
                 // parent (its own first exec was already tied by ancestry).
                 let named = runtime_args::parse(&r.argv, r.head_cut)
                     .and_then(|run| run.id)
-                    .and_then(|id| runtime_owner(index, id))
+                    .and_then(|id| runtime_owner(index, id, Rule::RuntimeArgs))
                     .map(|o| owners.intern(o));
                 let owner = named.or_else(|| procs.get(&meta.tgid).copied());
                 if let Some(o) = owner {
@@ -326,18 +326,18 @@ fn cni_owner(index: &Index<'_>, container_id: &str, args: &str) -> Option<Owner>
     })
 }
 
-/// A sandbox or container CRI created, by its ID.
-fn runtime_owner(index: &Index<'_>, id: &str) -> Option<Owner> {
+/// A sandbox or container CRI created, by its ID, tied by `rule`.
+fn runtime_owner(index: &Index<'_>, id: &str, rule: Rule) -> Option<Owner> {
     if let Some(c) = index.containers.get(id) {
         return Some(Owner {
             pod_uid: c.pod_uid.to_string(),
             sandbox_id: (!c.sandbox_id.is_empty()).then(|| c.sandbox_id.to_string()),
             container_id: Some(id.to_string()),
-            rule: Rule::RuntimeArgs,
+            rule,
         });
     }
     let uid = index.sandboxes.get(id)?;
-    Some(Owner::sandbox(uid, id, Rule::RuntimeArgs))
+    Some(Owner::sandbox(uid, id, rule))
 }
 
 /// A cgroup: the container or sandbox its last component names, else the pod its
@@ -349,16 +349,8 @@ fn cgroup_owner(
 ) -> Option<Owner> {
     let ids = cgroup_ids(path);
     if let Some(id) = ids.runtime_id.filter(|id| is_runtime_id(id)) {
-        if let Some(c) = index.containers.get(id) {
-            return Some(Owner {
-                pod_uid: c.pod_uid.to_string(),
-                sandbox_id: (!c.sandbox_id.is_empty()).then(|| c.sandbox_id.to_string()),
-                container_id: Some(id.to_string()),
-                rule: Rule::CgroupPath,
-            });
-        }
-        if let Some(uid) = index.sandboxes.get(id) {
-            return Some(Owner::sandbox(uid, id, Rule::CgroupPath));
+        if let Some(o) = runtime_owner(index, id, Rule::CgroupPath) {
+            return Some(o);
         }
         if let Some(uid) = cni_sandboxes.get(id) {
             return Some(Owner::sandbox(uid, id, Rule::CgroupPath));

@@ -34,7 +34,7 @@ pub use attribution::{Attribution, Owner, Rule};
 pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
-pub use model::{PodTimeline, Stage, StageSource, Timeline};
+pub use model::{PIPELINE, PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
 
 use crate::trace::TraceRecord;

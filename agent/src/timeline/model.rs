@@ -114,6 +114,53 @@ impl Stage {
     }
 }
 
+/// Stage kinds in the order the pipeline performs them. It breaks ties wherever stages
+/// are ordered: on a timeline (a point and the span it opens list in pipeline order), in
+/// a breakdown (a later step is the more specific when spans start together; the runtime's
+/// steps come after the CRI calls they run inside) and in the report's stage table.
+pub const PIPELINE: &[&str] = &[
+    "pod_seen",
+    "pod_worker_wait",
+    "network_wait",
+    "back_off_wait",
+    "admitted",
+    "pod_cgroup_created",
+    "sandbox_requested",
+    "netns_created",
+    "cni_add",
+    "cni_plugin",
+    "sandbox_ready",
+    "startup_probe_wait",
+    "sidecar_wait",
+    "init_wait",
+    "image_puller_wait",
+    "image_pull",
+    "container_create",
+    "container_start",
+    "shim_start",
+    "shim_create",
+    "runc_create",
+    "runc_init",
+    "sandbox_cgroup",
+    "container_cgroup",
+    "runc_start",
+    "pause_exec",
+    "app_first_exec",
+    "init_run",
+    "post_start",
+    "running",
+    "ready",
+];
+
+/// Where a stage kind (or a `kind:name` stage) stands in [`PIPELINE`]; unknown kinds last.
+pub fn pipeline_rank(stage: &str) -> usize {
+    let kind = stage.split_once(':').map_or(stage, |(k, _)| k);
+    PIPELINE
+        .iter()
+        .position(|k| *k == kind)
+        .unwrap_or(PIPELINE.len())
+}
+
 /// One pod's stages and what the kernel attributed to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodTimeline {

@@ -11,47 +11,11 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
-use super::model::{PodTimeline, Stage, StageSource, Timeline};
+use super::model::{PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
 use super::runtime_stages::runtime_steps;
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
 use crate::ebpf::{KernelEvent, NetnsCall};
-
-/// Stage kinds in the order the pipeline performs them: ties in start time are broken
-/// by this, so a point and the span it opens list in pipeline order.
-const ORDER: &[&str] = &[
-    "pod_seen",
-    "pod_worker_wait",
-    "network_wait",
-    "back_off_wait",
-    "admitted",
-    "pod_cgroup_created",
-    "sandbox_requested",
-    "netns_created",
-    "cni_add",
-    "cni_plugin",
-    "shim_start",
-    "shim_create",
-    "runc_create",
-    "runc_init",
-    "sandbox_cgroup",
-    "container_cgroup",
-    "runc_start",
-    "pause_exec",
-    "sandbox_ready",
-    "startup_probe_wait",
-    "sidecar_wait",
-    "init_wait",
-    "image_puller_wait",
-    "image_pull",
-    "container_create",
-    "container_start",
-    "app_first_exec",
-    "init_run",
-    "post_start",
-    "running",
-    "ready",
-];
 
 /// What a wait stage says: whose work went first, and what it waited behind.
 fn wait_detail(w: &crate::trace::PodWaitRecord) -> String {
@@ -195,12 +159,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             self.notes
                 .push("no kernel event was attributed to this pod: CRI timing only".into());
         }
-        let rank = |s: &Stage| {
-            ORDER
-                .iter()
-                .position(|k| *k == s.kind())
-                .unwrap_or(ORDER.len())
-        };
+        let rank = |s: &Stage| pipeline_rank(&s.stage);
         self.stages.sort_by_key(|s| (s.start_ns, rank(s), s.end_ns));
         let mut kernel_events: BTreeMap<String, u64> = BTreeMap::new();
         for (e, _) in self.kernel {
