@@ -68,6 +68,15 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         workspace::cargo().args(["fmt", "--all", "--", "--check"]),
         "cargo fmt --check",
     )?;
+    // The probes are their own workspace (built for the BPF target), so `--all` above
+    // does not reach them.
+    workspace::run(
+        workspace::cargo()
+            .args(["fmt", "--manifest-path"])
+            .arg(workspace::root().join("agent-ebpf/probes/Cargo.toml"))
+            .args(["--", "--check"]),
+        "cargo fmt --check (the probes)",
+    )?;
     eprintln!("[3/{total}] cargo clippy -D warnings");
     workspace::run(
         workspace::cargo().args([
