@@ -250,7 +250,7 @@ impl Collector {
                 kept.mark(&w.pod_uid, w.end_ns);
                 kept.waits.push(w.clone())
             }
-            TraceRecord::Kernel(e) => kept.kernel.push(e.clone()),
+            TraceRecord::Kernel(e) => kept.kernel.push(kept_kernel_event(e)),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
@@ -474,6 +474,23 @@ pub struct CollectorStats {
 
 /// A pod change as kept: of a removal, the builder and `diagnose` read only which pod
 /// and when, so its spec (a few KiB per pod) is left to the trace.
+/// A kernel event as the collector keeps it: a runtime program's arguments only as far
+/// as the builder reads them (its command and ID), which for runc is a tenth of them.
+fn kept_kernel_event(e: &KernelEvent) -> KernelEvent {
+    match e {
+        KernelEvent::RuntimeExec(r) => match super::runtime_args::compact(&r.argv, r.head_cut) {
+            Some(argv) => KernelEvent::RuntimeExec(Box::new(crate::ebpf::event::RuntimeExec {
+                meta: r.meta.clone(),
+                argv,
+                head_cut: false,
+                unreadable: r.unreadable,
+            })),
+            None => e.clone(),
+        },
+        _ => e.clone(),
+    }
+}
+
 fn kept_pod_op(p: &PodOpRecord) -> PodOpRecord {
     if p.op != PodOp::Remove {
         return p.clone();

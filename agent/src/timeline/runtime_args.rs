@@ -81,6 +81,35 @@ pub fn parse(argv: &[String], head_cut: bool) -> Option<RuntimeRun<'_>> {
     })
 }
 
+/// The shortest argument list that parses as `argv` does: the program, then for a shim
+/// `-id <id>` and its command, for runc its command and ID. What the live agent keeps of a
+/// runtime program's exec (runc's bundle and log paths are most of its bytes); `None`
+/// when `argv` is not a runtime run, which is then kept whole.
+pub fn compact(argv: &[String], head_cut: bool) -> Option<Vec<String>> {
+    let run = parse(argv, head_cut)?;
+    let program = match (run.program, head_cut) {
+        (Program::Shim, true) => "containerd-shim".to_string(),
+        (Program::Oci, true) => "runc".to_string(),
+        (_, false) => argv.first()?.clone(),
+    };
+    let mut out = vec![program];
+    match run.program {
+        Program::Shim => {
+            if let Some(id) = run.id {
+                out.extend(["-id".to_string(), id.to_string()]);
+            }
+            if !run.command.is_empty() {
+                out.push(run.command.to_string());
+            }
+        }
+        Program::Oci => {
+            out.push(run.command.to_string());
+            out.extend(run.id.map(str::to_string));
+        }
+    }
+    Some(out)
+}
+
 /// runc re-executes itself from a sealed copy (`/proc/self/fd/N`, a memfd) with its
 /// `argv[0]` kept, but some versions pass the copy's path.
 fn is_runc_copy(name: &str) -> bool {
@@ -205,6 +234,44 @@ mod tests {
         );
         let shim_cut = args(&format!("/usr/bin/containerd -id {ID} start"));
         assert_eq!(parse(&shim_cut, true).unwrap().program, Program::Shim);
+    }
+
+    #[test]
+    fn a_compacted_list_parses_as_the_whole_one() {
+        let lists = [
+            (
+                format!(
+                    "/usr/bin/containerd-shim-runc-v2 -namespace k8s.io -address /a -publish-binary /b -id {ID} start"
+                ),
+                false,
+            ),
+            (
+                format!("/usr/bin/containerd-shim-runc-v2 -namespace k8s.io -id {ID} -address /a"),
+                false,
+            ),
+            (
+                format!(
+                    "runc --root /r --log /l/{ID}/log.json --log-format json create --bundle /b/{ID} --pid-file /p {ID}"
+                ),
+                false,
+            ),
+            (format!("/usr/sbin/runc --root /r start {ID}"), false),
+            ("runc init".to_string(), false),
+            (format!("json create --bundle /b/{ID} {ID}"), true),
+            (format!("/usr/bin/containerd -id {ID} delete"), true),
+        ];
+        for (list, cut) in lists {
+            let argv = args(&list);
+            let short = compact(&argv, cut).unwrap();
+            assert!(short.len() <= 4, "{short:?}");
+            let (whole, kept) = (parse(&argv, cut).unwrap(), parse(&short, false).unwrap());
+            assert_eq!(
+                (whole.program, whole.command, whole.id),
+                (kept.program, kept.command, kept.id),
+                "{list} -> {short:?}"
+            );
+        }
+        assert_eq!(compact(&args("/bin/sh -c true"), false), None);
     }
 
     #[test]

@@ -65,11 +65,14 @@ pub fn runtime_steps<'e>(
         } else {
             exit_of(events.clone(), pid, at)
         };
-        let program = r
-            .argv
-            .first()
-            .filter(|_| !r.head_cut)
-            .map_or("runc", |a| a.rsplit('/').next().unwrap_or(a));
+        let program = match (r.head_cut, run.program) {
+            (true, Program::Shim) => "containerd-shim",
+            (true, Program::Oci) => "runc",
+            (false, _) => r
+                .argv
+                .first()
+                .map_or("runc", |a| a.rsplit('/').next().unwrap_or(a)),
+        };
         let mut step = RuntimeStep {
             kind,
             start_ns: at,
