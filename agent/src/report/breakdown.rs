@@ -148,8 +148,7 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
                 s.stage.clone(),
                 "the status read that found the sandbox ready".to_string(),
             ),
-            "sidecar_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
-            "init_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
+            "sidecar_wait" | "init_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
             "startup_probe_wait" => (
                 s.stage.clone(),
                 format!("{c} running until its startup probe passed"),

@@ -445,9 +445,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
 
     /// Runs one unit of work in its own task; its outcome comes back as `WorkDone`.
     fn dispatch(&mut self, work: PodWork) {
-        let reasons = self.shared.reasons_of(&work.uid);
+        let shared = &self.shared;
         self.waits
-            .work_begins(&work.uid, &self.shared.store, &reasons);
+            .work_begins(&work.uid, &shared.store, || shared.reasons_of(&work.uid));
         let (cri, shared, pleg, prober, done) = (
             self.cri.clone(),
             self.shared.clone(),

@@ -34,12 +34,12 @@ impl WorkerWaits {
 
     /// `uid`'s next unit of work begins now: the waits it ends go to the store, the
     /// back-off naming the containers in back-off and why (`reasons`: container to
-    /// (reason, message), kubelet's reason cache).
+    /// (reason, message), kubelet's reason cache, read only when a back-off ends).
     pub fn work_begins(
         &mut self,
         uid: &str,
         store: &StatusStore,
-        reasons: &BTreeMap<String, (String, String)>,
+        reasons: impl FnOnce() -> BTreeMap<String, (String, String)>,
     ) {
         let now = mono_now();
         if let Some((since, what)) = self.held.remove(uid) {
@@ -55,6 +55,7 @@ impl WorkerWaits {
             );
         }
         if let Some(since) = self.backing_off.remove(uid) {
+            let reasons = reasons();
             let backing: Vec<(&String, &(String, String))> = reasons
                 .iter()
                 .filter(|(_, (reason, _))| reason.ends_with("BackOff"))
@@ -132,7 +133,7 @@ mod tests {
         let mut waits = WorkerWaits::default();
         waits.held("u1", "a container's change of state");
         waits.held("u1", "a probe result");
-        waits.work_begins("u1", &store, &BTreeMap::new());
+        waits.work_begins("u1", &store, BTreeMap::new);
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 1, "{seen:?}");
         let (uid, start, end, wait) = &seen[0];
@@ -145,7 +146,7 @@ mod tests {
         );
         drop(seen);
         // Nothing is held any more: the next work records nothing.
-        waits.work_begins("u1", &store, &BTreeMap::new());
+        waits.work_begins("u1", &store, BTreeMap::new);
     }
 
     #[test]
@@ -166,7 +167,7 @@ mod tests {
                 ("ContainerCreating".to_string(), String::new()),
             ),
         ]);
-        waits.work_begins("u1", &store, &reasons);
+        waits.work_begins("u1", &store, || reasons.clone());
         let got = seen.lock().unwrap();
         let wait = &got.last().unwrap().3;
         assert_eq!(wait.wait, WaitKind::BackOff);
@@ -178,7 +179,7 @@ mod tests {
         drop(got);
         waits.backing_off("u1");
         waits.forget("u1");
-        waits.work_begins("u1", &store, &reasons);
+        waits.work_begins("u1", &store, || reasons.clone());
         assert_eq!(
             seen.lock().unwrap().len(),
             1,

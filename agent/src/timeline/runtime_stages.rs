@@ -108,7 +108,7 @@ pub fn runtime_steps<'e>(
 }
 
 /// The first exit of process `pid` at or after `at`: (time, exit code, signal).
-fn exit_of<'e>(
+pub(super) fn exit_of<'e>(
     events: impl Iterator<Item = &'e KernelEvent>,
     pid: u32,
     at: u64,

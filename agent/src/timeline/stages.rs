@@ -268,18 +268,22 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .index
             .waits_of(self.uid)
             .filter(|w| w.wait.container.is_none())
-            .map(|w| {
-                let mut s = self.stage(
-                    format!("{}_wait", w.wait.wait.name()),
-                    w.start_ns,
-                    w.end_ns,
-                    StageSource::Agent,
-                );
-                s.detail = wait_detail(w);
-                s
-            })
+            .map(|w| self.wait_stage(w))
             .collect();
         self.stages.extend(waits);
+    }
+
+    /// A wait the agent recorded: `<kind>_wait`, or `<kind>_wait:<c>` when one container
+    /// waited.
+    fn wait_stage(&self, w: &crate::trace::PodWaitRecord) -> Stage {
+        let name = match &w.wait.container {
+            Some(c) => format!("{}_wait:{c}", w.wait.wait.name()),
+            None => format!("{}_wait", w.wait.wait.name()),
+        };
+        let mut s = self.stage(name, w.start_ns, w.end_ns, StageSource::Agent);
+        s.container = w.wait.container.clone();
+        s.detail = wait_detail(w);
+        s
     }
 
     /// The pod's sandboxes in the order they appeared: those CRI created, and those only
@@ -611,14 +615,8 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             };
             for w in self.index.waits_of(self.uid) {
                 if w.wait.container.as_deref() == Some(name.as_str()) {
-                    let mut s = self.stage(
-                        format!("{}_wait:{name}", w.wait.wait.name()),
-                        w.start_ns,
-                        w.end_ns,
-                        StageSource::Agent,
-                    );
-                    s.detail = wait_detail(w);
-                    self.stages.push(with(s));
+                    let s = self.wait_stage(w);
+                    self.stages.push(s);
                 }
             }
             if pulls.is_empty() {

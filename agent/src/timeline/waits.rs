@@ -7,8 +7,8 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::model::StageSource;
+use super::runtime_stages::exit_of;
 use super::stages::PodBuilder;
-use crate::ebpf::KernelEvent;
 
 /// Kinds of stage that begin a container's own work.
 const WORK_BEGINS: &[&str] = &["image_puller_wait", "image_pull", "container_create"];
@@ -121,16 +121,7 @@ impl PodBuilder<'_, '_> {
                 continue;
             };
             let (container_id, sandbox_id) = (exec.container_id.clone(), exec.sandbox_id.clone());
-            let exit = self.kernel.iter().find_map(|(e, _)| match e {
-                KernelEvent::Exit {
-                    meta,
-                    exit_code,
-                    signal,
-                } if meta.tgid == pid && meta.ktime_ns >= at => {
-                    Some((meta.ktime_ns, *exit_code, *signal))
-                }
-                _ => None,
-            });
+            let exit = exit_of(self.kernel.iter().map(|(e, _)| *e), pid, at);
             let Some((exited, code, signal)) = exit else {
                 continue;
             };
