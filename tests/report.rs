@@ -179,11 +179,11 @@ fn ns(us: &Value) -> u64 {
 }
 
 #[test]
-fn the_perfetto_export_follows_the_trace_event_format_and_reads_back_to_the_stages() {
+fn the_chrome_json_export_follows_the_trace_event_format_and_reads_back_to_the_stages() {
     for name in ["multi-container.jsonl", "cni-failure.jsonl"] {
         let path = fixture(name);
         let doc: Value = serde_json::from_slice(
-            &report(&["-o", "perfetto"], std::slice::from_ref(&path)).stdout,
+            &report(&["-o", "chrome-json"], std::slice::from_ref(&path)).stdout,
         )
         .expect("the export is JSON");
         let events = doc["traceEvents"].as_array().expect("a traceEvents array");

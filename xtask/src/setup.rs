@@ -5,6 +5,8 @@ use std::fmt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use xtask::{PERFETTO_PYTHON_DIR, PERFETTO_PYTHON_PACKAGES};
+
 /// Debian packages, with what each is for.
 pub const PACKAGES: &[(&str, &str)] = &[
     ("containerd", "CRI runtime"),
@@ -214,8 +216,72 @@ pub fn run(install: bool, progress: &dyn Fn(&str)) -> Report {
             Err(e) => State::Missing(format!("protoc --version: {e}")),
         },
     });
+    rows.push(Row {
+        kind: "python",
+        name: PERFETTO_PYTHON_PACKAGES.join(" "),
+        purpose: "Perfetto's trace definitions (.pftrace test)".into(),
+        state: perfetto_python(install, progress),
+    });
     rows.extend(kernel_features(can_install));
     Report { rows }
+}
+
+/// Perfetto's Python definitions, in a folder of the workspace's own (any user can
+/// install there, so this needs neither root nor Debian).
+fn perfetto_python(install: bool, progress: &dyn Fn(&str)) -> State {
+    let dir = crate::workspace::root().join(PERFETTO_PYTHON_DIR);
+    let import = || {
+        run_ok(
+            Command::new("python3")
+                .args([
+                    "-c",
+                    "from perfetto.protos.perfetto.trace import perfetto_trace_pb2",
+                ])
+                .env("PYTHONPATH", &dir),
+        )
+    };
+    let pinned = || {
+        PERFETTO_PYTHON_PACKAGES.iter().all(|p| {
+            let (name, version) = p.split_once("==").unwrap_or((p, ""));
+            dir.join(format!("{name}-{version}.dist-info")).is_dir()
+        })
+    };
+    if pinned() && import() {
+        return State::Present;
+    }
+    if !install {
+        return State::Missing(format!(
+            "python3 -m pip install --target {} {}",
+            dir.display(),
+            PERFETTO_PYTHON_PACKAGES.join(" ")
+        ));
+    }
+    progress("installing Perfetto's Python trace definitions from PyPI");
+    // A fresh folder each time, so no other version is left beside the pinned ones.
+    let _ = std::fs::remove_dir_all(&dir);
+    let installed = output(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(["--no-input", "--target"])
+            .arg(&dir)
+            .args(PERFETTO_PYTHON_PACKAGES)
+            .env("PIP_ROOT_USER_ACTION", "ignore")
+            .stdin(Stdio::null()),
+    );
+    match installed {
+        Ok(_) if pinned() && import() => State::InstalledNow,
+        Ok(_) => State::Failed(format!(
+            "pip installed into {} but the definitions do not import",
+            dir.display()
+        )),
+        Err(e) => State::Failed(format!("pip install: {e}")),
+    }
 }
 
 fn apt_install(pkgs: &[&str]) -> Result<(), String> {

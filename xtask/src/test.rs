@@ -15,6 +15,7 @@ const SELF_MANAGED_LAB_TESTS: &[&str] = &[
     "replay",
     "timeline_cni_failure",
     "report",
+    "perfetto_native",
     "diagnose_network",
 ];
 /// Integration tests that use the lab this command starts.

@@ -1,7 +1,8 @@
 //! `podtrace report`: stage latency statistics and each pod's startup breakdown from
-//! recorded traces, as a table, JSON, markdown or a Perfetto (Chrome JSON) trace, and
-//! optionally an SVG picture.
+//! recorded traces, as a table, JSON, markdown, a Perfetto trace (native protobuf, or
+//! Chrome JSON trace events), and optionally an SVG picture.
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,9 +13,11 @@ pub struct ReportArgs {
     /// Traces written by `podtrace run --trace`; their pods are pooled.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
-    /// Output format. `perfetto` writes Chrome JSON trace events for ui.perfetto.dev.
+    /// Output format. `perfetto` writes Perfetto's native protobuf trace (binary: redirect
+    /// it to a `.pftrace` file and open it in ui.perfetto.dev); `chrome-json` writes
+    /// Chrome JSON trace events, which Perfetto, chrome://tracing and speedscope read.
     #[arg(short = 'o', long = "output", default_value = "table",
-          value_parser = ["table", "json", "markdown", "perfetto"])]
+          value_parser = ["table", "json", "markdown", "perfetto", "chrome-json"])]
     pub output: String,
     /// Also draw the first pod's waterfall and the stage latency distributions here.
     #[arg(long, value_name = "FILE")]
@@ -25,6 +28,13 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: &ReportArgs) -> ExitCode {
+    if args.output == "perfetto" && std::io::stdout().is_terminal() {
+        eprintln!(
+            "podtrace: -o perfetto writes a binary trace; redirect it to a file \
+             (podtrace report -o perfetto TRACE > startup.pftrace)"
+        );
+        return ExitCode::from(2);
+    }
     let mut inputs = Vec::new();
     for path in &args.traces {
         let trace = match super::trace_file::read(path) {
@@ -57,7 +67,8 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let text = match args.output.as_str() {
-        "perfetto" => format!("{}\n", report::chrome_trace(&inputs)),
+        "perfetto" => return write_stdout(&report::perfetto_trace(&inputs)),
+        "chrome-json" => format!("{}\n", report::chrome_trace(&inputs)),
         output => {
             let r = report::build(&inputs);
             match output {
@@ -70,6 +81,16 @@ pub fn run(args: &ReportArgs) -> ExitCode {
             }
         }
     };
-    print!("{text}");
-    ExitCode::SUCCESS
+    write_stdout(text.as_bytes())
+}
+
+fn write_stdout(bytes: &[u8]) -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("podtrace: writing the report to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -8,11 +8,17 @@
 //! - `breakdown.rs`: each pod's startup cut into non-overlapping parts with their shares,
 //!   and the gap no stage explains as a row of its own.
 //! - `render.rs`: the table and markdown forms.
-//! - `perfetto.rs`: the Chrome trace-event JSON that Perfetto's UI and trace processor read.
+//! - `pftrace/`: Perfetto's native protobuf trace (tracks per pod and container, flows,
+//!   counters).
+//! - `chrome_json.rs`: the Chrome trace-event JSON that Perfetto's UI, chrome://tracing
+//!   and speedscope read.
+//! - `lanes.rs`: stages split over tracks so each track's slices nest.
 //! - `svg.rs`: a pod's waterfall and the per-stage latency distributions as an SVG.
 
 mod breakdown;
-mod perfetto;
+mod chrome_json;
+mod lanes;
+mod pftrace;
 mod render;
 mod stats;
 mod svg;
@@ -21,7 +27,8 @@ mod svg;
 mod tests;
 
 pub use breakdown::{Breakdown, GAP, Part, breakdown};
-pub use perfetto::chrome_trace;
+pub use chrome_json::chrome_trace;
+pub use pftrace::perfetto_trace;
 pub use render::{markdown, table};
 pub use stats::{STARTUP, StageStats, TO_READY, percentile, stage_stats};
 pub use svg::svg;

@@ -256,7 +256,7 @@ fn stage_rows_pool_containers_and_keep_plugins_apart() {
 }
 
 #[test]
-fn the_perfetto_export_nests_every_threads_slices() {
+fn the_chrome_json_export_nests_every_threads_slices() {
     let doc = chrome_trace(&[input(pod())]);
     let events = doc["traceEvents"].as_array().unwrap();
     let slices: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();

@@ -12,8 +12,9 @@
 use serde_json::{Value, json};
 
 use super::TraceInput;
+use super::lanes::lanes;
 use crate::ebpf::KernelEvent;
-use crate::timeline::{PodTimeline, Stage, attribute};
+use crate::timeline::{Stage, attribute};
 use crate::trace::TraceRecord;
 
 /// Thread IDs are `pid * TIDS + n`: unique across processes, which Perfetto's importer
@@ -47,7 +48,7 @@ pub fn chrome_trace(inputs: &[TraceInput]) -> Value {
                 json!({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid * TIDS,
                 "args": {"sort_index": pid}}),
             );
-            for (lane, stages) in lanes(p).into_iter().enumerate() {
+            for (lane, stages) in lanes(&p.stages).into_iter().enumerate() {
                 let tid = pid * TIDS + lane as u64;
                 let label = if lane == 0 {
                     "stages".to_string()
@@ -113,7 +114,8 @@ fn thread_name(pid: u64, tid: u64, name: &str) -> Value {
     json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
 }
 
-fn slice(s: &Stage, pid: u64, tid: u64) -> Value {
+/// A stage's details, as the arguments of its slice (in both trace formats).
+pub(super) fn stage_args(s: &Stage) -> Value {
     let mut args = json!({"ok": s.ok, "source": s.source.to_string()});
     let fields = [
         ("exit_code", s.exit_code.map(Value::from)),
@@ -135,6 +137,11 @@ fn slice(s: &Stage, pid: u64, tid: u64) -> Value {
             args[k] = v;
         }
     }
+    args
+}
+
+fn slice(s: &Stage, pid: u64, tid: u64) -> Value {
+    let args = stage_args(s);
     json!({
         "ph": "X",
         "name": s.stage,
@@ -160,7 +167,8 @@ fn instant(e: &KernelEvent, pid: u64) -> Value {
     })
 }
 
-fn kernel_name(e: &KernelEvent) -> String {
+/// How a kernel event is named where it shows as an instant.
+pub(super) fn kernel_name(e: &KernelEvent) -> String {
     match e {
         KernelEvent::Exec { filename, .. } => format!("exec {filename}"),
         KernelEvent::Exit {
@@ -183,33 +191,4 @@ fn kernel_name(e: &KernelEvent) -> String {
             format!("runtime exec {name}")
         }
     }
-}
-
-/// The pod's stages split over as few threads as keep each thread's slices properly
-/// nested: a stage goes on the first thread where it fits inside the innermost slice
-/// still open at its start, or starts after all of them ended.
-fn lanes(p: &PodTimeline) -> Vec<Vec<&Stage>> {
-    let mut order: Vec<&Stage> = p.stages.iter().collect();
-    order.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(b.end_ns.cmp(&a.end_ns)));
-    // Per thread: its stages, and the end times of the slices open on it.
-    let mut lanes: Vec<(Vec<&Stage>, Vec<u64>)> = Vec::new();
-    for s in order {
-        let fits = |open: &mut Vec<u64>| {
-            while open.last().is_some_and(|&end| end <= s.start_ns) {
-                open.pop();
-            }
-            open.last().is_none_or(|&end| s.end_ns <= end)
-        };
-        let lane = lanes.iter_mut().position(|(_, open)| fits(open));
-        let lane = match lane {
-            Some(l) => l,
-            None => {
-                lanes.push((Vec::new(), Vec::new()));
-                lanes.len() - 1
-            }
-        };
-        lanes[lane].0.push(s);
-        lanes[lane].1.push(s.end_ns);
-    }
-    lanes.into_iter().map(|(stages, _)| stages).collect()
 }
