@@ -665,6 +665,84 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
     );
 }
 
+/// kubelet's pod-start histograms: the total from first seen until every container ran,
+/// and the SLI less the image pull (from when it was asked for: a wait behind the image
+/// puller is pulling time too). `imagePullPolicy: Always` makes the pod pull.
+#[test]
+fn the_pod_start_sli_leaves_out_the_image_pull() {
+    require_lab();
+    let agent = Agent::start("podstart", &[]);
+    agent.write(
+        "pulled.yaml",
+        &pod_yaml(
+            "pulled",
+            &format!(
+                "  - {{name: c, image: {APP}, imagePullPolicy: Always, command: [sleep, '3600']}}\n"
+            ),
+        ),
+    );
+    agent.wait_pod("pulled", "Running", MINUTE, |p| phase(p) == "Running");
+    let timeline = agent.timeline();
+    let pod = timeline["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "pulled")
+        .expect("the pod's timeline");
+    let stage = |name: &str| {
+        pod["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .cloned()
+    };
+    let pull = stage("image_pull:c").expect("an image_pull stage");
+    assert_eq!(pull["source"], "cri", "{pull}");
+    let pull_end = pull["end_ns"].as_u64().unwrap();
+    // A pull is asked for when the wait behind the puller starts, if it waited.
+    let asked = stage("image_puller_wait:c").map_or(pull["start_ns"].as_u64().unwrap(), |w| {
+        w["start_ns"].as_u64().unwrap()
+    });
+    let pulling_s = (pull_end - asked) as f64 / 1e9;
+    assert!(pulling_s > 0.0);
+    // The histograms are observed once the worker finishes the sync that saw the pod
+    // started; polled, as the scrape may come first.
+    let sample = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    let started = std::time::Instant::now();
+    let mut text = agent.metrics();
+    while sample(&text, "kubelet_pod_start_total_duration_seconds_count") != Some(1.0)
+        && started.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        text = agent.metrics();
+    }
+    let value = |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    assert_eq!(value("kubelet_pod_start_total_duration_seconds_count"), 1.0);
+    assert_eq!(value("kubelet_pod_start_sli_duration_seconds_count"), 1.0);
+    let total = value("kubelet_pod_start_total_duration_seconds_sum");
+    let sli = value("kubelet_pod_start_sli_duration_seconds_sum");
+    // Exactly the pull is left out (no init containers here), to the microsecond.
+    assert!(
+        ((total - sli) - pulling_s).abs() < 1e-6,
+        "total {total} s, SLI {sli} s, pulling {pulling_s} s"
+    );
+    assert!(sli > 0.0 && total > pulling_s, "total {total}, SLI {sli}");
+    // The pod is not on the host's network: the first such pod's SLI is its own.
+    assert_eq!(
+        value("kubelet_first_network_pod_start_sli_duration_seconds"),
+        sli
+    );
+    // kubelet's buckets, to an hour.
+    for le in ["0.5", "240.0", "3600.0", "+Inf"] {
+        let bucket = format!("kubelet_pod_start_sli_duration_seconds_bucket{{le=\"{le}\"}}");
+        assert!(text.contains(&bucket), "missing {bucket}");
+    }
+}
+
 /// kubelet's file source: a manifest directory that disappears is an empty set of pods
 /// (they are removed), and when it comes back its pods come back, each with one sandbox
 /// and nothing of the old ones left.

@@ -51,9 +51,13 @@ const NETNS_CALLS: [&str; 5] = [
 
 impl RecordSink {
     pub fn send(&self, record: TraceRecord) {
-        if let TraceRecord::Cri(call) = &record {
-            self.metrics.observe_call(call);
-            self.starts.call_ended(call);
+        match &record {
+            TraceRecord::Cri(call) => {
+                self.metrics.observe_call(call);
+                self.starts.call_ended(call);
+            }
+            TraceRecord::Wait(w) => self.metrics.observe_wait(w),
+            _ => {}
         }
         self.collector.push(&record);
         self.trace.send(record);

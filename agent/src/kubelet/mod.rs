@@ -9,6 +9,7 @@ pub mod init_container_actions;
 pub mod observed_exit;
 pub mod observed_start;
 pub mod pod_actions;
+pub mod pod_startup_latency;
 pub mod pod_workers;
 pub mod probe_results;
 pub mod qos;

@@ -11,9 +11,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use k8s_openapi::api::core::v1::PodSpec;
+
 use crate::cri::CriCall;
+use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
+use crate::kuberuntime::event::WaitKind;
 use crate::syncloop::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
+use crate::trace::PodWaitRecord;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Operation {
@@ -61,10 +66,11 @@ const OPERATION_BUCKETS: [f64; 12] = [
     30.0,
     60.0,
 ];
-/// kubelet's pod start SLI buckets.
-const POD_START_BUCKETS: [f64; 18] = [
-    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 300.0,
-    600.0, 1800.0,
+/// kubelet's pod startup buckets (`podStartupDurationBuckets`), of both pod-start
+/// histograms.
+const POD_START_BUCKETS: [f64; 25] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
 ];
 /// Stages run from microseconds (a cgroup mkdir) to minutes (a pull).
 const STAGE_BUCKETS: [f64; 16] = [
@@ -95,6 +101,8 @@ pub struct Metrics {
     image_pull: Histogram,
     pod_worker: HistFamily<Operation>,
     pod_start_sli: Histogram,
+    pod_start_total: Histogram,
+    first_network_pod_start_sli: Gauge<f64, AtomicU64>,
     stage: HistFamily<StageLabel>,
     cni_plugin: HistFamily<Plugin>,
     lost: Family<Kind, Counter>,
@@ -116,8 +124,12 @@ pub struct Metrics {
 
 #[derive(Default)]
 struct State {
-    /// Image pull time per pod, which the pod start SLI leaves out (as kubelet's does).
-    pulls_ns: BTreeMap<String, u64>,
+    /// What the pod-start metrics need per pod: pulls and init container runs to leave
+    /// out of the SLI.
+    startup: PodStartupLatencyTracker,
+    /// When a pull that waited behind the image puller was asked for, by (pod UID,
+    /// container): the pull's start for the SLI, as kubelet counts it.
+    puller_waits: BTreeMap<(String, String), u64>,
     /// Pods whose stages were observed already.
     staged: BTreeSet<String>,
     lost_seen: BTreeMap<String, u64>,
@@ -159,6 +171,8 @@ impl Metrics {
         let image_pull = ops();
         let pod_worker = HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram);
         let pod_start_sli = histogram(&POD_START_BUCKETS)();
+        let pod_start_total = histogram(&POD_START_BUCKETS)();
+        let first_network_pod_start_sli = Gauge::<f64, AtomicU64>::default();
         let stage = HistFamily::<StageLabel>::new_with_constructor(stages as fn() -> Histogram);
         let cni_plugin = HistFamily::<Plugin>::new_with_constructor(stages as fn() -> Histogram);
         let lost = Family::<Kind, Counter>::default();
@@ -195,8 +209,21 @@ impl Metrics {
         );
         kubelet.register(
             "pod_start_sli_duration_seconds",
-            "Duration in seconds to start a pod, excluding time to pull images",
+            "Duration in seconds from a pod's creation (first seen) until all its containers \
+             were running, less the time spent pulling images and running init containers; \
+             stateless pods only",
             pod_start_sli.clone(),
+        );
+        kubelet.register(
+            "pod_start_total_duration_seconds",
+            "Duration in seconds from a pod's creation (first seen) until all its containers \
+             were running, image pulls and init containers included",
+            pod_start_total.clone(),
+        );
+        kubelet.register(
+            "first_network_pod_start_sli_duration_seconds",
+            "The pod start SLI of the first stateless pod not on the host's network",
+            first_network_pod_start_sli.clone(),
         );
         let pleg_discard = Counter::default();
         kubelet.register(
@@ -303,6 +330,8 @@ impl Metrics {
             image_pull,
             pod_worker,
             pod_start_sli,
+            pod_start_total,
+            first_network_pod_start_sli,
             stage,
             cni_plugin,
             lost,
@@ -343,9 +372,21 @@ impl Metrics {
                 if call.ok() {
                     self.image_pull.observe(secs);
                 }
-                let mut st = self.state();
-                *st.pulls_ns.entry(call.pod_uid.clone()).or_default() +=
-                    call.end_ns.saturating_sub(call.start_ns);
+                if !call.pod_uid.is_empty() {
+                    // Pulling time for the SLI runs from when the pull was asked for
+                    // (before any wait behind the image puller) until it succeeded; a
+                    // failed pull stays open, as kubelet's does. A pod's pulls run one
+                    // after another, so telling the start when the call ends keeps
+                    // kubelet's order.
+                    let mut st = self.state();
+                    let key = (call.pod_uid.clone(), call.container.clone());
+                    let asked = st.puller_waits.remove(&key).unwrap_or(call.start_ns);
+                    st.startup.image_started_pulling(&call.pod_uid, asked);
+                    if call.ok() {
+                        st.startup
+                            .image_finished_pulling(&call.pod_uid, call.end_ns);
+                    }
+                }
             }
             _ => {}
         }
@@ -359,15 +400,53 @@ impl Metrics {
         self.pod_worker.get_or_create(&op).observe(secs);
     }
 
-    /// Drops what is kept for a pod that is gone: the pull time of a pod that never ran.
-    pub fn forget_pod(&self, uid: &str) {
-        self.state().pulls_ns.remove(uid);
+    /// A wait a pod's work spent queued ended.
+    pub fn observe_wait(&self, w: &PodWaitRecord) {
+        if w.wait.wait == WaitKind::ImagePuller {
+            let key = (
+                w.pod_uid.clone(),
+                w.wait.container.clone().unwrap_or_default(),
+            );
+            self.state().puller_waits.insert(key, w.start_ns);
+        }
     }
 
-    /// A pod reached Running for the first time, `secs` after it was first seen.
-    pub fn observe_pod_started(&self, uid: &str, secs: f64) {
-        let pulls = self.state().pulls_ns.remove(uid).unwrap_or(0) as f64 / 1e9;
-        self.pod_start_sli.observe((secs - pulls).max(0.0));
+    /// Drops what is kept for a pod that is gone (the pulls of a pod that never ran).
+    pub fn forget_pod(&self, uid: &str) {
+        let mut st = self.state();
+        st.startup.delete(uid);
+        st.puller_waits.retain(|(pod, _), _| pod != uid);
+    }
+
+    /// Every container of a pod was running for the first time, `total_ns` after it was
+    /// first seen: kubelet's pod-start histograms, once per pod.
+    pub fn observe_pod_started(
+        &self,
+        uid: &str,
+        total_ns: u64,
+        init_runs: &BTreeMap<String, (i64, i64)>,
+        spec: Option<&PodSpec>,
+    ) {
+        let latency = {
+            let mut st = self.state();
+            for (id, (started, finished)) in init_runs {
+                st.startup.init_container_ran(uid, id, *started, *finished);
+            }
+            let latency = st.startup.observed_started(uid, total_ns, spec);
+            // Nothing more is counted for the pod; the tracker keeps only that it was.
+            st.puller_waits.retain(|(pod, _), _| pod != uid);
+            latency
+        };
+        let Some(l) = latency else {
+            return;
+        };
+        self.pod_start_total.observe(l.total_s);
+        if let Some(sli) = l.sli_s {
+            self.pod_start_sli.observe(sli);
+        }
+        if let Some(first) = l.first_network_sli_s {
+            self.first_network_pod_start_sli.set(first);
+        }
     }
 
     /// [`Metrics::observe_timeline`] of what `collector` kept, when it kept anything
@@ -554,6 +633,7 @@ fn openmetrics_to_prometheus(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kuberuntime::event::PodWait;
 
     #[test]
     fn prometheus_text_names_counters_by_their_samples() {
@@ -738,26 +818,85 @@ mod tests {
         assert!(!text.contains("queue=\"probe_results\""), "{text}");
     }
 
-    #[test]
-    fn a_deleted_pod_that_never_ran_leaves_no_pull_time_behind() {
-        let m = Metrics::new();
-        let pull = CriCall {
+    fn pull(uid: &str, start_ns: u64, end_ns: u64, code: &str) -> CriCall {
+        CriCall {
             method: "PullImage".into(),
-            pod_uid: "never-ran".into(),
+            pod_uid: uid.into(),
             container: "c".into(),
             attempt: 0,
             sandbox_id: String::new(),
             container_id: String::new(),
             image: "i".into(),
-            start_ns: 0,
-            end_ns: 5,
-            code: "NotFound".into(),
+            start_ns,
+            end_ns,
+            code: code.into(),
             message: String::new(),
             response: BTreeMap::new(),
-        };
-        m.observe_call(&pull);
-        assert_eq!(m.state().pulls_ns.len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_deleted_pod_that_never_ran_leaves_no_pull_time_behind() {
+        let m = Metrics::new();
+        let failed = pull("never-ran", 0, 5, "NotFound");
+        m.observe_call(&failed);
+        assert_eq!(m.state().startup.len(), 1);
         m.forget_pod("never-ran");
-        assert!(m.state().pulls_ns.is_empty());
+        assert!(m.state().startup.is_empty());
+    }
+
+    fn sample(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    }
+
+    #[test]
+    fn the_pod_start_sli_leaves_out_the_pull_and_its_wait_behind_the_puller() {
+        let m = Metrics::new();
+        // Asked for at 1 s, waited behind another pod's pull until 1.5 s, pulled until
+        // 2.25 s; every container running 4 s after the pod was first seen.
+        m.observe_wait(&PodWaitRecord {
+            start_ns: 1_000_000_000,
+            end_ns: 1_500_000_000,
+            pod_uid: "p".into(),
+            namespace: "default".into(),
+            name: "p".into(),
+            wait: PodWait {
+                wait: WaitKind::ImagePuller,
+                container: Some("c".into()),
+                behind: vec!["default/other".into()],
+                detail: String::new(),
+            },
+        });
+        let call = pull("p", 1_500_000_000, 2_250_000_000, "OK");
+        m.observe_call(&call);
+        m.observe_pod_started("p", 4_000_000_000, &BTreeMap::new(), None);
+        // Told again (another sync of a running pod): observed once.
+        m.observe_pod_started("p", 9_000_000_000, &BTreeMap::new(), None);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, "kubelet_pod_start_total_duration_seconds_sum"),
+            4.0
+        );
+        assert_eq!(
+            sample(&text, "kubelet_pod_start_total_duration_seconds_count"),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, "kubelet_pod_start_sli_duration_seconds_sum"),
+            2.75
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "kubelet_first_network_pod_start_sli_duration_seconds"
+            ),
+            2.75
+        );
+        // kubelet's buckets, 0.5 s to an hour.
+        assert!(text.contains("kubelet_pod_start_sli_duration_seconds_bucket{le=\"240.0\"} 1"));
+        assert!(text.contains("kubelet_pod_start_total_duration_seconds_bucket{le=\"3600.0\"} 1"));
+        assert!(m.state().puller_waits.is_empty());
     }
 }

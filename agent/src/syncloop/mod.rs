@@ -399,10 +399,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             m.observe_pod_worker(done.operation, done.secs);
             if !self.started.contains(&done.uid)
                 && let Some(rec) = self.shared.store.get(&done.uid)
-                && let Some(running) = rec.running_at
+                && let Some(started) = rec.all_started_at
             {
                 self.started.insert(done.uid.clone());
-                m.observe_pod_started(&done.uid, (running - rec.first_seen) as f64 / 1e9);
+                let total_ns = u64::try_from(started - rec.first_seen).unwrap_or(0);
+                m.observe_pod_started(&done.uid, total_ns, &rec.init_runs, rec.spec.as_ref());
             }
         }
         let next = self

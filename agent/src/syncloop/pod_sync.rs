@@ -10,6 +10,7 @@ use crate::credentialprovider::{
 };
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::pod_actions::is_restartable_init_container;
+use crate::kubelet::pod_startup_latency::init_container_runs;
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
 use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait, WaitKind};
@@ -310,6 +311,11 @@ fn always_pull(pod: &Pod) -> Pod {
 
 fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
     let uid = labels::pod_uid(pod);
+    if let Some(spec) = &pod.spec {
+        shared
+            .store
+            .record_init_runs(uid, init_container_runs(spec, status));
+    }
     let api = generate_api_pod_status(
         pod,
         status,

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+use crate::kubelet::pod_startup_latency::has_pod_started;
 use crate::kubelet::runtime_pod::Nanos;
 use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait};
 use crate::kuberuntime::labels;
@@ -39,6 +40,14 @@ pub struct PodRecord {
     pub first_seen: Nanos,
     /// When the pod first reached Running.
     pub running_at: Option<Nanos>,
+    /// When every container of its status was first running (kubelet's "pod started"
+    /// for its pod-start metrics).
+    #[serde(skip)]
+    pub all_started_at: Option<Nanos>,
+    /// Its run-to-completion init containers' runs: container ID to the runtime's start
+    /// and finish (ns).
+    #[serde(skip)]
+    pub init_runs: BTreeMap<String, (i64, i64)>,
     /// True once the pod was removed and its termination finished.
     pub terminated: bool,
     pub events: Vec<StampedEvent>,
@@ -152,6 +161,8 @@ impl StatusStore {
             },
             first_seen: wall_now(),
             running_at: None,
+            all_started_at: None,
+            init_runs: BTreeMap::new(),
             terminated: false,
             events: Vec::new(),
         });
@@ -167,6 +178,16 @@ impl StatusStore {
             rec.spec = pod.spec.clone();
         }
         self.bump();
+    }
+
+    /// Keeps the runs of a pod's run-to-completion init containers the runtime reports
+    /// (ID, started, finished), for the pod-start SLI to leave out.
+    pub fn record_init_runs(&self, uid: &str, runs: impl IntoIterator<Item = (String, i64, i64)>) {
+        if let Some(rec) = self.lock().get_mut(uid) {
+            for (id, started, finished) in runs {
+                rec.init_runs.insert(id, (started, finished));
+            }
+        }
     }
 
     /// Sets a pod's API status.
@@ -186,6 +207,9 @@ impl StatusStore {
         };
         if rec.running_at.is_none() && status.phase.as_deref() == Some("Running") {
             rec.running_at = Some(wall_now());
+        }
+        if rec.all_started_at.is_none() && has_pod_started(&status) {
+            rec.all_started_at = Some(wall_now());
         }
         if rec.status != status {
             let at_ns = super::clock::mono_now();
