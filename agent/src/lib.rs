@@ -15,6 +15,7 @@ pub mod kubelet;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;
+pub mod otel;
 pub mod prober;
 pub mod replay;
 pub mod report;

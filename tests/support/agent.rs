@@ -225,8 +225,10 @@ impl Agent {
     }
 }
 
-impl Drop for Agent {
-    fn drop(&mut self) {
+impl Agent {
+    /// Removes the manifests, waits (a minute at most) for the pods to go, and stops the
+    /// agent with SIGTERM, so it finishes its trace.
+    pub fn stop(&mut self) {
         if self.child.is_none() {
             return;
         }
@@ -244,6 +246,12 @@ impl Drop for Agent {
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let _ = c.wait();
         }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod ebpf;
+pub mod otlp;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

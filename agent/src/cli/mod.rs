@@ -4,6 +4,7 @@ mod bench_direct;
 mod bench_seeing;
 mod cri_info;
 mod diagnose;
+mod export;
 pub mod kernel_events;
 mod kubelet_args;
 pub mod malloc;
@@ -79,6 +80,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Why each pod has no IP or is not Running, with the evidence.
     Diagnose(diagnose::DiagnoseArgs),
+    /// Send recorded traces' pod startups to an OpenTelemetry collector (OTLP/gRPC).
+    Export(export::ExportArgs),
     /// The runtime's own limit for the benchmarks: the pipeline's CRI calls, nothing else.
     #[command(hide = true)]
     BenchDirect(bench_direct::BenchDirectArgs),
@@ -157,6 +160,12 @@ pub struct RunArgs {
     /// Record the run as a trace (JSON Lines, docs/trace-format.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Export each pod's startup as an OpenTelemetry trace over OTLP/gRPC to this
+    /// collector (http://HOST:4317 or https://...). Without it, the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns the export
+    /// on; headers, timeout and TLS follow the OTEL_EXPORTER_OTLP_* variables.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Without --until-ready: how long `GET /timeline` and `podtrace timeline` keep showing
     /// a pod after its manifest is gone (the trace keeps it for good). The agent then
     /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with
@@ -185,6 +194,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Timeline(args) => timeline::run(&args).await,
         Command::Report(args) => report::run(&args),
         Command::Diagnose(args) => diagnose::run(&args).await,
+        Command::Export(args) => export::run(&args).await,
         Command::BenchDirect(args) => bench_direct::run(&args).await,
         Command::BenchSeeing(args) => bench_seeing::run(&args),
     }

@@ -14,6 +14,7 @@ use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
 use crate::metrics::Metrics;
+use crate::otel::{ClockAnchor, ExportQueue, LiveExport};
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
@@ -35,6 +36,8 @@ pub struct RecordSink {
     starts: Arc<StartFeed>,
     /// Set when the probes run with their namespace programs on demand.
     netns: Arc<OnceLock<NetnsGate>>,
+    /// Set when pod startups are exported over OTLP.
+    otel: Arc<OnceLock<Arc<LiveExport>>>,
 }
 
 /// The CRI calls inside which the runtime creates, enters or tears down a pod's network
@@ -55,6 +58,9 @@ impl RecordSink {
             TraceRecord::Cri(call) => {
                 self.metrics.observe_call(call);
                 self.starts.call_ended(call);
+                if let Some(otel) = self.otel.get() {
+                    otel.observe_call(call);
+                }
             }
             TraceRecord::Wait(w) => self.metrics.observe_wait(w),
             _ => {}
@@ -85,7 +91,17 @@ pub struct RunRecorder {
     sink: RecordSink,
     probes: Option<KernelProbes>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
+    /// Both clocks read at the start: the trace header's, and the OTLP export's wall
+    /// times.
+    anchor: ClockAnchor,
+    /// The OTLP export's pass over finished pods, while it runs.
+    otel_ticker: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// How often the OTLP export looks for pods whose startup is over.
+const OTEL_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the OTLP export may take to send what is left when the agent stops.
+const OTEL_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl RunRecorder {
     /// Opens the trace (if asked for) and starts the probes (if anything will read their
@@ -99,6 +115,10 @@ impl RunRecorder {
         node: &str,
         config: serde_json::Value,
     ) -> Result<RunRecorder, ExitCode> {
+        let anchor = ClockAnchor {
+            wall_ns: wall_now(),
+            mono_ns: now_ktime_ns(),
+        };
         let writer = match trace {
             None => None,
             Some(path) => {
@@ -116,8 +136,8 @@ impl RunRecorder {
                     runtime_name: version.runtime_name,
                     runtime_version: version.runtime_version,
                     config,
-                    started_wall_ns: wall_now(),
-                    started_ns: now_ktime_ns(),
+                    started_wall_ns: anchor.wall_ns,
+                    started_ns: anchor.mono_ns,
                 };
                 let w = TraceWriter::create(path, header).await.map_err(|e| {
                     eprintln!("podtrace: --trace {}: {e}", path.display());
@@ -135,6 +155,7 @@ impl RunRecorder {
             metrics: Arc::new(Metrics::new()),
             starts: Arc::new(StartFeed::default()),
             netns: Arc::new(OnceLock::new()),
+            otel: Arc::new(OnceLock::new()),
         };
         let mut recorder = RunRecorder {
             retention: DEFAULT_DELETED_POD_RETENTION,
@@ -142,6 +163,8 @@ impl RunRecorder {
             sink,
             probes: None,
             forwarder: None,
+            anchor,
+            otel_ticker: None,
         };
         if want_kernel_events {
             let mut ebpf = ebpf.clone();
@@ -180,6 +203,28 @@ impl RunRecorder {
 
     pub fn sink(&self) -> RecordSink {
         self.sink.clone()
+    }
+
+    /// Exports each pod's startup over OTLP to `endpoint` from now on (a collector that
+    /// is slow or away costs spans, counted, never pod work).
+    pub fn start_otlp(&mut self, endpoint: &str, node: &str) -> Result<(), crate::otel::OtelError> {
+        let exporter = crate::otel::exporter(endpoint, node)?;
+        let queue = ExportQueue::start(
+            exporter,
+            endpoint.to_string(),
+            self.sink.metrics.otlp_stats(),
+        );
+        let live = Arc::new(LiveExport::new(queue, node, self.anchor));
+        let _ = self.sink.otel.set(live.clone());
+        let collector = self.sink.collector.clone();
+        self.otel_ticker = Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(OTEL_TICK);
+            loop {
+                tick.tick().await;
+                live.tick(&collector, now_ktime_ns());
+            }
+        }));
+        Ok(())
     }
 
     /// What the agent builds its timelines from (`GET /timeline`).
@@ -229,6 +274,9 @@ impl RunRecorder {
             return;
         }
         self.sink.metrics.forget_timeline(&forgotten);
+        if let Some(otel) = self.sink.otel.get() {
+            otel.forget(&forgotten.uids, &forgotten.timeline);
+        }
         if self.writer.is_some() {
             send_stages(&self.sink.trace, &forgotten.timeline);
         }
@@ -335,6 +383,21 @@ impl RunRecorder {
         }
         if let Some(f) = self.forwarder {
             let _ = f.await;
+        }
+        if let Some(ticker) = self.otel_ticker {
+            ticker.abort();
+        }
+        if let Some(otel) = self.sink.otel.get() {
+            let stats = otel
+                .close(&self.sink.collector.timeline(), OTEL_CLOSE)
+                .await;
+            if stats.dropped() > 0 {
+                eprintln!(
+                    "podtrace: the OTLP export dropped {} spans (sent {})",
+                    stats.dropped(),
+                    stats.exported()
+                );
+            }
         }
         if self.writer.is_some() {
             // Every record is in by now: the probes are stopped and their events drained.

@@ -54,6 +54,14 @@ pub struct PodOutcome {
 }
 
 pub async fn run(args: RunArgs) -> ExitCode {
+    // A malformed collector endpoint is said before anything starts.
+    let otlp = match crate::otel::endpoint(args.otlp_endpoint.as_deref()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let cfg = args.node.runtime_config();
     let mut settings = args.kubelet.settings();
     // A one-shot run does not own the node: removing pods it did not start would break
@@ -128,6 +136,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(code) => return code,
     };
     recorder.set_deleted_pod_retention(args.deleted_pod_retention);
+    if let Some(endpoint) = &otlp
+        && let Err(e) = recorder.start_otlp(endpoint, &node)
+    {
+        eprintln!("podtrace: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let cri = Recording::new(cri, Arc::new(recorder.sink()));
     let mut kubelet = match Kubelet::new(cri, cfg, settings) {
         Ok(k) => k,

@@ -124,6 +124,7 @@ impl CriClient {
             Box::pin(async move {
                 let mut request = tonic::Request::new(req);
                 request.set_timeout(after);
+                super::trace_context::inject(&mut request);
                 match tokio::time::timeout(after, call(request)).await {
                     Err(_) => Err(CriError::Timeout { method, after }),
                     // The deadline, as tonic's client (Cancelled, "Timeout expired") or the

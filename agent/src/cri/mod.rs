@@ -8,6 +8,7 @@ mod error;
 mod node_shape;
 pub mod recording;
 pub mod service;
+pub mod trace_context;
 
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};

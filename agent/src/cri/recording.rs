@@ -141,7 +141,9 @@ impl<R> Recording<R> {
         let _hold = self.sink.begin(&call);
         // What `begin` did (attaching probes) is not the call's own time.
         call.start_ns = now_ktime_ns();
-        let result = fut.await;
+        // The call's span, as a trace export will name it, goes to the runtime with it.
+        let traceparent = crate::otel::ids::traceparent(&call);
+        let result = super::trace_context::with_traceparent(traceparent, fut).await;
         call.end_ns = now_ktime_ns();
         match &result {
             Ok(v) => {

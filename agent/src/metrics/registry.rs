@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 use crate::cri::CriCall;
 use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
 use crate::kuberuntime::event::WaitKind;
+use crate::otel::ExportStats;
 use crate::syncloop::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
 use crate::trace::PodWaitRecord;
@@ -117,6 +118,7 @@ pub struct Metrics {
     timeline_forgotten_early: Counter,
     pleg_discard: Counter,
     queue_waits: Family<Queue, Counter>,
+    otlp: ExportStats,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -312,7 +314,25 @@ impl Metrics {
              by queue (pod_updates, pleg, probe_results, work_done)",
             queue_waits.clone(),
         );
+        let otlp = ExportStats::default();
+        podtrace.register(
+            "otlp_spans_exported",
+            "Spans the OTLP export delivered to the collector",
+            otlp.exported.clone(),
+        );
+        podtrace.register(
+            "otlp_spans_dropped",
+            "Spans the OTLP export dropped: its queue was full (the collector is slow or \
+             away) or the collector refused or never answered their batch",
+            otlp.dropped.clone(),
+        );
+        podtrace.register(
+            "otlp_export_failures",
+            "OTLP export requests that failed",
+            otlp.failed_exports.clone(),
+        );
         Metrics {
+            otlp,
             pleg_discard,
             queue_waits,
             trace_unwritten,
@@ -344,6 +364,11 @@ impl Metrics {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The counters the OTLP export counts into.
+    pub fn otlp_stats(&self) -> ExportStats {
+        self.otlp.clone()
     }
 
     /// One CRI call.

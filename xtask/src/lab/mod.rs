@@ -51,6 +51,10 @@ pub const POD_SUBNET: &str = "10.244.77.0/24";
 pub const BRIDGE: &str = "ptlab0";
 pub const CNI_NETWORK: &str = "podtrace-lab";
 pub const REGISTRY_ADDR: &str = "127.0.0.1:5000";
+/// Where a runtime with tracing sends its spans on a lab node: a test's OTLP receiver
+/// listens here. The modern node's containerd is configured for it; the host lab's
+/// (Debian's 1.6 build) has no tracing plugin.
+pub const RUNTIME_OTLP_ADDR: &str = "127.0.0.1:14317";
 
 /// Programs `up` needs, checked before anything starts. CNI plugins are checked by path.
 const REQUIRED_PROGRAMS: &[(&str, &str)] = &[

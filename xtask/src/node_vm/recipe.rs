@@ -163,6 +163,16 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
                 "[Unit]\nDescription=the guest's address on QEMU's user network\nBindsTo=sys-subsystem-net-devices-eth0.device\nAfter=sys-subsystem-net-devices-eth0.device\nBefore=ssh.service network.target\nWants=network.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=ip link set lo up\nExecStart=ip link set eth0 up\nExecStart=ip addr replace {GUEST_ADDR} dev eth0\n\n[Install]\nWantedBy=multi-user.target\n"
             ),
         ),
+        // containerd's tracing (OTLP over gRPC, every span of a sampled parent), to the
+        // lab's runtime collector address, where a test's receiver listens.
+        (
+            "/etc/systemd/system/containerd.service.d/podtrace-otel.conf".into(),
+            0o644,
+            format!(
+                "[Service]\nEnvironment=OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\nEnvironment=OTEL_EXPORTER_OTLP_PROTOCOL=grpc\nEnvironment=OTEL_EXPORTER_OTLP_INSECURE=true\nEnvironment=OTEL_SERVICE_NAME=containerd\nEnvironment=OTEL_TRACES_SAMPLER=parentbased_always_on\n",
+                lab::RUNTIME_OTLP_ADDR
+            ),
+        ),
         // Only what mounts a virtio-blk ext4 root: a small initramfs, built in seconds.
         (
             "/etc/initramfs-tools/conf.d/podtrace.conf".into(),

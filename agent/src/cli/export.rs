@@ -1,0 +1,86 @@
+//! `podtrace export`: recorded traces' pod startups sent to an OpenTelemetry collector,
+//! as the agent's live export sends them (the same spans, IDs and times).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::otel::{self, ExportQueue};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExportArgs {
+    /// Traces written by `podtrace run --trace`.
+    #[arg(value_name = "TRACE", required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
+    /// The collector (http://HOST:4317 or https://...); else the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// How long to wait for the collector to take every span.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+pub async fn run(args: &ExportArgs) -> ExitCode {
+    let endpoint = match otel::endpoint(args.otlp_endpoint.as_deref()) {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            eprintln!(
+                "podtrace: export needs --otlp-endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT)"
+            );
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
+    };
+    // Every trace is read before anything is sent: a bad file sends nothing.
+    let mut traces = Vec::new();
+    for path in &args.traces {
+        match super::trace_file::read(path) {
+            Ok(t) => traces.push((path, t)),
+            Err(code) => return code,
+        }
+    }
+    let mut batches = Vec::new();
+    for (path, trace) in &traces {
+        let timeline = super::timeline::from_records(&trace.records);
+        let spans = otel::trace_spans(&trace.header, &trace.records, &timeline);
+        eprintln!(
+            "podtrace: {}: {} pods, {} spans",
+            path.display(),
+            timeline.pods.len(),
+            spans.len()
+        );
+        batches.push(spans);
+    }
+    let total: usize = batches.iter().map(Vec::len).sum();
+    let node = traces
+        .first()
+        .map(|(_, t)| t.header.node.clone())
+        .unwrap_or_default();
+    let exporter = match otel::exporter(&endpoint, &node) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
+    };
+    let queue = ExportQueue::start(exporter, endpoint.clone(), otel::ExportStats::default());
+    for spans in batches {
+        queue.send(spans);
+    }
+    let stats = queue.close(args.timeout).await;
+    if stats.exported() as usize == total {
+        eprintln!("podtrace: sent {total} spans to {endpoint}");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "podtrace: {} of {total} spans reached {endpoint} ({} dropped)",
+            stats.exported(),
+            stats.dropped()
+        );
+        ExitCode::FAILURE
+    }
+}

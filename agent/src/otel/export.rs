@@ -1,0 +1,38 @@
+//! The spans of a recorded trace: every pod's startup, with the same model and IDs the
+//! live export used, placed in wall time by the trace header's clock anchor.
+
+use opentelemetry_sdk::trace::SpanData;
+
+use super::sdk::{ClockAnchor, span_data};
+use super::spans::pod_spans;
+use crate::cri::CriCall;
+use crate::timeline::Timeline;
+use crate::trace::{Header, TraceRecord};
+
+/// Every pod's spans in `records` (with their `timeline`), in timeline order.
+pub fn trace_spans(header: &Header, records: &[TraceRecord], timeline: &Timeline) -> Vec<SpanData> {
+    let anchor = ClockAnchor {
+        wall_ns: header.started_wall_ns,
+        mono_ns: header.started_ns,
+    };
+    let calls: Vec<&CriCall> = records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    timeline
+        .pods
+        .iter()
+        .flat_map(|pod| {
+            let mine: Vec<&CriCall> = calls
+                .iter()
+                .copied()
+                .filter(|c| c.pod_uid == pod.uid)
+                .collect();
+            pod_spans(pod, &mine, &header.node)
+        })
+        .map(|s| span_data(&s, anchor))
+        .collect()
+}

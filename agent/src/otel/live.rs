@@ -1,0 +1,160 @@
+//! The agent's live export: each pod's startup goes out as one trace once it is over:
+//! when the pod is Ready, or, for a pod that ran (or failed) and is not Ready, once
+//! nothing new happened to it for [`SETTLE_NS`]; at the latest when it is forgotten or
+//! the agent stops. Spans are built from the agent's own timeline and the pod's CRI
+//! calls, with the same model `podtrace export` applies to the recorded trace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use super::queue::{ExportQueue, ExportStats};
+use super::sdk::{ClockAnchor, span_data};
+use super::spans::pod_spans;
+use crate::cri::CriCall;
+use crate::timeline::{Collector, PodTimeline, Timeline};
+
+/// How long a pod that ran but is not Ready (or failed) goes without a new stage before
+/// its startup is exported as it stands.
+pub const SETTLE_NS: u64 = 10_000_000_000;
+/// CRI calls kept per pod until its export (a crash-looping pod makes many).
+const CALLS_PER_POD: usize = 1024;
+
+#[derive(Default)]
+struct State {
+    /// CRI calls of the pods not exported yet.
+    calls: BTreeMap<String, Vec<CriCall>>,
+    exported: BTreeSet<String>,
+    /// Pods that ran or failed, not Ready yet: their latest timeline.
+    pending: BTreeMap<String, PodTimeline>,
+}
+
+pub struct LiveExport {
+    queue: Mutex<Option<ExportQueue>>,
+    stats: ExportStats,
+    node: String,
+    anchor: ClockAnchor,
+    state: Mutex<State>,
+    seen: AtomicU64,
+}
+
+impl LiveExport {
+    pub fn new(queue: ExportQueue, node: &str, anchor: ClockAnchor) -> LiveExport {
+        LiveExport {
+            stats: queue.stats(),
+            queue: Mutex::new(Some(queue)),
+            node: node.to_string(),
+            anchor,
+            state: Mutex::new(State::default()),
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    pub fn stats(&self) -> ExportStats {
+        self.stats.clone()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A CRI call ended.
+    pub fn observe_call(&self, call: &CriCall) {
+        if call.pod_uid.is_empty() {
+            return;
+        }
+        let mut st = self.state();
+        if st.exported.contains(&call.pod_uid) {
+            return;
+        }
+        let calls = st.calls.entry(call.pod_uid.clone()).or_default();
+        if calls.len() < CALLS_PER_POD {
+            calls.push(call.clone());
+        }
+    }
+
+    /// Exports the pods whose startup is over by `now_ns` (CLOCK_MONOTONIC).
+    pub fn tick(&self, collector: &Collector, now_ns: u64) {
+        let exported = self.state().exported.clone();
+        let timeline = collector.timeline_if_changed(&self.seen, |uid| !exported.contains(uid));
+        let mut st = self.state();
+        for pod in timeline.map(|t| t.pods).unwrap_or_default() {
+            if st.exported.contains(&pod.uid) {
+                continue;
+            }
+            if pod.stage("ready").is_some() {
+                st.pending.remove(&pod.uid);
+                self.export(&mut st, &pod);
+            } else if pod.stage("running").is_some() || pod.failures().next().is_some() {
+                st.pending.insert(pod.uid.clone(), pod);
+            }
+        }
+        let settled: Vec<String> = st
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                let last = p.stages.iter().map(|s| s.end_ns).max().unwrap_or(0);
+                now_ns.saturating_sub(last) >= SETTLE_NS
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in settled {
+            if let Some(pod) = st.pending.remove(&uid) {
+                self.export(&mut st, &pod);
+            }
+        }
+    }
+
+    /// The agent let go of these pods (deleted, retention over): what was not exported
+    /// yet goes now, and nothing is kept of them.
+    pub fn forget(&self, uids: &[String], timeline: &Timeline) {
+        let mut st = self.state();
+        for pod in &timeline.pods {
+            if !st.exported.contains(&pod.uid) && !pod.stages.is_empty() {
+                self.export(&mut st, pod);
+            }
+        }
+        for uid in uids {
+            st.exported.remove(uid);
+            st.calls.remove(uid);
+            st.pending.remove(uid);
+        }
+    }
+
+    /// The agent stops: every pod not exported yet goes as it stands, then the queue is
+    /// given `deadline` to send.
+    pub async fn close(&self, timeline: &Timeline, deadline: Duration) -> ExportStats {
+        {
+            let mut st = self.state();
+            for pod in &timeline.pods {
+                if !st.exported.contains(&pod.uid) && !pod.stages.is_empty() {
+                    self.export(&mut st, pod);
+                }
+            }
+        }
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match queue {
+            Some(q) => q.close(deadline).await,
+            None => self.stats.clone(),
+        }
+    }
+
+    fn export(&self, st: &mut State, pod: &PodTimeline) {
+        let calls = st.calls.remove(&pod.uid).unwrap_or_default();
+        let refs: Vec<&CriCall> = calls.iter().collect();
+        let spans: Vec<_> = pod_spans(pod, &refs, &self.node)
+            .iter()
+            .map(|s| span_data(s, self.anchor))
+            .collect();
+        st.exported.insert(pod.uid.clone());
+        if let Some(q) = self
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            q.send(spans);
+        }
+    }
+}

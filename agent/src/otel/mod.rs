@@ -1,0 +1,26 @@
+//! Pod startups as OpenTelemetry traces, over OTLP/gRPC.
+//!
+//! - `spans.rs`: the span model, pure: a pod's timeline and CRI calls as spans.
+//! - `ids.rs`: trace and span IDs derived from what the trace records, and the
+//!   `traceparent` each CRI call carries to the runtime.
+//! - `sdk.rs`: the model as the SDK's span data, the exporter, the endpoint's checks.
+//! - `queue.rs`: the bounded export queue and its sending task; drops are counted.
+//! - `live.rs`: the agent exports each pod once its startup is over.
+//! - `export.rs`: spans of recorded traces (`podtrace export`).
+
+mod error;
+mod export;
+pub mod ids;
+mod live;
+mod queue;
+mod sdk;
+pub mod spans;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::OtelError;
+pub use export::trace_spans;
+pub use live::LiveExport;
+pub use queue::{ExportQueue, ExportStats};
+pub use sdk::{ClockAnchor, endpoint, exporter, span_data};

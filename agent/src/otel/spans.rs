@@ -1,0 +1,284 @@
+//! The span model, pure: one pod's startup as spans, from its timeline and its CRI calls.
+//!
+//! - The root span runs from the pod first seen until Ready (Running when it never got
+//!   Ready; its last stage when it never ran).
+//! - Every CRI call made for the pod in that time is a client span named as kubelet
+//!   names its own (`runtime.v1.RuntimeService/RunPodSandbox`), a child of the root. A
+//!   stage that is a CRI call (sandbox_requested is RunPodSandbox) is that call's span,
+//!   with the stage's name as `podtrace.stage`.
+//! - Every other stage in that time is a span of its own: a kernel stage is a child of
+//!   the innermost call of its container that was under way when it began (the netns and
+//!   the CNI plugins under RunPodSandbox); the rest are children of the root.
+//! - Attributes follow the semantic conventions for Kubernetes, containers, processes
+//!   and RPC where there is one, `podtrace.*` where not. A failed call or stage has an
+//!   error status with its message.
+//!
+//! Times stay CLOCK_MONOTONIC here; the SDK conversion places them in wall time.
+
+use crate::cri::CriCall;
+use crate::timeline::{PodTimeline, Stage, StageSource};
+
+use super::ids;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Internal,
+    Client,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodSpan {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub parent: Option<[u8; 8]>,
+    pub name: String,
+    pub kind: Kind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub attributes: Vec<(&'static str, Value)>,
+    /// The error status's message, for a failed call or stage.
+    pub error: Option<String>,
+}
+
+/// When the pod's startup ends: Ready, else Running, else its last stage.
+pub fn startup_end(pod: &PodTimeline) -> Option<u64> {
+    pod.stage("ready")
+        .or_else(|| pod.stage("running"))
+        .map(|s| s.end_ns)
+        .or_else(|| pod.stages.iter().map(|s| s.end_ns).max())
+}
+
+/// CRI methods of the image service; the rest are the runtime service's.
+const IMAGE_METHODS: [&str; 5] = [
+    "PullImage",
+    "ImageStatus",
+    "ListImages",
+    "RemoveImage",
+    "ImageFsInfo",
+];
+
+pub fn rpc_service(method: &str) -> &'static str {
+    if IMAGE_METHODS.contains(&method) {
+        "runtime.v1.ImageService"
+    } else {
+        "runtime.v1.RuntimeService"
+    }
+}
+
+/// gRPC's status code numbers, by the names the trace records.
+fn grpc_code(code: &str) -> Option<i64> {
+    const CODES: [&str; 17] = [
+        "Ok",
+        "Cancelled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    CODES
+        .iter()
+        .position(|c| c.eq_ignore_ascii_case(code))
+        .map(|i| i as i64)
+}
+
+fn str(v: impl Into<String>) -> Value {
+    Value::Str(v.into())
+}
+
+/// The pod's spans, root first, then in the order they started.
+pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSpan> {
+    let Some(end) = startup_end(pod) else {
+        return Vec::new();
+    };
+    let start = pod
+        .seen_ns
+        .or_else(|| pod.stages.iter().map(|s| s.start_ns).min())
+        .unwrap_or(end);
+    let trace_id = ids::trace_id(&pod.uid);
+    let root_id = ids::root_span_id(&pod.uid);
+    let pod_attrs = vec![
+        ("k8s.pod.uid", str(&pod.uid)),
+        ("k8s.pod.name", str(&pod.name)),
+        ("k8s.namespace.name", str(&pod.namespace)),
+        ("k8s.node.name", str(node)),
+    ];
+    let mut root_attrs = pod_attrs.clone();
+    if let Some(ip) = &pod.ip {
+        root_attrs.push(("podtrace.pod_ip", str(ip)));
+    }
+    let ran = pod.stage("running").is_some();
+    let root = PodSpan {
+        trace_id,
+        span_id: root_id,
+        parent: None,
+        name: "pod_startup".into(),
+        kind: Kind::Internal,
+        start_ns: start,
+        end_ns: end.max(start),
+        attributes: root_attrs,
+        error: (!ran)
+            .then(|| pod.failures().next().map(failure_message))
+            .flatten(),
+    };
+    let mut calls: Vec<&CriCall> = calls
+        .iter()
+        .copied()
+        .filter(|c| c.pod_uid == pod.uid && c.start_ns >= start && c.start_ns <= end)
+        .collect();
+    calls.sort_by_key(|c| (c.start_ns, c.end_ns));
+    let stages: Vec<&Stage> = pod
+        .stages
+        .iter()
+        .filter(|s| s.start_ns >= start && s.start_ns <= end)
+        .collect();
+    let is_call = |s: &Stage, c: &CriCall| {
+        s.source == StageSource::Cri
+            && s.start_ns == c.start_ns
+            && s.end_ns == c.end_ns.max(c.start_ns)
+            && (s.container.is_none() || s.container.as_deref() == Some(c.container.as_str()))
+    };
+    let mut out = vec![root];
+    for c in &calls {
+        let stage = stages.iter().find(|s| is_call(s, c));
+        out.push(call_span(c, stage.copied(), trace_id, root_id, &pod_attrs));
+    }
+    for s in stages
+        .iter()
+        .filter(|s| !calls.iter().any(|c| is_call(s, c)))
+    {
+        let parent = if s.source == StageSource::Kernel {
+            calls
+                .iter()
+                .filter(|c| {
+                    c.end_ns > c.start_ns
+                        && c.start_ns <= s.start_ns
+                        && s.start_ns <= c.end_ns
+                        && s.container.as_deref().unwrap_or("") == c.container
+                })
+                .min_by_key(|c| (c.end_ns - c.start_ns, c.start_ns))
+                .map_or(root_id, |c| ids::call_span_id(c))
+        } else {
+            root_id
+        };
+        out.push(stage_span(s, trace_id, parent, &pod_attrs));
+    }
+    out[1..].sort_by_key(|s| (s.start_ns, s.end_ns, s.span_id));
+    out
+}
+
+fn failure_message(s: &Stage) -> String {
+    if s.detail.is_empty() {
+        format!("{} failed", s.stage)
+    } else {
+        format!("{}: {}", s.stage, s.detail)
+    }
+}
+
+fn call_span(
+    c: &CriCall,
+    stage: Option<&Stage>,
+    trace_id: [u8; 16],
+    root: [u8; 8],
+    pod_attrs: &[(&'static str, Value)],
+) -> PodSpan {
+    let service = rpc_service(&c.method);
+    let mut attributes = pod_attrs.to_vec();
+    attributes.push(("rpc.system", str("grpc")));
+    attributes.push(("rpc.service", str(service)));
+    attributes.push(("rpc.method", str(&c.method)));
+    if let Some(code) = grpc_code(&c.code) {
+        attributes.push(("rpc.grpc.status_code", Value::Int(code)));
+    }
+    if !c.container.is_empty() {
+        attributes.push(("k8s.container.name", str(&c.container)));
+    }
+    if !c.container_id.is_empty() {
+        attributes.push(("container.id", str(&c.container_id)));
+    }
+    if !c.sandbox_id.is_empty() {
+        attributes.push(("podtrace.sandbox_id", str(&c.sandbox_id)));
+    }
+    if !c.image.is_empty() {
+        attributes.push(("container.image.name", str(&c.image)));
+    }
+    if let Some(s) = stage {
+        attributes.push(("podtrace.stage", str(&s.stage)));
+    }
+    PodSpan {
+        trace_id,
+        span_id: ids::call_span_id(c),
+        parent: Some(root),
+        name: format!("{service}/{}", c.method),
+        kind: Kind::Client,
+        start_ns: c.start_ns,
+        end_ns: c.end_ns.max(c.start_ns),
+        attributes,
+        error: (!c.ok()).then(|| {
+            if c.message.is_empty() {
+                c.code.clone()
+            } else {
+                c.message.clone()
+            }
+        }),
+    }
+}
+
+fn stage_span(
+    s: &Stage,
+    trace_id: [u8; 16],
+    parent: [u8; 8],
+    pod_attrs: &[(&'static str, Value)],
+) -> PodSpan {
+    let mut attributes = pod_attrs.to_vec();
+    attributes.push(("podtrace.stage", str(&s.stage)));
+    attributes.push(("podtrace.source", str(s.source.to_string())));
+    if let Some(c) = &s.container {
+        attributes.push(("k8s.container.name", str(c)));
+    }
+    if let Some(id) = &s.container_id {
+        attributes.push(("container.id", str(id)));
+    }
+    if let Some(plugin) = s.stage.strip_prefix("cni_plugin:") {
+        attributes.push(("podtrace.cni.plugin", str(plugin)));
+    }
+    if let Some(code) = s.exit_code {
+        attributes.push(("process.exit.code", Value::Int(i64::from(code))));
+    }
+    if let Some(sig) = s.signal {
+        attributes.push(("podtrace.signal", Value::Int(i64::from(sig))));
+    }
+    if let Some(pid) = s.pid {
+        attributes.push(("process.pid", Value::Int(i64::from(pid))));
+    }
+    if !s.detail.is_empty() {
+        attributes.push(("podtrace.detail", str(&s.detail)));
+    }
+    PodSpan {
+        trace_id,
+        span_id: ids::stage_span_id(&s.pod_uid, &s.stage, s.start_ns),
+        parent: Some(parent),
+        name: s.stage.clone(),
+        kind: Kind::Internal,
+        start_ns: s.start_ns,
+        end_ns: s.end_ns,
+        attributes,
+        error: (!s.ok).then(|| failure_message(s)),
+    }
+}
