@@ -32,6 +32,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "timeline",
     "diagnose_faults",
     "crash_safe_trace",
+    "otel_export",
     // Kills and restarts the lab's containerd: last, in a binary of its own.
     "fault_containerd",
 ];

@@ -8,6 +8,7 @@ mod direct;
 mod fuzzing;
 mod machine;
 mod memory;
+mod otlp;
 mod probe_overhead;
 mod replay_speed;
 mod seeing;
@@ -28,7 +29,7 @@ use crate::workspace;
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
     /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing, 9 startup
-    /// explained); default all.
+    /// explained, 10 OTLP collector away); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -81,6 +82,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (7, "churn"),
     (8, "fuzzing"),
     (9, "startup explained"),
+    (10, "OTLP collector away"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -130,6 +132,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             7 => with_lab(|| churn::run(&bin, &dir, args.churn_rounds)),
             8 => fuzzing::run(args.fuzz_seconds),
             9 => with_lab(|| shares::run_all(&bin, &dir)),
+            10 => with_lab(|| otlp::run(&bin, &dir)),
             _ => continue,
         };
         match outcome {
