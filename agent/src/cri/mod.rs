@@ -10,6 +10,9 @@ pub mod recording;
 pub mod service;
 pub mod trace_context;
 
+#[cfg(test)]
+mod recording_trace_tests;
+
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;

@@ -12,9 +12,14 @@ pub async fn with_traceparent<F: Future>(traceparent: Option<String>, fut: F) ->
     TRACEPARENT.scope(traceparent, fut).await
 }
 
+/// The `traceparent` of the CRI call being made on this task, if any.
+pub fn current() -> Option<String> {
+    TRACEPARENT.try_with(Clone::clone).ok().flatten()
+}
+
 /// Adds the current call's `traceparent`, if any, to an outgoing request.
 pub fn inject<T>(request: &mut tonic::Request<T>) {
-    let Ok(Some(tp)) = TRACEPARENT.try_with(Clone::clone) else {
+    let Some(tp) = current() else {
         return;
     };
     if let Ok(value) = tp.parse() {

@@ -114,9 +114,9 @@ async fn send_batches(
                 if !failing {
                     failing = true;
                     eprintln!(
-                        "podtrace: exporting spans to {endpoint} failed ({e}); the agent goes \
-                         on, retries with the next spans, and counts what is dropped in \
-                         podtrace_otlp_spans_dropped_total"
+                        "podtrace: exporting spans to {endpoint} failed ({e}); later spans \
+                         try it again, and what is dropped is counted \
+                         (podtrace_otlp_spans_dropped_total)"
                     );
                 }
             }
