@@ -10,8 +10,11 @@ use crate::otel::ids;
 
 /// A runtime that answers the calls a pod's start makes and notes the trace context
 /// each one ran with.
+/// (method, the traceparent it ran with), in call order.
+type Log = Arc<Mutex<Vec<(&'static str, Option<String>)>>>;
+
 #[derive(Default)]
-struct Seen(Arc<Mutex<Vec<(&'static str, Option<String>)>>>);
+struct Seen(Log);
 
 impl Seen {
     fn note(&self, method: &'static str) {
