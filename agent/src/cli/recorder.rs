@@ -13,6 +13,7 @@ use super::start_feed::{StartFeed, StartObserver};
 use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
+use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
 use crate::otel::{ClockAnchor, ExportQueue, LiveExport};
 use crate::syncloop::StatusStore;
@@ -63,6 +64,16 @@ impl RecordSink {
                 }
             }
             TraceRecord::Wait(w) => self.metrics.observe_wait(w),
+            TraceRecord::Status(s) => {
+                if let Some(otel) = self.otel.get() {
+                    otel.observe_status(&s.pod_uid, &s.status);
+                }
+            }
+            TraceRecord::Event(e) if e.event.kind == EventType::Warning => {
+                if let Some(otel) = self.otel.get() {
+                    otel.observe_warning(&e.pod_uid);
+                }
+            }
             _ => {}
         }
         self.collector.push(&record);

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::PodStatus;
+
 use super::queue::{ExportQueue, ExportStats};
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
@@ -28,6 +30,9 @@ struct State {
     exported: BTreeSet<String>,
     /// Pods that ran or failed, not Ready yet: their latest timeline.
     pending: BTreeMap<String, PodTimeline>,
+    /// Pods whose status says their startup may be over (Running, Ready, failed): only
+    /// their timelines are built, so pods still starting cost the export nothing.
+    candidates: BTreeSet<String>,
 }
 
 pub struct LiveExport {
@@ -74,10 +79,47 @@ impl LiveExport {
         }
     }
 
+    /// A pod's status was published: Running, ended, or a container that exited or
+    /// waits for a reason other than its creation makes the pod a candidate.
+    pub fn observe_status(&self, uid: &str, status: &PodStatus) {
+        let phase = status.phase.as_deref().unwrap_or_default();
+        let container_says = status.container_statuses.iter().flatten().any(|c| {
+            c.state.as_ref().is_some_and(|s| {
+                s.terminated.is_some()
+                    || s.waiting.as_ref().is_some_and(|w| {
+                        !matches!(
+                            w.reason.as_deref(),
+                            None | Some("ContainerCreating" | "PodInitializing")
+                        )
+                    })
+            })
+        });
+        if matches!(phase, "Running" | "Succeeded" | "Failed") || container_says {
+            self.candidate(uid);
+        }
+    }
+
+    /// A warning about a pod (a sandbox that failed, a pull that failed): its startup
+    /// may be over.
+    pub fn observe_warning(&self, uid: &str) {
+        self.candidate(uid);
+    }
+
+    fn candidate(&self, uid: &str) {
+        let mut st = self.state();
+        if !st.exported.contains(uid) {
+            st.candidates.insert(uid.to_string());
+        }
+    }
+
     /// Exports the pods whose startup is over by `now_ns` (CLOCK_MONOTONIC).
     pub fn tick(&self, collector: &Collector, now_ns: u64) {
-        let exported = self.state().exported.clone();
-        let timeline = collector.timeline_if_changed(&self.seen, |uid| !exported.contains(uid));
+        let wanted = self.state().candidates.clone();
+        let timeline = if wanted.is_empty() {
+            None
+        } else {
+            collector.timeline_if_changed(&self.seen, |uid| wanted.contains(uid))
+        };
         let mut st = self.state();
         for pod in timeline.map(|t| t.pods).unwrap_or_default() {
             if st.exported.contains(&pod.uid) {
@@ -119,6 +161,7 @@ impl LiveExport {
             st.exported.remove(uid);
             st.calls.remove(uid);
             st.pending.remove(uid);
+            st.candidates.remove(uid);
         }
     }
 
@@ -141,6 +184,7 @@ impl LiveExport {
     }
 
     fn export(&self, st: &mut State, pod: &PodTimeline) {
+        st.candidates.remove(&pod.uid);
         let calls = st.calls.remove(&pod.uid).unwrap_or_default();
         let refs: Vec<&CriCall> = calls.iter().collect();
         let spans: Vec<_> = pod_spans(pod, &refs, &self.node)
