@@ -20,6 +20,8 @@ const PODS: usize = 8;
 const ROUNDS: usize = 5;
 const NODE: &str = "podtrace-bench-otlp";
 const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+/// Between arms: time for the runtime's cleanup of the last arm's pods.
+const SETTLE: Duration = Duration::from_secs(5);
 
 fn manifest(i: usize) -> String {
     format!(
@@ -68,6 +70,10 @@ fn round(bin: &Path, work: &Path, extra: &[String]) -> anyhow::Result<Vec<f64>> 
     let ms = startups(&agent)?;
     agent.remove_all(Duration::from_secs(120))?;
     agent.stop()?;
+    // The runtime goes on cleaning up after the pods are gone (shims exiting, snapshots
+    // removed); without a pause that work lands on the next arm's start, and the first
+    // arm of a round is the fastest whatever it is.
+    std::thread::sleep(SETTLE);
     Ok(ms)
 }
 
@@ -96,7 +102,11 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     ];
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     for r in 0..ROUNDS {
-        for (i, (name, extra)) in arms.iter().enumerate() {
+        // The order turns each round, so no arm always follows the same one (the
+        // runtime's cleanup of the last arm's pods overlaps the next arm's start).
+        for k in 0..arms.len() {
+            let i = (r + k) % arms.len();
+            let (name, extra) = &arms[i];
             eprintln!("bench: 10. round {} of {ROUNDS}: {name}", r + 1);
             let ms = round(bin, &dir.join("otlp"), extra)?;
             samples[i].extend(ms);
@@ -105,9 +115,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let base = percentile(&samples[0], 50.0);
     // Each round's median of the export-off arm: how far the same setting moves from
     // round to round on this machine.
-    let round_medians = |arm: &[f64]| -> Vec<f64> {
-        arm.chunks(PODS).map(|r| percentile(r, 50.0)).collect()
-    };
+    let round_medians =
+        |arm: &[f64]| -> Vec<f64> { arm.chunks(PODS).map(|r| percentile(r, 50.0)).collect() };
     let off = round_medians(&samples[0]);
     let noise = (off.iter().copied().fold(f64::MIN, f64::max)
         - off.iter().copied().fold(f64::MAX, f64::min))
@@ -142,7 +151,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         number: 10,
         title: "OTLP collector away",
         method: format!(
-            "{PODS} pods created at once, {ROUNDS} rounds, arms interleaved: export off, \
+            "{PODS} pods created at once, {ROUNDS} rounds, arms in an order that turns each round: export off, \
              --otlp-endpoint to a port that refuses connections, and to a listener that \
              accepts and never answers (each export waits out its 10 s timeout). Each \
              pod's first seen → Running from the agent's timeline."
