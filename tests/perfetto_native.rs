@@ -12,20 +12,8 @@ use std::process::Command;
 
 use podtrace::timeline::{PodTimeline, Stage, StageSource, Timeline};
 use podtrace::trace::{TraceRecord, read_trace};
-use podtrace_tests::{podtrace_bin, stderr, workspace_root};
+use podtrace_tests::{fixtures, podtrace_bin, stderr, workspace_root};
 use serde_json::Value;
-
-fn fixtures() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("traces"))
-        .expect("traces/")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 6, "{v:?}");
-    v
-}
 
 fn file_name(p: &Path) -> String {
     p.file_name().unwrap().to_string_lossy().into_owned()

@@ -6,21 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use podtrace_tests::{podtrace_bin, stderr, stdout, workspace_root};
-
-fn fixtures() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("traces"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    all.sort();
-    assert!(
-        all.len() >= 5,
-        "expected the recorded fixtures in traces/, found {all:?}"
-    );
-    all
-}
+use podtrace_tests::{fixtures, podtrace_bin, stderr, stdout, workspace_root};
 
 fn replay(args: &[&str], traces: &[&Path]) -> Output {
     Command::new(podtrace_bin())

@@ -18,20 +18,8 @@ use podtrace::diagnose::{Cause, Diagnosis};
 use podtrace::report::Report;
 use podtrace::timeline::Timeline;
 use podtrace::trace::{TraceRecord, read_trace};
-use podtrace_tests::{podtrace_bin, stderr, stdout, workspace_root};
+use podtrace_tests::{fixtures, podtrace_bin, stderr, stdout, workspace_root};
 use serde_json::Value;
-
-fn fixtures() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("traces"))
-        .expect("traces/")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 6, "{v:?}");
-    v
-}
 
 fn fixture(name: &str) -> PathBuf {
     workspace_root().join("traces").join(name)

@@ -25,6 +25,22 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The recorded fixtures in traces/ (`*.jsonl`), sorted.
+pub fn fixtures() -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(workspace_root().join("traces"))
+        .expect("traces/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    all.sort();
+    assert!(
+        all.len() >= 6,
+        "expected the recorded fixtures in traces/, found {all:?}"
+    );
+    all
+}
+
 pub fn examples_dir() -> PathBuf {
     std::env::var_os("PODTRACE_EXAMPLES")
         .map(PathBuf::from)

@@ -15,13 +15,7 @@ pub fn trace_spans(header: &Header, records: &[TraceRecord], timeline: &Timeline
         wall_ns: header.started_wall_ns,
         mono_ns: header.started_ns,
     };
-    let calls: Vec<&CriCall> = records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let calls = cri_calls(records);
     timeline
         .pods
         .iter()
@@ -34,5 +28,16 @@ pub fn trace_spans(header: &Header, records: &[TraceRecord], timeline: &Timeline
             pod_spans(pod, &mine, &header.node)
         })
         .map(|s| span_data(&s, anchor))
+        .collect()
+}
+
+/// The CRI calls among `records`, in order.
+pub fn cri_calls(records: &[TraceRecord]) -> Vec<&CriCall> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) => Some(c),
+            _ => None,
+        })
         .collect()
 }

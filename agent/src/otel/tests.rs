@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::export::cri_calls;
 use super::ids;
 use super::spans::{Kind, PodSpan, Value, pod_spans};
 use crate::cri::CriCall;
@@ -23,13 +24,7 @@ fn attr<'a>(s: &'a PodSpan, key: &str) -> Option<&'a Value> {
 fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under_their_call() {
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
-    let calls: Vec<&CriCall> = records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let calls = cri_calls(&records);
     let pod = timeline
         .pods
         .iter()
@@ -144,13 +139,7 @@ fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under
 fn a_failed_call_and_a_pod_that_never_ran_carry_error_status() {
     let records = fixture("cni-failure.jsonl");
     let timeline = crate::timeline::build(&records);
-    let calls: Vec<&CriCall> = records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let calls = cri_calls(&records);
     let failed = timeline
         .pods
         .iter()
