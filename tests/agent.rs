@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, container, phase, waiting_reason};
+use podtrace_tests::agent::{Agent, container, metric, phase, waiting_reason};
 use podtrace_tests::{Scratch, require_lab, runtime_objects};
 
 const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
@@ -632,12 +632,7 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
     // ... and are detached once the agent has been idle for a second, so the node's
     // syscalls stop paying for them. Polled: the agent checks every 250 ms.
     let detached = "podtrace_ebpf_netns_probes_attached 0";
-    let start = std::time::Instant::now();
-    let mut text = agent.metrics();
-    while !text.contains(detached) && start.elapsed() < std::time::Duration::from_secs(10) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        text = agent.metrics();
-    }
+    let text = agent.metrics_when(Duration::from_secs(10), |t| t.contains(detached));
     assert!(
         text.contains(detached),
         "still attached after 10 s idle:\n{text}"
@@ -708,19 +703,10 @@ fn the_pod_start_sli_leaves_out_the_image_pull() {
     assert!(pulling_s > 0.0);
     // The histograms are observed once the worker finishes the sync that saw the pod
     // started; polled, as the scrape may come first.
-    let sample = |text: &str, name: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-    };
-    let started = std::time::Instant::now();
-    let mut text = agent.metrics();
-    while sample(&text, "kubelet_pod_start_total_duration_seconds_count") != Some(1.0)
-        && started.elapsed() < Duration::from_secs(10)
-    {
-        std::thread::sleep(Duration::from_millis(100));
-        text = agent.metrics();
-    }
-    let value = |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    let text = agent.metrics_when(Duration::from_secs(10), |t| {
+        metric(t, "kubelet_pod_start_total_duration_seconds_count") == Some(1.0)
+    });
+    let value = |name: &str| metric(&text, name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
     assert_eq!(value("kubelet_pod_start_total_duration_seconds_count"), 1.0);
     assert_eq!(value("kubelet_pod_start_sli_duration_seconds_count"), 1.0);
     let total = value("kubelet_pod_start_total_duration_seconds_sum");

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, phase};
+use podtrace_tests::agent::{Agent, metric, phase};
 use podtrace_tests::otlp::{ReceivedSpan, Receiver};
 use podtrace_tests::{podtrace, require_lab, stderr};
 
@@ -244,17 +244,10 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
     });
     // The second pod's spans are dropped and counted once its export fails; polled, as
     // the export runs after the pod is Ready.
-    let counter = |text: &str, name: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let started = std::time::Instant::now();
-    let mut text = agent.metrics();
-    while counter(&text, "podtrace_otlp_spans_dropped_total") == 0.0 && started.elapsed() < MINUTE {
-        std::thread::sleep(Duration::from_millis(200));
-        text = agent.metrics();
-    }
+    let counter = |text: &str, name: &str| metric(text, name).unwrap_or(0.0);
+    let text = agent.metrics_when(MINUTE, |t| {
+        counter(t, "podtrace_otlp_spans_dropped_total") > 0.0
+    });
     assert!(
         counter(&text, "podtrace_otlp_spans_dropped_total") > 5.0,
         "no dropped spans counted:\n{text}"

@@ -122,6 +122,18 @@ impl Agent {
         body.to_string()
     }
 
+    /// The `/metrics` exposition once `done` holds for it, polled every 100 ms (metrics
+    /// are observed on the agent's own schedule), or as it is after `timeout`.
+    pub fn metrics_when(&self, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        let mut text = self.metrics();
+        while !done(&text) && start.elapsed() < timeout {
+            std::thread::sleep(Duration::from_millis(100));
+            text = self.metrics();
+        }
+        text
+    }
+
     /// Every pod the agent serves (`podtrace pods -o json`, a List of Pods), each as the
     /// Pod object with `name`, `namespace` and `uid` lifted to the top and its events
     /// (`podtrace events -o json`) attached as `events`, which is what the tests look at.
@@ -253,6 +265,12 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The value of the unlabelled sample `name` in a `/metrics` exposition.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// Phase of a pod record.
