@@ -80,10 +80,42 @@ fn runtime_traces() -> bool {
     numbers.as_slice() >= [1, 7].as_slice()
 }
 
+/// Restarts the modern node's containerd now that the receiver listens. Its exporter's
+/// gRPC connection has been failing since boot (nothing listened on the lab's OTLP
+/// address during the tests before this one), and gRPC waits up to 120 s between
+/// reconnection attempts by then, longer than the exporter keeps a batch: the spans of
+/// the pull below would be dropped. A restarted containerd connects on its first export.
+/// Its containers and shims keep running; systemd's restart returns once it is ready
+/// (`Type=notify`), and the CRI socket is checked besides.
+fn reconnect_runtime_exporter() {
+    let out = std::process::Command::new("systemctl")
+        .args(["restart", "containerd"])
+        .output()
+        .expect("systemctl");
+    assert!(
+        out.status.success(),
+        "systemctl restart containerd: {}",
+        stderr(&out)
+    );
+    // Ready for systemd is ready for CRI too; checked rather than assumed, within 30 s.
+    let start = std::time::Instant::now();
+    while !podtrace(&["cri", "info"]).status.success() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "containerd did not answer CRI in 30 s after its restart"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same() {
     require_lab();
     let receiver = Receiver::start(xtask::lab::RUNTIME_OTLP_ADDR);
+    let traces = runtime_traces();
+    if traces {
+        reconnect_runtime_exporter();
+    }
     let trace_dir = tempfile::tempdir().unwrap();
     let trace = trace_dir.path().join("otel.jsonl");
     let mut agent = Agent::start(
@@ -169,7 +201,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     // instrumentation (otelgrpc), so they make no span for a CRI call and do not read the
     // traceparent podtrace sends: their spans (an image pull's) start traces of their
     // own. Any runtime span that does join the pod's trace must hang under podtrace's.
-    if runtime_traces() {
+    if traces {
         let all = receiver.wait_for("containerd's own spans", MINUTE, |all| {
             all.iter().any(|s| s.service == "containerd")
         });
