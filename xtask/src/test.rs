@@ -91,6 +91,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         ]),
         "cargo clippy",
     )?;
+    crate::licences::check()?;
     eprintln!("[4/{total}] unit tests");
     workspace::run(
         workspace::cargo().args(["test", "--workspace", "--exclude", "podtrace-tests"]),

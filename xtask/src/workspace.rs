@@ -26,6 +26,20 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// The target triple of this machine, as `rustc -vV` says (`host: ...`).
+pub fn host_triple() -> anyhow::Result<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(&rustc)
+        .arg("-vV")
+        .output()
+        .context("running rustc -vV")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_string)
+        .context("rustc -vV printed no `host:` line")
+}
+
 /// Runs a command, failing with its name when it does not succeed.
 pub fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
     let status = cmd.status().with_context(|| format!("starting {what}"))?;

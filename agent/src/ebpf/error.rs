@@ -34,7 +34,7 @@ pub enum EbpfError {
     BtfUnreadable {
         path: PathBuf,
         #[source]
-        source: Box<btf_rs::Error>,
+        source: super::btf::BtfFormatError,
     },
     /// A struct member the probes read is not in the kernel's BTF.
     #[error("the kernel's BTF at {path} has no member `{member}` in `struct {strukt}`")]

@@ -11,9 +11,14 @@
 
 use std::path::{Path, PathBuf};
 
-use btf_rs::{Btf, BtfType, Type};
-
 use super::error::EbpfError;
+
+mod format;
+#[cfg(test)]
+mod test_blob;
+
+pub use format::BtfFormatError;
+use format::{Btf, Kind};
 
 /// Where the kernel exposes its own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -51,10 +56,12 @@ impl KernelOffsets {
                 path: path.to_path_buf(),
             });
         }
-        let btf = Btf::from_file(path).map_err(|source| EbpfError::BtfUnreadable {
+        let unreadable = |source| EbpfError::BtfUnreadable {
             path: path.to_path_buf(),
-            source: Box::new(source),
-        })?;
+            source,
+        };
+        let data = std::fs::read(path).map_err(|e| unreadable(BtfFormatError::Io(e)))?;
+        let btf = Btf::parse(data).map_err(unreadable)?;
         let r = Resolver {
             btf: &btf,
             path: path.to_path_buf(),
@@ -88,21 +95,16 @@ impl Resolver<'_> {
             strukt,
             member: member.to_string(),
         };
-        let unreadable = |source| EbpfError::BtfUnreadable {
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
-        let mut ty = self
+        let mut ty = *self
             .btf
-            .resolve_types_by_name(strukt)
-            .map_err(unreadable)?
-            .into_iter()
-            .find(|t| matches!(t, Type::Struct(_)))
+            .structs_named(strukt)
+            .map_err(|e| self.unreadable(e))?
+            .first()
             .ok_or_else(|| missing(members.first().copied().unwrap_or_default()))?;
         let mut bits = 0u32;
         for (i, name) in members.iter().enumerate() {
             let (member_bits, member_ty) = self
-                .find_member(&ty, name)?
+                .find_member(ty, name, 0)?
                 .ok_or_else(|| missing(&members[..=i].join(".")))?;
             bits += member_bits;
             ty = member_ty;
@@ -115,52 +117,56 @@ impl Resolver<'_> {
 
     /// The bit offset and type of member `name` of struct or union `ty`, looking through
     /// anonymous structs and unions (the kernel uses them for randomised layouts and
-    /// unions of alternatives).
-    fn find_member(&self, ty: &Type, name: &str) -> Result<Option<(u32, Type)>, EbpfError> {
-        let unreadable = |source| EbpfError::BtfUnreadable {
-            path: self.path.clone(),
-            source: Box::new(source),
-        };
-        let s = match self.strip(ty.clone())? {
-            Type::Struct(s) | Type::Union(s) => s,
-            _ => return Ok(None),
-        };
-        for m in &s.members {
-            let member_name = self.btf.resolve_name(m).unwrap_or_default();
-            let member_ty = self.btf.resolve_chained_type(m).map_err(unreadable)?;
+    /// unions of alternatives). `depth` bounds the nesting a malformed file could loop.
+    fn find_member(
+        &self,
+        ty: u32,
+        name: &str,
+        depth: u32,
+    ) -> Result<Option<(u32, u32)>, EbpfError> {
+        let ty = self.strip(ty)?;
+        if depth > 32
+            || !matches!(
+                self.btf.kind(ty).map_err(|e| self.unreadable(e))?,
+                Kind::Struct | Kind::Union
+            )
+        {
+            return Ok(None);
+        }
+        for m in self.btf.members(ty).map_err(|e| self.unreadable(e))? {
+            let member_name = self
+                .btf
+                .string(m.name_off)
+                .map_err(|e| self.unreadable(e))?;
             if member_name == name {
-                return Ok(Some((m.bit_offset(), member_ty)));
+                return Ok(Some((m.bit_offset, m.type_id)));
             }
             if member_name.is_empty()
-                && let Some((inner, t)) = self.find_member(&member_ty, name)?
+                && let Some((inner, t)) = self.find_member(m.type_id, name, depth + 1)?
             {
-                return Ok(Some((m.bit_offset() + inner, t)));
+                return Ok(Some((m.bit_offset + inner, t)));
             }
         }
         Ok(None)
     }
 
     /// Follows typedefs and qualifiers to the underlying type.
-    fn strip(&self, mut ty: Type) -> Result<Type, EbpfError> {
+    fn strip(&self, mut ty: u32) -> Result<u32, EbpfError> {
         // Bounded: a BTF chain of qualifiers longer than this is malformed.
         for _ in 0..32 {
-            ty = match &ty {
-                Type::Typedef(t) => self.chained(t)?,
-                Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => self.chained(t)?,
-                Type::TypeTag(t) => self.chained(t)?,
-                _ => return Ok(ty),
-            };
+            if ty == 0 || self.btf.kind(ty).map_err(|e| self.unreadable(e))? != Kind::Alias {
+                return Ok(ty);
+            }
+            ty = self.btf.aliased(ty).map_err(|e| self.unreadable(e))?;
         }
         Ok(ty)
     }
 
-    fn chained<T: BtfType + ?Sized>(&self, t: &T) -> Result<Type, EbpfError> {
-        self.btf
-            .resolve_chained_type(t)
-            .map_err(|source| EbpfError::BtfUnreadable {
-                path: self.path.clone(),
-                source: Box::new(source),
-            })
+    fn unreadable(&self, source: BtfFormatError) -> EbpfError {
+        EbpfError::BtfUnreadable {
+            path: self.path.clone(),
+            source,
+        }
     }
 }
 
@@ -213,7 +219,7 @@ mod tests {
             eprintln!("skipped: {VMLINUX_BTF} is absent on this kernel");
             return;
         }
-        let btf = Btf::from_file(path).unwrap();
+        let btf = Btf::parse(std::fs::read(path).unwrap()).unwrap();
         let r = Resolver {
             btf: &btf,
             path: path.to_path_buf(),
@@ -228,6 +234,69 @@ mod tests {
         );
         let e = r.offset("net", &["ns", "nope"]).unwrap_err().to_string();
         assert!(e.contains("ns.nope"), "{e}");
+    }
+
+    /// A struct reached through an anonymous union, a const typedef and a pointer, as
+    /// the kernel's own layouts do.
+    fn nested() -> Vec<u8> {
+        let mut b = test_blob::Blob::new();
+        let int = b.int("int");
+        let inner = b.composite("inner", false, false, &[("a", int, 0), ("b", int, 32)]);
+        let alias = b.typedef("inner_t", inner);
+        let konst = b.konst(alias);
+        let anon = b.composite("", true, false, &[("x", int, 0), ("y", inner, 0)]);
+        let ptr = b.ptr(inner);
+        b.composite(
+            "outer",
+            false,
+            false,
+            &[
+                ("first", int, 0),
+                ("", anon, 64),
+                ("q", konst, 128),
+                ("p", ptr, 192),
+            ],
+        );
+        b.composite("odd", false, true, &[("f", int, 3)]);
+        b.bytes(false)
+    }
+
+    fn resolver_test(data: Vec<u8>, f: impl FnOnce(&Resolver)) {
+        let btf = Btf::parse(data).unwrap();
+        f(&Resolver {
+            btf: &btf,
+            path: PathBuf::from("nested.btf"),
+        });
+    }
+
+    #[test]
+    fn offsets_go_through_anonymous_unions_typedefs_and_qualifiers() {
+        resolver_test(nested(), |r| {
+            assert_eq!(r.offset("outer", &["first"]).unwrap(), 0);
+            assert_eq!(r.offset("outer", &["y", "b"]).unwrap(), 12);
+            assert_eq!(r.offset("outer", &["q", "b"]).unwrap(), 20);
+            assert_eq!(r.offset("outer", &["p"]).unwrap(), 24);
+            // A pointer is not an embedded struct: nothing to go into.
+            let e = r.offset("outer", &["p", "a"]).unwrap_err().to_string();
+            assert!(e.contains("p.a") && e.contains("nested.btf"), "{e}");
+            let e = r.offset("odd", &["f"]).unwrap_err().to_string();
+            assert!(e.contains("a bitfield"), "{e}");
+            let e = r.offset("absent", &["f"]).unwrap_err().to_string();
+            assert!(e.contains("struct absent"), "{e}");
+        });
+    }
+
+    #[test]
+    fn a_truncated_btf_file_is_named_with_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vmlinux");
+        let data = nested();
+        std::fs::write(&path, &data[..data.len() - 40]).unwrap();
+        let e = KernelOffsets::from_btf_file(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(path.to_str().unwrap()) && e.contains("string section"),
+            "{e}"
+        );
     }
 
     #[test]
