@@ -201,6 +201,17 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
                 unreachable!()
             };
             assert_eq!(&c.container_id, sandbox, "{name} {plugin}");
+            // The run starts at the plugin's fork, after the netns it is given.
+            let forked = c
+                .forked_ns
+                .unwrap_or_else(|| panic!("{name}: {c:?} has no fork"));
+            assert_eq!(s.start_ns, forked, "{name}: {s:?}");
+            assert!(forked <= c.meta.ktime_ns, "{name}: {c:?}");
+            assert!(
+                stage(p, "netns_created").start_ns <= forked,
+                "{name}: {plugin} forked before the netns\n{}",
+                waterfall(p)
+            );
             assert_eq!(
                 cni_args_value(&c.args, "K8S_POD_UID").as_deref(),
                 Some(p.uid.as_str())
@@ -343,6 +354,18 @@ const RUNTIME_STEPS: [&str; 4] = ["shim_start", "runc_create", "runc_init", "run
 /// its RunPodSandbox, before the pause exec; those of its container inside StartContainer,
 /// before the app's exec. Each is a process whose own arguments (or, for `runc init`,
 /// whose parent's) name this pod's sandbox or container.
+/// The fork and exec times the kernel recorded for runtime process `pid`.
+fn fork_of(trace: &Trace, pid: u32) -> (Option<u64>, u64) {
+    kernel(trace)
+        .find_map(|e| match e {
+            KernelEvent::RuntimeExec(r) if r.meta.tgid == pid => {
+                Some((r.forked_ns, r.meta.ktime_ns))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no runtime exec of process {pid}"))
+}
+
 fn runtime_steps_are_this_pods(trace: &Trace, p: &PodTimeline, sandbox: &str, container: &str) {
     let name = &p.name;
     let args_of = |pid: u32| -> Vec<String> {
@@ -385,6 +408,14 @@ fn runtime_steps_are_this_pods(trace: &Trace, p: &PodTimeline, sandbox: &str, co
                 assert_eq!(parent, create, "{name}: {s:?}");
             } else {
                 assert!(s.ok && s.exit_code == Some(0), "{name}: {s:?}");
+                // Forked for the step, by containerd or the shim: the step starts at
+                // the fork the kernel recorded, inside the call, before the exec.
+                if kind != "shim_create" {
+                    let (forked, exec_at) = fork_of(trace, pid);
+                    assert_eq!(Some(s.start_ns), forked, "{name}: {s:?}");
+                    assert!(s.start_ns <= exec_at, "{name}: {s:?}");
+                    assert!(s.detail.contains("before its exec"), "{name}: {s:?}");
+                }
                 let args = args_of(pid);
                 assert!(
                     args.iter().any(|a| a == id),

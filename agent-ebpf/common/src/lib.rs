@@ -62,6 +62,9 @@ pub mod names {
     pub const MM_ARG_START_OFFSET: &str = "MM_ARG_START_OFFSET";
     /// Byte offset of `mm_struct.arg_end`.
     pub const MM_ARG_END_OFFSET: &str = "MM_ARG_END_OFFSET";
+    /// Byte offset of `task_struct.start_time`: when the task was forked (CLOCK_MONOTONIC
+    /// ns, the clock of `bpf_ktime_get_ns`).
+    pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the
@@ -239,6 +242,9 @@ pub struct CniExecEvent {
     pub env_scanned: u32,
     /// [`cni_flags`] bits.
     pub flags: u32,
+    /// When the plugin's process was forked (the task's `start_time`, the clock of
+    /// `header.ktime_ns`); 0 when unknown.
+    pub forked_ns: u64,
     pub filename: [u8; PATH_LEN],
     /// `CNI_COMMAND`: ADD, DEL, CHECK, VERSION, ...
     pub command: [u8; 16],
@@ -271,6 +277,9 @@ pub struct RuntimeExecEvent {
     pub argv_len: u32,
     /// [`argv_flags`] bits.
     pub flags: u32,
+    /// When the process was forked (the task's `start_time`, the clock of
+    /// `header.ktime_ns`); 0 when unknown.
+    pub forked_ns: u64,
     /// The arguments as the kernel keeps them: NUL-separated, `argv[0]` first.
     pub argv: [u8; ARGV_LEN],
 }
@@ -407,8 +416,8 @@ const _: () = {
     assert!(core::mem::size_of::<ExitEvent>() == H + 8);
     assert!(core::mem::size_of::<CgroupEvent>() == H + 24 + COMM_LEN + PATH_LEN);
     assert!(core::mem::size_of::<NetnsEvent>() == H + 40);
-    assert!(core::mem::size_of::<CniExecEvent>() == H + 8 + 3 * PATH_LEN + 32 + 128);
-    assert!(core::mem::size_of::<RuntimeExecEvent>() == H + 8 + ARGV_LEN);
+    assert!(core::mem::size_of::<CniExecEvent>() == H + 16 + 3 * PATH_LEN + 32 + 128);
+    assert!(core::mem::size_of::<RuntimeExecEvent>() == H + 16 + ARGV_LEN);
     assert!(ARGV_LEN.is_power_of_two());
     assert!(core::mem::size_of::<Prefix>() == 8 + 2 * PREFIX_LEN);
     assert!(PREFIX_LEN.is_power_of_two());

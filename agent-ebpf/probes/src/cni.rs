@@ -53,6 +53,7 @@ pub fn report_plugin(ctx: &TracePointContext, filename: *const u8) -> Result<(),
     // helper.
     let truncated = unsafe {
         fill_header(&raw mut (*ev).header, EventKind::CniExec);
+        (*ev).forked_ns = task::current_start_time();
         (*ev).filename[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
         (*ev).command[0] = 0;

@@ -25,6 +25,7 @@ pub fn report_runtime() -> Result<(), u32> {
         fill_header(&raw mut (*ev).header, EventKind::RuntimeExec);
         (*ev).argv_len = 0;
         (*ev).flags = argv_flags::UNREADABLE;
+        (*ev).forked_ns = task::current_start_time();
         (*ev).argv[0] = 0;
         if let Some((start, end)) = task::exec_args() {
             let len = end - start;

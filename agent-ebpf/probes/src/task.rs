@@ -25,6 +25,8 @@ static MM_START_STACK_OFFSET: u32 = 0;
 static MM_ARG_START_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static MM_ARG_END_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
+static TASK_START_TIME_OFFSET: u32 = 0;
 
 /// Reads a global set at load time. `read_volatile` keeps the compiler from folding the
 /// compile-time 0 into the code: the loader patches the value in `.rodata`.
@@ -77,6 +79,22 @@ pub fn current_exit_code() -> i32 {
     unsafe {
         let task = bpf_get_current_task() as *const u8;
         bpf_probe_read_kernel(task.add(off) as *const i32).unwrap_or(i32::MIN)
+    }
+}
+
+/// When the current task was forked (`task_struct.start_time`, CLOCK_MONOTONIC ns like
+/// `bpf_ktime_get_ns`), or 0 when unknown. At `sched_process_exec` of a new process the
+/// task is the one its parent forked, so this is the fork that led to the exec.
+#[inline(always)]
+pub fn current_start_time() -> u64 {
+    let off = global(&TASK_START_TIME_OFFSET);
+    if off == 0 {
+        return 0;
+    }
+    // SAFETY: as above, the helper checks the address.
+    unsafe {
+        let task = bpf_get_current_task() as *const u8;
+        bpf_probe_read_kernel(task.add(off) as *const u64).unwrap_or(0)
     }
 }
 

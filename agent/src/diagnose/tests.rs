@@ -106,6 +106,7 @@ fn cni(t_ms: u64, pid: u32, command: &str, plugin: &str, sandbox: &str) -> Trace
         infra_container_id: Some(sandbox.into()),
         env_scanned: 60,
         env_truncated: false,
+        forked_ns: None,
     })))
 }
 

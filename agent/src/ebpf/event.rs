@@ -142,6 +142,10 @@ pub struct RuntimeExec {
     /// The arguments could not be read.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unreadable: bool,
+    /// When the process was forked (the clock of `meta.ktime_ns`): what it took the
+    /// runtime to get from starting the process to its exec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_ns: Option<u64>,
 }
 
 /// What a [`KernelEvent::CniExec`] says.
@@ -164,6 +168,9 @@ pub struct CniExec {
     pub env_scanned: u32,
     /// The environment was longer than the probe looks; CNI_* values may be missing.
     pub env_truncated: bool,
+    /// When the plugin's process was forked (the clock of `meta.ktime_ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_ns: Option<u64>,
 }
 
 /// The cgroup a cgroup event is about.
@@ -365,6 +372,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 infra_container_id: cni_arg("K8S_POD_INFRA_CONTAINER_ID"),
                 env_scanned: e.env_scanned,
                 env_truncated: e.flags & cni_flags::ENV_TRUNCATED != 0,
+                forked_ns: forked(e.forked_ns, e.header.ktime_ns),
                 filename,
                 args,
             }))
@@ -389,9 +397,16 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 argv,
                 head_cut,
                 unreadable: e.flags & argv_flags::UNREADABLE != 0,
+                forked_ns: forked(e.forked_ns, e.header.ktime_ns),
             }))
         }
     })
+}
+
+/// A fork time as the probe read it: 0 (unknown) or later than the exec (a wrong
+/// offset) is none.
+fn forked(forked_ns: u64, exec_ns: u64) -> Option<u64> {
+    (forked_ns != 0 && forked_ns <= exec_ns).then_some(forked_ns)
 }
 
 /// Splits a `wait(2)` status into (exit code, signal). `i32::MIN` is the probes'
@@ -545,6 +560,7 @@ mod tests {
             header: header(EventKind::RuntimeExec, "runc"),
             argv_len: raw.len() as u32,
             flags: 0,
+            forked_ns: 7,
             argv,
         };
         let KernelEvent::RuntimeExec(r) = decode(&bytes(&ev)).unwrap() else {
@@ -552,6 +568,16 @@ mod tests {
         };
         assert_eq!(r.argv, ["runc", "--root", "/run/runc", "start", "abc"]);
         assert!(!r.head_cut && !r.unreadable);
+        assert_eq!(r.forked_ns, Some(7));
+        // A fork after the exec is a misread, not a time.
+        let later = RuntimeExecEvent {
+            forked_ns: ev.header.ktime_ns + 1,
+            ..ev
+        };
+        let KernelEvent::RuntimeExec(r) = decode(&bytes(&later)).unwrap() else {
+            panic!("not a runtime exec");
+        };
+        assert_eq!(r.forked_ns, None);
         // A length past the buffer (a corrupt record) is cut to it, not trusted.
         let cut = RuntimeExecEvent {
             argv_len: u32::MAX,
@@ -579,6 +605,7 @@ mod tests {
             header: header(EventKind::CniExec, "containerd"),
             env_scanned: 47,
             flags: 0,
+            forked_ns: 0,
             filename: fixed::<PATH_LEN>("/usr/lib/cni/host-local"),
             command: fixed("ADD"),
             ifname: fixed("eth0"),

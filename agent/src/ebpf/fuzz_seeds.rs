@@ -129,6 +129,7 @@ fn encode(e: &KernelEvent) -> Vec<u8> {
             } else {
                 0
             },
+            forked_ns: c.forked_ns.unwrap_or(0),
             filename: fixed(&c.filename),
             command: fixed(&c.command),
             ifname: fixed(&c.ifname),
@@ -159,6 +160,7 @@ fn encode(e: &KernelEvent) -> Vec<u8> {
                 header: header(EventKind::RuntimeExec, &r.meta),
                 argv_len: if r.unreadable { 0 } else { n as u32 },
                 flags,
+                forked_ns: r.forked_ns.unwrap_or(0),
                 argv,
             })
         }

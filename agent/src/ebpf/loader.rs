@@ -225,6 +225,12 @@ impl KernelProbes {
             .set_global(names::MM_START_STACK_OFFSET, &offsets.mm_start_stack, true)
             .set_global(names::MM_ARG_START_OFFSET, &offsets.mm_arg_start, true)
             .set_global(names::MM_ARG_END_OFFSET, &offsets.mm_arg_end, true)
+            // Optional like the parent's: an older object reports no fork times.
+            .set_global(
+                names::TASK_START_TIME_OFFSET,
+                &offsets.task_start_time,
+                false,
+            )
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .load(&data)
             .map_err(|source| match permission_error(&source, DENIED) {

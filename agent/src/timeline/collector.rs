@@ -484,6 +484,7 @@ fn kept_kernel_event(e: &KernelEvent) -> KernelEvent {
                 argv,
                 head_cut: false,
                 unreadable: r.unreadable,
+                forked_ns: r.forked_ns,
             })),
             None => e.clone(),
         },

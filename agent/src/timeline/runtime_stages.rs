@@ -3,7 +3,9 @@
 //! `runc init`, the container's first process, inside it) and `runc start`. Each is a
 //! process the probes saw exec'd, with the sandbox or container ID in its arguments
 //! (`runc init` by its parent), timed from its exec to its exit; the shim daemon, which
-//! lives on, from its exec until it ran `runc create`.
+//! lives on, from its exec until it ran `runc create`. A process the runtime forked for
+//! the step (the shim's start, runc create and start) is timed from that fork, read from
+//! the task's start time at its exec.
 
 use super::runtime_args::{self, Program};
 use crate::ebpf::KernelEvent;
@@ -73,9 +75,17 @@ pub fn runtime_steps<'e>(
                 .first()
                 .map_or("runc", |a| a.rsplit('/').next().unwrap_or(a)),
         };
+        // The shim's start and runc's runs are spawned by the runtime (containerd, the
+        // shim): their step starts at that fork, so the time the runtime took from
+        // starting the process to its exec is the step's, not the call's remainder. The
+        // shim daemon is forked by `shim start`, inside that step already.
+        let forked = r
+            .forked_ns
+            .filter(|_| kind != "shim_create")
+            .filter(|f| at - f <= MAX_SPAWN_NS);
         let mut step = RuntimeStep {
             kind,
-            start_ns: at,
+            start_ns: forked.unwrap_or(at),
             end_ns: exit.map(|x| x.0),
             pid,
             exit_code: exit.and_then(|x| x.1),
@@ -88,6 +98,10 @@ pub fn runtime_steps<'e>(
                     .into();
         } else if exit.is_none() {
             step.detail.push_str(", exit not seen");
+        }
+        if let Some(f) = forked {
+            step.detail
+                .push_str(&format!(", forked {} before its exec", spawn_ms(at - f)));
         }
         if kind == "runc_create"
             && let Some(init) = init_of(events.clone(), pid, at, step.end_ns)
@@ -105,6 +119,15 @@ pub fn runtime_steps<'e>(
     }
     steps.sort_by_key(|s| (s.start_ns, KINDS.iter().position(|k| *k == s.kind)));
     steps
+}
+
+/// A process exec'd longer than this after its fork was not spawned for the exec (a
+/// shell or daemon that ran a while first): its fork is not the step's start.
+pub const MAX_SPAWN_NS: u64 = 5_000_000_000;
+
+/// A fork-to-exec time for a detail: `0.412 ms`.
+pub fn spawn_ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
 }
 
 /// The first exit of process `pid` at or after `at`: (time, exit code, signal).
@@ -176,6 +199,7 @@ mod tests {
             argv: argv.split(' ').map(str::to_string).collect(),
             head_cut: false,
             unreadable: false,
+            forked_ns: None,
         }))
     }
 
@@ -253,5 +277,67 @@ mod tests {
         assert_eq!(steps.len(), 1);
         assert_eq!(steps[0].end_ns, None);
         assert!(steps[0].detail.ends_with("exit not seen"), "{:?}", steps[0]);
+    }
+
+    fn forked(e: KernelEvent, at: u64) -> KernelEvent {
+        let KernelEvent::RuntimeExec(mut r) = e else {
+            unreachable!()
+        };
+        r.forked_ns = Some(at);
+        KernelEvent::RuntimeExec(r)
+    }
+
+    #[test]
+    fn a_step_the_runtime_forked_starts_at_the_fork() {
+        let events = [
+            forked(
+                runtime(
+                    100_000_000,
+                    10,
+                    &format!("containerd-shim-runc-v2 -id {ID} start"),
+                ),
+                96_000_000,
+            ),
+            // The daemon's fork is inside `shim start`: it stays at its exec.
+            forked(
+                runtime(
+                    112_000_000,
+                    11,
+                    &format!("containerd-shim-runc-v2 -id {ID}"),
+                ),
+                111_000_000,
+            ),
+            exit(115_000_000, 10, 0),
+            forked(
+                runtime(120_000_000, 20, &format!("runc create {ID}")),
+                118_500_000,
+            ),
+            exit(153_000_000, 20, 0),
+            // A process that ran for minutes before it exec'd runc was not spawned for
+            // it: its fork is no start.
+            forked(runtime(400_000_000_000, 40, &format!("runc start {ID}")), 1),
+            exit(400_000_100_000, 40, 0),
+        ];
+        let steps = runtime_steps(events.iter(), ID);
+        let got: Vec<(&str, u64)> = steps.iter().map(|s| (s.kind, s.start_ns)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("shim_start", 96_000_000),
+                ("shim_create", 112_000_000),
+                ("runc_create", 118_500_000),
+                ("runc_start", 400_000_000_000),
+            ]
+        );
+        assert_eq!(
+            steps[0].detail,
+            "containerd-shim-runc-v2 start, forked 4.000 ms before its exec"
+        );
+        assert_eq!(
+            steps[1].end_ns,
+            Some(118_500_000),
+            "the daemon runs until it forked runc"
+        );
+        assert_eq!(steps[3].detail, "runc start");
     }
 }

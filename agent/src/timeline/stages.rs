@@ -12,7 +12,7 @@ use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
 use super::model::{PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
-use super::runtime_stages::runtime_steps;
+use super::runtime_stages::{MAX_SPAWN_NS, runtime_steps, spawn_ms};
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
 use crate::ebpf::{KernelEvent, NetnsCall};
@@ -397,10 +397,10 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// cni_add and one cni_plugin:<name> per plugin run, IPAM plugins included.
     fn cni_stages(&mut self, id: &str) {
-        let adds: Vec<(&KernelEvent, &String)> = self
+        let adds: Vec<(&KernelEvent, &String, Option<u64>)> = self
             .of_sandbox(id)
             .filter_map(|(e, _)| match e {
-                KernelEvent::CniExec(c) if c.command == "ADD" => Some((e, &c.plugin)),
+                KernelEvent::CniExec(c) if c.command == "ADD" => Some((e, &c.plugin, c.forked_ns)),
                 _ => None,
             })
             .collect();
@@ -409,12 +409,15 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
         let plugin_pids: BTreeMap<u32, &str> = adds
             .iter()
-            .map(|(e, p)| (e.meta().tgid, p.as_str()))
+            .map(|(e, p, _)| (e.meta().tgid, p.as_str()))
             .collect();
         let mut plugins = Vec::new();
-        for (exec, plugin) in &adds {
+        for (exec, plugin, forked) in &adds {
             let pid = exec.meta().tgid;
             let at = exec.ktime_ns();
+            // The runtime (or the plugin delegating) forked the plugin's process for
+            // this run: the run starts there.
+            let forked = forked.filter(|f| at - f <= MAX_SPAWN_NS);
             let after = |e: &KernelEvent| e.meta().tgid == pid && e.ktime_ns() >= at;
             let exit = self.kernel.iter().find_map(|(e, _)| match e {
                 KernelEvent::Exit {
@@ -428,7 +431,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             });
             let mut s = self.stage(
                 format!("cni_plugin:{plugin}"),
-                at,
+                forked.unwrap_or(at),
                 exit.map_or(at, |(t, _, _)| t),
                 StageSource::Kernel,
             );
@@ -437,6 +440,9 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             let mut detail = vec!["ADD".to_string()];
             if let Some(p) = parent {
                 detail.push(format!("delegated by {p}"));
+            }
+            if let Some(f) = forked {
+                detail.push(format!("forked {} before its exec", spawn_ms(at - f)));
             }
             match exit {
                 Some((_, code, signal)) => {

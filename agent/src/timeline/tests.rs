@@ -68,6 +68,7 @@ fn cni(t: u64, pid: u32, caller: &str, plugin: &str, sandbox: &str, uid: &str) -
         infra_container_id: Some(sandbox.into()),
         env_scanned: 60,
         env_truncated: false,
+        forked_ns: None,
     })))
 }
 
@@ -327,6 +328,27 @@ fn the_stages_come_in_the_order_the_runtime_performs_them() {
     // The compile and its exit stay on the node; the other pod's plugin is not ours.
     assert_eq!(t.node_events, 3, "{t:#?}");
     assert_eq!(t.other_pod_events, 1);
+}
+
+#[test]
+fn a_cni_plugin_the_runtime_forked_runs_from_its_fork() {
+    let mut records = run("portmap", 0);
+    for r in &mut records {
+        if let TraceRecord::Kernel(KernelEvent::CniExec(c)) = r
+            && c.plugin == "bridge"
+        {
+            c.forked_ns = Some(c.meta.ktime_ns - 3 * MS);
+        }
+    }
+    let t = build(&records);
+    let p = &t.pods[0];
+    let bridge = p.stage("cni_plugin:bridge").unwrap();
+    assert_eq!((bridge.start_ns, bridge.end_ns), (13 * MS, 40 * MS));
+    assert_eq!(bridge.detail, "ADD, forked 3.000 ms before its exec");
+    // cni_add begins with its first plugin run, loopback's exec at 12 ms.
+    assert_eq!(p.stage("cni_add").unwrap().start_ns, 12 * MS);
+    let loopback = p.stage("cni_plugin:loopback").unwrap();
+    assert_eq!(loopback.detail, "ADD", "no fork time, no change");
 }
 
 #[test]
@@ -950,6 +972,7 @@ fn runtime_exec(t: u64, pid: u32, comm: &str, argv: &str) -> TraceRecord {
             argv: argv.split(' ').map(str::to_string).collect(),
             head_cut: false,
             unreadable: false,
+            forked_ns: None,
         },
     )))
 }

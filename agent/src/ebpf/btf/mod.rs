@@ -1,7 +1,8 @@
 //! Offsets into kernel structs, resolved from the running kernel's BTF at load time.
 //!
 //! The probes read `task_struct->nsproxy->net_ns->ns.inum` (the netns inode),
-//! `task_struct->exit_code`, `task_struct->real_parent->tgid` and, for a CNI plugin's
+//! `task_struct->exit_code`, `task_struct->real_parent->tgid`, `task_struct->start_time`
+//! (when a process was forked) and, for a CNI plugin's
 //! environment, `task_struct->mm->start_stack`. Those offsets change with every kernel
 //! build and config
 //! (randomised layouts, added fields), so the probes take them as globals and this
@@ -46,6 +47,9 @@ pub struct KernelOffsets {
     pub mm_arg_start: u32,
     /// `mm_struct.arg_end`: one past their end.
     pub mm_arg_end: u32,
+    /// `task_struct.start_time`: when the task was forked. 0 when the kernel has no such
+    /// member (the probes then report no fork times).
+    pub task_start_time: u32,
 }
 
 impl KernelOffsets {
@@ -77,6 +81,10 @@ impl KernelOffsets {
             mm_start_stack: r.offset("mm_struct", &["start_stack"])?,
             mm_arg_start: r.offset("mm_struct", &["arg_start"])?,
             mm_arg_end: r.offset("mm_struct", &["arg_end"])?,
+            task_start_time: match r.offset("task_struct", &["start_time"]) {
+                Err(EbpfError::BtfMemberMissing { .. }) => 0,
+                other => other?,
+            },
         })
     }
 }
@@ -210,6 +218,11 @@ mod tests {
         );
         assert_eq!(off.mm_arg_end, off.mm_arg_start + 8, "{off:?}");
         assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{off:?}");
+        assert!(
+            off.task_start_time > 0 && off.task_start_time < 16384,
+            "{off:?}"
+        );
+        assert_eq!(off.task_start_time % 8, 0, "a u64 is 8-byte aligned");
     }
 
     #[test]
