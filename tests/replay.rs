@@ -67,10 +67,14 @@ fn every_fixture_has_a_scenario_and_matches_the_schema() {
             argv: vec!["runc".into(), "start".into(), "0123".into()],
             head_cut: false,
             unreadable: false,
+            forked_ns: Some(4),
         }),
     ));
     let mut runtime = serde_json::to_value(&runtime).unwrap();
     assert!(validator.is_valid(&runtime), "{runtime}");
+    let mut negative = runtime.clone();
+    negative["forked_ns"] = serde_json::json!(-1);
+    assert!(!validator.is_valid(&negative), "{negative}");
     runtime.as_object_mut().unwrap().remove("argv");
     assert!(!validator.is_valid(&runtime), "{runtime}");
     for trace in fixtures() {
