@@ -496,7 +496,7 @@ mod tests {
     fn ring_buffer_records_carry_an_8_byte_header_and_round_up_to_8() {
         assert_eq!(ringbuf_record_bytes(size_of::<ExecEvent>()), 320);
         assert_eq!(ringbuf_record_bytes(size_of::<ExitEvent>()), 64);
-        assert_eq!(ringbuf_record_bytes(size_of::<CniExecEvent>()), 992);
+        assert_eq!(ringbuf_record_bytes(size_of::<CniExecEvent>()), 1000);
         assert_eq!(ringbuf_record_bytes(1), 16);
         assert_eq!(ringbuf_record_bytes(0), 8);
     }
