@@ -82,7 +82,7 @@ pub fn runtime_steps<'e>(
         let forked = r
             .forked_ns
             .filter(|_| kind != "shim_create")
-            .filter(|f| at - f <= MAX_SPAWN_NS);
+            .and_then(|f| spawned_at(f, at));
         let mut step = RuntimeStep {
             kind,
             start_ns: forked.unwrap_or(at),
@@ -100,8 +100,7 @@ pub fn runtime_steps<'e>(
             step.detail.push_str(", exit not seen");
         }
         if let Some(f) = forked {
-            step.detail
-                .push_str(&format!(", forked {} before its exec", spawn_ms(at - f)));
+            step.detail.push_str(&format!(", {}", forked_detail(f, at)));
         }
         if kind == "runc_create"
             && let Some(init) = init_of(events.clone(), pid, at, step.end_ns)
@@ -123,11 +122,20 @@ pub fn runtime_steps<'e>(
 
 /// A process exec'd longer than this after its fork was not spawned for the exec (a
 /// shell or daemon that ran a while first): its fork is not the step's start.
-pub const MAX_SPAWN_NS: u64 = 5_000_000_000;
+const MAX_SPAWN_NS: u64 = 5_000_000_000;
 
-/// A fork-to-exec time for a detail: `0.412 ms`.
-pub fn spawn_ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 / 1e6)
+/// Where a process exec'd at `exec` and forked at `fork` begins its stage: the fork,
+/// unless it was too long before the exec to have been for it.
+pub fn spawned_at(fork: u64, exec: u64) -> Option<u64> {
+    (exec - fork <= MAX_SPAWN_NS).then_some(fork)
+}
+
+/// The stage detail saying how long before its exec the process was forked.
+pub fn forked_detail(fork: u64, exec: u64) -> String {
+    format!(
+        "forked {:.3} ms before its exec",
+        (exec - fork) as f64 / 1e6
+    )
 }
 
 /// The first exit of process `pid` at or after `at`: (time, exit code, signal).

@@ -12,7 +12,7 @@ use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
 use super::model::{PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
-use super::runtime_stages::{MAX_SPAWN_NS, runtime_steps, spawn_ms};
+use super::runtime_stages::{forked_detail, runtime_steps, spawned_at};
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
 use crate::ebpf::{KernelEvent, NetnsCall};
@@ -417,7 +417,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             let at = exec.ktime_ns();
             // The runtime (or the plugin delegating) forked the plugin's process for
             // this run: the run starts there.
-            let forked = forked.filter(|f| at - f <= MAX_SPAWN_NS);
+            let forked = forked.and_then(|f| spawned_at(f, at));
             let after = |e: &KernelEvent| e.meta().tgid == pid && e.ktime_ns() >= at;
             let exit = self.kernel.iter().find_map(|(e, _)| match e {
                 KernelEvent::Exit {
@@ -442,7 +442,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 detail.push(format!("delegated by {p}"));
             }
             if let Some(f) = forked {
-                detail.push(format!("forked {} before its exec", spawn_ms(at - f)));
+                detail.push(forked_detail(f, at));
             }
             match exit {
                 Some((_, code, signal)) => {

@@ -233,15 +233,14 @@ impl Btf {
             .collect())
     }
 
-    /// The IDs of the structs named `name`.
-    pub fn structs_named(&self, name: &str) -> Result<Vec<u32>, BtfFormatError> {
-        let mut found = Vec::new();
+    /// The ID of the first struct named `name`, if any.
+    pub fn struct_named(&self, name: &str) -> Result<Option<u32>, BtfFormatError> {
         for id in 1..=self.types.len() as u32 {
             if self.kind(id)? == Kind::Struct && self.type_name(id)? == name {
-                found.push(id);
+                return Ok(Some(id));
             }
         }
-        Ok(found)
+        Ok(None)
     }
 }
 
@@ -262,7 +261,7 @@ mod tests {
     fn members_names_and_kinds_read_back_in_both_byte_orders() {
         for big_endian in [false, true] {
             let btf = Btf::parse(sample().bytes(big_endian)).unwrap();
-            assert_eq!(btf.structs_named("pair").unwrap(), vec![3]);
+            assert_eq!(btf.struct_named("pair").unwrap(), Some(3));
             assert_eq!(btf.type_name(1).unwrap(), "int");
             assert_eq!(btf.kind(2).unwrap(), Kind::Other);
             let m = btf.members(3).unwrap();

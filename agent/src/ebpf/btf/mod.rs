@@ -103,11 +103,10 @@ impl Resolver<'_> {
             strukt,
             member: member.to_string(),
         };
-        let mut ty = *self
+        let mut ty = self
             .btf
-            .structs_named(strukt)
+            .struct_named(strukt)
             .map_err(|e| self.unreadable(e))?
-            .first()
             .ok_or_else(|| missing(members.first().copied().unwrap_or_default()))?;
         let mut bits = 0u32;
         for (i, name) in members.iter().enumerate() {
