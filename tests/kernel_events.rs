@@ -305,9 +305,67 @@ fn on_demand_namespace_probes_stay_detached_until_held() {
         find_netns(&w, "unshare", "unshare", printed_inode(&unshared)),
         None
     );
+}
+
+/// Between pod work (nobody holds the gate) the probes drop the node's own execs and
+/// exits in the kernel, and still report a CNI plugin's, and what it runs, with exits.
+#[test]
+fn between_pod_work_the_nodes_own_processes_are_dropped_in_the_kernel() {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = serial();
+    let dir = Scratch::new();
+    let plugin = dir.path().join("fake-plugin");
+    std::fs::write(&plugin, "#!/bin/sh\n/bin/true run-by-the-plugin\n").unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cni_dir = dir.path().to_str().expect("utf-8 temp dir");
+    let watcher = Watcher::start(&["--netns-on-demand", "--cni-bin-dir", cni_dir]);
+    let mut node = Command::new("/bin/true")
+        .arg("the-nodes-own")
+        .spawn()
+        .expect("/bin/true");
+    let node_pid = u64::from(node.id());
+    assert!(node.wait().expect("/bin/true").success());
+    let mut run = Command::new(&plugin)
+        .env("CNI_COMMAND", "VERSION")
+        .env("CNI_CONTAINERID", "between-pod-work")
+        .spawn()
+        .expect("the fake plugin");
+    let plugin_pid = u64::from(run.id());
+    assert!(run.wait().expect("the fake plugin").success());
+    let w = watcher.stop();
+    assert!(w.status.success(), "{}", w.stderr);
+
+    let pid = |e: &Value| e["pid"].as_u64();
+    let seen = || format!("{:#?}", w.events);
     assert!(
-        w.of_kind("exec").any(|e| e["comm"] == "readlink"),
-        "the other probes run as usual"
+        w.of_kind("cni_exec")
+            .any(|e| pid(e) == Some(plugin_pid) && e["container_id"] == "between-pod-work"),
+        "the plugin's CNI event: {}",
+        seen()
+    );
+    assert!(
+        w.of_kind("exec").any(|e| pid(e) == Some(plugin_pid)),
+        "the plugin's exec: {}",
+        seen()
+    );
+    assert!(
+        w.of_kind("exit").any(|e| pid(e) == Some(plugin_pid)),
+        "the plugin's exit: {}",
+        seen()
+    );
+    let child = w
+        .of_kind("exec")
+        .find(|e| e["filename"] == "/bin/true" && e["ppid"].as_u64() == Some(plugin_pid))
+        .unwrap_or_else(|| panic!("what the plugin ran: {}", seen()));
+    assert!(
+        w.of_kind("exit").any(|e| pid(e) == pid(child)),
+        "the exit of what the plugin ran: {}",
+        seen()
+    );
+    assert!(
+        !w.events.iter().any(|e| pid(e) == Some(node_pid)),
+        "the node's own process was reported between pod work: {}",
+        seen()
     );
 }
 

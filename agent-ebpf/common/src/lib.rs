@@ -28,6 +28,14 @@ pub const MAX_ENV_SCAN: u32 = 256;
 /// argument list is read from its end, where runc puts the ID.
 pub const ARGV_LEN: usize = 1024;
 
+/// The value of [`names::NODE_PROCESSES`] that reports every exec and exit on the node.
+pub const NODE_PROCESSES_ON: u32 = 1;
+/// Entries of [`names::TRACKED`]: an LRU map, so tracked processes whose exits were
+/// never seen age out instead of filling it.
+pub const MAX_TRACKED: u32 = 16_384;
+/// Entries of [`names::POD_CGROUPS`] (an LRU map too).
+pub const MAX_POD_CGROUPS: u32 = 16_384;
+
 /// `CLONE_NEWNET` from `<linux/sched.h>`.
 pub const CLONE_NEWNET: u64 = 0x4000_0000;
 
@@ -41,6 +49,15 @@ pub mod names {
     pub const CGROUP_PREFIXES: &str = "CGROUP_PREFIXES";
     /// The directory ([`crate::Prefix`], one entry) whose executables are CNI plugins.
     pub const CNI_BIN_DIR: &str = "CNI_BIN_DIR";
+    /// One `u32`: non-zero while the execs and exits of the node's own processes are
+    /// reported too; zero keeps only those the probes tie to pods (see
+    /// [`crate::NODE_PROCESSES_ON`]).
+    pub const NODE_PROCESSES: &str = "NODE_PROCESSES";
+    /// Process IDs whose execs and exits are always reported: the runtime's programs,
+    /// CNI plugins, and what they exec.
+    pub const TRACKED: &str = "TRACKED";
+    /// Cgroup v2 IDs of the cgroups created under the configured prefixes.
+    pub const POD_CGROUPS: &str = "POD_CGROUPS";
     /// Byte offset of `task_struct.nsproxy`.
     pub const TASK_NSPROXY_OFFSET: &str = "TASK_NSPROXY_OFFSET";
     /// Byte offset of `nsproxy.net_ns`.

@@ -1,7 +1,8 @@
 //! `cgroup:cgroup_mkdir`, `cgroup_rmdir` and `cgroup_attach_task`, kept only under the
 //! cgroup roots user space configured: a node moves tasks between cgroups all the
 //! time, and only pod cgroups matter here. Filtering in the kernel keeps the rest out
-//! of the ring buffer.
+//! of the ring buffer. The v2 IDs of the cgroups kept are remembered, so the execs and
+//! exits of the processes in them are always reported (`filter.rs`).
 
 use aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes;
 use aya_ebpf::macros::{map, tracepoint};
@@ -11,7 +12,7 @@ use podtrace_ebpf_common::{
     CgroupEvent, EventKind, MAX_CGROUP_PREFIXES, PREFIX_LEN, Prefix, prefix_matches,
 };
 
-use crate::{data_loc, fill_header, reserve};
+use crate::{data_loc, fill_header, filter, reserve};
 
 #[map(name = "CGROUP_PREFIXES")]
 static CGROUP_PREFIXES: Array<Prefix> = Array::with_max_entries(MAX_CGROUP_PREFIXES, 0);
@@ -78,6 +79,14 @@ fn try_cgroup_dir(ctx: &TracePointContext, kind: EventKind) -> Result<u32, u32> 
             ctx.read_at::<u64>(DIR_ID).map_err(|_| 1u32)?,
         )
     };
+    // The v2 hierarchy's ID is 0; its cgroup IDs are what a task's cgroup ID is
+    // compared with at exec and exit.
+    if root == 0 {
+        match kind {
+            EventKind::CgroupMkdir => filter::add_pod_cgroup(id),
+            _ => filter::remove_pod_cgroup(id),
+        }
+    }
     emit(kind, root, level, id, 0, core::ptr::null(), path)
 }
 

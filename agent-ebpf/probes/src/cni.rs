@@ -15,7 +15,7 @@ use aya_ebpf::maps::Array;
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::warn;
 use podtrace_ebpf_common::{
-    CniExecEvent, EventKind, MAX_ENV_SCAN, PATH_LEN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
+    CniExecEvent, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
     starts_with,
 };
 
@@ -28,17 +28,19 @@ static CNI_BIN_DIR: Array<Prefix> = Array::with_max_entries(1, 0);
 /// `=` is `CNI_CONTAINERID=` (16), and the string read needs one byte for the NUL.
 const ENV_HEAD: usize = 24;
 
-/// True when the exec'd file (its path as copied into an event) is in the CNI plugin
+/// True when the exec'd file (the exec tracepoint's kernel string) is in the CNI plugin
 /// directory.
 #[inline(always)]
-pub fn is_plugin(filename: &[u8; PATH_LEN]) -> bool {
+pub fn is_plugin(filename: *const u8) -> bool {
     let Some(dir) = CNI_BIN_DIR.get(0) else {
         return false;
     };
-    // SAFETY: PATH_LEN >= PREFIX_LEN (asserted in the common crate's layout checks), so
-    // the first PREFIX_LEN bytes are in bounds.
-    let head = unsafe { &*(filename.as_ptr() as *const [u8; PREFIX_LEN]) };
-    prefix_matches(dir, head)
+    let mut head = [0u8; PREFIX_LEN];
+    // SAFETY: the helper checks the address; `filename` points into the trace record.
+    if unsafe { bpf_probe_read_kernel_str_bytes(filename, &mut head) }.is_err() {
+        return false;
+    }
+    prefix_matches(dir, &head)
 }
 
 /// Reports the exec of a CNI plugin, `filename` being the exec tracepoint's (kernel)

@@ -17,6 +17,7 @@
 
 mod cgroup;
 mod cni;
+mod filter;
 mod netns;
 mod runtime;
 mod sched;
@@ -60,12 +61,6 @@ impl<T: 'static> Reserved<T> {
     #[inline(always)]
     fn submit(self) {
         self.entry.submit(self.flags);
-    }
-
-    /// Gives the reservation back unread.
-    #[inline(always)]
-    fn discard(self) {
-        self.entry.discard(BPF_RB_NO_WAKEUP as u64);
     }
 }
 

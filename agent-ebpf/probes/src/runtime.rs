@@ -4,8 +4,7 @@
 //! start and runc's create, init and start inside RunPodSandbox and StartContainer.
 //!
 //! Reported from `sched_process_exec` (see `sched.rs`): the program is told by its new
-//! `comm`, which the exec event's header already holds, so any other exec costs one
-//! compare of a few bytes.
+//! `comm`, so any other exec costs one compare of a few bytes.
 
 use aya_ebpf::helpers::r#gen::bpf_probe_read_user;
 use podtrace_ebpf_common::{ARGV_LEN, EventKind, RuntimeExecEvent, argv_flags};

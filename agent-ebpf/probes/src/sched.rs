@@ -1,12 +1,14 @@
-//! `sched:sched_process_exec` (with CNI plugin execs, `cni.rs`) and
-//! `sched:sched_process_exit`.
+//! `sched:sched_process_exec` (with CNI plugin execs, `cni.rs`, and the runtime's,
+//! `runtime.rs`) and `sched:sched_process_exit`, filtered as `filter.rs` says.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
+};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent, is_runtime_comm};
+use podtrace_ebpf_common::{COMM_LEN, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
-use crate::{Reserved, cni, data_loc, fill_header, reserve, runtime, task};
+use crate::{Reserved, cni, data_loc, fill_header, filter, reserve, runtime, task};
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
 const EXEC_FILENAME: usize = 8;
@@ -24,36 +26,35 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     let filename = data_loc(ctx, EXEC_FILENAME).map_err(|_| 1u32)?;
     // SAFETY: offset from the format file.
     let old_pid: i32 = unsafe { ctx.read_at(EXEC_OLD_PID) }.map_err(|_| 1u32)?;
-    let mut entry = reserve_exec(filename, old_pid)?;
-    // The CNI check reads the filename already copied into the event.
-    // SAFETY: `reserve_exec` filled the entry.
-    let plugin = cni::is_plugin(unsafe { &(*entry.as_mut_ptr()).filename });
-    // SAFETY: as above; the header holds the new program's comm.
-    let runtime = !plugin && is_runtime_comm(unsafe { &(*entry.as_mut_ptr()).header.comm });
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let plugin = cni::is_plugin(filename);
+    let runtime = !plugin && is_runtime_comm(&bpf_get_current_comm().unwrap_or([0; COMM_LEN]));
+    let ppid = task::current_parent_tgid();
+    if plugin || runtime || (ppid != 0 && filter::is_tracked(ppid)) {
+        filter::track(tgid);
+    } else if !filter::is_tracked(tgid)
+        && !filter::current_in_pod_cgroup()
+        && !filter::node_processes()
+    {
+        // A node process: nothing reserved, nothing copied.
+        return Ok(0);
+    }
     if runtime {
-        // As for a plugin: the runtime program's arguments go first, so the reader
-        // knows whose process it is by the time it reads the exec.
-        entry.discard();
+        // The runtime program's arguments go first, so the reader knows whose process
+        // it is by the time it reads the exec.
         let _ = runtime::report_runtime();
-        reserve_exec(filename, old_pid)?.submit();
-        return Ok(0);
+    } else if plugin {
+        // Likewise a plugin's CNI event. A lost CNI event is counted; the exec is
+        // still reported.
+        let _ = cni::report_plugin(ctx, filename);
     }
-    if !plugin {
-        entry.submit();
-        return Ok(0);
-    }
-    // A plugin's CNI event goes first, so the plugin is known when its exec is read
-    // (the ring is read in reservation order). Rare: the exec is reserved again.
-    entry.discard();
-    // A lost CNI event is counted; the exec is still reported.
-    let _ = cni::report_plugin(ctx, filename);
-    reserve_exec(filename, old_pid)?.submit();
+    reserve_exec(filename, old_pid, ppid)?.submit();
     Ok(0)
 }
 
 /// Reserves and fills an exec event.
 #[inline(always)]
-fn reserve_exec(filename: *const u8, old_pid: i32) -> Result<Reserved<ExecEvent>, u32> {
+fn reserve_exec(filename: *const u8, old_pid: i32, ppid: u32) -> Result<Reserved<ExecEvent>, u32> {
     let Some(mut entry) = reserve::<ExecEvent>(EventKind::Exec) else {
         return Err(1);
     };
@@ -63,7 +64,7 @@ fn reserve_exec(filename: *const u8, old_pid: i32) -> Result<Reserved<ExecEvent>
     unsafe {
         fill_header(&raw mut (*ev).header, EventKind::Exec);
         (*ev).old_pid = old_pid as u32;
-        (*ev).ppid = task::current_parent_tgid();
+        (*ev).ppid = ppid;
         (*ev).filename[0] = 0;
         let _ = bpf_probe_read_kernel_str_bytes(filename, &mut (*ev).filename);
     }
@@ -81,7 +82,14 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
     // The tracepoint fires once per thread; a process has exited when its leader has.
     let pid_tgid = bpf_get_current_pid_tgid();
-    if pid_tgid as u32 != (pid_tgid >> 32) as u32 {
+    let tgid = (pid_tgid >> 32) as u32;
+    if pid_tgid as u32 != tgid {
+        return Ok(0);
+    }
+    if !filter::untrack(tgid)
+        && !filter::node_processes()
+        && !filter::current_in_pod_cgroup()
+    {
         return Ok(0);
     }
     let Some(mut entry) = reserve::<ExitEvent>(EventKind::Exit) else {

@@ -46,9 +46,11 @@ pub struct EbpfArgs {
     #[arg(long)]
     pub clone_netns: bool,
     /// Load the namespace programs but attach them only while a caller holds their gate,
-    /// as the agent does around the CRI calls that create or enter pod namespaces.
-    /// kernel-events itself holds it never, so it then reports no namespace events: this
-    /// is for measuring the agent's overhead between those calls.
+    /// as the agent does around the CRI calls that create or enter pod namespaces; the
+    /// node's own execs and exits are reported only then too. kernel-events itself
+    /// holds it never, so it then reports no namespace events and only the execs and
+    /// exits of pods, the runtime and CNI plugins: this is for measuring the agent's
+    /// overhead between those calls.
     #[arg(long, hide = true)]
     pub netns_on_demand: bool,
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
-use podtrace_ebpf_common::{EventKind, MAX_CGROUP_PREFIXES, PREFIX_LEN, Prefix, names};
+use podtrace_ebpf_common::{
+    EventKind, MAX_CGROUP_PREFIXES, NODE_PROCESSES_ON, PREFIX_LEN, Prefix, names,
+};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -70,6 +72,9 @@ pub enum NetnsAttach {
     Always,
     /// Loaded and verified at start, attached only while a [`NetnsGate`] hold is taken
     /// (the agent takes one around the CRI calls that create or enter pod namespaces).
+    /// The execs and exits of the node's own processes are reported only then too, as
+    /// context around pod work: between those calls the probes drop them in the kernel
+    /// and report only what they tie to pods, the runtime and CNI plugins.
     OnDemand,
 }
 
@@ -245,6 +250,8 @@ impl KernelProbes {
             })?;
 
         write_filters(&mut ebpf, &cgroup_prefixes, &cni_bin_dir)?;
+        // With the gate, the node's own processes are reported only while it is held.
+        set_node_processes(&mut ebpf, config.netns_attach == NetnsAttach::Always)?;
         if let Some(logger) = config.ebpf_log {
             aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger).map_err(|source| {
                 EbpfError::Log {
@@ -500,6 +507,25 @@ fn write_filters(
     dir.set(0, cni_bin_dir, 0)
         .map_err(map_err(names::CNI_BIN_DIR))?;
     Ok(())
+}
+
+/// Whether the execs and exits of the node's own processes (neither in a pod's cgroup
+/// nor the runtime's, a CNI plugin's or what they exec) reach the ring buffer.
+pub(super) fn set_node_processes(ebpf: &mut Ebpf, on: bool) -> Result<(), EbpfError> {
+    let map_err = |source| EbpfError::Map {
+        map: names::NODE_PROCESSES,
+        source: Box::new(source),
+    };
+    let mut flag: Array<_, u32> = Array::try_from(
+        ebpf.map_mut(names::NODE_PROCESSES)
+            .ok_or(aya::maps::MapError::InvalidName {
+                name: names::NODE_PROCESSES.to_string(),
+            })
+            .map_err(map_err)?,
+    )
+    .map_err(map_err)?;
+    flag.set(0, if on { NODE_PROCESSES_ON } else { 0 }, 0)
+        .map_err(map_err)
 }
 
 type Attached = (

@@ -6,7 +6,8 @@
 //! makes 150 syscalls per exec. The agent creates and enters pod namespaces only inside
 //! a few CRI calls, so it holds the gate around those calls: the programs are attached
 //! before the call goes out and detached once no such call has run for
-//! [`NETNS_LINGER`].
+//! [`NETNS_LINGER`]. The same window reports the execs and exits of the node's own
+//! processes, as context around pod work; outside it the probes drop them in the kernel.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use aya::Ebpf;
 use aya::programs::TracePoint;
 use aya::programs::trace_point::TracePointLink;
 
-use super::loader::ProgramSpec;
+use super::loader::{ProgramSpec, set_node_processes};
 
 /// How long the programs stay attached after the last call that needed them: pods
 /// created one after another keep them attached rather than attaching for every call.
@@ -33,6 +34,8 @@ struct GateState {
     ebpf: Arc<Mutex<Ebpf>>,
     programs: Vec<&'static ProgramSpec>,
     holders: usize,
+    /// Held, or idle for less than the linger: the node's own processes are reported.
+    open: bool,
     links: Vec<TracePointLink>,
     idle_since: Option<Instant>,
     /// Times the programs were attached, and the last failure to attach.
@@ -67,6 +70,7 @@ impl NetnsGate {
                 ebpf,
                 programs,
                 holders: 0,
+                open: false,
                 links: Vec::new(),
                 idle_since: None,
                 attaches: 0,
@@ -88,6 +92,10 @@ impl NetnsGate {
         let mut st = self.lock();
         st.holders += 1;
         st.idle_since = None;
+        if !st.open {
+            st.open = true;
+            st.set_node_processes(true);
+        }
         if st.links.is_empty() {
             let began = Instant::now();
             match st.attach() {
@@ -150,13 +158,27 @@ impl GateState {
 
     fn detach_if_idle(&mut self, now: Instant) {
         if self.holders == 0
-            && !self.links.is_empty()
+            && self.open
             && self
                 .idle_since
                 .is_some_and(|at| now.duration_since(at) >= NETNS_LINGER)
         {
             // Dropping a link detaches its program.
             self.links.clear();
+            self.open = false;
+            self.set_node_processes(false);
+        }
+    }
+
+    /// Reports the node's own execs and exits, or stops. A failure is logged: the probes
+    /// then keep reporting what they did, which costs the node, not correctness.
+    fn set_node_processes(&mut self, on: bool) {
+        let mut ebpf = self.ebpf.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = set_node_processes(&mut ebpf, on) {
+            tracing::warn!(
+                "could not switch the node's own processes' events {}: {e}",
+                if on { "on" } else { "off" }
+            );
         }
     }
 }

@@ -1,5 +1,7 @@
 //! What of the probes' stream is worth keeping. The probes report every exec and exit on
-//! the node; a pod's timeline needs the ones attributable to it and, for context, the
+//! the node while pod work goes on (the agent's namespace gate is open), and outside it
+//! only the ones they tie to pods (`agent-ebpf/probes/src/filter.rs`, the same identities
+//! as here); a pod's timeline needs the ones attributable to it and, for context, the
 //! node's own processes while pod work is going on. Everything the kernel ties to a pod
 //! by identity is always kept; node-level execs and exits are kept only around pod work
 //! and at a bounded rate, so a busy node does not fill the trace with its compilers.
