@@ -86,10 +86,7 @@ fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
     if pid_tgid as u32 != tgid {
         return Ok(0);
     }
-    if !filter::untrack(tgid)
-        && !filter::node_processes()
-        && !filter::current_in_pod_cgroup()
-    {
+    if !filter::untrack(tgid) && !filter::node_processes() && !filter::current_in_pod_cgroup() {
         return Ok(0);
     }
     let Some(mut entry) = reserve::<ExitEvent>(EventKind::Exit) else {
