@@ -30,9 +30,11 @@ pub const ARGV_LEN: usize = 1024;
 
 /// The value of [`names::NODE_PROCESSES`] that reports every exec and exit on the node.
 pub const NODE_PROCESSES_ON: u32 = 1;
-/// Entries of [`names::TRACKED`]: an LRU map, so tracked processes whose exits were
-/// never seen age out instead of filling it.
-pub const MAX_TRACKED: u32 = 16_384;
+/// Entries of [`names::TRACKED`] (one byte per process ID) when user space does not size
+/// it to the node's `pid_max`: the kernel's default `pid_max`.
+pub const DEFAULT_PID_MAX: u32 = 32_768;
+/// The largest `pid_max` a 64-bit kernel allows (`PID_MAX_LIMIT`).
+pub const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
 /// Entries of [`names::POD_CGROUPS`] (an LRU map too).
 pub const MAX_POD_CGROUPS: u32 = 16_384;
 
@@ -54,7 +56,7 @@ pub mod names {
     /// [`crate::NODE_PROCESSES_ON`]).
     pub const NODE_PROCESSES: &str = "NODE_PROCESSES";
     /// Process IDs whose execs and exits are always reported: the runtime's programs,
-    /// CNI plugins, and what they exec.
+    /// CNI plugins, and what they exec (one byte per process ID up to `pid_max`).
     pub const TRACKED: &str = "TRACKED";
     /// Cgroup v2 IDs of the cgroups created under the configured prefixes.
     pub const POD_CGROUPS: &str = "POD_CGROUPS";
@@ -82,6 +84,8 @@ pub mod names {
     /// Byte offset of `task_struct.start_time`: when the task was forked (CLOCK_MONOTONIC
     /// ns, the clock of `bpf_ktime_get_ns`).
     pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
+    /// Byte offset of `task_struct.comm`.
+    pub const TASK_COMM_OFFSET: &str = "TASK_COMM_OFFSET";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the
@@ -303,11 +307,28 @@ pub struct RuntimeExecEvent {
 
 /// True when an exec'd program's `comm` (its file name, cut to 15 bytes) is one of the
 /// container runtime's own programs whose arguments the probes read.
+///
+/// Compared as two 8-byte words: every exec on the node runs this, and a word compare
+/// is a few instructions where a byte loop is dozens.
 #[inline(always)]
 pub fn is_runtime_comm(comm: &[u8; COMM_LEN]) -> bool {
-    starts_with(comm, b"runc\0")
-        || starts_with(comm, b"crun\0")
-        || starts_with(comm, b"containerd-shim")
+    let (w0, w1) = (comm_word(comm, 0), comm_word(comm, 1));
+    // "runc" or "crun" and the NUL after it: the low five bytes (little-endian words).
+    const FIVE: u64 = 0xff_ffff_ffff;
+    const RUNC: u64 = u64::from_le_bytes(*b"runc\0\0\0\0");
+    const CRUN: u64 = u64::from_le_bytes(*b"crun\0\0\0\0");
+    const SHIM0: u64 = u64::from_le_bytes(*b"containe");
+    // "rd-shim": the low seven bytes of the second word.
+    const SHIM1: u64 = u64::from_le_bytes(*b"rd-shim\0");
+    const SEVEN: u64 = 0xff_ffff_ffff_ffff;
+    w0 & FIVE == RUNC || w0 & FIVE == CRUN || (w0 == SHIM0 && w1 & SEVEN == SHIM1)
+}
+
+/// The `i`th (0 or 1) little-endian 8-byte word of a comm.
+#[inline(always)]
+fn comm_word(comm: &[u8; COMM_LEN], i: usize) -> u64 {
+    // SAFETY: `i & 1` keeps the eight bytes read inside the 16-byte comm.
+    u64::from_le(unsafe { core::ptr::read_unaligned(comm.as_ptr().add((i & 1) * 8) as *const u64) })
 }
 
 /// True when `head` starts with `name`. Both lengths are constants, so the verifier
@@ -498,6 +519,9 @@ mod tests {
         assert!(!is_runtime_comm(&comm("runcx")));
         assert!(!is_runtime_comm(&comm("containerd")));
         assert!(!is_runtime_comm(&comm("exe")));
+        assert!(!is_runtime_comm(&comm("containerd-shi")));
+        assert!(!is_runtime_comm(&comm("container")));
+        assert!(!is_runtime_comm(&comm("run")));
     }
 
     #[test]

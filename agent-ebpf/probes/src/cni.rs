@@ -8,7 +8,8 @@
 //! stack.
 
 use aya_ebpf::helpers::{
-    bpf_probe_read_kernel_str_bytes, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+    bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
+    bpf_probe_read_user_str_bytes,
 };
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
@@ -35,6 +36,23 @@ pub fn is_plugin(filename: *const u8) -> bool {
     let Some(dir) = CNI_BIN_DIR.get(0) else {
         return false;
     };
+    // Most execs differ from the directory within its first eight bytes: compare those
+    // first, with one fixed-size read, and copy the string only when they agree.
+    // SAFETY: the helper checks the address; eight bytes of the trace record are read
+    // (past a shorter name's NUL is the rest of the record, masked out below).
+    let Ok(first) = (unsafe { bpf_probe_read_kernel(filename as *const u64) }) else {
+        return false;
+    };
+    // SAFETY: PREFIX_LEN >= 8, so both words lie inside the arrays.
+    let (want, mask) = unsafe {
+        (
+            core::ptr::read_unaligned(dir.bytes.as_ptr() as *const u64),
+            core::ptr::read_unaligned(dir.mask.as_ptr() as *const u64),
+        )
+    };
+    if (first ^ want) & mask != 0 {
+        return false;
+    }
     let mut head = [0u8; PREFIX_LEN];
     // SAFETY: the helper checks the address; `filename` points into the trace record.
     if unsafe { bpf_probe_read_kernel_str_bytes(filename, &mut head) }.is_err() {

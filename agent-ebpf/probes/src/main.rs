@@ -27,8 +27,7 @@ use aya_ebpf::bindings::{
     BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
 };
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
-    bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
 };
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::ring_buf::RingBufEntry;
@@ -98,7 +97,7 @@ fn reserve<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
 #[inline(always)]
 unsafe fn fill_header(header: *mut EventHeader, kind: EventKind) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let comm = task::current_comm();
     // SAFETY: the caller guarantees `header` is writable; the helpers have no
     // preconditions.
     unsafe {

@@ -1,12 +1,10 @@
 //! `sched:sched_process_exec` (with CNI plugin execs, `cni.rs`, and the runtime's,
 //! `runtime.rs`) and `sched:sched_process_exit`, filtered as `filter.rs` says.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes,
-};
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{COMM_LEN, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
+use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
 use crate::{Reserved, cni, data_loc, fill_header, filter, reserve, runtime, task};
 
@@ -28,9 +26,10 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     let old_pid: i32 = unsafe { ctx.read_at(EXEC_OLD_PID) }.map_err(|_| 1u32)?;
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let plugin = cni::is_plugin(filename);
-    let runtime = !plugin && is_runtime_comm(&bpf_get_current_comm().unwrap_or([0; COMM_LEN]));
+    let runtime = !plugin && is_runtime_comm(&task::current_comm());
     let ppid = task::current_parent_tgid();
-    if plugin || runtime || (ppid != 0 && filter::is_tracked(ppid)) {
+    // An unknown parent (0: no offsets for it) could be a tracked one: keep.
+    if plugin || runtime || ppid == 0 || filter::is_tracked(ppid) {
         filter::track(tgid);
     } else if !filter::is_tracked(tgid)
         && !filter::current_in_pod_cgroup()

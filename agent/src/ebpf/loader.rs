@@ -10,7 +10,7 @@ use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
 use podtrace_ebpf_common::{
-    EventKind, MAX_CGROUP_PREFIXES, NODE_PROCESSES_ON, PREFIX_LEN, Prefix, names,
+    EventKind, MAX_CGROUP_PREFIXES, NODE_PROCESSES_ON, PID_MAX_LIMIT, PREFIX_LEN, Prefix, names,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -236,7 +236,10 @@ impl KernelProbes {
                 &offsets.task_start_time,
                 false,
             )
+            // Optional too: without it the probes read the comm through the helper.
+            .set_global(names::TASK_COMM_OFFSET, &offsets.task_comm, false)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
+            .set_max_entries(names::TRACKED, tracked_entries(read_pid_max()))
             .load(&data)
             .map_err(|source| match permission_error(&source, DENIED) {
                 Some(denied) => EbpfError::NotPermitted {
@@ -509,6 +512,22 @@ fn write_filters(
     Ok(())
 }
 
+/// The node's `pid_max`, when it can be read.
+fn read_pid_max() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Entries of the probes' tracked-process map (a byte per process ID): every ID the
+/// node can hand out. Unknown `pid_max`: the kernel's limit, so no ID falls outside
+/// (an ID beyond the map is reported rather than filtered, at a cost, not a loss).
+fn tracked_entries(pid_max: Option<u32>) -> u32 {
+    pid_max.map_or(PID_MAX_LIMIT, |n| n.clamp(1, PID_MAX_LIMIT))
+}
+
 /// Whether the execs and exits of the node's own processes (neither in a pod's cgroup
 /// nor the runtime's, a CNI plugin's or what they exec) reach the ring buffer.
 pub(super) fn set_node_processes(ebpf: &mut Ebpf, on: bool) -> Result<(), EbpfError> {
@@ -647,6 +666,16 @@ mod tests {
         assert!(check_ringbuf_size(DEFAULT_RINGBUF_BYTES).is_ok());
         assert!(check_ringbuf_size(page / 2).is_err());
         assert!(check_ringbuf_size(page * 3).is_err());
+    }
+
+    #[test]
+    fn the_tracked_map_covers_every_process_id_the_node_can_hand_out() {
+        assert_eq!(tracked_entries(Some(32_768)), 32_768);
+        assert_eq!(tracked_entries(Some(4_194_304)), PID_MAX_LIMIT);
+        // Unreadable: the kernel's limit, never a map too small for the node's IDs.
+        assert_eq!(tracked_entries(None), PID_MAX_LIMIT);
+        assert_eq!(tracked_entries(Some(u32::MAX)), PID_MAX_LIMIT);
+        assert_eq!(tracked_entries(Some(0)), 1);
     }
 
     #[test]

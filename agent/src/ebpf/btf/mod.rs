@@ -50,6 +50,10 @@ pub struct KernelOffsets {
     /// `task_struct.start_time`: when the task was forked. 0 when the kernel has no such
     /// member (the probes then report no fork times).
     pub task_start_time: u32,
+    /// `task_struct.comm`: the probes read it directly, which costs every exec on the
+    /// node less than the `bpf_get_current_comm` helper. 0 when missing (they then use
+    /// the helper).
+    pub task_comm: u32,
 }
 
 impl KernelOffsets {
@@ -82,6 +86,10 @@ impl KernelOffsets {
             mm_arg_start: r.offset("mm_struct", &["arg_start"])?,
             mm_arg_end: r.offset("mm_struct", &["arg_end"])?,
             task_start_time: match r.offset("task_struct", &["start_time"]) {
+                Err(EbpfError::BtfMemberMissing { .. }) => 0,
+                other => other?,
+            },
+            task_comm: match r.offset("task_struct", &["comm"]) {
                 Err(EbpfError::BtfMemberMissing { .. }) => 0,
                 other => other?,
             },
@@ -222,6 +230,11 @@ mod tests {
             "{off:?}"
         );
         assert_eq!(off.task_start_time % 8, 0, "a u64 is 8-byte aligned");
+        assert!(
+            off.task_comm > 0 && off.task_comm < 16384,
+            "task_struct.comm at {}",
+            off.task_comm
+        );
     }
 
     #[test]
