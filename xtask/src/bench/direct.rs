@@ -1,4 +1,4 @@
-//! Benchmarks 1 and 2: podtrace's pipeline against the direct CRI driver
+//! Benchmarks 1 and 2 (and the arms of 11): podtrace's pipeline against the direct CRI driver
 //! (`podtrace bench-direct`: the same requests in the same order, nothing in between), on
 //! the node lab with the image already present. Arms alternate within one run.
 
@@ -19,13 +19,13 @@ const CONCURRENCY: &[usize] = &[1, 2, 8, 32];
 const GOAL_THROUGHPUT: f64 = 0.95;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Arm {
+pub(super) enum Arm {
     Podtrace,
     Direct,
 }
 
 impl Arm {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Arm::Podtrace => "podtrace",
             Arm::Direct => "direct",
@@ -44,6 +44,29 @@ fn manifest(name: &str) -> String {
 /// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
 /// Both arms print `{"pods": [{"name", "seconds", ...}]}`.
 fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::Result<Vec<f64>> {
+    Ok(create_sampled(bin, work, arm, tag, pods, &[])?.seconds)
+}
+
+/// What one arm's process did.
+pub struct ArmRun {
+    /// Each pod's time to Running, in seconds.
+    pub seconds: Vec<f64>,
+    /// The highest VmRSS of the process, sampled every [`RSS_EVERY`] until it exited.
+    pub peak_rss_kib: u64,
+}
+
+/// How often [`create_sampled`] reads the arm's VmRSS.
+const RSS_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`create`], with `extra` arguments for the arm's process and its memory sampled.
+pub(super) fn create_sampled(
+    bin: &Path,
+    work: &Path,
+    arm: Arm,
+    tag: &str,
+    pods: usize,
+    extra: &[&str],
+) -> anyhow::Result<ArmRun> {
     let dir: PathBuf = work.join(format!("{}-{tag}", arm.name()));
     let _ = std::fs::remove_dir_all(&dir);
     let manifests = dir.join("manifests");
@@ -69,10 +92,12 @@ fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::
             cmd.args(["bench-direct", "--cleanup"]);
         }
     }
+    cmd.args(extra);
     let node = format!("podtrace-bench-{}", arm.name());
-    let out = super::on_lab(&mut cmd, &dir, &manifests, &node)
-        .output()
+    let out = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
         .with_context(|| format!("running the {} arm", arm.name()))?;
+    let peak_rss_kib = out.1;
+    let out = out.0;
     // Kept for after the run: cleanup errors from either arm show only here.
     std::fs::write(dir.join("stderr.log"), &out.stderr)?;
     let doc: Value = serde_json::from_slice(&out.stdout).with_context(|| {
@@ -112,7 +137,51 @@ fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::
             bad.first().map(|p| p.to_string()).unwrap_or_default()
         );
     }
-    Ok(list.iter().filter_map(|p| p["seconds"].as_f64()).collect())
+    Ok(ArmRun {
+        seconds: list.iter().filter_map(|p| p["seconds"].as_f64()).collect(),
+        peak_rss_kib,
+    })
+}
+
+/// Runs `cmd` to the end like `output()`, reading its VmRSS every [`RSS_EVERY`]
+/// meanwhile; returns the output and the highest VmRSS read (KiB).
+fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, u64)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let pid = child.id();
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = pipe(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let stderr = pipe(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let mut peak = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        // Gone between the two calls: the last reading stands.
+        if let Ok(kib) = super::memory::status_kib(pid, "VmRSS:") {
+            peak = peak.max(kib);
+        }
+        std::thread::sleep(RSS_EVERY);
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    Ok((output, peak))
 }
 
 pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {

@@ -89,14 +89,15 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
     let busy = mib(max(&busy_rss));
     let peak = mib(after_hwm);
-    let met = busy <= GOAL_MIB;
+    // The peak bounds every sample, the 100-pod one included.
+    let met = peak <= GOAL_MIB;
     let verdict = if met {
-        format!("met: {busy:.1} MiB ≤ {GOAL_MIB:.0} MiB (peak {peak:.1} MiB)")
+        format!("met: peak {peak:.1} MiB ≤ {GOAL_MIB:.0} MiB ({busy:.1} MiB with {PODS} pods)")
     } else {
         format!(
-            "missed: {busy:.1} MiB is {:.1} MiB ({:.0}%) over {GOAL_MIB:.0} MiB",
-            busy - GOAL_MIB,
-            (busy / GOAL_MIB - 1.0) * 100.0
+            "missed: peak {peak:.1} MiB is {:.1} MiB ({:.0}%) over {GOAL_MIB:.0} MiB ({busy:.1} MiB with {PODS} pods)",
+            peak - GOAL_MIB,
+            (peak / GOAL_MIB - 1.0) * 100.0
         )
     };
     Ok(Outcome {
@@ -143,7 +144,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 ),
             ),
         ],
-        goal: format!("≤ {GOAL_MIB:.0} MiB with {PODS} pods"),
+        goal: format!("peak RSS (VmHWM) ≤ {GOAL_MIB:.0} MiB over the run, {PODS} pods included"),
         verdict,
         samples: json!({
             "pods": PODS,

@@ -7,6 +7,7 @@ mod churn;
 mod direct;
 mod fuzzing;
 mod machine;
+mod many_pods;
 mod memory;
 mod otlp;
 mod probe_overhead;
@@ -29,7 +30,7 @@ use crate::workspace;
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
     /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing, 9 startup
-    /// explained, 10 OTLP collector away); default all.
+    /// explained, 10 OTLP collector away, 11 250 pods at once); default all.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -83,6 +84,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (8, "fuzzing"),
     (9, "startup explained"),
     (10, "OTLP collector away"),
+    (11, "250 pods at once"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -133,6 +135,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             8 => fuzzing::run(args.fuzz_seconds),
             9 => with_lab(|| shares::run_all(&bin, &dir)),
             10 => with_lab(|| otlp::run(&bin, &dir)),
+            11 => with_lab(|| many_pods::run(&bin, &dir)),
             _ => continue,
         };
         match outcome {

@@ -1,0 +1,135 @@
+//! Benchmark 11: a node at a raised max-pods with 250 pods created at once: how long
+//! until every one is Running, podtrace against the direct CRI driver, and how much
+//! memory the agent holds meanwhile.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::direct::{Arm, create_sampled};
+use super::{Figure, Outcome};
+
+/// Pods per batch: most of the lab's /24 pod network (253 addresses).
+pub const PODS: usize = 250;
+/// Batches per arm, alternating ABBA.
+const ROUNDS: usize = 2;
+const GOAL_RATIO: f64 = 0.95;
+const GOAL_MIB: f64 = 40.0;
+/// kubelet's --max-pods for the podtrace arm: above the batch.
+const MAX_PODS: &str = "300";
+
+pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let work = dir.join("many-pods");
+    // One untimed pod per arm first, as in benchmark 2: the first pod after a pause pays
+    // for cold caches.
+    for arm in [Arm::Podtrace, Arm::Direct] {
+        create_sampled(bin, &work, arm, "warm", 1, &[])?;
+    }
+    let mut took = [Vec::new(), Vec::new()];
+    let mut rss_kib = Vec::new();
+    let mut raw = Vec::new();
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            [Arm::Podtrace, Arm::Direct]
+        } else {
+            [Arm::Direct, Arm::Podtrace]
+        };
+        for arm in order {
+            let extra: &[&str] = match arm {
+                Arm::Podtrace => &["--max-pods", MAX_PODS],
+                Arm::Direct => &[],
+            };
+            let r = create_sampled(bin, &work, arm, &format!("r{round}"), PODS, extra)?;
+            // The batch lasts until its slowest pod is Running.
+            let slowest = r.seconds.iter().copied().fold(0.0, f64::max);
+            eprintln!(
+                "bench: {PODS} pods: round {} {}: all Running after {slowest:.1} s, peak RSS {:.1} MiB",
+                round + 1,
+                arm.name(),
+                r.peak_rss_kib as f64 / 1024.0
+            );
+            took[(arm == Arm::Direct) as usize].push(slowest);
+            if arm == Arm::Podtrace {
+                rss_kib.push(r.peak_rss_kib);
+            }
+            raw.push(json!({
+                "round": round,
+                "arm": arm.name(),
+                "seconds": r.seconds,
+                "peak_rss_kib": r.peak_rss_kib,
+            }));
+        }
+    }
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    let (podtrace, direct) = (sum(&took[0]), sum(&took[1]));
+    // Pods per second of each arm, as a ratio: the direct driver's time over podtrace's.
+    let ratio = direct / podtrace;
+    let peak_mib = rss_kib.iter().copied().max().unwrap_or(0) as f64 / 1024.0;
+    let mut misses = Vec::new();
+    if ratio < GOAL_RATIO {
+        misses.push(format!(
+            "{ratio:.3}× is {:.3} under {GOAL_RATIO}×",
+            GOAL_RATIO - ratio
+        ));
+    }
+    if peak_mib > GOAL_MIB {
+        misses.push(format!(
+            "peak RSS {peak_mib:.1} MiB is {:.1} MiB over {GOAL_MIB:.0} MiB",
+            peak_mib - GOAL_MIB
+        ));
+    }
+    let verdict = if misses.is_empty() {
+        format!("met: {ratio:.3}× the direct driver, peak RSS {peak_mib:.1} MiB")
+    } else {
+        format!("missed: {}", misses.join("; "))
+    };
+    let secs = |v: &[f64]| {
+        v.iter()
+            .map(|s| format!("{s:.1} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Ok(Outcome {
+        number: 11,
+        title: "250 pods at once",
+        method: format!(
+            "{PODS} one-container `sleep` pods (image present) submitted at once, {ROUNDS} \
+             batches per arm alternating ABBA after one untimed pod per arm: `podtrace run \
+             --until-ready --cleanup --max-pods {MAX_PODS}` (release build, probes loaded) \
+             against `podtrace bench-direct`, each batch in a process of its own. A batch \
+             lasts until its slowest pod is Running (podtrace: from the pods' ADD; direct: \
+             from each pod's first call); the ratio is the direct driver's summed batch time \
+             over podtrace's. The agent's memory is the highest VmRSS of its process, read \
+             every 20 ms from start to exit (its {PODS} pods starting, Running, and cleaned \
+             up)."
+        ),
+        figures: vec![
+            Figure::new(
+                "until all Running, per batch: podtrace",
+                secs(&took[0]),
+            ),
+            Figure::new("until all Running, per batch: direct", secs(&took[1])),
+            Figure::new(
+                "pods/s: podtrace / direct",
+                format!(
+                    "{:.2} / {:.2} = {ratio:.3}×",
+                    (PODS * ROUNDS) as f64 / podtrace,
+                    (PODS * ROUNDS) as f64 / direct
+                ),
+            ),
+            Figure::new(
+                "the agent's peak RSS per batch",
+                rss_kib
+                    .iter()
+                    .map(|k| format!("{:.1} MiB", *k as f64 / 1024.0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        ],
+        goal: format!(
+            "≥ {GOAL_RATIO}× the direct driver, agent RSS ≤ {GOAL_MIB:.0} MiB with {PODS} pods"
+        ),
+        verdict,
+        samples: json!({"pods": PODS, "batches": raw}),
+    })
+}
