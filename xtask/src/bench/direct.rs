@@ -44,7 +44,7 @@ fn manifest(name: &str) -> String {
 /// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
 /// Both arms print `{"pods": [{"name", "seconds", ...}]}`.
 fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::Result<Vec<f64>> {
-    Ok(create_sampled(bin, work, arm, tag, pods, &[])?.seconds)
+    Ok(create_sampled(bin, work, arm, tag, pods)?.seconds)
 }
 
 /// What one arm's process did.
@@ -58,14 +58,13 @@ pub struct ArmRun {
 /// How often [`create_sampled`] reads the arm's VmRSS.
 const RSS_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// [`create`], with `extra` arguments for the arm's process and its memory sampled.
+/// [`create`], with the arm's memory sampled.
 pub(super) fn create_sampled(
     bin: &Path,
     work: &Path,
     arm: Arm,
     tag: &str,
     pods: usize,
-    extra: &[&str],
 ) -> anyhow::Result<ArmRun> {
     let dir: PathBuf = work.join(format!("{}-{tag}", arm.name()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -92,7 +91,6 @@ pub(super) fn create_sampled(
             cmd.args(["bench-direct", "--cleanup"]);
         }
     }
-    cmd.args(extra);
     let node = format!("podtrace-bench-{}", arm.name());
     let out = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
         .with_context(|| format!("running the {} arm", arm.name()))?;
@@ -163,8 +161,18 @@ fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, 
             buf
         })
     };
-    let stdout = pipe(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
-    let stderr = pipe(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let stdout = pipe(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = pipe(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
     let mut peak = 0;
     let status = loop {
         if let Some(status) = child.try_wait()? {

@@ -930,11 +930,18 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     figures.push(Figure::new(
         "the reader's CPU in the on arms (kernel-events, all threads): share of one CPU, per \
          event",
-        format!(
-            "{:.2}%, {:.2} µs",
-            reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON),
-            reader_ns as f64 / 1e3 / arms_events.max(1) as f64
-        ),
+        if arms_events == 0 {
+            format!(
+                "{:.2}%, no events (every one dropped in the kernel)",
+                reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON)
+            )
+        } else {
+            format!(
+                "{:.2}%, {:.2} µs",
+                reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON),
+                reader_ns as f64 / 1e3 / arms_events as f64
+            )
+        },
     ));
     figures.push(Figure::new(
         "probe run time per exec (all programs) / CPU time per exec at the ceiling",
