@@ -384,7 +384,10 @@ async fn until_ready(
             .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
             .max()
             .unwrap_or(30);
-        let limit = tokio::time::Instant::now() + Duration::from_secs(grace as u64 + 30);
+        // The runtime tears pods down at its own pace (a CNI DEL each, serialized on the
+        // node's iptables lock): a second per pod beyond the grace period and 30 s.
+        let limit = tokio::time::Instant::now()
+            + Duration::from_secs(grace as u64 + 30 + pods.len() as u64);
         loop {
             let left = store
                 .list()
