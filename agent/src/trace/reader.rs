@@ -118,6 +118,7 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
     let mut torn_line = None;
     let ends_in_newline = text.ends_with('\n');
     let count = text.lines().count();
+    records.reserve(count);
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         last_line = line;
