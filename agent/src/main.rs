@@ -3,7 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    podtrace::cli::malloc::tune();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PODTRACE_LOG")
@@ -12,6 +11,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = podtrace::cli::Cli::parse();
+    if cli.keeps_memory_low() {
+        podtrace::cli::malloc::tune();
+    }
     if cli.is_long_running() {
         podtrace::cli::malloc::exec_without_thread_caches();
     }

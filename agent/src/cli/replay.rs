@@ -73,6 +73,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     let mut replaying = Duration::ZERO;
     let mut all_ok = true;
     let mut docs = Vec::new();
+    let mut replays = Vec::new();
     let progress = super::progress::Progress::new(traces.len() as u64, "replay");
     for trace in &traces {
         progress.set_message(trace.path.display().to_string());
@@ -81,6 +82,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         replaying += replay_began.elapsed();
         progress.inc();
         let cmp = compare(trace, &replayed, tolerance);
+        replays.push(replayed);
         // A what-if replay predicts different latencies on purpose; only its calls count.
         let ok = if predicting {
             cmp.pods.iter().all(|p| p.divergence.is_none())
@@ -100,11 +102,11 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         }
     }
     progress.finish();
-    if args.output == "json" {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&docs).unwrap_or_default()
-        );
+    if args.output == "json"
+        && let Err(e) = write_json(&docs)
+    {
+        eprintln!("podtrace: writing the comparison: {e}");
+        return ExitCode::FAILURE;
     }
     if args.timing {
         let total = began.elapsed();
@@ -120,10 +122,21 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     // The process exits next, and the OS takes the memory back at once: handing every
     // record back to the allocator one by one first would only delay the exit.
     std::mem::forget(traces);
+    std::mem::forget(replays);
     std::mem::forget(docs);
     if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The comparisons as one pretty-printed JSON array and a newline, written to stdout as
+/// they are serialized rather than built as one string first.
+fn write_json(docs: &[crate::replay::Comparison]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, docs)?;
+    writeln!(out)?;
+    out.flush()
 }

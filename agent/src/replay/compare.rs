@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -105,8 +106,10 @@ pub struct StageLatency {
 /// its duration and its end measured from the pod's ADD.
 fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)> {
     let mut out = BTreeMap::new();
+    let mut label = String::new();
     for c in calls {
-        let mut label = c.method.clone();
+        label.clear();
+        label.push_str(&c.method);
         if !c.container.is_empty() {
             label.push(':');
             label.push_str(&c.container);
@@ -116,12 +119,17 @@ fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)
             label.push_str(&c.image);
         }
         if c.attempt > 0 {
-            label.push_str(&format!("#{}", c.attempt));
+            let _ = write!(label, "#{}", c.attempt);
         }
-        out.entry(label).or_insert((
-            c.end_ns.saturating_sub(c.start_ns),
-            c.end_ns.saturating_sub(added_ns),
-        ));
+        if !out.contains_key(&label) {
+            out.insert(
+                label.clone(),
+                (
+                    c.end_ns.saturating_sub(c.start_ns),
+                    c.end_ns.saturating_sub(added_ns),
+                ),
+            );
+        }
     }
     out
 }
@@ -147,17 +155,40 @@ impl Comparison {
     }
 }
 
-fn step(c: &CriCall) -> Step {
-    Step {
-        method: c.method.clone(),
-        container: c.container.clone(),
+/// A [`Step`] borrowed from its call: every call of every pod is compared, and only the
+/// steps around a divergence are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StepRef<'a> {
+    attempt: u32,
+    code: &'a str,
+    container: &'a str,
+    image: &'a str,
+    method: &'a str,
+}
+
+impl StepRef<'_> {
+    fn to_step(self) -> Step {
+        Step {
+            attempt: self.attempt,
+            code: self.code.to_string(),
+            container: self.container.to_string(),
+            image: self.image.to_string(),
+            method: self.method.to_string(),
+        }
+    }
+}
+
+fn step(c: &CriCall) -> StepRef<'_> {
+    StepRef {
+        method: &c.method,
+        container: &c.container,
         attempt: c.attempt,
         image: if c.method == "PullImage" {
-            c.image.clone()
+            &c.image
         } else {
-            String::new()
+            ""
         },
-        code: c.code.clone(),
+        code: &c.code,
     }
 }
 
@@ -218,22 +249,23 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
     for (uid, (namespace, name, added)) in &pods {
         let rec: &[&CriCall] = recorded.get(uid.as_str()).map_or(&[], Vec::as_slice);
         let rep: &[&CriCall] = served_by_pod.get(uid.as_str()).map_or(&[], Vec::as_slice);
-        let rec_steps: Vec<Step> = rec.iter().map(|c| step(c)).collect();
-        let mut rep_steps: Vec<(u64, Step)> = rep.iter().map(|c| (c.start_ns, step(c))).collect();
+        let rec_steps: Vec<StepRef> = rec.iter().map(|c| step(c)).collect();
+        let mut rep_steps: Vec<(u64, StepRef)> =
+            rep.iter().map(|c| (c.start_ns, step(c))).collect();
         let mut why = BTreeMap::new();
         for d in divergences.get(uid.as_str()).into_iter().flatten() {
-            let s = Step {
-                method: d.method.clone(),
-                container: d.container.clone(),
+            let s = StepRef {
+                method: &d.method,
+                container: &d.container,
                 attempt: d.attempt,
-                image: d.image.clone(),
-                code: "NOT IN RECORDING".into(),
+                image: &d.image,
+                code: "NOT IN RECORDING",
             };
-            why.insert(format!("{s}"), d.why.clone());
+            why.insert(format!("{}", s.to_step()), d.why.clone());
             rep_steps.push((d.at_ns, s));
         }
         rep_steps.sort_by_key(|(at, _)| *at);
-        let rep_steps: Vec<Step> = rep_steps.into_iter().map(|(_, s)| s).collect();
+        let rep_steps: Vec<StepRef> = rep_steps.into_iter().map(|(_, s)| s).collect();
         let mut divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
             d.why = d
                 .replayed
@@ -297,15 +329,18 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
     }
 }
 
-fn first_divergence(rec: &[Step], rep: &[Step]) -> Option<FirstDivergence> {
+fn first_divergence(rec: &[StepRef], rep: &[StepRef]) -> Option<FirstDivergence> {
     let n = rec.len().max(rep.len());
     (0..n)
         .find(|&i| rec.get(i) != rep.get(i))
         .map(|i| FirstDivergence {
             index: i,
-            recorded: rec.get(i).cloned(),
-            replayed: rep.get(i).cloned(),
-            context: rec[i.saturating_sub(3)..i].to_vec(),
+            recorded: rec.get(i).map(|s| s.to_step()),
+            replayed: rep.get(i).map(|s| s.to_step()),
+            context: rec[i.saturating_sub(3)..i]
+                .iter()
+                .map(|s| s.to_step())
+                .collect(),
             why: None,
         })
 }

@@ -5,7 +5,7 @@
 //! simulated runtime that those outcomes (and the recorded container exits) drive. A call
 //! the recording cannot answer is a divergence.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,9 +29,10 @@ pub struct Divergence {
     pub why: String,
 }
 
-/// A matchable call: what it is for. The pod UID comes first, so looking a key up among
-/// every recorded call compares UIDs, which differ within their first bytes.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// A matchable call: what it is for. Keys are only looked up, never listed, so they
+/// are hashed: a lookup among every recorded call costs one hash, not a tree's string
+/// comparisons.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     pod_uid: String,
     method: String,
@@ -72,7 +73,7 @@ struct Facts {
 
 #[derive(Debug, Default)]
 struct State {
-    pending: BTreeMap<Key, VecDeque<CriCall>>,
+    pending: HashMap<Key, VecDeque<CriCall>>,
     last_exec: BTreeMap<(String, String), CriCall>,
     facts: Facts,
     objects: Objects,
@@ -171,9 +172,10 @@ impl ReplayRuntime {
                 _ => {}
             }
             if is_mutation(&c.method) {
+                // Most keys have one call: no room for more until a second comes.
                 st.pending
                     .entry(Key::of(c))
-                    .or_default()
+                    .or_insert_with(|| VecDeque::with_capacity(1))
                     .push_back((*c).clone());
             }
         }

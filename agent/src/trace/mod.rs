@@ -2,6 +2,7 @@
 //! (pod config changes, CRI calls, kernel events, pod events), then stages, then a footer.
 //! `docs/trace-format.md` is the reference; `docs/trace-format.schema.json` the schema.
 
+mod line;
 mod reader;
 mod record;
 mod writer;

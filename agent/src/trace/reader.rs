@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::line::parse_record;
 use super::record::{Footer, Header, KNOWN_TYPES, SCHEMA_VERSION, TraceRecord};
 
 /// A trace read from a file.
@@ -117,6 +118,7 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
     let mut torn_line = None;
     let ends_in_newline = text.ends_with('\n');
     let count = text.lines().count();
+    records.reserve(count);
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         last_line = line;
@@ -125,6 +127,17 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
         }
         if footer.is_some() {
             return Err(corrupt(line, "a record after the footer".into()));
+        }
+        // Most records read straight into their type; the header, unknown types and
+        // anything that does not read so are read through a JSON value below.
+        if line > 1
+            && let Some(record) = parse_record(raw)
+        {
+            match record {
+                TraceRecord::Footer(f) => footer = Some(f),
+                other => records.push(other),
+            }
+            continue;
         }
         // The last line without its newline is a write cut short, when it does not parse.
         let torn = line == count && !ends_in_newline && line > 1;
