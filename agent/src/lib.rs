@@ -11,6 +11,7 @@ pub mod credentialprovider;
 pub mod cri;
 pub mod diagnose;
 pub mod ebpf;
+pub mod event_thread;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod lifecycle;

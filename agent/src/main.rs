@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         builder.on_thread_start(|| {
             podtrace::cli::sched::request_short_slice();
         });
+        podtrace::event_thread::on_thread_start(podtrace::cli::sched::prioritise_event_thread);
     }
     let runtime = match builder.build() {
         Ok(rt) => rt,

@@ -191,7 +191,9 @@ impl RunRecorder {
                     let _ = recorder.sink.netns.set(gate);
                 }
                 let sink = recorder.sink.clone();
-                recorder.forwarder = Some(tokio::spawn(async move {
+                // On the event thread with the reader: a container's first exec shows it
+                // running without waiting for the sync loop's runtime.
+                recorder.forwarder = Some(crate::event_thread::spawn(async move {
                     let mut filter = KernelFilter::new();
                     let mut keep = Vec::new();
                     while let Some(e) = events.recv().await {

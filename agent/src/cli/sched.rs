@@ -47,6 +47,27 @@ pub fn request_short_slice() -> bool {
     rc == 0
 }
 
+/// The event thread's nice value: it sleeps but for a few microseconds per kernel event
+/// or exit, so its weight costs the node nothing, while it no longer queues behind the
+/// runc and shim processes a burst of pod work puts on every CPU (exits shown 8.7 ms after
+/// the kernel at p99 with eight crash-looping pods, 3.7 ms at -10).
+pub const EVENT_THREAD_NICE: i32 = -10;
+
+/// Sets the calling thread's nice value to [`EVENT_THREAD_NICE`] and asks for the short
+/// slice. Without the privilege (CAP_SYS_NICE) the thread keeps its nice value.
+pub fn prioritise_event_thread() {
+    // SAFETY: setpriority has no memory arguments; for PRIO_PROCESS, 0 is the calling
+    // thread.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, EVENT_THREAD_NICE) };
+    if rc != 0 {
+        tracing::debug!(
+            "event thread keeps its nice value: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    request_short_slice();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

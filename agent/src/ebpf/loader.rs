@@ -270,7 +270,9 @@ impl KernelProbes {
         let (tx, rx) = channel(config.channel_capacity);
         let (stop_tx, stop_rx) = oneshot::channel();
         let pace = ReadPace::new();
-        let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone()));
+        // On the event thread: a ring that turned readable is drained at once, whatever
+        // the rest of the agent is doing.
+        let reader = crate::event_thread::spawn(read_events(ring, tx, stop_rx, pace.clone()));
         let ebpf = Arc::new(Mutex::new(ebpf));
         let gate = (config.netns_attach == NetnsAttach::OnDemand)
             .then(|| NetnsGate::new(ebpf.clone(), gated));

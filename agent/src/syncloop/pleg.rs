@@ -87,29 +87,32 @@ impl Pleg {
             Some(pid) => Some(pid),
             None => container_pid(cri, container_id).await,
         };
-        let exited = match (cri.exit_notice(container_id), pid) {
-            (Some(notice), _) => Either::Left(async move {
-                notice.await;
-                None
-            }),
-            (None, Some(pid)) => Either::Right(async move {
-                let fd = pidfd_open(pid).ok()?;
-                let fd = wait_readable(fd).await?;
-                let status = exit_wait_status(fd.as_fd(), pid, REAP_LIMIT).await?;
-                Some(exit_code_of_wait_status(status))
-            }),
-            // Already gone, or no pid: the relist will see it.
-            (None, None) => return,
-        };
-        let (tx, cri, observer) = (self.tx.clone(), cri.clone(), self.exit_observer.clone());
         let event = PlegEvent {
             uid: uid.to_string(),
             container_id: container_id.to_string(),
         };
-        tokio::spawn(async move {
-            if let (Some(code), Some(observe)) = (exited.await, observer) {
-                observe(&event.uid, &event.container_id, code);
+        // Resolves once the exit is known (and, from the kernel, shown).
+        let exited = match (cri.exit_notice(container_id), pid) {
+            (Some(notice), _) => Either::Left(notice),
+            (None, Some(pid)) => {
+                let (shown, exited) = tokio::sync::oneshot::channel::<()>();
+                let (observer, event) = (self.exit_observer.clone(), event.clone());
+                crate::event_thread::spawn(async move {
+                    if let (Some(code), Some(observe)) = (wait_exit(pid).await, observer) {
+                        observe(&event.uid, &event.container_id, code);
+                    }
+                    let _ = shown.send(());
+                });
+                Either::Right(async move {
+                    let _ = exited.await;
+                })
             }
+            // Already gone, or no pid: the relist will see it.
+            (None, None) => return,
+        };
+        let (tx, cri) = (self.tx.clone(), cri.clone());
+        tokio::spawn(async move {
+            exited.await;
             settle(&cri, &event.container_id).await;
             // A watcher runs on its own: it waits for room rather than lose an exit.
             let _ = tx.send(event).await;
@@ -179,6 +182,15 @@ fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
 }
 
 /// A pidfd becomes readable when the process exits; gives the fd back then.
+/// The exit code of `pid` once it exits, from its pidfd; `None` when it cannot be
+/// watched or its status is not to be had.
+async fn wait_exit(pid: u32) -> Option<i32> {
+    let fd = pidfd_open(pid).ok()?;
+    let fd = wait_readable(fd).await?;
+    let status = exit_wait_status(fd.as_fd(), pid, REAP_LIMIT).await?;
+    Some(exit_code_of_wait_status(status))
+}
+
 async fn wait_readable(fd: OwnedFd) -> Option<OwnedFd> {
     // SAFETY: `fd` is an owned pidfd that stays open for as long as `afd` lives.
     let afd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()?;
