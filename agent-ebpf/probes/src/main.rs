@@ -7,7 +7,8 @@
 //! that costs more than the probe itself (several microseconds under a hypervisor),
 //! and the reader drains the ring on a short timer anyway. Only a record that takes the
 //! unread data past another eighth of the ring forces a wakeup, so a burst is read
-//! long before the ring fills.
+//! long before the ring fills, and so does the exec or exit of a process of pod work,
+//! which the agent shows at once.
 //!
 //! Field offsets of the tracepoints are their `format` files' (stable ABI). Offsets
 //! into kernel structs are not: user space resolves them from the running kernel's BTF
@@ -66,6 +67,15 @@ impl<T: 'static> Reserved<T> {
 /// Reserves a `T` in the ring buffer, or counts one lost event of `kind`.
 #[inline(always)]
 fn reserve<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
+    reserve_waking(kind, false)
+}
+
+/// [`reserve`], waking the reader on submit when `urgent`: the exec or exit of a process
+/// of pod work (a container's first exec shows it running, its exit terminated), which
+/// the agent shows as soon as it reads it. Such events are a few per pod, so their
+/// wakeups cost little; everything else waits for the reader's next drain.
+#[inline(always)]
+fn reserve_waking<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<T>> {
     let Some(entry) = EVENTS.reserve::<T>(0) else {
         if let Some(counter) = LOST.get_ptr_mut(kind as u32) {
             // SAFETY: a per-CPU array slot is only touched by this CPU, and BPF programs
@@ -79,7 +89,7 @@ fn reserve<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
     // mark; the reader's timer drains the ring regardless.
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     let ring_size = EVENTS.query(BPF_RB_RING_SIZE as u64);
-    let flags = if wakeup_due(avail, ringbuf_record_bytes(size_of::<T>()), ring_size) {
+    let flags = if urgent || wakeup_due(avail, ringbuf_record_bytes(size_of::<T>()), ring_size) {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

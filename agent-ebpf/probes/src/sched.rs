@@ -6,7 +6,7 @@ use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
 use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
-use crate::{Reserved, cni, data_loc, fill_header, filter, reserve, runtime, task};
+use crate::{Reserved, cni, data_loc, fill_header, filter, reserve_waking, runtime, task};
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
 const EXEC_FILENAME: usize = 8;
@@ -28,13 +28,13 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     let plugin = cni::is_plugin(filename);
     let runtime = !plugin && is_runtime_comm(&task::current_comm());
     let ppid = task::current_parent_tgid();
-    // An unknown parent (0: no offsets for it) could be a tracked one: keep.
-    if plugin || runtime || ppid == 0 || filter::is_tracked(ppid) {
+    let spawned = plugin || runtime || (ppid != 0 && filter::is_tracked(ppid));
+    if spawned {
         filter::track(tgid);
-    } else if !filter::is_tracked(tgid)
-        && !filter::current_in_pod_cgroup()
-        && !filter::node_processes()
-    {
+    }
+    let pod_work = spawned || filter::is_tracked(tgid) || filter::current_in_pod_cgroup();
+    // An unknown parent (0: no offsets for it) could be a tracked one: keep.
+    if !pod_work && ppid != 0 && !filter::node_processes() {
         // A node process: nothing reserved, nothing copied.
         return Ok(0);
     }
@@ -47,14 +47,19 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
         // still reported.
         let _ = cni::report_plugin(ctx, filename);
     }
-    reserve_exec(filename, old_pid, ppid)?.submit();
+    reserve_exec(filename, old_pid, ppid, pod_work)?.submit();
     Ok(0)
 }
 
-/// Reserves and fills an exec event.
+/// Reserves and fills an exec event; one of pod work wakes the reader.
 #[inline(always)]
-fn reserve_exec(filename: *const u8, old_pid: i32, ppid: u32) -> Result<Reserved<ExecEvent>, u32> {
-    let Some(mut entry) = reserve::<ExecEvent>(EventKind::Exec) else {
+fn reserve_exec(
+    filename: *const u8,
+    old_pid: i32,
+    ppid: u32,
+    pod_work: bool,
+) -> Result<Reserved<ExecEvent>, u32> {
+    let Some(mut entry) = reserve_waking::<ExecEvent>(EventKind::Exec, pod_work) else {
         return Err(1);
     };
     let ev = entry.as_mut_ptr();
@@ -85,10 +90,11 @@ fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
     if pid_tgid as u32 != tgid {
         return Ok(0);
     }
-    if !filter::untrack(tgid) && !filter::node_processes() && !filter::current_in_pod_cgroup() {
+    let pod_work = filter::untrack(tgid) || filter::current_in_pod_cgroup();
+    if !pod_work && !filter::node_processes() {
         return Ok(0);
     }
-    let Some(mut entry) = reserve::<ExitEvent>(EventKind::Exit) else {
+    let Some(mut entry) = reserve_waking::<ExitEvent>(EventKind::Exit, pod_work) else {
         return Err(1);
     };
     let ev = entry.as_mut_ptr();

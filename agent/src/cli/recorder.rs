@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kernel_events::EbpfArgs;
-use super::start_feed::{StartFeed, StartObserver};
+use super::start_feed::{KernelExitObserver, StartFeed, StartObserver};
 use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
@@ -314,6 +314,12 @@ impl RunRecorder {
     /// the probes run).
     pub fn observe_starts(&self, observer: StartObserver) {
         self.sink.starts.set_observer(observer);
+    }
+
+    /// Tells `observer` of the exit of each container process whose start the kernel
+    /// showed, as it happens (when the probes run).
+    pub fn observe_exits(&self, observer: KernelExitObserver) {
+        self.sink.starts.set_exit_observer(observer);
     }
 
     /// Sends the store's pod events and status changes to the trace.

@@ -19,6 +19,7 @@ use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
 use crate::cri::NodeShape;
 use crate::cri::Recording;
+use crate::kubelet::observed_exit::with_observed_exit;
 use crate::kubelet::observed_start::with_observed_start;
 use crate::kubelet::status::phase;
 use crate::kuberuntime::labels;
@@ -161,6 +162,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
     recorder.observe_starts(Arc::new(move |s| {
         starts.update_status(&s.pod_uid, |current| {
             with_observed_start(current, &s.container_name, &s.container_id, s.attempt)
+        });
+    }));
+    // Likewise its exit, from the kernel's exit event (the pidfd watch reports it too;
+    // whichever comes first shows it).
+    let exits = store.clone();
+    recorder.observe_exits(Arc::new(move |e| {
+        exits.update_status(&e.pod_uid, |current| {
+            with_observed_exit(current, &e.container_id, e.exit_code)
         });
     }));
     let (tx, rx) = kubelet.pod_update_channel();

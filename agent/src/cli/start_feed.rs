@@ -1,16 +1,22 @@
 //! Container starts seen in the kernel, fed to the agent as they happen: the CRI calls
 //! say which starts to look for, the probes' events say when each happened, and while
 //! one is looked for the ring-buffer reader hurries so the exec reaches the agent within
-//! about a millisecond instead of its usual ten.
+//! about a millisecond instead of its usual ten (the probes also wake it for the execs
+//! and exits of pod work). The exits of the processes those starts were seen in are fed
+//! the same way.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cri::CriCall;
 use crate::ebpf::{KernelEvent, ReadPace};
-use crate::syncloop::start_watch::{ObservedStart, START_LIMIT_NS, StartWatch};
+use crate::syncloop::start_watch::{
+    Observed, ObservedExit, ObservedStart, START_LIMIT_NS, StartWatch,
+};
 
 /// Told of every container start the kernel shows.
 pub type StartObserver = Arc<dyn Fn(&ObservedStart) + Send + Sync>;
+/// Told of the exit of every container process whose start the kernel showed.
+pub type KernelExitObserver = Arc<dyn Fn(&ObservedExit) + Send + Sync>;
 
 #[derive(Default)]
 pub struct StartFeed {
@@ -18,6 +24,7 @@ pub struct StartFeed {
     /// Set when the probes run: without kernel events there is nothing to look for.
     pace: OnceLock<ReadPace>,
     observer: OnceLock<StartObserver>,
+    exit_observer: OnceLock<KernelExitObserver>,
 }
 
 impl StartFeed {
@@ -27,6 +34,10 @@ impl StartFeed {
 
     pub fn set_observer(&self, observer: StartObserver) {
         let _ = self.observer.set(observer);
+    }
+
+    pub fn set_exit_observer(&self, observer: KernelExitObserver) {
+        let _ = self.exit_observer.set(observer);
     }
 
     fn active(&self) -> Option<&ReadPace> {
@@ -66,8 +77,14 @@ impl StartFeed {
             }
             seen
         };
-        if let Some(start) = seen {
-            observer(&start);
+        match seen {
+            Some(Observed::Start(start)) => observer(&start),
+            Some(Observed::Exit(exit)) => {
+                if let Some(observe) = self.exit_observer.get() {
+                    observe(&exit);
+                }
+            }
+            None => {}
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Finds container starts in the kernel's event stream, for the agent to show at once
-//! (see [`crate::kubelet::observed_start`]).
+//! Finds container starts, and the exits of the processes they started, in the kernel's
+//! event stream, for the agent to show at once (see [`crate::kubelet::observed_start`]
+//! and [`crate::kubelet::observed_exit`]; the exit is also watched through the process's
+//! pidfd, whichever reports first).
 //!
 //! A start is the first exec, in a container's cgroup, of a program that is not the
 //! runtime's own (runc re-executes itself there while it sets the container up). Which
@@ -23,6 +25,8 @@ pub const START_LIMIT_NS: u64 = 2_000_000_000;
 
 /// Container cgroups remembered at most; more means their rmdir events were lost.
 const MAX_CGROUPS: usize = 65_536;
+/// Started containers' processes remembered at most; more means their exits were lost.
+const MAX_RUNNING: usize = 65_536;
 
 /// A container the kernel shows started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,24 @@ pub struct ObservedStart {
     pub attempt: u32,
     /// The exec's kernel time.
     pub ktime_ns: u64,
+}
+
+/// The exit of a container's process, as the kernel reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedExit {
+    pub pod_uid: String,
+    pub container_id: String,
+    /// The exit code kubelet shows: the exit status, or 128 plus the signal.
+    pub exit_code: i32,
+    /// The exit's kernel time.
+    pub ktime_ns: u64,
+}
+
+/// What one kernel event showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    Start(ObservedStart),
+    Exit(ObservedExit),
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +71,9 @@ pub struct StartWatch {
     cgroups: HashMap<u64, String>,
     /// StartContainer calls under way (or returned, exec not seen yet), by container ID.
     pending: HashMap<String, Pending>,
+    /// Processes whose exec showed a container started, by process ID: (pod UID,
+    /// container ID).
+    running: HashMap<u32, (String, String)>,
 }
 
 impl StartWatch {
@@ -89,9 +114,29 @@ impl StartWatch {
         }
     }
 
-    /// Takes one kernel event; says which container it shows started, if any.
-    pub fn offer(&mut self, e: &KernelEvent) -> Option<ObservedStart> {
+    /// Takes one kernel event; says which container it shows started, or whose process
+    /// it shows exited, if any.
+    pub fn offer(&mut self, e: &KernelEvent) -> Option<Observed> {
         match e {
+            KernelEvent::Exit {
+                meta,
+                exit_code,
+                signal,
+            } if !self.running.is_empty() => {
+                let exit_code = match (exit_code, signal) {
+                    (_, Some(signal)) => 128 + signal,
+                    (Some(code), None) => *code,
+                    // The kernel could not say: the pidfd watch will.
+                    (None, None) => return None,
+                };
+                let (pod_uid, container_id) = self.running.remove(&meta.tgid)?;
+                Some(Observed::Exit(ObservedExit {
+                    pod_uid,
+                    container_id,
+                    exit_code,
+                    ktime_ns: meta.ktime_ns,
+                }))
+            }
             KernelEvent::CgroupMkdir { cgroup, .. } if cgroup.hierarchy == 0 => {
                 if let Some(id) = cgroup_ids(&cgroup.path).runtime_id {
                     if self.cgroups.len() >= MAX_CGROUPS {
@@ -122,7 +167,14 @@ impl StartWatch {
                     ktime_ns: t,
                 };
                 self.pending.remove(&start.container_id);
-                Some(start)
+                if self.running.len() >= MAX_RUNNING {
+                    self.running.clear();
+                }
+                self.running.insert(
+                    meta.tgid,
+                    (start.pod_uid.clone(), start.container_id.clone()),
+                );
+                Some(Observed::Start(start))
             }
             _ => None,
         }
@@ -203,16 +255,62 @@ mod tests {
         let seen = w.offer(&exec(23, 77, "/bin/sleep")).expect("the start");
         assert_eq!(
             seen,
-            ObservedStart {
+            Observed::Start(ObservedStart {
                 pod_uid: POD.into(),
                 container_name: "app".into(),
                 container_id: APP.into(),
                 attempt: 2,
                 ktime_ns: 23,
-            }
+            })
         );
         assert!(!w.is_waiting());
         assert_eq!(w.offer(&exec(24, 77, "/bin/sh")), None, "only the first");
+    }
+
+    fn exit(t: u64, tgid: u32, exit_code: Option<i32>, signal: Option<i32>) -> KernelEvent {
+        let mut m = meta(t, 77);
+        (m.pid, m.tgid) = (tgid, tgid);
+        KernelEvent::Exit {
+            meta: m,
+            exit_code,
+            signal,
+        }
+    }
+
+    #[test]
+    fn the_exit_of_the_process_a_start_was_seen_in_is_the_containers() {
+        let mut w = StartWatch::new();
+        w.offer(&mkdir(1, 77, APP));
+        assert_eq!(
+            w.offer(&exit(5, 10, Some(0), None)),
+            None,
+            "nothing started"
+        );
+        w.call_began(&start_call(10, APP, ""));
+        assert!(matches!(
+            w.offer(&exec(11, 77, "/bin/sh")),
+            Some(Observed::Start(_))
+        ));
+        // Another process of the pod (the start's exec was pid 10).
+        assert_eq!(w.offer(&exit(12, 11, Some(0), None)), None);
+        assert_eq!(
+            w.offer(&exit(13, 10, Some(1), None)),
+            Some(Observed::Exit(ObservedExit {
+                pod_uid: POD.into(),
+                container_id: APP.into(),
+                exit_code: 1,
+                ktime_ns: 13,
+            }))
+        );
+        assert_eq!(w.offer(&exit(14, 10, Some(1), None)), None, "once");
+
+        // Killed by a signal: 128 plus it, as kubelet shows it.
+        w.call_began(&start_call(20, APP, ""));
+        w.offer(&exec(21, 77, "/bin/sh"));
+        let Some(Observed::Exit(killed)) = w.offer(&exit(22, 10, None, Some(9))) else {
+            panic!("the kill");
+        };
+        assert_eq!(killed.exit_code, 137);
     }
 
     #[test]

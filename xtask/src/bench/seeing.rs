@@ -150,12 +150,13 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              (sched_process_exit) with the first `status` record the agent published showing \
              that container running or terminated; latency = status time − kernel time, both \
              CLOCK_MONOTONIC. Changes no status ever showed are counted as unseen. The agent \
-             shows a start when the probes report the exec in the container's cgroup (its \
-             ring-buffer reader drains every 1 ms while a StartContainer is under way, every \
-             10 ms otherwise), and an exit when the process's pidfd turns readable, with the \
-             exit status from the zombie's /proc/<pid>/stat or, once reaped, PIDFD_GET_INFO. \
-             For comparison, the runtime's StartContainer returns the time shown after the \
-             exec.",
+             shows a start when the probes report the exec in the container's cgroup, and \
+             an exit when they report that process's exit with its status, or when the \
+             process's pidfd turns readable (the status from the zombie's /proc/<pid>/stat \
+             or, once reaped, PIDFD_GET_INFO), whichever comes first: the probes wake the \
+             ring-buffer reader for the execs and exits of pod work, and the reader and the \
+             pidfd waits run on a thread of their own at nice -10. For comparison, the \
+             runtime's StartContainer returns the time shown after the exec.",
             RUN.as_secs()
         ),
         figures: vec![
