@@ -46,9 +46,12 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_LINE: &str = "podtrace: watching kernel events:";
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
-const GOAL_RATIO: f64 = 0.97;
+/// The workload with the agent's probes (namespace programs detached between sandbox
+/// operations), and with every program attached, against untraced.
+const GOAL_RATIO: f64 = 0.99;
+const GOAL_ALL_RATIO: f64 = 0.98;
 const GOAL_LOST: u64 = 0;
-const GOAL_NS_PER_HIT: f64 = 1000.0;
+const GOAL_NS_PER_HIT: f64 = 500.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Arm {
@@ -303,13 +306,25 @@ fn program_row(p: &ProgramRun, paused: Option<&ProgramRun>) -> String {
     }
 }
 
-/// Met or missed, and by how much, for the three goals.
-fn verdict(median_ratio: f64, lost: u64, events: u64, worst: Option<(&str, f64)>) -> String {
+/// Met or missed, and by how much, for the four goals.
+fn verdict(
+    median_ratio: f64,
+    all_ratio: f64,
+    lost: u64,
+    events: u64,
+    worst: Option<(&str, f64)>,
+) -> String {
     let mut misses = Vec::new();
     if median_ratio < GOAL_RATIO {
         misses.push(format!(
             "workload {median_ratio:.3}× of untraced is {:.3} short of {GOAL_RATIO}×",
             GOAL_RATIO - median_ratio
+        ));
+    }
+    if all_ratio.is_nan() || all_ratio < GOAL_ALL_RATIO {
+        misses.push(format!(
+            "with every program attached {all_ratio:.3}× is {:.3} short of {GOAL_ALL_RATIO}×",
+            GOAL_ALL_RATIO - all_ratio
         ));
     }
     if lost > GOAL_LOST {
@@ -330,8 +345,8 @@ fn verdict(median_ratio: f64, lost: u64, events: u64, worst: Option<(&str, f64)>
     if misses.is_empty() {
         let (name, ns) = worst.unwrap_or(("", 0.0));
         format!(
-            "met: {median_ratio:.3}× of untraced, 0 of {events} events lost, worst {ns:.0} ns \
-             per hit ({name})"
+            "met: {median_ratio:.3}× of untraced ({all_ratio:.3}× with every program), 0 of \
+             {events} events lost, worst {ns:.0} ns per hit ({name})"
         )
     } else {
         format!("missed: {}", misses.join("; "))
@@ -815,7 +830,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let probe_ns_per_exec = probe_ns as f64 / loss_run.execs as f64;
     // At the ceiling every CPU is busy, so one exec costs workers / rate CPU-seconds.
     let cpu_ns_per_exec = workers as f64 * 1e9 / rate(&[loss_run]);
-    let verdict = verdict(median_ratio, loss.lost, loss.events, worst);
+    let all_ratio = median(&all_on.round_ratios());
+    let verdict = verdict(median_ratio, all_ratio, loss.lost, loss.events, worst);
 
     let mut figures = vec![
         Figure::new(
@@ -1008,7 +1024,9 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         ),
         figures,
         goal: format!(
-            "workload ≥ {GOAL_RATIO}× of untraced, {GOAL_LOST} lost events, ≤ 1 µs per hit"
+            "workload ≥ {GOAL_RATIO}× of untraced in the agent's configuration and \
+             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds), {GOAL_LOST} \
+             lost events, ≤ {GOAL_NS_PER_HIT:.0} ns per hit"
         ),
         verdict,
         samples: json!({
@@ -1194,16 +1212,20 @@ mod tests {
 
     #[test]
     fn the_verdict_names_each_missed_goal_and_by_how_much() {
-        let met = verdict(0.985, 0, 5000, Some(("sched_process_exec", 420.0)));
+        let met = verdict(0.995, 0.985, 0, 5000, Some(("sched_process_exec", 420.0)));
         assert_eq!(
             met,
-            "met: 0.985× of untraced, 0 of 5000 events lost, worst 420 ns per hit \
-             (sched_process_exec)"
+            "met: 0.995× of untraced (0.985× with every program), 0 of 5000 events lost, \
+             worst 420 ns per hit (sched_process_exec)"
         );
-        let missed = verdict(0.95, 10, 990, Some(("sys_enter_execve", 1250.0)));
+        let missed = verdict(0.95, 0.93, 10, 990, Some(("sys_enter_execve", 1250.0)));
         assert!(missed.starts_with("missed: "), "{missed}");
         assert!(
-            missed.contains("0.950× of untraced is 0.020 short of 0.97×"),
+            missed.contains("0.950× of untraced is 0.040 short of 0.99×"),
+            "{missed}"
+        );
+        assert!(
+            missed.contains("with every program attached 0.930× is 0.050 short of 0.98×"),
             "{missed}"
         );
         assert!(
@@ -1211,16 +1233,20 @@ mod tests {
             "{missed}"
         );
         assert!(
-            missed.contains("sys_enter_execve at 1250 ns per hit is 250 ns over 1000 ns"),
+            missed.contains("sys_enter_execve at 1250 ns per hit is 750 ns over 500 ns"),
             "{missed}"
         );
         // Exactly at the goals is met.
-        assert!(verdict(GOAL_RATIO, 0, 1, Some(("x", GOAL_NS_PER_HIT))).starts_with("met"));
-        // No counted run time cannot pass as met.
-        let unknown = verdict(1.0, 0, 1, None);
+        let exactly = verdict(GOAL_RATIO, GOAL_ALL_RATIO, 0, 1, Some(("x", GOAL_NS_PER_HIT)));
+        assert!(exactly.starts_with("met"), "{exactly}");
+        // No counted run time, or no rounds with every program, cannot pass as met.
+        let unknown = verdict(1.0, 1.0, 0, 1, None);
         assert_eq!(unknown, "missed: no program run time was counted");
+        let no_rounds = verdict(1.0, f64::NAN, 0, 1, Some(("x", 10.0)));
+        assert!(no_rounds.starts_with("missed: with every program"), "{no_rounds}");
         // Only the missed goal is named.
-        let one = verdict(0.99, 1, 99, Some(("x", 10.0)));
+        let one = verdict(0.99, 0.98, 1, 99, Some(("x", 10.0)));
         assert_eq!(one, "missed: 1 events lost (1.000% of 100)");
     }
+
 }

@@ -15,7 +15,7 @@ use super::{Figure, Outcome};
 use generate::{ARRIVAL_MS, LIFETIME_MS, MAX_PODS, generate};
 
 pub const PODS: usize = 10_000;
-const GOAL_SPEED: f64 = 1000.0;
+const GOAL_SPEED: f64 = 10_000.0;
 
 struct Run {
     wall_s: f64,

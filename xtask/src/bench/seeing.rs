@@ -20,7 +20,7 @@ const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 const PODS: usize = 8;
 /// How long the containers crash-loop.
 const RUN: Duration = Duration::from_secs(40);
-const GOAL_P99_MS: f64 = 10.0;
+const GOAL_P99_MS: f64 = 2.0;
 
 /// Pod `i` runs for 0.5 to 1.2 s and exits 1, so exits spread out instead of coming
 /// together, and the 100 ms back-off restarts it at once.
