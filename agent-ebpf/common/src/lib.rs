@@ -305,30 +305,40 @@ pub struct RuntimeExecEvent {
     pub argv: [u8; ARGV_LEN],
 }
 
-/// True when an exec'd program's `comm` (its file name, cut to 15 bytes) is one of the
-/// container runtime's own programs whose arguments the probes read.
-///
-/// Compared as two 8-byte words: every exec on the node runs this, and a word compare
-/// is a few instructions where a byte loop is dozens.
+/// A `comm` as the probes hold it: its 16 bytes as two native-endian words, so that
+/// reading, comparing and storing it are a few word operations where a byte array costs
+/// dozens of byte loads and shifts (the BPF target has no unaligned loads).
+pub type CommWords = [u64; 2];
+
+/// The words of a comm's bytes.
 #[inline(always)]
-pub fn is_runtime_comm(comm: &[u8; COMM_LEN]) -> bool {
-    let (w0, w1) = (comm_word(comm, 0), comm_word(comm, 1));
-    // "runc" or "crun" and the NUL after it: the low five bytes (little-endian words).
-    const FIVE: u64 = 0xff_ffff_ffff;
-    const RUNC: u64 = u64::from_le_bytes(*b"runc\0\0\0\0");
-    const CRUN: u64 = u64::from_le_bytes(*b"crun\0\0\0\0");
-    const SHIM0: u64 = u64::from_le_bytes(*b"containe");
-    // "rd-shim": the low seven bytes of the second word.
-    const SHIM1: u64 = u64::from_le_bytes(*b"rd-shim\0");
-    const SEVEN: u64 = 0xff_ffff_ffff_ffff;
-    w0 & FIVE == RUNC || w0 & FIVE == CRUN || (w0 == SHIM0 && w1 & SEVEN == SHIM1)
+pub const fn comm_words(comm: &[u8; COMM_LEN]) -> CommWords {
+    let mut w0 = [0u8; 8];
+    let mut w1 = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        w0[i] = comm[i];
+        w1[i] = comm[i + 8];
+        i += 1;
+    }
+    [u64::from_ne_bytes(w0), u64::from_ne_bytes(w1)]
 }
 
-/// The `i`th (0 or 1) little-endian 8-byte word of a comm.
+/// True when an exec'd program's `comm` (its file name, cut to 15 bytes) is one of the
+/// container runtime's own programs whose arguments the probes read. Every exec on the
+/// node runs this: two word compares.
 #[inline(always)]
-fn comm_word(comm: &[u8; COMM_LEN], i: usize) -> u64 {
-    // SAFETY: `i & 1` keeps the eight bytes read inside the 16-byte comm.
-    u64::from_le(unsafe { core::ptr::read_unaligned(comm.as_ptr().add((i & 1) * 8) as *const u64) })
+pub fn is_runtime_comm(comm: &CommWords) -> bool {
+    let [w0, w1] = *comm;
+    // "runc" or "crun" and the NUL after it: the first five bytes.
+    const FIVE: u64 = u64::from_ne_bytes([0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0]);
+    const RUNC: u64 = u64::from_ne_bytes(*b"runc\0\0\0\0");
+    const CRUN: u64 = u64::from_ne_bytes(*b"crun\0\0\0\0");
+    const SHIM0: u64 = u64::from_ne_bytes(*b"containe");
+    // "rd-shim": the first seven bytes of the second word.
+    const SHIM1: u64 = u64::from_ne_bytes(*b"rd-shim\0");
+    const SEVEN: u64 = u64::from_ne_bytes([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0]);
+    w0 & FIVE == RUNC || w0 & FIVE == CRUN || (w0 == SHIM0 && w1 & SEVEN == SHIM1)
 }
 
 /// True when `head` starts with `name`. Both lengths are constants, so the verifier
@@ -349,7 +359,8 @@ pub fn starts_with<const L: usize, const N: usize>(head: &[u8; L], name: &[u8; N
 /// `boundary` are derived from the bytes by [`Prefix::new`] so that the probes compare
 /// without branching on `len`: a branch per byte makes the verifier walk every
 /// combination, and an index bounded by `len` is one it cannot prove in range.
-#[repr(C)]
+/// Aligned to 8 so the probes load `bytes` and `mask` a word at a time.
+#[repr(C, align(8))]
 #[derive(Debug, Clone, Copy)]
 pub struct Prefix {
     pub len: u32,
@@ -509,7 +520,7 @@ mod tests {
         let comm = |s: &str| {
             let mut c = [0u8; COMM_LEN];
             c[..s.len()].copy_from_slice(s.as_bytes());
-            c
+            comm_words(&c)
         };
         assert!(is_runtime_comm(&comm("runc")));
         assert!(is_runtime_comm(&comm("crun")));

@@ -67,7 +67,7 @@ pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
 }
 
 fn try_cgroup_dir(ctx: &TracePointContext, kind: EventKind) -> Result<u32, u32> {
-    let path = data_loc(ctx, DIR_PATH).map_err(|_| 1u32)?;
+    let path = data_loc(ctx, DIR_PATH);
     if !wanted(path) {
         return Ok(0);
     }
@@ -99,11 +99,11 @@ pub fn cgroup_attach_task(ctx: TracePointContext) -> u32 {
 }
 
 fn try_cgroup_attach_task(ctx: &TracePointContext) -> Result<u32, u32> {
-    let path = data_loc(ctx, ATTACH_PATH).map_err(|_| 1u32)?;
+    let path = data_loc(ctx, ATTACH_PATH);
     if !wanted(path) {
         return Ok(0);
     }
-    let comm = data_loc(ctx, ATTACH_COMM).map_err(|_| 1u32)?;
+    let comm = data_loc(ctx, ATTACH_COMM);
     // SAFETY: offsets from the format file.
     let (root, level, id, pid) = unsafe {
         (

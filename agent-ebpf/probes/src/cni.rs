@@ -43,11 +43,12 @@ pub fn is_plugin(filename: *const u8) -> bool {
     let Ok(first) = (unsafe { bpf_probe_read_kernel(filename as *const u64) }) else {
         return false;
     };
-    // SAFETY: PREFIX_LEN >= 8, so both words lie inside the arrays.
+    // SAFETY: PREFIX_LEN >= 8, so both words lie inside the arrays, which start at
+    // 8-aligned offsets of the 8-aligned `Prefix`.
     let (want, mask) = unsafe {
         (
-            core::ptr::read_unaligned(dir.bytes.as_ptr() as *const u64),
-            core::ptr::read_unaligned(dir.mask.as_ptr() as *const u64),
+            (dir.bytes.as_ptr() as *const u64).read(),
+            (dir.mask.as_ptr() as *const u64).read(),
         )
     };
     if (first ^ want) & mask != 0 {

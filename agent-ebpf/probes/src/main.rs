@@ -33,7 +33,7 @@ use aya_ebpf::helpers::{
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::ring_buf::RingBufEntry;
 use aya_ebpf::maps::{PerCpuArray, RingBuf};
-use podtrace_ebpf_common::{EventHeader, EventKind, ringbuf_record_bytes, wakeup_due};
+use podtrace_ebpf_common::{CommWords, EventHeader, EventKind, ringbuf_record_bytes, wakeup_due};
 
 /// Default size; user space sets the real one (`--ringbuf-bytes`) before loading.
 #[map(name = "EVENTS")]
@@ -106,20 +106,28 @@ fn reserve_waking<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<
 /// `header` must point at writable memory of a reserved ring-buffer entry.
 #[inline(always)]
 unsafe fn fill_header(header: *mut EventHeader, kind: EventKind) {
+    // SAFETY: passed on from the caller.
+    unsafe { fill_header_with(header, kind, task::current_comm()) }
+}
+
+/// [`fill_header`] with the current task's comm already read.
+///
+/// # Safety
+/// As [`fill_header`].
+#[inline(always)]
+unsafe fn fill_header_with(header: *mut EventHeader, kind: EventKind, comm: CommWords) {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let comm = task::current_comm();
-    // SAFETY: the caller guarantees `header` is writable; the helpers have no
-    // preconditions.
+    // SAFETY: the caller guarantees `header` is writable; the comm is at an 8-aligned
+    // offset of the 8-aligned entry, so it is stored as its two words; the helpers have
+    // no preconditions.
     unsafe {
-        header.write(EventHeader {
-            kind: kind as u32,
-            cpu: bpf_get_smp_processor_id(),
-            pid: pid_tgid as u32,
-            tgid: (pid_tgid >> 32) as u32,
-            ktime_ns: bpf_ktime_get_ns(),
-            cgroup_id: bpf_get_current_cgroup_id(),
-            comm,
-        });
+        (*header).kind = kind as u32;
+        (*header).cpu = bpf_get_smp_processor_id();
+        (*header).pid = pid_tgid as u32;
+        (*header).tgid = (pid_tgid >> 32) as u32;
+        (*header).ktime_ns = bpf_ktime_get_ns();
+        (*header).cgroup_id = bpf_get_current_cgroup_id();
+        ((&raw mut (*header).comm) as *mut CommWords).write(comm);
     }
 }
 
@@ -129,15 +137,33 @@ fn current_tid() -> u32 {
     bpf_get_current_pid_tgid() as u32
 }
 
+/// Reads a field of the tracepoint's record at a fixed offset. A tracepoint program may
+/// load from its context directly (the verifier checks the offset is constant, aligned
+/// and inside the record), which costs a load where `read_at`'s `bpf_probe_read` costs a
+/// helper call.
+///
+/// # Safety
+/// `field` must be the offset of a `T` in the tracepoint's format file, aligned to
+/// `T`'s size.
+#[inline(always)]
+unsafe fn ctx_field<T: Copy>(ctx: &aya_ebpf::programs::TracePointContext, field: usize) -> T {
+    // SAFETY: the caller guarantees the offset; the verifier checks it.
+    unsafe {
+        core::ptr::read_volatile(
+            (aya_ebpf::EbpfContext::as_ptr(ctx) as *const u8).add(field) as *const T
+        )
+    }
+}
+
 /// Reads a `__data_loc` field: the low 16 bits are the offset of the data from the
 /// start of the record, the high 16 its length.
 #[inline(always)]
-fn data_loc(ctx: &aya_ebpf::programs::TracePointContext, field: usize) -> Result<*const u8, i64> {
-    // SAFETY: `field` is an offset from the tracepoint's format file.
-    let loc: u32 = unsafe { ctx.read_at(field)? };
+fn data_loc(ctx: &aya_ebpf::programs::TracePointContext, field: usize) -> *const u8 {
+    // SAFETY: `field` is a `__data_loc` (u32) offset from the tracepoint's format file.
+    let loc: u32 = unsafe { ctx_field(ctx, field) };
     let offset = (loc & 0xffff) as usize;
     // SAFETY: the offset points inside the same trace record.
-    Ok(unsafe { (aya_ebpf::EbpfContext::as_ptr(ctx) as *const u8).add(offset) })
+    unsafe { (aya_ebpf::EbpfContext::as_ptr(ctx) as *const u8).add(offset) }
 }
 
 #[cfg(not(test))]

@@ -4,9 +4,12 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{EventKind, ExecEvent, ExitEvent, is_runtime_comm};
+use podtrace_ebpf_common::{CommWords, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
-use crate::{Reserved, cni, data_loc, fill_header, filter, reserve_waking, runtime, task};
+use crate::{
+    Reserved, cni, ctx_field, data_loc, fill_header, fill_header_with, filter, reserve_waking,
+    runtime, task,
+};
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
 const EXEC_FILENAME: usize = 8;
@@ -21,12 +24,13 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 }
 
 fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
-    let filename = data_loc(ctx, EXEC_FILENAME).map_err(|_| 1u32)?;
-    // SAFETY: offset from the format file.
-    let old_pid: i32 = unsafe { ctx.read_at(EXEC_OLD_PID) }.map_err(|_| 1u32)?;
+    let filename = data_loc(ctx, EXEC_FILENAME);
+    // SAFETY: an aligned i32 offset from the format file.
+    let old_pid: i32 = unsafe { ctx_field(ctx, EXEC_OLD_PID) };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let plugin = cni::is_plugin(filename);
-    let runtime = !plugin && is_runtime_comm(&task::current_comm());
+    let comm = task::current_comm();
+    let runtime = !plugin && is_runtime_comm(&comm);
     let ppid = task::current_parent_tgid();
     let spawned = plugin || runtime || (ppid != 0 && filter::is_tracked(ppid));
     if spawned {
@@ -47,7 +51,7 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
         // still reported.
         let _ = cni::report_plugin(ctx, filename);
     }
-    reserve_exec(filename, old_pid, ppid, pod_work)?.submit();
+    reserve_exec(filename, old_pid, ppid, comm, pod_work)?.submit();
     Ok(0)
 }
 
@@ -57,6 +61,7 @@ fn reserve_exec(
     filename: *const u8,
     old_pid: i32,
     ppid: u32,
+    comm: CommWords,
     pod_work: bool,
 ) -> Result<Reserved<ExecEvent>, u32> {
     let Some(mut entry) = reserve_waking::<ExecEvent>(EventKind::Exec, pod_work) else {
@@ -66,7 +71,7 @@ fn reserve_exec(
     // SAFETY: `ev` is the reserved entry; fields are written in place because the event
     // is larger than the BPF stack allows.
     unsafe {
-        fill_header(&raw mut (*ev).header, EventKind::Exec);
+        fill_header_with(&raw mut (*ev).header, EventKind::Exec, comm);
         (*ev).old_pid = old_pid as u32;
         (*ev).ppid = ppid;
         (*ev).filename[0] = 0;

@@ -4,7 +4,7 @@
 use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user,
 };
-use podtrace_ebpf_common::COMM_LEN;
+use podtrace_ebpf_common::{COMM_LEN, CommWords, comm_words};
 
 // Set by user space with `EbpfLoader::set_global` before load; 0 means "not resolved"
 // and turns the read off rather than reading a wrong field.
@@ -103,19 +103,19 @@ pub fn current_start_time() -> u64 {
     }
 }
 
-/// The current task's `comm`. Read from the task directly, a fixed 16-byte copy, where
-/// `bpf_get_current_comm` copies it as a string (about 180 ns more per exec here, on
-/// every exec of the node); through the helper when the offset is unknown.
+/// The current task's `comm`, as words. Read from the task directly, a fixed 16-byte
+/// copy, where `bpf_get_current_comm` copies it as a string (about 180 ns more per exec
+/// here, on every exec of the node); through the helper when the offset is unknown.
 #[inline(always)]
-pub fn current_comm() -> [u8; COMM_LEN] {
+pub fn current_comm() -> CommWords {
     let off = global(&TASK_COMM_OFFSET);
     if off == 0 {
-        return bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        return comm_words(&bpf_get_current_comm().unwrap_or([0; COMM_LEN]));
     }
     // SAFETY: as above, the helper checks the address.
     unsafe {
         let task = bpf_get_current_task() as *const u8;
-        bpf_probe_read_kernel(task.add(off) as *const [u8; COMM_LEN]).unwrap_or([0; COMM_LEN])
+        bpf_probe_read_kernel(task.add(off) as *const CommWords).unwrap_or([0; 2])
     }
 }
 
