@@ -112,14 +112,17 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
     };
     let mut header = None;
     let mut footer = None;
-    let mut records = Vec::new();
     let mut skipped = 0;
     let mut last_line = 0;
     let mut torn_line = None;
     let ends_in_newline = text.ends_with('\n');
-    let count = text.lines().count();
-    records.reserve(count);
-    for (i, raw) in text.lines().enumerate() {
+    let lines: Vec<&str> = text.lines().collect();
+    let count = lines.len();
+    // Most records read straight into their type, on every CPU at once, one slot per
+    // line; the header, unknown types and anything that does not read so are read
+    // through a JSON value below, in order, into their slots.
+    let mut slots = parse_records(&lines);
+    for (i, raw) in lines.iter().copied().enumerate() {
         let line = i + 1;
         last_line = line;
         if raw.trim().is_empty() {
@@ -128,14 +131,11 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
         if footer.is_some() {
             return Err(corrupt(line, "a record after the footer".into()));
         }
-        // Most records read straight into their type; the header, unknown types and
-        // anything that does not read so are read through a JSON value below.
-        if line > 1
-            && let Some(record) = parse_record(raw)
-        {
-            match record {
-                TraceRecord::Footer(f) => footer = Some(f),
-                other => records.push(other),
+        if line > 1 && slots[i].is_some() {
+            if let Some(TraceRecord::Footer(_)) = &slots[i]
+                && let Some(TraceRecord::Footer(f)) = slots[i].take()
+            {
+                footer = Some(f);
             }
             continue;
         }
@@ -183,9 +183,10 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
             TraceRecord::Header(h) if header.is_none() => header = Some(h),
             TraceRecord::Header(_) => return Err(corrupt(line, "a second header".into())),
             TraceRecord::Footer(f) => footer = Some(f),
-            other => records.push(other),
+            other => slots[i] = Some(other),
         }
     }
+    let records: Vec<TraceRecord> = slots.into_iter().flatten().collect();
     let header = header.ok_or_else(|| TraceError::NoHeader {
         path: path.to_path_buf(),
     })?;
@@ -200,6 +201,44 @@ pub fn parse_trace(path: &Path, text: &str) -> Result<Trace, TraceError> {
     })
 }
 
+/// Below this many lines a trace is read on one thread: a thread costs more than it saves.
+const PARALLEL_LINES: usize = 4096;
+
+/// Each line read straight into its record where it can be ([`parse_record`]; never
+/// the first, the header), in line order. A large trace is cut into one run of lines per
+/// CPU, read at once.
+fn parse_records(lines: &[&str]) -> Vec<Option<TraceRecord>> {
+    let read = |from: usize, part: &[&str]| -> Vec<Option<TraceRecord>> {
+        part.iter()
+            .enumerate()
+            .map(|(i, raw)| (from + i > 0).then(|| parse_record(raw)).flatten())
+            .collect()
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 || lines.len() < PARALLEL_LINES {
+        return read(0, lines);
+    }
+    let chunk = lines.len().div_ceil(cpus);
+    std::thread::scope(|s| {
+        let mut parts = lines.chunks(chunk).enumerate();
+        // The first run on this thread, the others on threads of their own.
+        let (_, first) = parts.next().unwrap_or((0, &[]));
+        let others: Vec<_> = parts
+            .map(|(k, part)| s.spawn(move || read(k * chunk, part)))
+            .collect();
+        let mut all = read(0, first);
+        for other in others {
+            match other.join() {
+                Ok(part) => all.extend(part),
+                // A panic in the JSON reader is a bug; re-raise it here rather than
+                // read the trace differently.
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        all
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +250,55 @@ mod tests {
 
     fn parse(text: &str) -> Result<Trace, TraceError> {
         parse_trace(Path::new("t.jsonl"), text)
+    }
+
+    /// `n` CRI records, each with its own start time, between a header and a footer.
+    fn long_trace(n: usize) -> String {
+        let mut text = format!("{HEADER}\n");
+        for k in 0..n {
+            text.push_str(&format!(
+                "{{\"type\":\"cri\",\"method\":\"Version\",\"start_ns\":{k},\"end_ns\":{k},\"code\":\"OK\"}}\n"
+            ));
+        }
+        text.push_str(FOOTER);
+        text.push('\n');
+        text
+    }
+
+    #[test]
+    fn a_long_trace_read_on_every_cpu_keeps_its_order_and_line_numbers() {
+        let n = PARALLEL_LINES * 3 + 7;
+        let t = parse(&long_trace(n)).unwrap();
+        assert!(t.is_complete());
+        assert_eq!(t.records.len(), n);
+        let starts: Vec<u64> = t
+            .records
+            .iter()
+            .map(|r| match r {
+                TraceRecord::Cri(c) => c.start_ns,
+                other => panic!("not a CRI record: {other:?}"),
+            })
+            .collect();
+        assert!(starts.iter().enumerate().all(|(k, s)| *s == k as u64));
+        // A corrupt line late in the file, in another CPU's run, is named by its number.
+        let mut lines: Vec<String> = long_trace(n).lines().map(String::from).collect();
+        let bad = lines.len() - 3;
+        lines[bad] = "{\"type\":\"cri\",\"meth".to_string();
+        let err = parse(&(lines.join("\n") + "\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("t.jsonl:{}: corrupt record", bad + 1)),
+            "{err}"
+        );
+        // A record after the footer, and a torn last line, as on one CPU.
+        let after = parse(&format!("{}{CRI}\n", long_trace(n))).unwrap_err();
+        assert!(
+            after.to_string().contains("a record after the footer"),
+            "{after}"
+        );
+        let cut = long_trace(n);
+        let torn = parse(&cut[..cut.len() - FOOTER.len() - 1 + 10]).unwrap();
+        assert_eq!((torn.records.len(), torn.torn_line), (n, Some(n + 2)));
     }
 
     #[test]

@@ -1237,16 +1237,24 @@ mod tests {
             "{missed}"
         );
         // Exactly at the goals is met.
-        let exactly = verdict(GOAL_RATIO, GOAL_ALL_RATIO, 0, 1, Some(("x", GOAL_NS_PER_HIT)));
+        let exactly = verdict(
+            GOAL_RATIO,
+            GOAL_ALL_RATIO,
+            0,
+            1,
+            Some(("x", GOAL_NS_PER_HIT)),
+        );
         assert!(exactly.starts_with("met"), "{exactly}");
         // No counted run time, or no rounds with every program, cannot pass as met.
         let unknown = verdict(1.0, 1.0, 0, 1, None);
         assert_eq!(unknown, "missed: no program run time was counted");
         let no_rounds = verdict(1.0, f64::NAN, 0, 1, Some(("x", 10.0)));
-        assert!(no_rounds.starts_with("missed: with every program"), "{no_rounds}");
+        assert!(
+            no_rounds.starts_with("missed: with every program"),
+            "{no_rounds}"
+        );
         // Only the missed goal is named.
         let one = verdict(0.99, 0.98, 1, 99, Some(("x", 10.0)));
         assert_eq!(one, "missed: 1 events lost (1.000% of 100)");
     }
-
 }
