@@ -26,11 +26,14 @@ use super::reader::{EventReceiver, ReaderStats, channel, read_events};
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// Default ring buffer: room for ~1000 of the largest events (CNI execs), a burst no
-/// sandbox creation comes near. The reader drains it every 10 ms (`pace::POLL_PERIOD`)
-/// and is woken early at each eighth (128 KiB) of unread data, which leaves seven
-/// eighths as headroom while it gets scheduled.
-pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 20;
+/// Default ring buffer: room for ~500 of the largest events (CNI execs), a burst no
+/// sandbox creation comes near (a pod's whole startup is a few dozen events). The reader
+/// drains it every 10 ms (`pace::POLL_PERIOD`) and is woken early at each eighth (64 KiB)
+/// of unread data, which leaves seven eighths as headroom while it gets scheduled. Its
+/// pages are the kernel's, and the reader maps them twice (the ring wraps through a
+/// second mapping), so each KiB here is two of the agent's resident memory once the ring
+/// has gone round: 1 MiB cost 2 MiB of RSS for headroom no workload here used.
+pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 19;
 /// podtrace's and kubelet's pod cgroups as the cgroupfs driver and as the systemd driver
 /// name them (a prefix matches whole path components), and containerd's own namespace.
 pub const DEFAULT_CGROUP_PREFIXES: [&str; 5] = [

@@ -33,10 +33,10 @@ const LOSS_RUN: Duration = Duration::from_secs(60);
 /// The counted run in the agent's configuration between sandbox operations.
 const AGENT_RUN: Duration = Duration::from_secs(20);
 /// Execs while the reader is paused: each leaves an exec event (312 bytes + an 8-byte
-/// record header) and an exit event (56 + 8) in the ring, about 560 KiB in all, well
-/// within the default 1 MiB ring even with the rest of the machine's execs, so nothing is
-/// lost and the programs run their full paths.
-const PAUSED_EXECS: u64 = 1500;
+/// record header) and an exit event (56 + 8) in the ring, about 260 KiB in all, well
+/// within the default 512 KiB ring even with the rest of the machine's execs, so nothing
+/// is lost and the programs run their full paths.
+const PAUSED_EXECS: u64 = 700;
 /// A paused run that takes longer than this stops short of [`PAUSED_EXECS`].
 const PAUSED_LIMIT: Duration = Duration::from_secs(30);
 /// How long the probes may take to load and attach.
