@@ -25,7 +25,7 @@ use super::{Figure, Outcome};
 /// Rounds of four arms each (ABBA, then BAAB, ...): the verdict's ratio is their median.
 /// Many short rounds rather than a few long ones: this shared machine's speed drifts by
 /// several percent over seconds, and a round only compares arms run next to each other.
-const ROUNDS: usize = 16;
+const ROUNDS: usize = 32;
 const ARM: Duration = Duration::from_millis(1500);
 /// An untimed run first, so neither arm pays for cold caches.
 const WARMUP: Duration = Duration::from_secs(2);
@@ -101,6 +101,34 @@ fn ratio(arms: &[(Arm, ArmRun)]) -> f64 {
             .collect()
     };
     rate(&pick(Arm::On)) / rate(&pick(Arm::Off))
+}
+
+/// A distribution-free 95% confidence interval for the median of the rounds' ratios:
+/// the `k`th lowest and `k`th highest, with `k` the largest for which fewer than `k` of
+/// `n` fair coin flips come up heads with probability at most 2.5%. `None` below six
+/// values, where no such `k` exists.
+fn median_ci(values: &[f64]) -> Option<(f64, f64)> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    // P(X <= j) for X ~ Binomial(n, 1/2), summed term by term.
+    let mut term = 0.5f64.powi(n as i32);
+    let mut below = 0.0;
+    let mut k = 0;
+    for j in 0..n {
+        below += term;
+        if below > 0.025 {
+            break;
+        }
+        k = j + 1;
+        term *= (n - j) as f64 / (j + 1) as f64;
+    }
+    (k >= 1).then(|| (v[k - 1], v[n - k]))
+}
+
+/// `lo–hi` of [`median_ci`], or a dash.
+fn ci_text(values: &[f64]) -> String {
+    median_ci(values).map_or("-".to_string(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"))
 }
 
 /// The median; the mean of the middle two for an even count.
@@ -642,7 +670,7 @@ const ALL_ON_MODE: Mode = Mode {
     args: &[],
 };
 /// Rounds for the all-attached figure, which no goal is judged on.
-const ALL_ON_ROUNDS: usize = 8;
+const ALL_ON_ROUNDS: usize = 16;
 
 /// Alternating rounds, and the reader's CPU in their on arms.
 struct Alternated {
@@ -850,6 +878,10 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             format!("{median_ratio:.3}× / {pooled:.3}×"),
         ),
         Figure::new(
+            "the agent's probes: 95% confidence interval of the median",
+            ci_text(&round_ratios),
+        ),
+        Figure::new(
             &format!(
                 "every program attached (during sandbox operations, and kernel-events; \
                  {ALL_ON_ROUNDS} more rounds): ratio per round"
@@ -863,6 +895,10 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 median(&all_on.round_ratios()),
                 all_on.pooled()
             ),
+        ),
+        Figure::new(
+            "every program attached: 95% confidence interval of the median",
+            ci_text(&all_on.round_ratios()),
         ),
         Figure::new(
             "events lost in the alternating arms",
@@ -1120,6 +1156,23 @@ mod tests {
         // Arm lengths that differ weigh by time.
         let arms = [(Arm::On, run(100, 1.0)), (Arm::On, run(300, 3.0))];
         assert!((rate(&arms.map(|a| a.1)) - 100.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_median_interval_takes_the_order_statistics_of_the_binomial() {
+        // Known distribution-free 95% intervals: the 1st and 6th of 6 values, the 2nd and
+        // 8th of 9, the 10th and 23rd of 32.
+        let ranks = |n: usize| {
+            let v: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+            median_ci(&v).map(|(lo, hi)| (lo as usize, hi as usize))
+        };
+        assert_eq!(ranks(6), Some((1, 6)));
+        assert_eq!(ranks(9), Some((2, 8)));
+        assert_eq!(ranks(32), Some((10, 23)));
+        assert_eq!(ranks(5), None);
+        // Order does not matter.
+        assert_eq!(median_ci(&[3.0, 1.0, 2.0, 6.0, 5.0, 4.0]), Some((1.0, 6.0)));
+        assert_eq!(ci_text(&[1.0]), "-");
     }
 
     #[test]
