@@ -26,10 +26,12 @@ use super::reader::{EventReceiver, ReaderStats, channel, read_events};
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// Default ring buffer: room for ~500 of the largest events (CNI execs), a burst no
-/// sandbox creation comes near (a pod's whole startup is a few dozen events). The reader
-/// drains it every 10 ms (`pace::POLL_PERIOD`) and is woken early at each eighth (64 KiB)
-/// of unread data, which leaves seven eighths as headroom while it gets scheduled. Its
+/// Default ring buffer: room for ~500 of the largest events (CNI execs). A hundred pods
+/// created and removed at once on a cgroup v1 node are about 26,000 events (~250 bytes
+/// each) over some 20 s, a few hundred KiB a second. The reader drains it every 10 ms
+/// (`pace::POLL_PERIOD`; up to 80 ms while it stays empty) and is woken early at each
+/// eighth (64 KiB) of unread data, which leaves seven eighths as headroom while it gets
+/// scheduled. Its
 /// pages are the kernel's, and the reader maps them twice (the ring wraps through a
 /// second mapping), so each KiB here is two of the agent's resident memory once the ring
 /// has gone round: 1 MiB cost 2 MiB of RSS for headroom no workload here used.

@@ -165,7 +165,10 @@ pub async fn read_events<R: Records>(
     // drain that took long (a full channel) is not followed by a burst of catch-up ones.
     let mut next = Instant::now();
     let mut stats = ReaderStats::default();
+    // Drains in a row that found nothing: the period backs off while the ring is idle.
+    let mut empty = 0u32;
     loop {
+        let read_before = stats.events + stats.undecodable;
         tokio::select! {
             biased;
             _ = &mut stop => {
@@ -179,7 +182,8 @@ pub async fn read_events<R: Records>(
                 }
                 // A wakeup that came during the drain keeps the fd ready.
                 guard.clear_ready();
-                next = Instant::now() + pace.period();
+                empty = idle_count(empty, read_before, &stats);
+                next = Instant::now() + pace.period_after(empty);
             }
             _ = pace.hurried() => {
                 next = next.min(Instant::now() + pace.period());
@@ -188,9 +192,19 @@ pub async fn read_events<R: Records>(
                 if !drain(fd.get_mut(), &tx, &mut stats).await {
                     return Ok(stats);
                 }
-                next = Instant::now() + pace.period();
+                empty = idle_count(empty, read_before, &stats);
+                next = Instant::now() + pace.period_after(empty);
             }
         }
+    }
+}
+
+/// Empty drains in a row after one that read `stats` from `read_before` records.
+fn idle_count(empty: u32, read_before: u64, stats: &ReaderStats) -> u32 {
+    if stats.events + stats.undecodable == read_before {
+        empty.saturating_add(1)
+    } else {
+        0
     }
 }
 
@@ -237,7 +251,7 @@ mod tests {
 
     use tokio::time::Instant;
 
-    use super::super::pace::{HURRY_PERIOD, POLL_PERIOD};
+    use super::super::pace::{HURRY_PERIOD, IDLE_PERIOD, POLL_PERIOD};
     use super::*;
 
     /// Records pushed by the test; its fd turns readable only when the test writes to
@@ -321,7 +335,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn records_are_read_within_one_poll_period_without_a_wakeup() {
+    async fn records_are_read_without_a_wakeup_within_a_poll_period_while_they_flow() {
         let mut r = start();
         // Let the reader start and take its first (immediate) tick.
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -331,18 +345,28 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push_back(exit_record(100 + round));
-            let e = tokio::time::timeout(2 * POLL_PERIOD, r.rx.recv())
+            let e = tokio::time::timeout(2 * IDLE_PERIOD, r.rx.recv())
                 .await
                 .expect("a record pushed without a wakeup was never read")
                 .unwrap();
             assert_eq!(pid(&e), 100 + round);
-            assert!(pushed.elapsed() <= POLL_PERIOD, "{:?}", pushed.elapsed());
+            // The first after an empty drain waits out a longer period; the next ones,
+            // each after a drain that found one, a poll period at most.
+            let bound = if round == 0 { IDLE_PERIOD } else { POLL_PERIOD };
+            assert!(pushed.elapsed() <= bound, "{round}: {:?}", pushed.elapsed());
             // Read on a tick, not as soon as it was pushed.
             assert!(pushed.elapsed() > Duration::ZERO, "{:?}", pushed.elapsed());
         }
+        // Idle for a second: the period has backed off, and stays bounded.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pushed = Instant::now();
+        r.records.lock().unwrap().push_back(exit_record(200));
+        r.rx.recv().await.unwrap();
+        let waited = pushed.elapsed();
+        assert!(waited <= IDLE_PERIOD && waited > POLL_PERIOD, "{waited:?}");
         r.stop.send(()).unwrap();
         let stats = r.reader.await.unwrap().unwrap();
-        assert_eq!(stats.events, 3);
+        assert_eq!(stats.events, 4);
     }
 
     #[tokio::test(start_paused = true)]
@@ -393,8 +417,13 @@ mod tests {
             got.push(pid(&e));
         }
         assert_eq!(got, (1000..1000 + n).collect::<Vec<_>>());
-        // One drain takes them all, batch after batch.
-        assert!(pushed.elapsed() <= POLL_PERIOD, "{:?}", pushed.elapsed());
+        // One drain takes them all, batch after batch: the one after the first, empty,
+        // drain.
+        assert!(
+            pushed.elapsed() <= 2 * POLL_PERIOD,
+            "{:?}",
+            pushed.elapsed()
+        );
         r.stop.send(()).unwrap();
         assert_eq!(r.reader.await.unwrap().unwrap().events, u64::from(n));
     }
