@@ -31,10 +31,9 @@ pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug
 /// each) over some 20 s, a few hundred KiB a second. The reader drains it every 10 ms
 /// (`pace::POLL_PERIOD`; up to 80 ms while it stays empty) and is woken early at each
 /// eighth (64 KiB) of unread data, which leaves seven eighths as headroom while it gets
-/// scheduled. Its
-/// pages are the kernel's, and the reader maps them twice (the ring wraps through a
-/// second mapping), so each KiB here is two of the agent's resident memory once the ring
-/// has gone round: 1 MiB cost 2 MiB of RSS for headroom no workload here used.
+/// scheduled. Its pages are the kernel's, and the reader maps them twice (the ring wraps
+/// through a second mapping), so each KiB here is two of the agent's resident memory once
+/// the ring has gone round: 1 MiB cost 2 MiB of RSS for headroom no workload here used.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 19;
 /// podtrace's and kubelet's pod cgroups as the cgroupfs driver and as the systemd driver
 /// name them (a prefix matches whole path components), and containerd's own namespace.

@@ -23,15 +23,12 @@ pub const POLL_PERIOD: Duration = Duration::from_millis(10);
 /// The period while hurrying: tokio's timer resolution.
 pub const HURRY_PERIOD: Duration = Duration::from_millis(1);
 
-/// Each drain that finds the ring empty doubles the period, up to this many times
-/// ([`POLL_PERIOD`] × 8 = 80 ms); the first that finds events brings it back. A node
-/// between pods sends nothing the reader must see soon (the probes wake it for the execs
-/// and exits of pod work, and at each eighth of the ring), so an idle reader wakes
+/// The longest period, an idle reader's: each drain that finds the ring empty doubles the
+/// period up to this; the first that finds events brings it back to [`POLL_PERIOD`]. A
+/// node between pods sends nothing the reader must see soon (the probes wake it for the
+/// execs and exits of pod work, and at each eighth of the ring), so an idle reader wakes
 /// 12 times a second rather than 100.
-pub const IDLE_DOUBLINGS: u32 = 3;
-
-/// The longest period: an idle reader's.
-pub const IDLE_PERIOD: Duration = Duration::from_millis(10 << IDLE_DOUBLINGS);
+pub const IDLE_PERIOD: Duration = Duration::from_millis(80);
 
 /// Shared between the reader and whoever waits for events; cloning shares it.
 #[derive(Clone, Default)]
@@ -75,7 +72,9 @@ impl ReadPace {
     pub fn period_after(&self, empty: u32) -> Duration {
         match *self.lock() {
             Some(until) if until > Instant::now() => HURRY_PERIOD,
-            _ => (POLL_PERIOD * (1 << empty.min(IDLE_DOUBLINGS))).min(IDLE_PERIOD),
+            _ => POLL_PERIOD
+                .saturating_mul(1 << empty.min(16))
+                .min(IDLE_PERIOD),
         }
     }
 
