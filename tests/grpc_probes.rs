@@ -14,21 +14,32 @@ const MINUTE: Duration = Duration::from_secs(60);
 const PORT: u16 = 9000;
 
 /// A pod whose container `c` runs `image` with a gRPC liveness probe on `port` for
-/// `service`, probed every second and restarted after one failure.
-fn probed_pod(name: &str, image: &str, port: u16, service: &str) -> String {
+/// `service`, probed every second and restarted after one failure. With `startup`, a gRPC
+/// startup probe on the same service holds the liveness probe back until the server
+/// first answers, as a user guards a server that takes time to listen: kubelet probes
+/// at once when `initialDelaySeconds` is 0, and a refused first connection waits out
+/// grpc-go's one-second reconnect delay, longer than the probe's timeout.
+fn probed_pod(name: &str, image: &str, port: u16, service: &str, startup: bool) -> String {
+    let probe = |failure_threshold: u32| {
+        serde_json::json!({
+            "grpc": {"port": port, "service": service},
+            "periodSeconds": 1,
+            "failureThreshold": failure_threshold,
+        })
+    };
+    let mut container = serde_json::json!({
+        "name": "c",
+        "image": image,
+        "livenessProbe": probe(1),
+    });
+    if startup {
+        container["startupProbe"] = probe(60);
+    }
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [{
-            "name": "c",
-            "image": image,
-            "livenessProbe": {
-                "grpc": {"port": port, "service": service},
-                "periodSeconds": 1,
-                "failureThreshold": 1,
-            },
-        }]},
+        "spec": {"containers": [container]},
     })
     .to_string()
 }
@@ -58,12 +69,14 @@ fn a_grpc_liveness_probe_passes_then_restarts_the_container_when_not_serving() {
 
     agent.write(
         "healthy.yaml",
-        &probed_pod("healthy", &image, PORT, "podtrace"),
+        &probed_pod("healthy", &image, PORT, "podtrace", true),
     );
     // Nothing listens on this port in the app image.
-    agent.write("deaf.yaml", &probed_pod("deaf", APP, PORT, ""));
+    agent.write("deaf.yaml", &probed_pod("deaf", APP, PORT, "", false));
 
-    let healthy = agent.wait_pod("healthy", "Running", MINUTE, |p| phase(p) == "Running");
+    let healthy = agent.wait_pod("healthy", "Running and started", MINUTE, |p| {
+        phase(p) == "Running" && container(p, "c")["started"] == true
+    });
     let ip = healthy["status"]["podIP"].as_str().unwrap().to_string();
     let deaf = agent.wait_pod("deaf", "restarted by its failing probe", MINUTE, |p| {
         container(p, "c")["restartCount"].as_i64() >= Some(1)
