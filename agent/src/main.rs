@@ -24,7 +24,14 @@ fn main() -> ExitCode {
         builder.on_thread_start(|| {
             podtrace::cli::sched::request_short_slice();
         });
-        podtrace::event_thread::on_thread_start(podtrace::cli::sched::prioritise_event_thread);
+        podtrace::event_thread::on_thread_start(match cli.event_thread_policy() {
+            podtrace::cli::sched::EventThreadPolicy::Fifo => {
+                podtrace::cli::sched::prioritise_event_thread_fifo
+            }
+            podtrace::cli::sched::EventThreadPolicy::Nice => {
+                podtrace::cli::sched::prioritise_event_thread_nice
+            }
+        });
     }
     let runtime = match builder.build() {
         Ok(rt) => rt,

@@ -45,8 +45,6 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// Commands that drive pods and time them: their threads ask for a short scheduler
-    /// slice ([`sched`]), the benchmark's direct driver as much as the agent.
     /// The agent itself, which runs until stopped: its memory must stay flat.
     pub fn is_long_running(&self) -> bool {
         matches!(self.command, Command::Run(_))
@@ -61,8 +59,19 @@ impl Cli {
         !matches!(self.command, Command::Replay(_))
     }
 
+    /// Commands that drive pods and time them: their threads ask for a short scheduler
+    /// slice ([`sched`]), the benchmark's direct driver as much as the agent.
     pub fn wants_short_slice(&self) -> bool {
         matches!(self.command, Command::Run(_) | Command::BenchDirect(_))
+    }
+
+    /// How the agent's event thread is scheduled; the direct driver has none of its own
+    /// work there and keeps the fair class.
+    pub fn event_thread_policy(&self) -> sched::EventThreadPolicy {
+        match &self.command {
+            Command::Run(args) => args.event_thread_policy,
+            _ => sched::EventThreadPolicy::Nice,
+        }
     }
 }
 
@@ -188,6 +197,14 @@ pub struct RunArgs {
     pub ebpf: kernel_events::EbpfArgs,
     #[command(flatten)]
     pub cri: CriArgs,
+    /// How the thread that reads kernel events and waits on container exits is
+    /// scheduled: `fifo` is SCHED_FIFO at priority 1, the lowest real-time priority (it
+    /// runs for microseconds per event, and the kernel's real-time throttling bounds it
+    /// regardless), falling back to `nice` where the kernel refuses it; `nice` is nice
+    /// -10 with a short slice, which a burst of pod work can still hold off for a few
+    /// milliseconds.
+    #[arg(long, value_enum, default_value_t = sched::EventThreadPolicy::Fifo)]
+    pub event_thread_policy: sched::EventThreadPolicy,
 }
 
 pub async fn main(cli: Cli) -> ExitCode {

@@ -1,7 +1,8 @@
 //! Benchmark 4: what podtrace's probes cost an exec-heavy workload. One worker per CPU
 //! spawns a tiny static binary in a loop; arms with the probes attached (`podtrace
 //! kernel-events --summary-only`, which loads them as the agent does and drains the ring
-//! buffer with the agent's reader) and without alternate ABBA within one run. Then a
+//! buffer with the agent's reader) and without alternate ABBA as windows onto one
+//! continuous run of the workload. Then a
 //! 60 s run at the same full speed with the probes on counts lost events, with the
 //! kernel's BPF statistics on for that run only, so each program's run time per hit
 //! comes from the kernel.
@@ -12,6 +13,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,6 +29,13 @@ use super::{Figure, Outcome};
 /// several percent over seconds, and a round only compares arms run next to each other.
 const ROUNDS: usize = 32;
 const ARM: Duration = Duration::from_millis(1500);
+/// Untimed, before each arm's window: the workload runs on through it while an on arm's
+/// probes start (or the last arm's stop), so neither lands in a window. Measured in
+/// 150 ms slices after kernel-events attached in the agent's configuration, the
+/// workload ran 4-10% slower in the first slice than in the same slice of an arm without
+/// it, and 1-3% slower until about a second in (two runs of eight arms each): far more
+/// than the programs' own run time, and gone once the agent has been up a second.
+const SETTLE: Duration = Duration::from_millis(1000);
 /// An untimed run first, so neither arm pays for cold caches.
 const WARMUP: Duration = Duration::from_secs(2);
 const LOSS_RUN: Duration = Duration::from_secs(60);
@@ -181,9 +190,13 @@ fn exec_target() -> anyhow::Result<ExecTarget> {
     })
 }
 
-/// Spawns the target and waits for it until `deadline` or `max` execs; returns how many
-/// ran.
-fn exec_loop(target: &ExecTarget, deadline: Instant, max: u64) -> anyhow::Result<u64> {
+/// Spawns the target and waits for it, again and again while `more(execs so far)`;
+/// counts each exec into `done` as it ends, and returns how many ran.
+fn exec_loop(
+    target: &ExecTarget,
+    more: impl Fn(u64) -> bool,
+    done: &AtomicU64,
+) -> anyhow::Result<u64> {
     let argv: Vec<*mut libc::c_char> = target
         .argv
         .iter()
@@ -192,7 +205,7 @@ fn exec_loop(target: &ExecTarget, deadline: Instant, max: u64) -> anyhow::Result
         .collect();
     let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
     let mut execs = 0;
-    while execs < max && Instant::now() < deadline {
+    while more(execs) {
         let mut pid: libc::pid_t = 0;
         // SAFETY: path, argv and envp are NUL-terminated and outlive the call; no file
         // actions and no attributes.
@@ -229,6 +242,7 @@ fn exec_loop(target: &ExecTarget, deadline: Instant, max: u64) -> anyhow::Result
             bail!("{} (pid {pid}) ended with status {status:#x}", target.shown);
         }
         execs += 1;
+        done.fetch_add(1, Ordering::Relaxed);
     }
     Ok(execs)
 }
@@ -247,9 +261,11 @@ fn workload_until(
 ) -> anyhow::Result<ArmRun> {
     let start = Instant::now();
     let deadline = start + length;
+    let done = AtomicU64::new(0);
+    let more = |execs: u64| execs < max && Instant::now() < deadline;
     let counts = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
-            .map(|_| s.spawn(|| exec_loop(target, deadline, max)))
+            .map(|_| s.spawn(|| exec_loop(target, more, &done)))
             .collect();
         handles
             .into_iter()
@@ -669,7 +685,7 @@ const ALL_ON_MODE: Mode = Mode {
     name: "all-attached",
     args: &[],
 };
-/// Rounds for the all-attached figure, which no goal is judged on.
+/// Rounds for the all-attached figure (its own, lower goal).
 const ALL_ON_ROUNDS: usize = 16;
 
 /// Alternating rounds, and the reader's CPU in their on arms.
@@ -699,6 +715,36 @@ impl Alternated {
     }
 }
 
+/// `workers` exec loops that run until `stop`, counting into `done`: the alternating
+/// arms are windows onto this one run. A loop that fails sets `stop` too.
+fn continuous<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    target: &'s ExecTarget,
+    workers: usize,
+    done: &'s AtomicU64,
+    stop: &'s AtomicBool,
+) -> Vec<std::thread::ScopedJoinHandle<'s, anyhow::Result<u64>>> {
+    (0..workers)
+        .map(|_| {
+            scope.spawn(move || {
+                let r = exec_loop(target, |_| !stop.load(Ordering::Relaxed), done);
+                stop.store(true, Ordering::Relaxed);
+                r
+            })
+        })
+        .collect()
+}
+
+/// The execs in the next `length` of a continuous run.
+fn window(done: &AtomicU64, length: Duration) -> ArmRun {
+    let (execs, start) = (done.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(length);
+    ArmRun {
+        execs: done.load(Ordering::Relaxed) - execs,
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
 fn alternate(
     bin: &Path,
     work: &Path,
@@ -707,14 +753,42 @@ fn alternate(
     count: usize,
     mode: Mode,
 ) -> anyhow::Result<Alternated> {
+    let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let loops = continuous(s, target, workers, &done, &stop);
+        let rounds = alternate_windows(bin, work, &done, &stop, count, &mode);
+        stop.store(true, Ordering::Relaxed);
+        for l in loops {
+            l.join().map_err(|_| anyhow!("an exec worker panicked"))??;
+        }
+        rounds
+    })
+}
+
+/// The rounds of [`alternate`], each arm a window onto the running workload after
+/// [`SETTLE`]: an on arm's probes start before its settle and stop after its window.
+fn alternate_windows(
+    bin: &Path,
+    work: &Path,
+    done: &AtomicU64,
+    stop: &AtomicBool,
+    count: usize,
+    mode: &Mode,
+) -> anyhow::Result<Alternated> {
     let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
     // The reader's own CPU time during the on arms, and the arms' length.
     let (mut reader_ns, mut on_seconds) = (0_u64, 0.0_f64);
     for round in 0..count {
         let mut arms = Vec::new();
         for (i, arm) in order(round).into_iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                bail!("the exec workload stopped");
+            }
             let (run, summary) = match arm {
-                Arm::Off => (workload(target, workers, ARM)?, None),
+                Arm::Off => {
+                    std::thread::sleep(SETTLE);
+                    (window(done, ARM), None)
+                }
                 Arm::On => {
                     let probes = Probes::start(
                         bin,
@@ -726,8 +800,9 @@ fn alternate(
                         )),
                         mode.args,
                     )?;
+                    std::thread::sleep(SETTLE);
                     let before = probes.cpu_ns();
-                    let run = workload(target, workers, ARM)?;
+                    let run = window(done, ARM);
                     reader_ns += probes.cpu_ns().saturating_sub(before);
                     on_seconds += run.seconds;
                     let (summary, _) = probes.stop()?;
@@ -1032,8 +1107,14 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              the agent attaches them around RunPodSandbox, StopPodSandbox, RemovePodSandbox, \
              CreateContainer and StartContainer, and detaches them after a second without \
              such a call), and drains the ring buffer with the agent's reader (events \
-             decoded and received, not printed); off, nothing is attached. {ROUNDS} rounds \
-             of four {:.1} s arms in ABBA then BAAB order after a {} s warm-up; a round's ratio \
+             decoded and received, not printed); off, nothing is attached. After a {} s \
+             warm-up the workload runs on without a break through {ROUNDS} rounds of four \
+             arms in ABBA then BAAB order, and an arm is the execs counted in a {:.1} s window \
+             that opens {} ms after the arm begins: an on arm starts kernel-events as it \
+             begins and stops it after its window, so neither the probes' attaching nor \
+             their removal falls in a window (in the second after kernel-events attached, \
+             the workload ran up to 10% slower whatever was attached), and no arm starts \
+             from an idle machine. A round's ratio \
              is its on arms' execs/s over its off arms', and the verdict uses the median of \
              the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
              with every program attached (the agent during sandbox operations, and \
@@ -1053,8 +1134,9 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              workload's) in the kernel, before reserving anything. The per-hit goal is judged \
              on the run with every program attached.",
             target.shown,
-            ARM.as_secs_f64(),
             WARMUP.as_secs(),
+            ARM.as_secs_f64(),
+            SETTLE.as_millis(),
             LOSS_RUN.as_secs(),
             AGENT_RUN.as_secs()
         ),

@@ -155,7 +155,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              process's pidfd turns readable (the status from the zombie's /proc/<pid>/stat \
              or, once reaped, PIDFD_GET_INFO), whichever comes first: the probes wake the \
              ring-buffer reader for the execs and exits of pod work, and the reader and the \
-             pidfd waits run on a thread of their own at nice -10. For comparison, the \
+             pidfd waits run on a thread of their own, real-time (SCHED_FIFO at priority 1; \
+             `--event-thread-policy`). For comparison, the \
              runtime's StartContainer returns the time shown after the exec.",
             RUN.as_secs()
         ),
