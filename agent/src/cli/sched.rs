@@ -63,8 +63,8 @@ pub enum EventThreadPolicy {
 /// work: at nice -10 with the short slice, the runc and shim processes a burst of pod
 /// work puts on every CPU still held it off the CPU for 1 to 6 ms in the middle of a
 /// drain (thread CPU time 50 µs against that wall time), which set the p99 of benchmark
-/// 3 (eight crash-looping pods: 1.0 to 2.7 ms over five runs; 0.20 to 0.22 ms in three
-/// runs at this priority). The kernel's real-time throttling (`sched_rt_runtime_us`)
+/// 3 (eight crash-looping pods: 1.0 to 2.7 ms over five runs; 0.13 ms in two runs at
+/// this priority). The kernel's real-time throttling (`sched_rt_runtime_us`)
 /// bounds it even if it never slept.
 pub const EVENT_THREAD_RT_PRIORITY: i32 = 1;
 
