@@ -1112,8 +1112,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              arms in ABBA then BAAB order, and an arm is the execs counted in a {:.1} s window \
              that opens {} ms after the arm begins: an on arm starts kernel-events as it \
              begins and stops it after its window, so neither the probes' attaching nor \
-             their removal falls in a window (in the second after kernel-events attached, \
-             the workload ran up to 10% slower whatever was attached), and no arm starts \
+             their removal falls in a window (in the second after kernel-events attached \
+             the agent's programs, the workload ran up to 10% slower), and no arm starts \
              from an idle machine. A round's ratio \
              is its on arms' execs/s over its off arms', and the verdict uses the median of \
              the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
