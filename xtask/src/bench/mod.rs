@@ -113,6 +113,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         .map(|(n, _)| *n)
         .filter(|n| args.only.is_empty() || args.only.contains(n))
         .collect();
+    // As `test` and `demo` do: a fresh machine gets what the benchmarks build and run
+    // with (protoc, the lab's packages, the probes' toolchain) before anything starts.
+    let report = crate::setup::run(true, &|s| eprintln!("bench: setup: {s}"));
+    if !report.ok() {
+        report.print();
+        anyhow::bail!("setup failed; see the table above");
+    }
     let dir = workspace::target_dir().join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     eprintln!("bench: building podtrace (release)");
