@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use foldhash::fast::FixedState;
 use serde::Serialize;
 
 use super::objects::{Container, Objects, Sandbox};
@@ -73,7 +74,7 @@ struct Facts {
 
 #[derive(Debug, Default)]
 struct State {
-    pending: HashMap<Key, VecDeque<CriCall>>,
+    pending: HashMap<Key, VecDeque<CriCall>, FixedState>,
     last_exec: BTreeMap<(String, String), CriCall>,
     facts: Facts,
     objects: Objects,
@@ -115,6 +116,11 @@ impl ReplayRuntime {
         scale: BTreeMap<String, f64>,
     ) -> ReplayRuntime {
         let mut st = State::default();
+        // Sized up front: grown by doubling, the index rehashed every key several times
+        // over a long trace.
+        let mutations = calls.iter().filter(|c| is_mutation(&c.method)).count();
+        st.pending = HashMap::with_capacity_and_hasher(mutations, FixedState::default());
+        st.served = Vec::with_capacity(mutations);
         st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
         st.facts.network_ready = (true, String::new());
         let mut network_seen = false;
