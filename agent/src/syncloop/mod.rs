@@ -397,7 +397,13 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     fn complete(&mut self, done: WorkDone) {
         if let Some(m) = &self.metrics {
             m.observe_pod_worker(done.operation, done.secs);
+            // Looked at in place until the pod has started, then copied once.
             if !self.started.contains(&done.uid)
+                && self
+                    .shared
+                    .store
+                    .with_pod(&done.uid, |rec| rec.all_started_at.is_some())
+                    .unwrap_or(false)
                 && let Some(rec) = self.shared.store.get(&done.uid)
                 && let Some(started) = rec.all_started_at
             {

@@ -336,8 +336,8 @@ fn publish(shared: &Shared, pod: &Pod, status: &RuntimePodStatus) {
     };
     if shared
         .store
-        .get(uid)
-        .is_some_and(|before| resizing(&before.status))
+        .with_pod(uid, |before| resizing(&before.status))
+        .unwrap_or(false)
         && !resizing(&api)
     {
         shared.store.recorder(uid).record(PodEvent::normal(

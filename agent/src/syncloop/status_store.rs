@@ -268,6 +268,22 @@ impl StatusStore {
         self.lock().get(uid).cloned()
     }
 
+    /// Reads one pod in place, under the store's lock, where [`StatusStore::get`] would
+    /// copy its spec, status and events. `f` must not call into the store.
+    pub fn with_pod<T>(&self, uid: &str, f: impl FnOnce(&PodRecord) -> T) -> Option<T> {
+        self.lock().get(uid).map(f)
+    }
+
+    /// Shows `f` every pod, in UID order, under the store's lock and without copying
+    /// any: for a caller that reads a few fields of many pods after every change, where
+    /// [`StatusStore::list`] would copy each pod's spec, status and events each time.
+    /// `f` must not call into the store.
+    pub fn for_each(&self, mut f: impl FnMut(&PodRecord)) {
+        for rec in self.lock().values() {
+            f(rec);
+        }
+    }
+
     /// Every pod, ordered by namespace and name.
     pub fn list(&self) -> Vec<PodRecord> {
         let mut all: Vec<PodRecord> = self.lock().values().cloned().collect();
@@ -298,5 +314,46 @@ impl EventRecorder for PodRecorder {
 
     fn waited(&self, wait: PodWait, waited_ns: u64) {
         self.store.record_wait(&self.uid, wait, waited_ns);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(namespace: &str, name: &str, uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(namespace.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[test]
+    fn pods_are_read_in_place_as_list_and_get_show_them() {
+        let store = StatusStore::default();
+        store.add_pod(&pod("b", "web", "u2"));
+        store.add_pod(&pod("a", "db", "u1"));
+        store.set_status(
+            "u2",
+            PodStatus {
+                phase: Some("Running".into()),
+                ..PodStatus::default()
+            },
+        );
+        let mut seen = Vec::new();
+        store.for_each(|r| seen.push((r.uid.clone(), r.status.phase.clone())));
+        assert_eq!(
+            seen,
+            [
+                ("u1".to_string(), Some("Pending".to_string())),
+                ("u2".to_string(), Some("Running".to_string())),
+            ]
+        );
+        assert_eq!(
+            store.with_pod("u2", |r| r.name.clone()),
+            store.get("u2").map(|r| r.name)
+        );
+        assert_eq!(store.with_pod("u3", |r| r.name.clone()), None);
     }
 }
