@@ -24,14 +24,7 @@ fn main() -> ExitCode {
         builder.on_thread_start(|| {
             podtrace::cli::sched::request_short_slice();
         });
-        podtrace::event_thread::on_thread_start(match cli.event_thread_policy() {
-            podtrace::cli::sched::EventThreadPolicy::Fifo => {
-                podtrace::cli::sched::prioritise_event_thread_fifo
-            }
-            podtrace::cli::sched::EventThreadPolicy::Nice => {
-                podtrace::cli::sched::prioritise_event_thread_nice
-            }
-        });
+        podtrace::event_thread::on_thread_start(cli.event_thread_policy().thread_start());
     }
     let runtime = match builder.build() {
         Ok(rt) => rt,

@@ -58,6 +58,16 @@ pub enum EventThreadPolicy {
     Nice,
 }
 
+impl EventThreadPolicy {
+    /// What the event thread runs first, on itself, to take this policy.
+    pub fn thread_start(self) -> fn() {
+        match self {
+            EventThreadPolicy::Fifo => prioritise_event_thread_fifo,
+            EventThreadPolicy::Nice => prioritise_event_thread_nice,
+        }
+    }
+}
+
 /// The event thread's real-time priority: the lowest. It sleeps but for microseconds per
 /// kernel event or exit, and a real-time thread is never made to wait for fair-class
 /// work: at nice -10 with the short slice, the runc and shim processes a burst of pod
