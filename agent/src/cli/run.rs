@@ -354,7 +354,7 @@ async fn until_ready(
                 settled_now.push((rec.uid.clone(), outcome));
             }
         });
-        settled_now.sort_by(|(_, a), (_, b)| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        settled_now.sort_by(|(_, a), (_, b)| by_name(a, b));
         for (uid, outcome) in settled_now {
             if !args.json {
                 progress.suspend(|| print_outcome(&outcome));
@@ -374,7 +374,7 @@ async fn until_ready(
                         late.push((rec.uid.clone(), outcome_of(rec)));
                     }
                 });
-                late.sort_by(|(_, a), (_, b)| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+                late.sort_by(|(_, a), (_, b)| by_name(a, b));
                 for (uid, mut o) in late {
                     o.reason.get_or_insert_with(|| "Timeout".into());
                     o.message.get_or_insert_with(|| format!("not Running after {}s", args.ready_timeout));
@@ -425,7 +425,7 @@ async fn until_ready(
     progress.finish();
     let outcomes: Vec<PodOutcome> = {
         let mut v: Vec<PodOutcome> = done.into_values().collect();
-        v.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        v.sort_by(by_name);
         v
     };
     let running = outcomes
@@ -466,6 +466,11 @@ async fn until_ready(
 }
 
 /// The pod's outcome once it is Running or cannot get there.
+/// The order outcomes are printed in: by namespace, then name.
+fn by_name(a: &PodOutcome, b: &PodOutcome) -> std::cmp::Ordering {
+    (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+}
+
 fn settled(rec: &PodRecord) -> Option<PodOutcome> {
     let o = outcome_of(rec);
     let terminal = matches!(
