@@ -15,6 +15,7 @@ mod replay_speed;
 mod seeing;
 mod shares;
 mod stats;
+mod syscall_tracepoints;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::stats::{ci_text, median};
+use super::syscall_tracepoints::{SyscallTracepoints, syscall_programs};
 use super::{Figure, Outcome};
 
 /// Rounds of four arms each (ABBA, then BAAB, ...): the verdict's ratio is their median.
@@ -314,6 +315,7 @@ fn program_row(p: &ProgramRun, paused: Option<&ProgramRun>) -> String {
 fn verdict(
     median_ratio: f64,
     all_ratio: f64,
+    tracepoints_alone: Option<f64>,
     lost: u64,
     events: u64,
     worst: Option<(&str, f64)>,
@@ -327,8 +329,11 @@ fn verdict(
     }
     if all_ratio.is_nan() || all_ratio < GOAL_ALL_RATIO {
         misses.push(format!(
-            "with every program attached {all_ratio:.3}× is {:.3} short of {GOAL_ALL_RATIO}×",
-            GOAL_ALL_RATIO - all_ratio
+            "with every program attached {all_ratio:.3}× is {:.3} short of {GOAL_ALL_RATIO}×{}",
+            GOAL_ALL_RATIO - all_ratio,
+            tracepoints_alone.map_or(String::new(), |r| format!(
+                " (its syscall tracepoints alone, with no program: {r:.3}×)"
+            ))
         ));
     }
     if lost > GOAL_LOST {
@@ -600,11 +605,7 @@ fn counted_runs(
     let after = read_irq_work();
     let (summary, said) = probes.stop()?;
 
-    let probes = Probes::start(
-        bin,
-        work.join("kernel-events-agent-run.log"),
-        AGENT_MODE.args,
-    )?;
+    let probes = Probes::start(bin, work.join("kernel-events-agent-run.log"), AGENT_ARGS)?;
     workload(target, workers, AGENT_RUN)?;
     let (agent, _) = probes.stop()?;
     Ok(Counted {
@@ -627,25 +628,41 @@ fn joined(ratios: &[f64]) -> String {
         .join(", ")
 }
 
-/// The probes' configurations the on arms run.
-struct Mode {
-    name: &'static str,
-    args: &'static [&'static str],
+/// What the on arms run.
+enum Mode {
+    /// `podtrace kernel-events` with these arguments.
+    Probes {
+        name: &'static str,
+        args: &'static [&'static str],
+    },
+    /// These syscall tracepoints enabled with no program ([`SyscallTracepoints`]).
+    SyscallTracepoints(Vec<String>),
+}
+
+impl Mode {
+    fn name(&self) -> &'static str {
+        match self {
+            Mode::Probes { name, .. } => name,
+            Mode::SyscallTracepoints(_) => "syscall-tracepoints",
+        }
+    }
 }
 
 /// As the agent runs them between sandbox operations: the namespace programs (syscall
 /// tracepoints) loaded but detached.
-const AGENT_MODE: Mode = Mode {
+const AGENT_MODE: Mode = Mode::Probes {
     name: "agent",
-    args: &["--netns-on-demand"],
+    args: AGENT_ARGS,
 };
+const AGENT_ARGS: &[&str] = &["--netns-on-demand"];
 /// Every program attached: the agent while it creates or removes a sandbox (and for a
 /// second after), and `kernel-events`.
-const ALL_ON_MODE: Mode = Mode {
+const ALL_ON_MODE: Mode = Mode::Probes {
     name: "all-attached",
     args: &[],
 };
-/// Rounds for the all-attached figure (its own, lower goal).
+/// Rounds for the all-attached figure (its own, lower goal), and for the syscall
+/// tracepoints alone beside it.
 const ALL_ON_ROUNDS: usize = 16;
 
 /// Alternating rounds, and the reader's CPU in their on arms.
@@ -711,12 +728,12 @@ fn alternate(
     target: &ExecTarget,
     workers: usize,
     count: usize,
-    mode: Mode,
+    mode: &Mode,
 ) -> anyhow::Result<Alternated> {
     let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
     std::thread::scope(|s| {
         let loops = continuous(s, target, workers, &done, &stop);
-        let rounds = alternate_windows(bin, work, &done, &stop, count, &mode);
+        let rounds = alternate_windows(bin, work, &done, &stop, count, mode);
         stop.store(true, Ordering::Relaxed);
         for l in loops {
             l.join().map_err(|_| anyhow!("an exec worker panicked"))??;
@@ -749,25 +766,29 @@ fn alternate_windows(
                     std::thread::sleep(SETTLE);
                     (window(done, ARM), None)
                 }
-                Arm::On => {
-                    let probes = Probes::start(
-                        bin,
-                        work.join(format!(
-                            "kernel-events-{}-r{}-{}.log",
-                            mode.name,
-                            round + 1,
-                            i + 1
-                        )),
-                        mode.args,
-                    )?;
-                    std::thread::sleep(SETTLE);
-                    let before = probes.cpu_ns();
-                    let run = window(done, ARM);
-                    reader_ns += probes.cpu_ns().saturating_sub(before);
-                    on_seconds += run.seconds;
-                    let (summary, _) = probes.stop()?;
-                    (run, Some(summary))
-                }
+                Arm::On => match mode {
+                    Mode::Probes { name, args } => {
+                        let probes = Probes::start(
+                            bin,
+                            work.join(format!("kernel-events-{name}-r{}-{}.log", round + 1, i + 1)),
+                            args,
+                        )?;
+                        std::thread::sleep(SETTLE);
+                        let before = probes.cpu_ns();
+                        let run = window(done, ARM);
+                        reader_ns += probes.cpu_ns().saturating_sub(before);
+                        on_seconds += run.seconds;
+                        let (summary, _) = probes.stop()?;
+                        (run, Some(summary))
+                    }
+                    Mode::SyscallTracepoints(names) => {
+                        let enabled = SyscallTracepoints::enable(names)?;
+                        std::thread::sleep(SETTLE);
+                        let run = window(done, ARM);
+                        drop(enabled);
+                        (run, None)
+                    }
+                },
             };
             arms.push((arm, run, summary));
         }
@@ -785,7 +806,7 @@ fn alternate_windows(
         eprintln!(
             "bench: probe overhead ({}): round {} ({}): {:.0} execs/s with the probes, {:.0} \
              without: {:.3}×",
-            mode.name,
+            mode.name(),
             round + 1,
             order(round).map(Arm::name).join(" "),
             rate(&on),
@@ -826,8 +847,30 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
 
     // The agent's configuration between the CRI calls that create or enter pod
     // namespaces (the verdict's), then every program attached, as during those calls.
-    let agent = alternate(bin, &work, &target, workers, ROUNDS, AGENT_MODE)?;
-    let all_on = alternate(bin, &work, &target, workers, ALL_ON_ROUNDS, ALL_ON_MODE)?;
+    let agent = alternate(bin, &work, &target, workers, ROUNDS, &AGENT_MODE)?;
+    let all_on = alternate(bin, &work, &target, workers, ALL_ON_ROUNDS, &ALL_ON_MODE)?;
+    // The syscall tracepoints those programs sit on, enabled with no program: the part
+    // of the all-attached cost that is the kernel's, whatever the programs do.
+    let syscall_tracepoints = syscall_programs(
+        all_on
+            .rounds
+            .iter()
+            .flatten()
+            .filter_map(|(_, _, s)| s.as_ref())
+            .flat_map(|s| s.programs.iter().map(|p| p.program.as_str())),
+    );
+    let tracepoints_alone = if syscall_tracepoints.is_empty() {
+        None
+    } else {
+        Some(alternate(
+            bin,
+            &work,
+            &target,
+            workers,
+            ALL_ON_ROUNDS,
+            &Mode::SyscallTracepoints(syscall_tracepoints.clone()),
+        )?)
+    };
     let (round_ratios, pooled) = (agent.round_ratios(), agent.pooled());
     let Alternated {
         rounds,
@@ -894,7 +937,17 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     // At the ceiling every CPU is busy, so one exec costs workers / rate CPU-seconds.
     let cpu_ns_per_exec = workers as f64 * 1e9 / rate(&[loss_run]);
     let all_ratio = median(&all_on.round_ratios());
-    let verdict = verdict(median_ratio, all_ratio, loss.lost, loss.events, worst);
+    let alone_ratio = tracepoints_alone
+        .as_ref()
+        .map(|a| median(&a.round_ratios()));
+    let verdict = verdict(
+        median_ratio,
+        all_ratio,
+        alone_ratio,
+        loss.lost,
+        loss.events,
+        worst,
+    );
 
     let mut figures = vec![
         Figure::new(
@@ -935,6 +988,29 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "every program attached: 95% confidence interval of the median",
             ci_text(&all_on.round_ratios()),
         ),
+    ];
+    if let Some(alone) = &tracepoints_alone {
+        let ratios = alone.round_ratios();
+        figures.extend([
+            Figure::new(
+                &format!(
+                    "the kernel's share: the same syscall tracepoints ({}) enabled with no \
+                     program ({ALL_ON_ROUNDS} more rounds): ratio per round",
+                    syscall_tracepoints.join(", ")
+                ),
+                joined(&ratios),
+            ),
+            Figure::new(
+                "syscall tracepoints alone: median of rounds / pooled",
+                format!("{:.3}× / {:.3}×", median(&ratios), alone.pooled()),
+            ),
+            Figure::new(
+                "syscall tracepoints alone: 95% confidence interval of the median",
+                ci_text(&ratios),
+            ),
+        ]);
+    }
+    figures.extend([
         Figure::new(
             "events lost in the alternating arms",
             format!("{arms_lost} of {}", arms_events + arms_lost),
@@ -963,7 +1039,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 }
             ),
         ),
-    ];
+    ]);
     let paused_valid = paused.lost == 0;
     for p in &loss.programs {
         let quiet = paused
@@ -1078,7 +1154,11 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              is its on arms' execs/s over its off arms', and the verdict uses the median of \
              the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
              with every program attached (the agent during sandbox operations, and \
-             kernel-events) are shown beside it. The probes' load time is not \
+             kernel-events) are shown beside it, and {ALL_ON_ROUNDS} with only the syscall \
+             tracepoints those programs sit on enabled, as counting perf events with no \
+             program: enabling any syscall tracepoint sends every syscall on the node \
+             through the kernel's slow entry and exit path, so that share of the cost is \
+             the kernel's whatever the programs do. The probes' load time is not \
              timed. Then {} s at full speed with every program attached counts events read \
              and lost. \
              The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
@@ -1283,20 +1363,37 @@ mod tests {
 
     #[test]
     fn the_verdict_names_each_missed_goal_and_by_how_much() {
-        let met = verdict(0.995, 0.985, 0, 5000, Some(("sched_process_exec", 420.0)));
+        let met = verdict(
+            0.995,
+            0.985,
+            Some(0.99),
+            0,
+            5000,
+            Some(("sched_process_exec", 420.0)),
+        );
         assert_eq!(
             met,
             "met: 0.995× of untraced (0.985× with every program), 0 of 5000 events lost, \
              worst 420 ns per hit (sched_process_exec)"
         );
-        let missed = verdict(0.95, 0.93, 10, 990, Some(("sys_enter_execve", 1250.0)));
+        let missed = verdict(
+            0.95,
+            0.93,
+            Some(0.97),
+            10,
+            990,
+            Some(("sys_enter_execve", 1250.0)),
+        );
         assert!(missed.starts_with("missed: "), "{missed}");
         assert!(
             missed.contains("0.950× of untraced is 0.040 short of 0.99×"),
             "{missed}"
         );
         assert!(
-            missed.contains("with every program attached 0.930× is 0.050 short of 0.98×"),
+            missed.contains(
+                "with every program attached 0.930× is 0.050 short of 0.98× (its syscall \
+                 tracepoints alone, with no program: 0.970×)"
+            ),
             "{missed}"
         );
         assert!(
@@ -1311,21 +1408,22 @@ mod tests {
         let exactly = verdict(
             GOAL_RATIO,
             GOAL_ALL_RATIO,
+            None,
             0,
             1,
             Some(("x", GOAL_NS_PER_HIT)),
         );
         assert!(exactly.starts_with("met"), "{exactly}");
         // No counted run time, or no rounds with every program, cannot pass as met.
-        let unknown = verdict(1.0, 1.0, 0, 1, None);
+        let unknown = verdict(1.0, 1.0, None, 0, 1, None);
         assert_eq!(unknown, "missed: no program run time was counted");
-        let no_rounds = verdict(1.0, f64::NAN, 0, 1, Some(("x", 10.0)));
+        let no_rounds = verdict(1.0, f64::NAN, None, 0, 1, Some(("x", 10.0)));
         assert!(
             no_rounds.starts_with("missed: with every program"),
             "{no_rounds}"
         );
         // Only the missed goal is named.
-        let one = verdict(0.99, 0.98, 1, 99, Some(("x", 10.0)));
+        let one = verdict(0.99, 0.98, None, 1, 99, Some(("x", 10.0)));
         assert_eq!(one, "missed: 1 events lost (1.000% of 100)");
     }
 }
