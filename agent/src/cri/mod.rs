@@ -17,7 +17,7 @@ pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
 pub use node_shape::{DriverSource, NodeShape, NodeShapeError};
-pub use recording::{CallHold, CallSink, CriCall, Recording};
+pub use recording::{CallHold, CallSink, CriCall, Recording, ResponseFields};
 pub use service::{ImageService, ListedContainerState, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.

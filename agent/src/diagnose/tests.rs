@@ -1,7 +1,5 @@
 //! Verdicts on hand-built records, one fault at a time, each naming its stage.
 
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::cri::CriCall;
 use crate::ebpf::{CniExec, EventMeta, KernelEvent};
@@ -64,7 +62,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         end_ns: end_ms * MS,
         code: "OK".into(),
         message: String::new(),
-        response: BTreeMap::new(),
+        response: crate::cri::ResponseFields::new(),
     }
 }
 
@@ -206,7 +204,7 @@ fn a_host_network_pod_has_no_ip_by_design_and_shows_the_hosts() {
 fn network_not_ready_names_the_sandbox_that_was_never_requested() {
     let mut status = call("Status", 3, 4);
     status.pod_uid.clear();
-    status.response = BTreeMap::from([
+    status.response = crate::cri::ResponseFields::from_iter([
         ("RuntimeReady".into(), "true".into()),
         ("NetworkReady".into(), "false".into()),
         ("NetworkReady_reason".into(), "NetworkPluginNotReady".into()),
@@ -377,7 +375,7 @@ fn a_container_that_keeps_exiting_is_a_crash_loop_on_its_start() {
     r.push(with(call("ContainerStatus", 50, 51), |c| {
         c.container = "app".into();
         c.container_id = "c1".into();
-        c.response = BTreeMap::from([
+        c.response = crate::cri::ResponseFields::from_iter([
             ("state".into(), "2".into()),
             ("exit_code".into(), "1".into()),
             ("reason".into(), "Error".into()),

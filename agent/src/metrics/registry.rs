@@ -717,7 +717,7 @@ mod tests {
             end_ns: 150_000_000,
             code: "OK".into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         };
         m.observe_call(&call);
         let text = m.encode();
@@ -760,7 +760,7 @@ mod tests {
             end_ns: t + 1,
             code: "OK".into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         };
         let m = Metrics::new();
         let count = |m: &Metrics| {
@@ -856,7 +856,7 @@ mod tests {
             end_ns,
             code: code.into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         }
     }
 

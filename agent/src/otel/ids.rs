@@ -82,7 +82,6 @@ pub fn traceparent(call: &CriCall) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn call(uid: &str, start_ns: u64) -> CriCall {
         CriCall {
@@ -97,7 +96,7 @@ mod tests {
             end_ns: start_ns + 5,
             code: "OK".into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         }
     }
 

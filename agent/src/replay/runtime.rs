@@ -779,14 +779,14 @@ mod tests {
             end_ns: end_ms * MS,
             code: "OK".into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         }
     }
 
     /// A pod whose container started at 1000 ms and was seen exited (code 1) at 3000 ms.
     fn recording() -> Vec<CriCall> {
         let mut exited = call("ContainerStatus", 3000, 3001);
-        exited.response = BTreeMap::from([
+        exited.response = crate::cri::ResponseFields::from_iter([
             ("state".to_string(), "2".to_string()),
             ("exit_code".to_string(), "1".to_string()),
         ]);

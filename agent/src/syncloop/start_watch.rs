@@ -183,7 +183,6 @@ impl StartWatch {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::ebpf::{Cgroup, EventMeta};
@@ -237,7 +236,7 @@ mod tests {
             end_ns: t + 5,
             code: code.into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         }
     }
 

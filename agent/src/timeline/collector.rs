@@ -13,7 +13,7 @@
 //! (`chunks.rs`), so building one every few seconds neither copies them nor holds the
 //! lock that every CRI call and kernel event takes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -57,7 +57,7 @@ struct Kept {
     waits: Chunks<PodWaitRecord>,
     kernel: Chunks<KernelEvent>,
     observations: HashMap<String, u32>,
-    last_status: Option<BTreeMap<String, String>>,
+    last_status: Option<crate::cri::ResponseFields>,
     /// Every pod the kept records name, by UID.
     marks: HashMap<String, PodMark>,
     forgotten: ForgottenIds,

@@ -2,8 +2,6 @@
 //! a node-level compile that must stay the node's, and another kubelet's pod on the same
 //! runtime.
 
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::cri::CriCall;
 use crate::ebpf::{Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall};
@@ -112,7 +110,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         end_ns: end_ms * MS,
         code: "OK".into(),
         message: String::new(),
-        response: BTreeMap::new(),
+        response: crate::cri::ResponseFields::new(),
     }
 }
 

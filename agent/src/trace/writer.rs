@@ -277,7 +277,7 @@ mod tests {
             end_ns: i,
             code: "OK".into(),
             message: String::new(),
-            response: BTreeMap::new(),
+            response: crate::cri::ResponseFields::new(),
         })
     }
 
