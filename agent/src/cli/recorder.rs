@@ -15,7 +15,7 @@ use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
 use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
-use crate::otel::{ClockAnchor, ExportQueue, LiveExport};
+use crate::otel::{ClockAnchor, ExportQueue, LiveExport, TraceGate};
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
@@ -39,6 +39,8 @@ pub struct RecordSink {
     netns: Arc<OnceLock<NetnsGate>>,
     /// Set when pod startups are exported over OTLP.
     otel: Arc<OnceLock<Arc<LiveExport>>>,
+    /// Which calls carry a sampled trace context (on when exporting or receiving spans).
+    gate: Arc<TraceGate>,
 }
 
 /// The CRI calls inside which the runtime creates, enters or tears down a pod's network
@@ -55,6 +57,9 @@ const NETNS_CALLS: [&str; 5] = [
 
 impl RecordSink {
     pub fn send(&self, record: TraceRecord) {
+        if self.gate.is_on() {
+            self.gate.observe(&record);
+        }
         match &record {
             TraceRecord::Cri(call) => {
                 self.metrics.observe_call(call);
@@ -84,6 +89,10 @@ impl RecordSink {
 impl CallSink for RecordSink {
     fn record(&self, call: CriCall) {
         self.send(TraceRecord::Cri(call));
+    }
+
+    fn sampled(&self, call: &CriCall) -> bool {
+        self.gate.sampled(call)
     }
 
     fn begin(&self, call: &CriCall) -> Option<CallHold> {
@@ -167,6 +176,7 @@ impl RunRecorder {
             starts: Arc::new(StartFeed::default()),
             netns: Arc::new(OnceLock::new()),
             otel: Arc::new(OnceLock::new()),
+            gate: Arc::new(TraceGate::new()),
         };
         let mut recorder = RunRecorder {
             retention: DEFAULT_DELETED_POD_RETENTION,
@@ -227,7 +237,13 @@ impl RunRecorder {
             endpoint.to_string(),
             self.sink.metrics.otlp_stats(),
         );
-        let live = Arc::new(LiveExport::new(queue, node, self.anchor));
+        self.sink.gate.enable();
+        let live = Arc::new(LiveExport::new(
+            queue,
+            node,
+            self.anchor,
+            self.sink.gate.clone(),
+        ));
         let _ = self.sink.otel.set(live.clone());
         let collector = self.sink.collector.clone();
         self.otel_ticker = Some(tokio::spawn(async move {
@@ -287,6 +303,7 @@ impl RunRecorder {
             return;
         }
         self.sink.metrics.forget_timeline(&forgotten);
+        self.sink.gate.forget(&forgotten.uids);
         if let Some(otel) = self.sink.otel.get() {
             otel.forget(&forgotten.uids, &forgotten.timeline);
         }

@@ -47,6 +47,10 @@ pub struct CriCall {
     /// The response fields that matter (pod IP, image ref, container state, exit code).
     #[serde(default, skip_serializing_if = "ResponseFields::is_empty")]
     pub response: ResponseFields,
+    /// The call went to the runtime with a sampled `traceparent`: its span is exported,
+    /// and a tracing runtime's spans for it hang under that span.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub traced: bool,
 }
 
 impl CriCall {
@@ -80,6 +84,13 @@ pub trait CallSink: Send + Sync {
     /// this returns is held until the call has ended or was cancelled.
     fn begin(&self, _call: &CriCall) -> Option<CallHold> {
         None
+    }
+
+    /// Whether `call` (named, its start stamped, its outcome not filled in yet) goes to
+    /// the runtime with a sampled trace context: only a call whose span will be
+    /// exported. Unsampled unless a sink says otherwise.
+    fn sampled(&self, _call: &CriCall) -> bool {
+        false
     }
 }
 
@@ -146,9 +157,11 @@ impl<R> Recording<R> {
         let _hold = self.sink.begin(&call);
         // What `begin` did (attaching probes) is not the call's own time.
         call.start_ns = now_ktime_ns();
-        // The call's span, as a trace export will name it, goes to the runtime with it.
+        // The call's span, as a trace export will name it, goes to the runtime with it:
+        // sampled only when that span will be exported.
+        call.traced = !call.pod_uid.is_empty() && self.sink.sampled(&call);
         let traceparent = crate::otel::ids::traceparent(&call);
-        let result = super::trace_context::with_traceparent(traceparent, fut).await;
+        let result = super::trace_context::with_traceparent(Some(traceparent), fut).await;
         call.end_ns = now_ktime_ns();
         match &result {
             Ok(v) => {
@@ -182,6 +195,7 @@ fn call(method: &str) -> CriCall {
         code: String::new(),
         message: String::new(),
         response: ResponseFields::new(),
+        traced: false,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The recording layer gives each call made for a pod the `traceparent` of the span the
-//! trace export makes for it: the pod's trace, the call's own span ID.
+//! trace export makes for it: the pod's trace, the call's own span ID; sampled when the
+//! sink says the call is exported, unsampled otherwise and for calls of no pod.
 
 use std::sync::{Arc, Mutex};
 
@@ -123,21 +124,29 @@ impl ImageService for Seen {
     }
 }
 
+/// Keeps every call; `exporting` says whether calls of pods are exported.
 #[derive(Default)]
-struct Calls(Mutex<Vec<CriCall>>);
+struct Calls {
+    calls: Mutex<Vec<CriCall>>,
+    exporting: bool,
+}
 
 impl CallSink for Calls {
     fn record(&self, call: CriCall) {
-        self.0.lock().unwrap().push(call);
+        self.calls.lock().unwrap().push(call);
+    }
+
+    fn sampled(&self, _call: &CriCall) -> bool {
+        self.exporting
     }
 }
 
-#[tokio::test]
-async fn every_call_for_a_pod_carries_its_own_spans_traceparent() {
+/// Makes the calls of one pod's start (and the node's Version) through a recorder over
+/// `sink`; returns what the runtime saw and what was recorded.
+async fn start_a_pod(sink: Arc<Calls>) -> (Vec<(&'static str, Option<String>)>, Vec<CriCall>) {
     let runtime = Seen::default();
     let seen = runtime.0.clone();
-    let calls = Arc::new(Calls::default());
-    let rec = Recording::new(runtime, calls.clone());
+    let rec = Recording::new(runtime, sink.clone());
     let config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: "p".into(),
@@ -181,20 +190,63 @@ async fn every_call_for_a_pod_carries_its_own_spans_traceparent() {
         .unwrap();
     rec.start_container(&id).await.unwrap();
     let seen = seen.lock().unwrap().clone();
-    let calls = calls.0.lock().unwrap().clone();
+    let calls = sink.calls.lock().unwrap().clone();
+    (seen, calls)
+}
+
+#[tokio::test]
+async fn every_call_for_a_pod_carries_its_own_spans_traceparent() {
+    let sink = Arc::new(Calls {
+        exporting: true,
+        ..Calls::default()
+    });
+    let (seen, calls) = start_a_pod(sink).await;
     assert_eq!(seen.len(), calls.len());
     for ((method, tp), call) in seen.iter().zip(&calls) {
         assert_eq!(*method, call.method);
+        let tp = tp.as_deref().expect("every call carries a context");
+        assert_eq!(tp, ids::traceparent(call), "{method}");
         if call.pod_uid.is_empty() {
-            // The node's own calls belong to no pod's trace.
-            assert_eq!(*tp, None, "{method}");
+            // The node's own calls belong to no pod's trace, and are never sampled.
+            assert!(!call.traced, "{method}");
+            assert!(tp.ends_with("-00"), "{method}: {tp}");
+            assert!(tp.contains(&hex(&ids::node_trace_id())), "{method}: {tp}");
         } else {
+            // The export's span for the call: its pod's trace, its own span, sampled.
             assert_eq!(call.pod_uid, "uid-1", "{method} is tied to its pod");
-            assert_eq!(tp.as_deref(), ids::traceparent(call).as_deref(), "{method}");
+            assert!(call.traced, "{method}");
+            assert_eq!(
+                tp,
+                format!(
+                    "00-{}-{}-01",
+                    hex(&ids::trace_id("uid-1")),
+                    hex(&ids::call_span_id(call))
+                ),
+                "{method}"
+            );
         }
     }
-    let traced = seen.iter().filter(|(_, tp)| tp.is_some()).count();
-    assert_eq!(traced, 4, "{seen:?}");
+    let sampled = seen
+        .iter()
+        .filter(|(_, tp)| tp.as_deref().is_some_and(|t| t.ends_with("-01")))
+        .count();
+    assert_eq!(sampled, 4, "{seen:?}");
     // Outside a call, nothing.
     assert_eq!(trace_context::current(), None);
+}
+
+#[tokio::test]
+async fn calls_whose_spans_are_not_exported_carry_an_unsampled_context() {
+    let (seen, calls) = start_a_pod(Arc::new(Calls::default())).await;
+    assert_eq!(seen.len(), 5);
+    for ((method, tp), call) in seen.iter().zip(&calls) {
+        assert!(!call.traced, "{method}");
+        let tp = tp.as_deref().unwrap();
+        assert!(tp.ends_with("-00"), "{method}: {tp}");
+        assert_eq!(tp, ids::traceparent(call), "{method}");
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

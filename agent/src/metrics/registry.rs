@@ -718,6 +718,7 @@ mod tests {
             code: "OK".into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         };
         m.observe_call(&call);
         let text = m.encode();
@@ -761,6 +762,7 @@ mod tests {
             code: "OK".into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         };
         let m = Metrics::new();
         let count = |m: &Metrics| {
@@ -857,6 +859,7 @@ mod tests {
             code: code.into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         }
     }
 

@@ -66,17 +66,43 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The W3C `traceparent` of a call made for a pod (sampled); None for a call of no pod
-/// (the node's own: Version, Status, lists), which belongs to no pod's trace.
-pub fn traceparent(call: &CriCall) -> Option<String> {
-    if call.pod_uid.is_empty() {
-        return None;
-    }
-    Some(format!(
-        "00-{}-{}-01",
-        hex(&trace_id(&call.pod_uid)),
-        hex(&call_span_id(call))
-    ))
+/// The trace every call of no pod names (Version, Status, relists): fixed, so nothing
+/// random goes into a context no one records. Such calls belong to no pod's trace.
+pub fn node_trace_id() -> [u8; 16] {
+    let d = digest(&[b"podtrace/node"]);
+    nonzero(d[..16].try_into().expect("16 of 32 bytes"))
+}
+
+/// The span ID a call of no pod names in [`node_trace_id`]'s trace: from its method and
+/// start.
+fn node_call_span_id(call: &CriCall) -> [u8; 8] {
+    let d = digest(&[
+        b"podtrace/node-cri",
+        call.method.as_bytes(),
+        &call.start_ns.to_le_bytes(),
+    ]);
+    nonzero(d[..8].try_into().expect("8 of 32 bytes"))
+}
+
+/// The W3C `traceparent` a call carries to the runtime. A call podtrace exports
+/// (`call.traced`, decided by [`super::TraceGate`]) names its own span in its pod's
+/// trace, sampled (`-01`), so a tracing runtime makes its spans children of it. Every
+/// other call carries an unsampled context (`-00`): a call of a pod outside its startup
+/// names the span it would have had, a call of no pod a span in [`node_trace_id`]'s
+/// trace. A runtime whose sampler follows its parent (containerd's does) then records
+/// nothing for it, where with no context at all it would start a trace of its own.
+pub fn traceparent(call: &CriCall) -> String {
+    let (trace, span) = if call.pod_uid.is_empty() {
+        (node_trace_id(), node_call_span_id(call))
+    } else {
+        (trace_id(&call.pod_uid), call_span_id(call))
+    };
+    let flags = if call.traced && !call.pod_uid.is_empty() {
+        "01"
+    } else {
+        "00"
+    };
+    format!("00-{}-{}-{flags}", hex(&trace), hex(&span))
 }
 
 #[cfg(test)]
@@ -97,23 +123,54 @@ mod tests {
             code: "OK".into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         }
     }
 
     #[test]
     fn a_calls_traceparent_names_its_pods_trace_and_its_own_span() {
-        let c = call("uid-1", 42);
-        let tp = traceparent(&c).unwrap();
+        let mut c = call("uid-1", 42);
+        c.traced = true;
+        let tp = traceparent(&c);
         let parts: Vec<&str> = tp.split('-').collect();
         assert_eq!(parts.len(), 4);
         assert_eq!(parts[0], "00");
         assert_eq!(parts[1], hex(&trace_id("uid-1")));
         assert_eq!(parts[2], hex(&call_span_id(&c)));
         assert_eq!(parts[3], "01");
-        // The same call always; another start, another span; the node's calls, none.
-        assert_eq!(traceparent(&call("uid-1", 42)).unwrap(), tp);
+        // The same call always; another start, another span.
+        let mut again = call("uid-1", 42);
+        again.traced = true;
+        assert_eq!(traceparent(&again), tp);
         assert_ne!(call_span_id(&call("uid-1", 43)), call_span_id(&c));
         assert_ne!(trace_id("uid-2"), trace_id("uid-1"));
-        assert_eq!(traceparent(&call("", 42)), None);
+    }
+
+    #[test]
+    fn a_call_podtrace_does_not_export_carries_an_unsampled_context() {
+        // A pod's call outside its startup: the same IDs, not sampled.
+        let c = call("uid-1", 42);
+        let tp = traceparent(&c);
+        assert_eq!(
+            tp,
+            format!(
+                "00-{}-{}-00",
+                hex(&trace_id("uid-1")),
+                hex(&call_span_id(&c))
+            )
+        );
+        // A call of no pod: the fixed node trace, never sampled, whatever it says.
+        let mut node = call("", 42);
+        node.traced = true;
+        let tp = traceparent(&node);
+        assert!(
+            tp.starts_with(&format!("00-{}-", hex(&node_trace_id()))),
+            "{tp}"
+        );
+        assert!(tp.ends_with("-00"), "{tp}");
+        assert_eq!(traceparent(&node), tp, "deterministic");
+        let later = call("", 43);
+        assert_ne!(traceparent(&later), tp, "a span per call");
+        assert_ne!(node_trace_id(), trace_id(""));
     }
 }

@@ -5,12 +5,13 @@
 //! calls, with the same model `podtrace export` applies to the recorded trace.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
 
+use super::gate::TraceGate;
 use super::queue::{ExportQueue, ExportStats};
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
@@ -42,11 +43,19 @@ pub struct LiveExport {
     anchor: ClockAnchor,
     state: Mutex<State>,
     seen: AtomicU64,
+    /// Told when a pod is exported: its later calls go out unsampled.
+    gate: Arc<TraceGate>,
 }
 
 impl LiveExport {
-    pub fn new(queue: ExportQueue, node: &str, anchor: ClockAnchor) -> LiveExport {
+    pub fn new(
+        queue: ExportQueue,
+        node: &str,
+        anchor: ClockAnchor,
+        gate: Arc<TraceGate>,
+    ) -> LiveExport {
         LiveExport {
+            gate,
             stats: queue.stats(),
             queue: Mutex::new(Some(queue)),
             node: node.to_string(),
@@ -184,6 +193,7 @@ impl LiveExport {
     }
 
     fn export(&self, st: &mut State, pod: &PodTimeline) {
+        self.gate.mark_over(&pod.uid);
         st.candidates.remove(&pod.uid);
         let calls = st.calls.remove(&pod.uid).unwrap_or_default();
         let refs: Vec<&CriCall> = calls.iter().collect();

@@ -6,10 +6,12 @@
 //! - `sdk.rs`: the model as the SDK's span data, the exporter, the endpoint's checks.
 //! - `queue.rs`: the bounded export queue and its sending task; drops are counted.
 //! - `live.rs`: the agent exports each pod once its startup is over.
+//! - `gate.rs`: which CRI calls carry a sampled trace context to the runtime.
 //! - `export.rs`: spans of recorded traces (`podtrace export`).
 
 mod error;
 mod export;
+mod gate;
 pub mod ids;
 mod live;
 mod queue;
@@ -21,6 +23,7 @@ mod tests;
 
 pub use error::OtelError;
 pub use export::trace_spans;
+pub use gate::TraceGate;
 pub use live::LiveExport;
 pub use queue::{ExportQueue, ExportStats};
 pub use sdk::{ClockAnchor, endpoint, exporter, span_data};

@@ -2,7 +2,10 @@
 //!
 //! - The root span runs from the pod first seen until Ready (Running when it never got
 //!   Ready; its last stage when it never ran).
-//! - Every CRI call made for the pod in that time is a client span named as kubelet
+//! - Every CRI call made for the pod in that time, and every call of the pod that went to
+//!   the runtime with a sampled trace context (`CriCall::traced`: the gate decides at the
+//!   call's start, and may learn that the startup ended a moment after it did), is a
+//!   client span named as kubelet
 //!   names its own (`runtime.v1.RuntimeService/RunPodSandbox`), a child of the root. A
 //!   stage that is a CRI call (sandbox_requested is RunPodSandbox) is that call's span,
 //!   with the stage's name as `podtrace.stage`.
@@ -140,7 +143,9 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     let mut calls: Vec<&CriCall> = calls
         .iter()
         .copied()
-        .filter(|c| c.pod_uid == pod.uid && c.start_ns >= start && c.start_ns <= end)
+        .filter(|c| {
+            c.pod_uid == pod.uid && (c.traced || (c.start_ns >= start && c.start_ns <= end))
+        })
         .collect();
     calls.sort_by_key(|c| (c.start_ns, c.end_ns));
     let stages: Vec<&Stage> = pod

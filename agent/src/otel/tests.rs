@@ -153,3 +153,40 @@ fn a_failed_call_and_a_pod_that_never_ran_carry_error_status() {
         .expect("a failed RunPodSandbox");
     assert!(matches!(attr(sandbox, "rpc.grpc.status_code"), Some(Value::Int(c)) if *c != 0));
 }
+
+#[test]
+fn a_call_sent_sampled_after_the_startup_ended_is_exported_and_an_unsampled_one_is_not() {
+    let records = fixture("multi-container.jsonl");
+    let timeline = crate::timeline::build(&records);
+    let calls = cri_calls(&records);
+    let pod = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .unwrap();
+    let end = super::spans::startup_end(pod).unwrap();
+    let mut late: Vec<CriCall> = calls
+        .iter()
+        .filter(|c| c.pod_uid == pod.uid && c.start_ns > end)
+        .map(|c| (*c).clone())
+        .take(2)
+        .collect();
+    assert_eq!(late.len(), 2, "the fixture has calls after the startup");
+    late[0].traced = true;
+    let refs: Vec<&CriCall> = late.iter().collect();
+    let spans = pod_spans(pod, &refs, "n");
+    let ids: Vec<[u8; 8]> = spans.iter().map(|s| s.span_id).collect();
+    assert!(
+        ids.contains(&ids::call_span_id(&late[0])),
+        "the sampled call"
+    );
+    assert!(
+        !ids.contains(&ids::call_span_id(&late[1])),
+        "the unsampled call"
+    );
+    let span = spans
+        .iter()
+        .find(|s| s.span_id == ids::call_span_id(&late[0]))
+        .unwrap();
+    assert_eq!(span.parent, Some(ids::root_span_id(&pod.uid)));
+}

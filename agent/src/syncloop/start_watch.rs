@@ -237,6 +237,7 @@ mod tests {
             code: code.into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         }
     }
 

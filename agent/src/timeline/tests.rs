@@ -111,6 +111,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         code: "OK".into(),
         message: String::new(),
         response: crate::cri::ResponseFields::new(),
+        traced: false,
     }
 }
 

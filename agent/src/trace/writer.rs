@@ -278,6 +278,7 @@ mod tests {
             code: "OK".into(),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
+            traced: false,
         })
     }
 
