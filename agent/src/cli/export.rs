@@ -47,15 +47,29 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
     for (path, trace) in &traces {
         let timeline = super::timeline::from_records(&trace.records);
         let spans = otel::trace_spans(&trace.header, &trace.records, &timeline);
-        eprintln!(
-            "podtrace: {}: {} pods, {} spans",
-            path.display(),
-            timeline.pods.len(),
-            spans.len()
-        );
-        batches.push(spans);
+        let runtime = otel::runtime_batches(&trace.header, &trace.records, &timeline);
+        let forwarded: usize = runtime.iter().map(|(_, _, s)| s.len()).sum();
+        if forwarded == 0 {
+            eprintln!(
+                "podtrace: {}: {} pods, {} spans",
+                path.display(),
+                timeline.pods.len(),
+                spans.len()
+            );
+        } else {
+            eprintln!(
+                "podtrace: {}: {} pods, {} spans and {forwarded} of the runtime's",
+                path.display(),
+                timeline.pods.len(),
+                spans.len()
+            );
+        }
+        batches.push((spans, runtime));
     }
-    let total: usize = batches.iter().map(Vec::len).sum();
+    let total: usize = batches
+        .iter()
+        .map(|(s, r)| s.len() + r.iter().map(|(_, _, s)| s.len()).sum::<usize>())
+        .sum();
     let node = traces
         .first()
         .map(|(_, t)| t.header.node.clone())
@@ -67,9 +81,17 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
-    let queue = ExportQueue::start(exporter, endpoint.clone(), otel::ExportStats::default());
-    for spans in batches {
+    let queue = ExportQueue::start(
+        exporter,
+        endpoint.clone(),
+        otel::ExportStats::default(),
+        otel::resource(&node),
+    );
+    for (spans, runtime) in batches {
         queue.send(spans);
+        for (key, resource, spans) in runtime {
+            queue.send_foreign(key, resource, spans);
+        }
     }
     let stats = queue.close(args.timeout).await;
     if stats.exported() as usize == total {

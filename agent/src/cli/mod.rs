@@ -184,6 +184,13 @@ pub struct RunArgs {
     /// on; headers, timeout and TLS follow the OTEL_EXPORTER_OTLP_* variables.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Receive the container runtime's own spans over OTLP/gRPC here (off by default):
+    /// 127.0.0.1:PORT, [::1]:PORT or a unix socket path. Point the runtime's
+    /// OTEL_EXPORTER_OTLP_ENDPOINT at it; its spans under each pod's CRI calls become the
+    /// pod's `runtime:*` stages, go to the trace, and with --otlp-endpoint are forwarded
+    /// with the pod's export.
+    #[arg(long, value_name = "ADDR")]
+    pub runtime_otlp_listen: Option<String>,
     /// Without --until-ready: how long `GET /timeline` and `podtrace timeline` keep showing
     /// a pod after its manifest is gone (the trace keeps it for good). The agent then
     /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with

@@ -15,7 +15,9 @@ use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
 use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
-use crate::otel::{ClockAnchor, ExportQueue, LiveExport, TraceGate};
+use crate::otel::{
+    ClockAnchor, ExportQueue, Listen, LiveExport, RuntimeReceiver, RuntimeSpan, TraceGate,
+};
 use crate::syncloop::StatusStore;
 use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
@@ -86,6 +88,19 @@ impl RecordSink {
     }
 }
 
+impl RecordSink {
+    /// The runtime's spans of one request (pods the agent knows): the live export
+    /// forwards them with their pods, the trace and the timeline keep them.
+    fn send_runtime_spans(&self, spans: Vec<RuntimeSpan>) {
+        if let Some(otel) = self.otel.get() {
+            otel.observe_runtime_spans(&spans);
+        }
+        for s in spans {
+            self.send(TraceRecord::RuntimeSpan(Box::new(s)));
+        }
+    }
+}
+
 impl CallSink for RecordSink {
     fn record(&self, call: CriCall) {
         self.send(TraceRecord::Cri(call));
@@ -116,10 +131,15 @@ pub struct RunRecorder {
     anchor: ClockAnchor,
     /// The OTLP export's pass over finished pods, while it runs.
     otel_ticker: Option<tokio::task::JoinHandle<()>>,
+    /// The receiver of the runtime's spans (`--runtime-otlp-listen`).
+    receiver: Option<RuntimeReceiver>,
 }
 
 /// How often the OTLP export looks for pods whose startup is over.
 const OTEL_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long the runtime's OTLP receiver may take to finish the requests under way when
+/// the agent stops.
+const RECEIVER_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
 /// How long the OTLP export may take to send what is left when the agent stops.
 const OTEL_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -186,6 +206,7 @@ impl RunRecorder {
             forwarder: None,
             anchor,
             otel_ticker: None,
+            receiver: None,
         };
         if want_kernel_events {
             let mut ebpf = ebpf.clone();
@@ -236,6 +257,7 @@ impl RunRecorder {
             exporter,
             endpoint.to_string(),
             self.sink.metrics.otlp_stats(),
+            crate::otel::resource(node),
         );
         self.sink.gate.enable();
         let live = Arc::new(LiveExport::new(
@@ -253,6 +275,26 @@ impl RunRecorder {
                 live.tick(&collector, now_ktime_ns());
             }
         }));
+        Ok(())
+    }
+
+    /// Receives the runtime's own spans over OTLP/gRPC on `listen` from now on; CRI calls
+    /// of starting pods go out sampled so the runtime traces them.
+    pub async fn start_runtime_receiver(
+        &mut self,
+        listen: Listen,
+    ) -> Result<(), crate::otel::OtelError> {
+        let sink = self.sink.clone();
+        let receiver = RuntimeReceiver::start(
+            listen,
+            self.sink.gate.clone(),
+            self.anchor,
+            self.sink.metrics.runtime_otlp_stats(),
+            Arc::new(move |spans| sink.send_runtime_spans(spans)),
+        )
+        .await?;
+        self.sink.gate.enable();
+        self.receiver = Some(receiver);
         Ok(())
     }
 
@@ -419,6 +461,11 @@ impl RunRecorder {
         }
         if let Some(f) = self.forwarder {
             let _ = f.await;
+        }
+        // The runtime's last batch may still be on its way: it sends every few seconds,
+        // and what it sends after this is not taken.
+        if let Some(r) = self.receiver {
+            r.stop(RECEIVER_CLOSE).await;
         }
         if let Some(ticker) = self.otel_ticker {
             ticker.abort();

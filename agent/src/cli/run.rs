@@ -63,6 +63,18 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    let runtime_otlp = match args
+        .runtime_otlp_listen
+        .as_deref()
+        .map(crate::otel::parse_listen)
+        .transpose()
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
     let cfg = args.node.runtime_config();
     let mut settings = args.kubelet.settings();
     // A one-shot run does not own the node: removing pods it did not start would break
@@ -139,6 +151,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     recorder.set_deleted_pod_retention(args.deleted_pod_retention);
     if let Some(endpoint) = &otlp
         && let Err(e) = recorder.start_otlp(endpoint, &node)
+    {
+        eprintln!("podtrace: {e}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
+    if let Some(listen) = runtime_otlp
+        && let Err(e) = recorder.start_runtime_receiver(listen).await
     {
         eprintln!("podtrace: {e}");
         return ExitCode::from(EXIT_BAD_INPUT);

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::PodSpec;
 use crate::cri::CriCall;
 use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
 use crate::kuberuntime::event::WaitKind;
-use crate::otel::ExportStats;
+use crate::otel::{ExportStats, ReceiverStats};
 use crate::syncloop::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
 use crate::trace::PodWaitRecord;
@@ -119,6 +119,7 @@ pub struct Metrics {
     pleg_discard: Counter,
     queue_waits: Family<Queue, Counter>,
     otlp: ExportStats,
+    runtime_otlp: ReceiverStats,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -331,8 +332,28 @@ impl Metrics {
             "OTLP export requests that failed",
             otlp.failed_exports.clone(),
         );
+        let runtime_otlp = ReceiverStats::default();
+        podtrace.register(
+            "runtime_spans_received",
+            "Spans the container runtime sent to the agent's OTLP receiver \
+             (--runtime-otlp-listen), in requests that decoded",
+            runtime_otlp.received.clone(),
+        );
+        podtrace.register(
+            "runtime_spans_dropped",
+            "Received runtime spans not kept, by reason: unknown_pod (in the trace of no pod \
+             the agent runs), malformed (bad IDs or times)",
+            runtime_otlp.dropped.clone(),
+        );
+        podtrace.register(
+            "runtime_otlp_requests_rejected",
+            "Connections and requests the runtime's OTLP receiver refused, by reason: \
+             non_local (a peer not on this host), oversized, malformed (did not decode)",
+            runtime_otlp.rejected.clone(),
+        );
         Metrics {
             otlp,
+            runtime_otlp,
             pleg_discard,
             queue_waits,
             trace_unwritten,
@@ -369,6 +390,11 @@ impl Metrics {
     /// The counters the OTLP export counts into.
     pub fn otlp_stats(&self) -> ExportStats {
         self.otlp.clone()
+    }
+
+    /// The counters the runtime's OTLP receiver counts into.
+    pub fn runtime_otlp_stats(&self) -> ReceiverStats {
+        self.runtime_otlp.clone()
     }
 
     /// One CRI call.

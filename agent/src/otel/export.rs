@@ -31,6 +31,26 @@ pub fn trace_spans(header: &Header, records: &[TraceRecord], timeline: &Timeline
         .collect()
 }
 
+/// The runtime's spans among `records` of the pods `timeline` has, as the live export
+/// forwards them: batches by the runtime's resource.
+pub fn runtime_batches(
+    header: &Header,
+    records: &[TraceRecord],
+    timeline: &Timeline,
+) -> Vec<super::runtime_span::Batch> {
+    let anchor = ClockAnchor {
+        wall_ns: header.started_wall_ns,
+        mono_ns: header.started_ns,
+    };
+    let pods: std::collections::BTreeSet<&str> =
+        timeline.pods.iter().map(|p| p.uid.as_str()).collect();
+    let spans = records.iter().filter_map(|r| match r {
+        TraceRecord::RuntimeSpan(s) if pods.contains(s.pod_uid.as_str()) => Some(&**s),
+        _ => None,
+    });
+    super::runtime_span::batches(spans, anchor)
+}
+
 /// The CRI calls among `records`, in order.
 pub fn cri_calls(records: &[TraceRecord]) -> Vec<&CriCall> {
     records

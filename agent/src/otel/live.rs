@@ -2,7 +2,10 @@
 //! when the pod is Ready, or, for a pod that ran (or failed) and is not Ready, once
 //! nothing new happened to it for [`SETTLE_NS`]; at the latest when it is forgotten or
 //! the agent stops. Spans are built from the agent's own timeline and the pod's CRI
-//! calls, with the same model `podtrace export` applies to the recorded trace.
+//! calls, with the same model `podtrace export` applies to the recorded trace. The
+//! runtime's spans the agent received for the pod go with them, as the runtime's own
+//! (its resource, IDs and parents); those that arrive after the pod went (containerd
+//! sends its spans in batches every few seconds) are forwarded as they come.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
@@ -13,6 +16,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 
 use super::gate::TraceGate;
 use super::queue::{ExportQueue, ExportStats};
+use super::runtime_span::{self, RuntimeSpan};
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
 use crate::cri::CriCall;
@@ -23,11 +27,15 @@ use crate::timeline::{Collector, PodTimeline, Timeline};
 pub const SETTLE_NS: u64 = 10_000_000_000;
 /// CRI calls kept per pod until its export (a crash-looping pod makes many).
 const CALLS_PER_POD: usize = 1024;
+/// The runtime's spans kept per pod until its export.
+const RUNTIME_SPANS_PER_POD: usize = 2048;
 
 #[derive(Default)]
 struct State {
     /// CRI calls of the pods not exported yet.
     calls: BTreeMap<String, Vec<CriCall>>,
+    /// The runtime's spans for the pods not exported yet.
+    runtime: BTreeMap<String, Vec<RuntimeSpan>>,
     exported: BTreeSet<String>,
     /// Pods that ran or failed, not Ready yet: their latest timeline.
     pending: BTreeMap<String, PodTimeline>,
@@ -85,6 +93,43 @@ impl LiveExport {
         let calls = st.calls.entry(call.pod_uid.clone()).or_default();
         if calls.len() < CALLS_PER_POD {
             calls.push(call.clone());
+        }
+    }
+
+    /// The runtime sent spans (one request's, of known pods): those of pods exported
+    /// already go now, the others with their pod.
+    pub fn observe_runtime_spans(&self, spans: &[RuntimeSpan]) {
+        let mut now = Vec::new();
+        {
+            let mut st = self.state();
+            for s in spans {
+                if st.exported.contains(&s.pod_uid) {
+                    now.push(s);
+                    continue;
+                }
+                let kept = st.runtime.entry(s.pod_uid.clone()).or_default();
+                if kept.len() < RUNTIME_SPANS_PER_POD {
+                    kept.push(s.clone());
+                }
+            }
+        }
+        self.forward(now);
+    }
+
+    fn forward<'a>(&self, spans: impl IntoIterator<Item = &'a RuntimeSpan>) {
+        let batches = runtime_span::batches(spans, self.anchor);
+        if batches.is_empty() {
+            return;
+        }
+        if let Some(q) = self
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            for (key, resource, spans) in batches {
+                q.send_foreign(key, resource, spans);
+            }
         }
     }
 
@@ -169,6 +214,7 @@ impl LiveExport {
         for uid in uids {
             st.exported.remove(uid);
             st.calls.remove(uid);
+            st.runtime.remove(uid);
             st.pending.remove(uid);
             st.candidates.remove(uid);
         }
@@ -196,6 +242,7 @@ impl LiveExport {
         self.gate.mark_over(&pod.uid);
         st.candidates.remove(&pod.uid);
         let calls = st.calls.remove(&pod.uid).unwrap_or_default();
+        let runtime = st.runtime.remove(&pod.uid).unwrap_or_default();
         let refs: Vec<&CriCall> = calls.iter().collect();
         let spans: Vec<_> = pod_spans(pod, &refs, &self.node)
             .iter()
@@ -210,5 +257,6 @@ impl LiveExport {
         {
             q.send(spans);
         }
+        self.forward(&runtime);
     }
 }

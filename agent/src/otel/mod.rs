@@ -8,6 +8,8 @@
 //! - `live.rs`: the agent exports each pod once its startup is over.
 //! - `gate.rs`: which CRI calls carry a sampled trace context to the runtime.
 //! - `export.rs`: spans of recorded traces (`podtrace export`).
+//! - `runtime_span.rs`: a span the container runtime sent, as the trace keeps it.
+//! - `receiver.rs`: the OTLP/gRPC receiver of the runtime's spans.
 
 mod error;
 mod export;
@@ -15,6 +17,8 @@ mod gate;
 pub mod ids;
 mod live;
 mod queue;
+pub mod receiver;
+pub mod runtime_span;
 mod sdk;
 pub mod spans;
 
@@ -22,8 +26,10 @@ pub mod spans;
 mod tests;
 
 pub use error::OtelError;
-pub use export::trace_spans;
+pub use export::{runtime_batches, trace_spans};
 pub use gate::TraceGate;
 pub use live::LiveExport;
 pub use queue::{ExportQueue, ExportStats};
-pub use sdk::{ClockAnchor, endpoint, exporter, span_data};
+pub use receiver::{Listen, ReceiverStats, RuntimeReceiver, parse_listen};
+pub use runtime_span::RuntimeSpan;
+pub use sdk::{ClockAnchor, endpoint, exporter, resource, span_data};

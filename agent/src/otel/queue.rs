@@ -1,5 +1,6 @@
 //! The export queue: pods' spans wait here, bounded, for one task that sends them in
-//! batches. Pod work never waits on it: a send that finds the queue full drops the spans
+//! batches (podtrace's own with podtrace's resource, the runtime's it forwards with the
+//! runtime's). Pod work never waits on it: a send that finds the queue full drops the spans
 //! and counts them, and so does a batch the collector refused or never answered. An
 //! endpoint that fails is reported once (and again once it answers), and every later
 //! batch tries it again.
@@ -9,6 +10,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 
 use opentelemetry_otlp::SpanExporter;
+use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::trace::SpanExporter as _;
 use tokio::sync::mpsc;
@@ -41,18 +43,37 @@ impl ExportStats {
     }
 }
 
+/// Spans that go out together, with whose resource: podtrace's own (`None`), or another
+/// service's (the runtime's spans podtrace forwards), named by a key that tells two
+/// resources apart.
+struct Item {
+    resource: Option<(String, Resource)>,
+    spans: Vec<SpanData>,
+}
+
+impl Item {
+    fn key(&self) -> Option<&str> {
+        self.resource.as_ref().map(|(k, _)| k.as_str())
+    }
+}
+
 pub struct ExportQueue {
-    tx: mpsc::Sender<Vec<SpanData>>,
+    tx: mpsc::Sender<Item>,
     stats: ExportStats,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl ExportQueue {
     /// Starts the sending task for `exporter`, counting into `stats`; `endpoint` names
-    /// it in reports.
-    pub fn start(exporter: SpanExporter, endpoint: String, stats: ExportStats) -> ExportQueue {
+    /// it in reports. `own` is the resource podtrace's spans go with (the exporter's).
+    pub fn start(
+        exporter: SpanExporter,
+        endpoint: String,
+        stats: ExportStats,
+        own: Resource,
+    ) -> ExportQueue {
         let (tx, rx) = mpsc::channel(QUEUE_PODS);
-        let task = tokio::spawn(send_batches(exporter, endpoint, rx, stats.clone()));
+        let task = tokio::spawn(send_batches(exporter, endpoint, rx, stats.clone(), own));
         ExportQueue { tx, stats, task }
     }
 
@@ -62,8 +83,24 @@ impl ExportQueue {
 
     /// Queues one pod's spans; never waits.
     pub fn send(&self, spans: Vec<SpanData>) {
-        let n = spans.len();
-        if n > 0 && self.tx.try_send(spans).is_err() {
+        self.queue(Item {
+            resource: None,
+            spans,
+        });
+    }
+
+    /// Queues spans of another service's (`resource`, told apart from others by `key`);
+    /// never waits.
+    pub fn send_foreign(&self, key: String, resource: Resource, spans: Vec<SpanData>) {
+        self.queue(Item {
+            resource: Some((key, resource)),
+            spans,
+        });
+    }
+
+    fn queue(&self, item: Item) {
+        let n = item.spans.len();
+        if n > 0 && self.tx.try_send(item).is_err() {
             self.stats.drop_spans(n);
         }
     }
@@ -83,20 +120,42 @@ impl ExportQueue {
 }
 
 async fn send_batches(
-    exporter: SpanExporter,
+    mut exporter: SpanExporter,
     endpoint: String,
-    mut rx: mpsc::Receiver<Vec<SpanData>>,
+    mut rx: mpsc::Receiver<Item>,
     stats: ExportStats,
+    own: Resource,
 ) {
     let mut failing = false;
-    while let Some(first) = rx.recv().await {
-        let mut batch = first;
-        // Whatever else is queued goes in the same export, up to the batch size.
+    // The resource the exporter sends with now, by key (None: podtrace's own).
+    let mut current: Option<String> = None;
+    let mut held: Option<Item> = None;
+    loop {
+        let first = match held.take() {
+            Some(item) => item,
+            None => match rx.recv().await {
+                Some(item) => item,
+                None => break,
+            },
+        };
+        let key = first.key().map(str::to_string);
+        let resource = first.resource.map(|(_, r)| r);
+        let mut batch = first.spans;
+        // Whatever else is queued for the same resource goes in the same export, up to
+        // the batch size; another resource's spans wait for the next.
         while batch.len() < BATCH_SPANS {
             match rx.try_recv() {
-                Ok(more) => batch.extend(more),
+                Ok(more) if more.key() == key.as_deref() => batch.extend(more.spans),
+                Ok(other) => {
+                    held = Some(other);
+                    break;
+                }
                 Err(_) => break,
             }
+        }
+        if key != current {
+            exporter.set_resource(resource.as_ref().unwrap_or(&own));
+            current = key;
         }
         let n = batch.len();
         let outcome = exporter.export(batch).await;

@@ -24,6 +24,7 @@ use super::index::{Index, Ref};
 use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
+use crate::otel::RuntimeSpan;
 use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
@@ -36,6 +37,8 @@ const MAX_EVENTS: usize = 20_000;
 /// A pod waits a few times at most while it starts (its pulls, its back-offs).
 const MAX_WAITS: usize = 4_096;
 const MAX_KERNEL: usize = 50_000;
+/// A pod's start leaves a few dozen runtime spans when the runtime traces.
+const MAX_RUNTIME_SPANS: usize = 20_000;
 /// State-reading calls kept per pod, sandbox and container.
 pub const OBSERVATIONS_KEPT: u32 = 4;
 /// Keys counted for [`OBSERVATIONS_KEPT`]; beyond this the counts start over.
@@ -56,6 +59,7 @@ struct Kept {
     events: Chunks<PodEventRecord>,
     waits: Chunks<PodWaitRecord>,
     kernel: Chunks<KernelEvent>,
+    runtime: Chunks<RuntimeSpan>,
     observations: HashMap<String, u32>,
     last_status: Option<crate::cri::ResponseFields>,
     /// Every pod the kept records name, by UID.
@@ -139,6 +143,7 @@ impl Kept {
             TraceRecord::Cri(c) => {
                 f.contains(&c.pod_uid) || f.contains(&c.sandbox_id) || f.contains(&c.container_id)
             }
+            TraceRecord::RuntimeSpan(s) => f.contains(&s.pod_uid),
             _ => false,
         }
     }
@@ -152,6 +157,7 @@ impl Default for Kept {
             events: Chunks::new(MAX_EVENTS),
             waits: Chunks::new(MAX_WAITS),
             kernel: Chunks::new(MAX_KERNEL),
+            runtime: Chunks::new(MAX_RUNTIME_SPANS),
             observations: HashMap::new(),
             last_status: None,
             marks: HashMap::new(),
@@ -251,6 +257,7 @@ impl Collector {
                 kept.waits.push(w.clone())
             }
             TraceRecord::Kernel(e) => kept.kernel.push(kept_kernel_event(e)),
+            TraceRecord::RuntimeSpan(s) => kept.runtime.push((**s).clone()),
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
@@ -286,13 +293,20 @@ impl Collector {
             + kept.calls.len()
             + kept.events.len()
             + kept.waits.len()
-            + kept.kernel.len();
+            + kept.kernel.len()
+            + kept.runtime.len();
         let mut out = Vec::with_capacity(len);
         out.extend(kept.pods.iter().cloned().map(TraceRecord::Pod));
         out.extend(kept.calls.iter().cloned().map(TraceRecord::Cri));
         out.extend(kept.events.iter().cloned().map(TraceRecord::Event));
         out.extend(kept.waits.iter().cloned().map(TraceRecord::Wait));
         out.extend(kept.kernel.iter().cloned().map(TraceRecord::Kernel));
+        out.extend(
+            kept.runtime
+                .iter()
+                .cloned()
+                .map(|s| TraceRecord::RuntimeSpan(Box::new(s))),
+        );
         out
     }
 
@@ -394,6 +408,7 @@ impl Collector {
         kept.calls.retain(|_, c| !named(c));
         kept.events.retain(|_, e| !gone.contains(&e.pod_uid));
         kept.waits.retain(|_, w| !gone.contains(&w.pod_uid));
+        kept.runtime.retain(|_, s| !gone.contains(&s.pod_uid));
         if !revived {
             let shift = (kept.kernel.popped() - popped) as usize;
             kept.kernel
@@ -444,6 +459,7 @@ impl Collector {
                 ("event", kept.events.popped()),
                 ("wait", kept.waits.popped()),
                 ("kernel", kept.kernel.popped()),
+                ("runtime_span", kept.runtime.popped()),
             ],
         }
     }
@@ -469,7 +485,7 @@ pub struct CollectorStats {
     /// Of those, the ones forgotten before their retention ended, at the bound.
     pub forgotten_early: u64,
     /// Records dropped at each kind's cap, oldest first, by record kind.
-    pub evicted: [(&'static str, u64); 5],
+    pub evicted: [(&'static str, u64); 6],
 }
 
 /// A pod change as kept: of a removal, the builder and `diagnose` read only which pod

@@ -62,7 +62,8 @@ impl<'a> Index<'a> {
                 TraceRecord::Event(e) => Ref::Event(e),
                 TraceRecord::Wait(w) => Ref::Wait(w),
                 TraceRecord::Kernel(k) => Ref::Kernel(k),
-                TraceRecord::Header(_)
+                TraceRecord::RuntimeSpan(_)
+                | TraceRecord::Header(_)
                 | TraceRecord::Status(_)
                 | TraceRecord::Stage(_)
                 | TraceRecord::Footer(_) => return None,

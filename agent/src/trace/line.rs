@@ -40,6 +40,7 @@ pub(super) fn parse_record(raw: &str) -> Option<TraceRecord> {
             value.as_object_mut()?.remove("type");
             TraceRecord::Stage(value)
         }
+        "runtime_span" => TraceRecord::RuntimeSpan(serde_json::from_str(raw).ok()?),
         "footer" => TraceRecord::Footer(serde_json::from_str(raw).ok()?),
         _ => return None,
     };

@@ -114,6 +114,9 @@ pub enum TraceRecord {
     Wait(PodWaitRecord),
     /// A computed stage of a pod's startup (see the timeline).
     Stage(serde_json::Value),
+    /// A span the container runtime exported to the agent, under one of a pod's CRI
+    /// calls (`podtrace run --runtime-otlp-listen`).
+    RuntimeSpan(Box<crate::otel::RuntimeSpan>),
     Footer(Footer),
 }
 
@@ -128,6 +131,7 @@ impl TraceRecord {
             TraceRecord::Event(e) => Some(e.at_ns),
             TraceRecord::Status(s) => Some(s.at_ns),
             TraceRecord::Wait(w) => Some(w.end_ns),
+            TraceRecord::RuntimeSpan(s) => Some(s.end_ns.max(s.start_ns)),
             TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
         }
     }
@@ -142,6 +146,7 @@ impl TraceRecord {
             TraceRecord::Status(_) => "status",
             TraceRecord::Wait(_) => "wait",
             TraceRecord::Stage(_) => "stage",
+            TraceRecord::RuntimeSpan(_) => "runtime_span",
             TraceRecord::Footer(_) => "footer",
         }
     }
@@ -149,7 +154,16 @@ impl TraceRecord {
 
 /// Record types this version knows; others are skipped when read (forward compatible).
 pub(super) const KNOWN_TYPES: &[&str] = &[
-    "header", "pod", "cri", "kernel", "event", "status", "wait", "stage", "footer",
+    "header",
+    "pod",
+    "cri",
+    "kernel",
+    "event",
+    "status",
+    "wait",
+    "stage",
+    "runtime_span",
+    "footer",
 ];
 
 /// A pod as a trace keeps it: environment variable values are dropped (names stay), so
