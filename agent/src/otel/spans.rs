@@ -9,6 +9,8 @@
 //!   names its own (`runtime.v1.RuntimeService/RunPodSandbox`), a child of the root. A
 //!   stage that is a CRI call (sandbox_requested is RunPodSandbox) is that call's span,
 //!   with the stage's name as `podtrace.stage`.
+//! - The runtime's own stages (`runtime:*`) are not: they are the runtime's spans,
+//!   which the export forwards as the runtime sent them.
 //! - Every other stage in that time is a span of its own: a kernel stage is a child of
 //!   the innermost call of its container that was under way when it began (the netns and
 //!   the CNI plugins under RunPodSandbox); the rest are children of the root.
@@ -148,9 +150,12 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
         })
         .collect();
     calls.sort_by_key(|c| (c.start_ns, c.end_ns));
+    // The runtime's own stages are its spans, which the export forwards as they came:
+    // not made again here.
     let stages: Vec<&Stage> = pod
         .stages
         .iter()
+        .filter(|s| s.source != StageSource::Runtime)
         .filter(|s| s.start_ns >= start && s.start_ns <= end)
         .collect();
     let is_call = |s: &Stage, c: &CriCall| {

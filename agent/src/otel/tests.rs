@@ -190,3 +190,227 @@ fn a_call_sent_sampled_after_the_startup_ended_is_exported_and_an_unsampled_one_
         .unwrap();
     assert_eq!(span.parent, Some(ids::root_span_id(&pod.uid)));
 }
+
+/// The fixture's records with the runtime's spans for one pod's sandbox and app start,
+/// as a tracing runtime would have sent them: the sandbox call and the start marked as
+/// sent sampled, the runtime's server span under each, its work under that.
+fn with_runtime_spans() -> (crate::trace::Trace, String) {
+    use super::runtime_span::{RuntimeSpan, RuntimeSpanEvent};
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces/multi-container.jsonl");
+    let mut trace = read_trace(&path).unwrap();
+    let timeline = crate::timeline::build(&trace.records);
+    let uid = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .unwrap()
+        .uid
+        .clone();
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let mut spans = Vec::new();
+    let mut n = 0u8;
+    let mut span = |parent: &str, name: &str, start: u64, end: u64| {
+        n += 1;
+        RuntimeSpan {
+            pod_uid: uid.clone(),
+            trace_id: hex(&ids::trace_id(&uid)),
+            span_id: format!("{n:02x}").repeat(8),
+            parent_span_id: parent.to_string(),
+            name: name.into(),
+            kind: "internal".into(),
+            start_ns: start,
+            end_ns: end,
+            attributes: Default::default(),
+            events: Vec::new(),
+            status: "unset".into(),
+            status_message: String::new(),
+            scope: "containerd".into(),
+            scope_version: String::new(),
+            resource: [(
+                "service.name".to_string(),
+                serde_json::Value::String("containerd".into()),
+            )]
+            .into(),
+        }
+    };
+    for r in &mut trace.records {
+        let TraceRecord::Cri(c) = r else { continue };
+        if c.pod_uid != uid {
+            continue;
+        }
+        let (a, z) = (c.start_ns, c.end_ns);
+        let d = (z - a) / 100;
+        if c.method == "RunPodSandbox" && spans.is_empty() {
+            c.traced = true;
+            let mut server = span(
+                &hex(&ids::call_span_id(c)),
+                "runtime.v1.RuntimeService/RunPodSandbox",
+                a + d,
+                z - d,
+            );
+            server.kind = "server".into();
+            server.events.push(RuntimeSpanEvent {
+                name: "setup pod network".into(),
+                at_ns: a + 5 * d,
+                attributes: Default::default(),
+            });
+            let id = server.span_id.clone();
+            spans.push(server);
+            spans.push(span(&id, "metadata.sandbox.Update", a + 6 * d, a + 7 * d));
+            spans.push(span(&id, "metadata.sandbox.Update", a + 40 * d, a + 41 * d));
+            spans.push(span(&id, "pull.Pull", a + 45 * d, a + 60 * d));
+            spans.push(span(&id, "client.NewContainer", a + 62 * d, a + 65 * d));
+        } else if c.method == "StartContainer" && c.container == "app" && c.ok() {
+            c.traced = true;
+            let server = span(
+                &hex(&ids::call_span_id(c)),
+                "runtime.v1.RuntimeService/StartContainer",
+                a + d,
+                z - d,
+            );
+            let id = server.span_id.clone();
+            spans.push(server);
+            spans.push(span(&id, "task.Start", a + 2 * d, z - 2 * d));
+        }
+    }
+    assert_eq!(spans.len(), 7);
+    trace.records.extend(
+        spans
+            .into_iter()
+            .map(|s| TraceRecord::RuntimeSpan(Box::new(s))),
+    );
+    (trace, uid)
+}
+
+#[test]
+fn the_runtimes_spans_are_stages_inside_their_calls_and_exported_as_the_runtimes_own() {
+    let (trace, uid) = with_runtime_spans();
+    let timeline = crate::timeline::build(&trace.records);
+    let pod = timeline.pods.iter().find(|p| p.uid == uid).unwrap();
+    let sandbox = pod.stage("sandbox_requested").unwrap();
+    let start = pod.stage("container_start:app").unwrap();
+    for (name, call) in [
+        ("runtime:network_setup", sandbox),
+        ("runtime:metadata", sandbox),
+        ("runtime:sandbox_image_pull", sandbox),
+        ("runtime:container_new", sandbox),
+        ("runtime:task_start:app", start),
+    ] {
+        let s = pod
+            .stage(name)
+            .unwrap_or_else(|| panic!("no {name}: {:#?}", pod.stages));
+        assert_eq!(s.source, StageSource::Runtime, "{name}");
+        assert!(
+            s.start_ns >= call.start_ns && s.end_ns <= call.end_ns,
+            "{name} inside its call"
+        );
+    }
+    assert_eq!(
+        pod.stage("runtime:task_start:app")
+            .unwrap()
+            .container
+            .as_deref(),
+        Some("app")
+    );
+    // The server spans are the calls' own: no stage.
+    assert_eq!(
+        pod.stages
+            .iter()
+            .filter(|s| s.source == StageSource::Runtime)
+            .count(),
+        6
+    );
+    // The report breaks RunPodSandbox down further, and says nothing is missing there.
+    let without = crate::timeline::build(
+        &trace
+            .records
+            .iter()
+            .filter(|r| !matches!(r, TraceRecord::RuntimeSpan(_)))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    let before =
+        crate::report::breakdown(without.pods.iter().find(|p| p.uid == uid).unwrap()).unwrap();
+    let after = crate::report::breakdown(pod).unwrap();
+    let remainder = |b: &crate::report::Breakdown| {
+        b.parts
+            .iter()
+            .find(|p| p.part == "runtime_sandbox")
+            .unwrap()
+            .ns
+    };
+    assert!(remainder(&after) < remainder(&before));
+    assert_eq!(after.total_ns, before.total_ns);
+    assert_eq!(
+        after.parts.iter().map(|p| p.ns).sum::<u64>(),
+        after.total_ns
+    );
+    assert!(
+        after.notes.iter().all(|n| !n.contains("runtime_sandbox")),
+        "{:?}",
+        after.notes
+    );
+    assert!(
+        before.notes[0].starts_with("runtime_sandbox"),
+        "{:?}",
+        before.notes
+    );
+    // The export: podtrace's spans make none of the runtime's stages again, and the
+    // runtime's spans are forwarded as they came, under the calls' spans.
+    let mine: Vec<&CriCall> = cri_calls(&trace.records)
+        .into_iter()
+        .filter(|c| c.pod_uid == uid)
+        .collect();
+    let spans = pod_spans(pod, &mine, "n");
+    assert!(spans.iter().all(|s| !s.name.starts_with("runtime:")));
+    let batches = super::export::runtime_batches(&trace.header, &trace.records, &timeline);
+    assert_eq!(batches.len(), 1);
+    let forwarded = &batches[0].2;
+    assert_eq!(forwarded.len(), 7);
+    let ours: std::collections::BTreeSet<[u8; 8]> = spans.iter().map(|s| s.span_id).collect();
+    let theirs: std::collections::BTreeSet<[u8; 8]> = forwarded
+        .iter()
+        .map(|s| s.span_context.span_id().to_bytes())
+        .collect();
+    for s in forwarded {
+        let p = s.parent_span_id.to_bytes();
+        assert!(
+            ours.contains(&p) || theirs.contains(&p),
+            "{} dangles",
+            s.name
+        );
+        assert_eq!(s.span_context.trace_id().to_bytes(), ids::trace_id(&uid));
+    }
+    // The Chrome JSON export shows them.
+    let input = crate::report::TraceInput {
+        name: "t".into(),
+        records: trace.records.clone(),
+        timeline: timeline.clone(),
+    };
+    let chrome = crate::report::chrome_trace(&[input]).to_string();
+    assert!(chrome.contains("runtime:task_start:app"));
+}
+
+#[test]
+fn runtime_span_records_read_back_from_a_trace_file_and_old_readers_skip_them() {
+    let (trace, _) = with_runtime_spans();
+    let mut text = serde_json::to_string(&TraceRecord::Header(trace.header.clone())).unwrap();
+    for r in &trace.records {
+        text.push('\n');
+        text.push_str(&serde_json::to_string(r).unwrap());
+    }
+    text.push('\n');
+    let again = crate::trace::parse_trace(std::path::Path::new("t.jsonl"), &text).unwrap();
+    assert_eq!(again.records, trace.records);
+    assert_eq!(again.skipped, 0);
+    assert_eq!(
+        crate::timeline::build(&again.records),
+        crate::timeline::build(&trace.records)
+    );
+    // A record type the reader does not know is skipped, as an older podtrace skips
+    // runtime_span.
+    let unknown = text.replace("\"type\":\"runtime_span\"", "\"type\":\"runtime_span_v9\"");
+    let old = crate::trace::parse_trace(std::path::Path::new("t.jsonl"), &unknown).unwrap();
+    assert_eq!(old.skipped, 7);
+}

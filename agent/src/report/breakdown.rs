@@ -12,15 +12,22 @@
 //! unrecorded. Waits the agent decides (a pull queued at the image puller) are parts of
 //! their own.
 //!
+//! The runtime's own spans (`runtime:*` stages, from `--runtime-otlp-listen`) are stages
+//! like the kernel's: one inside RunPodSandbox takes its instants from the call's
+//! remainder, and a kernel stage that starts inside it (the CNI plugins inside
+//! `runtime:network_setup`, the shim and runc inside `runtime:task_create`) takes its
+//! instants from it in turn, so nothing is counted twice and the parts still add up.
+//!
 //! A part is *opaque* when it is the runtime's own time inside a CRI call that no
-//! kernel stage explains: what is left of RunPodSandbox and StartContainer, and
-//! CreateContainer. The report names each pod's largest one.
+//! kernel stage or runtime span explains: what is left of RunPodSandbox and
+//! StartContainer, and CreateContainer. The report names each pod's largest one, and
+//! says which of them the runtime's spans could not break down and why.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{PodTimeline, Stage, pipeline_rank};
+use crate::timeline::{PodTimeline, Stage, StageSource, pipeline_rank};
 
 /// The row for instants no stage covers.
 pub const GAP: &str = "gap";
@@ -34,6 +41,9 @@ pub struct Breakdown {
     pub end: String,
     /// In the order they first took time; the gap last. Their `ns` add up to `total_ns`.
     pub parts: Vec<Part>,
+    /// What the breakdown could not name, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Breakdown {
@@ -174,6 +184,7 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
                 continue;
             }
             "post_start" => (s.stage.clone(), format!("{c}'s postStart hook")),
+            "runtime" => (s.stage.clone(), runtime_span_what(s)),
             _ => continue,
         };
         if s.duration_ns > 0 {
@@ -191,6 +202,29 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
         ));
     }
     out
+}
+
+/// What a stage made of the runtime's own spans was.
+fn runtime_span_what(s: &Stage) -> String {
+    let step = s.stage.split(':').nth(1).unwrap_or_default();
+    let c = s.container.as_deref().unwrap_or_default();
+    let what = match step {
+        "sandbox_image_pull" => "the runtime pulling the sandbox (pause) image",
+        "image_resolve" => "the runtime resolving the image at the registry",
+        "image_fetch" => "the runtime fetching image layers",
+        "image_unpack" => "the runtime unpacking image layers",
+        "network_setup" => "the runtime setting up the pod's network, less the CNI plugins",
+        "metadata" => "the runtime writing its metadata store",
+        "container_new" => "the runtime creating the container object",
+        "task_create" => "the runtime creating the task, less the shim and runc",
+        "task_start" => "the runtime starting the task, less runc",
+        other => other,
+    };
+    if c.is_empty() {
+        format!("{what} (runtime span)")
+    } else {
+        format!("{what} for {c} (runtime span)")
+    }
 }
 
 /// A runtime step, of the sandbox (`c` empty) or of container `c`.
@@ -318,9 +352,54 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
         share: share(gap),
         opaque: false,
     });
+    let notes = unexplained(p, &parts);
     Some(Breakdown {
         total_ns: total,
         end: end_name.into(),
         parts,
+        notes,
     })
+}
+
+/// The opaque parts the runtime's own spans did not break down, and why: the runtime
+/// sent none for the pod at all (no receiver, or a runtime that does not trace), or
+/// none inside that call.
+fn unexplained(p: &PodTimeline, parts: &[Part]) -> Vec<String> {
+    let runtime: Vec<&Stage> = p
+        .stages
+        .iter()
+        .filter(|s| s.source == StageSource::Runtime)
+        .collect();
+    let call_of = |part: &str| -> Option<&Stage> {
+        let stage = if part == "runtime_sandbox" {
+            "sandbox_requested"
+        } else {
+            part
+        };
+        p.stages.iter().find(|s| s.stage == stage)
+    };
+    let bare: Vec<&str> = parts
+        .iter()
+        .filter(|x| x.opaque && x.ns > 0)
+        .filter(|x| {
+            let Some(call) = call_of(&x.part) else {
+                return false;
+            };
+            !runtime.iter().any(|r| {
+                r.start_ns >= call.start_ns
+                    && r.end_ns <= call.end_ns
+                    && r.container == call.container
+            })
+        })
+        .map(|x| x.part.as_str())
+        .collect();
+    if bare.is_empty() {
+        return Vec::new();
+    }
+    let why = if runtime.is_empty() {
+        "the runtime sent no spans (no --runtime-otlp-listen, or a runtime without tracing)"
+    } else {
+        "the runtime sent no spans inside these calls"
+    };
+    vec![format!("{} not broken down: {why}", bare.join(", "))]
 }

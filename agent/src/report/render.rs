@@ -99,6 +99,9 @@ pub fn table(r: &Report) -> String {
             100.0
         );
         let _ = writeln!(out, "  {}", what_is_left(b));
+        for n in &b.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
     }
     out
 }
@@ -159,6 +162,9 @@ pub fn markdown(r: &Report) -> String {
         }
         let _ = writeln!(out, "| **total** | {} | 100.0% | |", ms(b.total_ns));
         let _ = writeln!(out, "\n{}.", what_is_left(b));
+        for n in &b.notes {
+            let _ = writeln!(out, "\nNote: {n}.");
+        }
     }
     out
 }

@@ -29,7 +29,8 @@ pub const TO_READY: &str = "pod_ready";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StageStats {
     /// A stage kind (`image_pull` for every container's pull), a CNI plugin
-    /// (`cni_plugin:bridge`), or a derived span ([`STARTUP`], [`TO_READY`]).
+    /// (`cni_plugin:bridge`), a runtime step (`runtime:task_start`), or a derived span
+    /// ([`STARTUP`], [`TO_READY`]).
     pub stage: String,
     pub count: usize,
     /// How many of them failed (a CRI error, a plugin that exited non-zero).
@@ -61,6 +62,9 @@ fn group(s: &Stage) -> Option<String> {
     match s.kind() {
         k if POINTS.contains(&k) => None,
         "cni_plugin" => Some(s.stage.clone()),
+        // The runtime's own steps, pooled by step (`runtime:task_start` for every
+        // container's).
+        "runtime" => Some(s.stage.splitn(3, ':').take(2).collect::<Vec<_>>().join(":")),
         k => Some(k.to_string()),
     }
 }

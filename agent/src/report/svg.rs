@@ -25,6 +25,7 @@ const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
 const CRI: &str = "#4c78a8";
 const KERNEL: &str = "#f58518";
 const AGENT: &str = "#54a24b";
+const RUNTIME: &str = "#b279a2";
 const FAILED: &str = "#d62728";
 const GRID: &str = "#dddddd";
 const INK: &str = "#222222";
@@ -73,6 +74,7 @@ fn colour(s: &Stage) -> &'static str {
         StageSource::Cri => CRI,
         StageSource::Kernel => KERNEL,
         StageSource::Agent => AGENT,
+        StageSource::Runtime => RUNTIME,
     }
 }
 
@@ -181,6 +183,7 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         ("CRI call", CRI),
         ("kernel (eBPF)", KERNEL),
         ("agent", AGENT),
+        ("runtime's spans", RUNTIME),
         ("failed", FAILED),
     ] {
         g = g.add(

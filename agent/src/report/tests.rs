@@ -369,3 +369,99 @@ fn the_svg_parses_and_draws_every_stage_and_sample() {
         "{texts:?}"
     );
 }
+
+/// A stage of the runtime's own spans, of the sandbox (`container` None) or a container.
+fn runtime(step: &str, container: Option<&str>, start_ms: u64, end_ms: u64) -> Stage {
+    let name = match container {
+        Some(c) => format!("runtime:{step}:{c}"),
+        None => format!("runtime:{step}"),
+    };
+    let mut s = stage(&name, start_ms, end_ms, StageSource::Runtime);
+    s.container = container.map(str::to_string);
+    s
+}
+
+#[test]
+fn the_runtimes_spans_take_from_the_calls_remainder_and_leave_the_kernels_stages_theirs() {
+    let mut stages = pod().pods.remove(0).stages;
+    stages.extend([
+        runtime("metadata", None, 12, 14),
+        // Around the netns and every CNI plugin run.
+        runtime("network_setup", None, 18, 81),
+        // Around the shim's start and runc create; task.Start around runc start.
+        runtime("task_create", None, 81, 100),
+        runtime("task_start", None, 100, 106),
+        runtime("task_start", Some("app"), 151, 189),
+    ]);
+    stages.sort_by_key(|s| s.start_ns);
+    let t = Timeline::from_stages(stages);
+    let b = breakdown(&t.pods[0]).unwrap();
+    assert_eq!(b.parts.iter().map(|p| p.ns).sum::<u64>(), b.total_ns);
+    let shares: f64 = b.parts.iter().map(|p| p.share).sum();
+    assert!((shares - 100.0).abs() < 1e-9, "{shares}");
+    // The kernel's stages keep every instant they had.
+    assert_eq!(part(&b, "netns_created").ns, 2 * MS);
+    assert_eq!(part(&b, "cni_plugin:bridge").ns, 27 * MS);
+    assert_eq!(part(&b, "shim_start").ns, 4 * MS);
+    assert_eq!(part(&b, "runc_create").ns, 4 * MS);
+    assert_eq!(part(&b, "runc_start").ns, 4 * MS);
+    // network_setup 18..81 less netns 20..22 and CNI 30..80.
+    assert_eq!(part(&b, "runtime:network_setup").ns, 11 * MS);
+    // task_create 81..100 less the shim 82..86 and runc create 87..99.
+    assert_eq!(part(&b, "runtime:task_create").ns, 3 * MS);
+    // task_start 100..106 less runc start 100..104 (it starts with it, and is the later
+    // step).
+    assert_eq!(part(&b, "runtime:task_start").ns, 2 * MS);
+    assert_eq!(part(&b, "runtime:metadata").ns, 2 * MS);
+    // RunPodSandbox's remainder was 28 ms; the runtime's spans explain 18 of it.
+    assert_eq!(part(&b, "runtime_sandbox").ns, 10 * MS);
+    assert!(!part(&b, "runtime:network_setup").opaque);
+    // StartContainer 150..190: 17 ms left before, task.Start explains 15 of them.
+    assert_eq!(part(&b, "runtime:task_start:app").ns, 15 * MS);
+    assert_eq!(part(&b, "container_start:app").ns, 2 * MS);
+    assert!(part(&b, "runtime:task_start:app").what.contains("for app"));
+    // The gap is the same: the runtime's spans lie inside calls.
+    assert_eq!(b.gap().unwrap().ns, 27 * MS);
+    // CreateContainer had no span of the runtime's inside it: said so.
+    assert_eq!(
+        b.notes,
+        ["container_create:app not broken down: the runtime sent no spans inside these calls"]
+    );
+    let text = table(&build(&[input(t)]));
+    assert!(
+        text.contains("note: container_create:app not broken down"),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_the_runtimes_spans_the_report_says_which_parts_it_could_not_name_and_why() {
+    let b = breakdown(&pod().pods[0]).unwrap();
+    assert_eq!(
+        b.notes,
+        [
+            "runtime_sandbox, container_create:app, container_start:app not broken down: the \
+             runtime sent no spans (no --runtime-otlp-listen, or a runtime without tracing)"
+        ]
+    );
+    let md = markdown(&build(&[input(pod())]));
+    assert!(md.contains("Note: runtime_sandbox, "), "{md}");
+}
+
+#[test]
+fn runtime_steps_pool_across_containers_in_the_stage_table() {
+    let mut stages = pod().pods.remove(0).stages;
+    stages.extend([
+        runtime("task_start", None, 100, 106),
+        runtime("task_start", Some("app"), 151, 189),
+    ]);
+    let t = Timeline::from_stages(stages);
+    let r = build(&[input(t)]);
+    let row = r
+        .stages
+        .iter()
+        .find(|s| s.stage == "runtime:task_start")
+        .unwrap();
+    assert_eq!(row.count, 2);
+    assert_eq!(row.max_ns, 38 * MS);
+}

@@ -176,6 +176,7 @@ struct Frozen {
     events: Snapshot<PodEventRecord>,
     waits: Snapshot<PodWaitRecord>,
     kernel: Snapshot<KernelEvent>,
+    runtime: Snapshot<RuntimeSpan>,
 }
 
 impl Frozen {
@@ -186,6 +187,7 @@ impl Frozen {
             events: kept.events.snapshot(),
             waits: kept.waits.snapshot(),
             kernel: kept.kernel.snapshot(),
+            runtime: kept.runtime.snapshot(),
         }
     }
 
@@ -199,6 +201,7 @@ impl Frozen {
             .chain(self.events.iter().map(Ref::Event))
             .chain(self.waits.iter().map(Ref::Wait))
             .chain(self.kernel.iter().map(Ref::Kernel))
+            .chain(self.runtime.iter().map(Ref::RuntimeSpan))
             .enumerate();
         Index::of(refs)
     }

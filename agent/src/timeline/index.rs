@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
+use crate::otel::RuntimeSpan;
 use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
 
 /// A pod the agent ran.
@@ -41,6 +42,8 @@ pub(super) struct Index<'a> {
     waits: BTreeMap<String, Vec<&'a PodWaitRecord>>,
     /// With their index in the input, ordered by time, then input order.
     pub kernel: Vec<(usize, &'a KernelEvent)>,
+    /// Each pod's runtime spans, in record order.
+    runtime: BTreeMap<String, Vec<&'a RuntimeSpan>>,
 }
 
 /// A record the builder reads, borrowed from wherever it is kept.
@@ -51,6 +54,7 @@ pub(super) enum Ref<'a> {
     Event(&'a PodEventRecord),
     Wait(&'a PodWaitRecord),
     Kernel(&'a KernelEvent),
+    RuntimeSpan(&'a RuntimeSpan),
 }
 
 impl<'a> Index<'a> {
@@ -62,8 +66,8 @@ impl<'a> Index<'a> {
                 TraceRecord::Event(e) => Ref::Event(e),
                 TraceRecord::Wait(w) => Ref::Wait(w),
                 TraceRecord::Kernel(k) => Ref::Kernel(k),
-                TraceRecord::RuntimeSpan(_)
-                | TraceRecord::Header(_)
+                TraceRecord::RuntimeSpan(s) => Ref::RuntimeSpan(s),
+                TraceRecord::Header(_)
                 | TraceRecord::Status(_)
                 | TraceRecord::Stage(_)
                 | TraceRecord::Footer(_) => return None,
@@ -83,6 +87,7 @@ impl<'a> Index<'a> {
             events: BTreeMap::new(),
             waits: BTreeMap::new(),
             kernel: Vec::new(),
+            runtime: BTreeMap::new(),
         };
         let mut cri: Vec<&'a CriCall> = Vec::new();
         let mut events: Vec<&'a PodEventRecord> = Vec::new();
@@ -93,6 +98,7 @@ impl<'a> Index<'a> {
                 Ref::Event(e) => events.push(e),
                 Ref::Wait(w) => index.waits.entry(w.pod_uid.clone()).or_default().push(w),
                 Ref::Kernel(k) => index.kernel.push((i, k)),
+                Ref::RuntimeSpan(s) => index.runtime.entry(s.pod_uid.clone()).or_default().push(s),
             }
         }
         // Stable sorts keep record order among equal times, so the result does not
@@ -190,6 +196,11 @@ impl<'a> Index<'a> {
     /// The pod's waits, in order of their start.
     pub fn waits_of(&self, uid: &str) -> impl Iterator<Item = &'a PodWaitRecord> + '_ {
         self.waits.get(uid).into_iter().flatten().copied()
+    }
+
+    /// The spans the runtime sent about the pod, in record order.
+    pub fn runtime_spans_of(&self, uid: &str) -> &[&'a RuntimeSpan] {
+        self.runtime.get(uid).map_or(&[], Vec::as_slice)
     }
 
     /// The pod's events, in order.

@@ -22,6 +22,7 @@ mod ids;
 mod index;
 mod model;
 mod runtime_args;
+mod runtime_spans;
 mod runtime_stages;
 mod seeing;
 mod stages;
@@ -35,6 +36,7 @@ pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
 pub use model::{PIPELINE, PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
+pub use runtime_spans::{Step as RuntimeStep, step_of as runtime_step_of};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
 
 use crate::trace::TraceRecord;

@@ -15,6 +15,9 @@ pub enum StageSource {
     Kernel,
     /// The agent itself: a config change or a pod event it recorded.
     Agent,
+    /// The container runtime's own spans (`--runtime-otlp-listen`), inside the CRI call
+    /// that holds them.
+    Runtime,
 }
 
 impl std::fmt::Display for StageSource {
@@ -23,6 +26,7 @@ impl std::fmt::Display for StageSource {
             StageSource::Cri => "cri",
             StageSource::Kernel => "kernel",
             StageSource::Agent => "agent",
+            StageSource::Runtime => "runtime",
         })
     }
 }
@@ -108,7 +112,8 @@ impl Stage {
         }
     }
 
-    /// The part of the name before `:` (`cni_plugin` for `cni_plugin:bridge`).
+    /// The part of the name before `:` (`cni_plugin` for `cni_plugin:bridge`; `runtime`
+    /// for every `runtime:<step>`).
     pub fn kind(&self) -> &str {
         self.stage.split_once(':').map_or(&self.stage, |(k, _)| k)
     }
@@ -137,6 +142,7 @@ pub const PIPELINE: &[&str] = &[
     "image_pull",
     "container_create",
     "container_start",
+    "runtime",
     "shim_start",
     "shim_create",
     "runc_create",

@@ -12,6 +12,7 @@ use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
 use super::model::{PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
+use super::runtime_spans;
 use super::runtime_stages::{forked_detail, runtime_steps, spawned_at};
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
@@ -155,6 +156,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         self.sidecar_waits();
         self.init_waits();
         self.pod_status_stages();
+        self.runtime_span_stages();
         if self.kernel.is_empty() {
             self.notes
                 .push("no kernel event was attributed to this pod: CRI timing only".into());
@@ -820,6 +822,55 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let mut s = self.stage("ready".into(), ready, ready, StageSource::Cri);
         s.detail = gated_by.into();
         self.stages.push(s);
+    }
+}
+
+impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
+    /// `runtime:<step>` stages from the runtime's spans, inside the call that holds them
+    /// (`runtime_spans.rs`); `:<container>` for a container's calls and pulls.
+    fn runtime_span_stages(&mut self) {
+        let spans = self.index.runtime_spans_of(self.uid);
+        if spans.is_empty() {
+            return;
+        }
+        let tied = runtime_spans::attribute(&self.calls, spans);
+        let mut made = Vec::new();
+        for (i, call) in self.calls.iter().enumerate() {
+            let mine: Vec<&crate::otel::RuntimeSpan> = spans
+                .iter()
+                .zip(&tied)
+                .filter(|(_, t)| **t == Some(i))
+                .map(|(s, _)| *s)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            // A pull names no container; its image_pull stage does.
+            let container = if call.container.is_empty() && call.method == "PullImage" {
+                self.stages
+                    .iter()
+                    .find(|s| s.kind() == "image_pull" && s.start_ns == call.start_ns)
+                    .and_then(|s| s.container.clone())
+                    .unwrap_or_default()
+            } else {
+                call.container.clone()
+            };
+            for r in runtime_spans::call_stages(call, &mine) {
+                let name = if container.is_empty() {
+                    format!("runtime:{}", r.step.name())
+                } else {
+                    format!("runtime:{}:{container}", r.step.name())
+                };
+                let mut s = self.stage(name, r.start_ns, r.end_ns, StageSource::Runtime);
+                s.ok = r.ok;
+                s.sandbox_id = non_empty(&call.sandbox_id);
+                s.container = non_empty(&container);
+                s.container_id = non_empty(&call.container_id);
+                s.detail = r.detail;
+                made.push(s);
+            }
+        }
+        self.stages.extend(made);
     }
 }
 

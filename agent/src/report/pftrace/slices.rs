@@ -1,5 +1,6 @@
 //! Stages as slices: a begin and an end event per stage on its lane's track, and the
-//! flows that lead from a CRI call to the kernel stages that happened inside it.
+//! flows that lead from a CRI call to the kernel stages and the runtime's own stages
+//! that happened inside it.
 
 use std::collections::BTreeMap;
 
@@ -13,13 +14,13 @@ pub struct Flows {
     pub into: BTreeMap<usize, u64>,
 }
 
-/// A flow from each kernel stage's CRI call to it: the innermost call of the same
+/// A flow from each kernel (or runtime) stage's CRI call to it: the innermost call of the same
 /// container (or of the pod, for a pod-level stage) that was under way when the kernel
 /// stage began. Flow IDs count up from `*next`.
 pub fn flows(stages: &[Stage], next: &mut u64) -> Flows {
     let mut flows = Flows::default();
     for (k, kernel) in stages.iter().enumerate() {
-        if kernel.source != StageSource::Kernel {
+        if !matches!(kernel.source, StageSource::Kernel | StageSource::Runtime) {
             continue;
         }
         let call = stages
