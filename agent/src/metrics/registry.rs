@@ -529,8 +529,14 @@ impl Metrics {
                     };
                     self.cni_plugin.get_or_create(&labels).observe(secs);
                 }
-                // Per-container stages are folded by kind: label values stay bounded.
-                let kind = s.stage.split(':').next().unwrap_or_default().to_string();
+                // Per-container stages are folded by kind: label values stay bounded. The
+                // runtime's steps keep their step (`runtime:task_start`).
+                let parts = if s.source == crate::timeline::StageSource::Runtime {
+                    2
+                } else {
+                    1
+                };
+                let kind = s.stage.splitn(3, ':').take(parts).collect::<Vec<_>>().join(":");
                 self.stage
                     .get_or_create(&StageLabel { stage: kind })
                     .observe(secs);
