@@ -28,19 +28,45 @@ fn lab_runtime_is_ready_with_network() {
     );
     assert!(text.contains("(node lab)"), "{text}");
     // The node's shape comes from the runtime: the lab's runc runs with SystemdCgroup =
-    // false, its CNI plugins are Debian's and its configuration is the lab's.
+    // false, its CNI plugins are Debian's and its configuration is the lab's. The lab's
+    // reference runtime is containerd 2.x, which answers RuntimeConfig and lists its
+    // plugin directories as `binDirs`; a 1.x put under the lab with
+    // PODTRACE_LAB_CONTAINERD says them in its status info instead.
+    let two = text.contains("runtime:        containerd 2.");
+    let one = text.contains("runtime:        containerd 1.");
     assert!(
-        text.contains("cgroup driver:  cgroupfs (from runtime status info (SystemdCgroup))"),
+        two || (one && std::env::var_os(xtask::lab::CONTAINERD_ENV).is_some()),
+        "the lab runs containerd 2.x unless told otherwise: {text}"
+    );
+    let (driver, cni) = if two {
+        ("CRI RuntimeConfig", "cni.binDirs")
+    } else {
+        ("runtime status info (SystemdCgroup)", "cni.binDir")
+    };
+    assert!(
+        text.contains(&format!("cgroup driver:  cgroupfs (from {driver})")),
         "{text}"
     );
-    assert!(text.contains("CNI plugins:    /usr/lib/cni"), "{text}");
     assert!(
         text.contains(&format!(
-            "CNI config:     {}",
+            "CNI plugins:    /usr/lib/cni (from runtime status info {cni})"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "CNI config:     {} (from runtime status info cni.confDir)",
             lab.root.join("cni/net.d").display()
         )),
         "{text}"
     );
+    if two {
+        // 2.x's extra condition is shown, and decides nothing.
+        assert!(
+            text.contains("ContainerdHasNoDeprecationWarnings") && text.contains("(informational)"),
+            "{text}"
+        );
+    }
     assert!(text.contains("cgroups:        v1"), "{text}");
 }
 
@@ -114,7 +140,10 @@ fn a_regular_file_is_not_a_socket() {
 
 /// A containerd of the test's own whose default runtime is not runc: nothing says the
 /// cgroup driver (containerd 1.6 has no RuntimeConfig; the status info names no
-/// SystemdCgroup). Stopped and its files removed when dropped.
+/// SystemdCgroup). It is the system's containerd 1.6 that setup installs: containerd 2.x
+/// always answers RuntimeConfig, from the host's cgroups when no runtime names a driver,
+/// so only a 1.x runtime can leave the driver unsaid. Stopped and its files removed when
+/// dropped.
 struct OtherRuntime {
     child: std::process::Child,
     dir: tempfile::TempDir,
@@ -169,8 +198,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             r#"{"cniVersion": "1.0.0", "name": "lo-only", "plugins": [{"type": "loopback"}]}"#,
         )
         .unwrap();
-        let program =
-            std::env::var(xtask::lab::CONTAINERD_ENV).unwrap_or_else(|_| "containerd".into());
+        let program = "/usr/bin/containerd";
         let child = std::process::Command::new(program)
             .arg("--config")
             .arg(&config)

@@ -2,6 +2,7 @@
 //! start, inspect and tear down the node lab with the same code the CLI uses.
 
 pub mod lab;
+pub mod runtime_debs;
 
 /// Perfetto's own Python definitions of its trace format (the `perfetto` package on
 /// PyPI, with the protobuf runtime it needs), which the `.pftrace` test reads its output

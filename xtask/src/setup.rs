@@ -208,6 +208,16 @@ pub fn run(install: bool, progress: &dyn Fn(&str)) -> Report {
         state: bpf_linker(can_install, cannot_why, progress),
     });
     rows.push(Row {
+        kind: "runtime",
+        name: format!(
+            "{} {}",
+            xtask::runtime_debs::CONTAINERD.spec(),
+            xtask::runtime_debs::RUNC.spec()
+        ),
+        purpose: "the labs' containerd 2.x and runc 1.3 (Debian sid)".into(),
+        state: runtime_debs(can_install, cannot_why, progress),
+    });
+    rows.push(Row {
         kind: "tool",
         name: "protoc".into(),
         purpose: "CRI protos (k8s-cri build)".into(),
@@ -353,6 +363,26 @@ fn apt(options: &[&str], pkgs: &[&str]) -> Result<(), String> {
             pkgs.join(" "),
             last_line(&String::from_utf8_lossy(&out.stderr))
         ))
+    }
+}
+
+/// The pinned runtime packages, downloaded into podtrace's package cache (not installed:
+/// the labs unpack them where they run).
+fn runtime_debs(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> State {
+    use xtask::runtime_debs::{CONTAINERD, RUNC, cache_dir, cached, fetch};
+    let debs = [CONTAINERD, RUNC];
+    if cached(&debs) {
+        return State::Present;
+    }
+    if !can_install {
+        return State::Missing(format!(
+            "download into {} ({cannot_why})",
+            cache_dir().display()
+        ));
+    }
+    match fetch(&debs, progress) {
+        Ok(_) => State::InstalledNow,
+        Err(e) => State::Failed(e.to_string()),
     }
 }
 

@@ -4,7 +4,12 @@ use std::process::ExitCode;
 
 use super::{CriArgs, EXIT_BAD_INPUT};
 use crate::cm::CgroupLayout;
-use crate::cri::{NodeShape, RuntimeService};
+use crate::cri::{CNI_CONF_SOURCE, NodeShape, RuntimeService};
+
+/// The conditions kubelet requires of a runtime (its runtime-state check); any other a
+/// runtime adds, such as containerd 2.x's `ContainerdHasNoDeprecationWarnings`, is shown
+/// but decides nothing.
+const REQUIRED_CONDITIONS: [&str; 2] = ["RuntimeReady", "NetworkReady"];
 
 pub async fn run(args: &CriArgs) -> ExitCode {
     let client = match args.connect().await {
@@ -40,19 +45,17 @@ pub async fn run(args: &CriArgs) -> ExitCode {
                 Some((driver, source)) => println!("cgroup driver:  {driver} (from {source})"),
                 None => println!("cgroup driver:  not said by the runtime (pass --cgroup-driver)"),
             }
-            let dirs = if shape.cni_bin_dirs.is_empty() {
-                "not said by the runtime".to_string()
-            } else {
-                shape.cni_bin_dirs.join(", ")
-            };
-            println!("CNI plugins:    {dirs}");
-            println!(
-                "CNI config:     {}",
-                shape
-                    .cni_conf_dir
-                    .as_deref()
-                    .unwrap_or("not said by the runtime")
-            );
+            match shape.cni_bin_source {
+                Some(source) => println!(
+                    "CNI plugins:    {} (from {source})",
+                    shape.cni_bin_dirs.join(", ")
+                ),
+                None => println!("CNI plugins:    not said by the runtime (pass --cni-bin-dir)"),
+            }
+            match &shape.cni_conf_dir {
+                Some(dir) => println!("CNI config:     {dir} (from {CNI_CONF_SOURCE})"),
+                None => println!("CNI config:     not said by the runtime"),
+            }
         }
         Err(e) => println!("node shape:     unknown: {e}"),
     }
@@ -64,8 +67,12 @@ pub async fn run(args: &CriArgs) -> ExitCode {
     println!("conditions:");
     let mut all_ready = true;
     for c in status.status.map(|s| s.conditions).unwrap_or_default() {
-        all_ready &= c.status;
+        let required = REQUIRED_CONDITIONS.contains(&c.r#type.as_str());
+        all_ready &= c.status || !required;
         let mut line = format!("  {:<15} {}", c.r#type, c.status);
+        if !required {
+            line.push_str("  (informational)");
+        }
         if !c.reason.is_empty() {
             line.push_str(&format!("  reason={}", c.reason));
         }

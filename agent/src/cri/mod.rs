@@ -16,7 +16,7 @@ mod recording_trace_tests;
 pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
-pub use node_shape::{DriverSource, NodeShape, NodeShapeError};
+pub use node_shape::{CNI_CONF_SOURCE, CniSource, DriverSource, NodeShape, NodeShapeError};
 pub use recording::{CallHold, CallSink, CriCall, Recording, ResponseFields};
 pub use service::{ImageService, ListedContainerState, RuntimeService};
 

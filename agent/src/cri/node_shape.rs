@@ -37,12 +37,36 @@ impl fmt::Display for DriverSource {
     }
 }
 
+/// Where the CNI directories were learnt: the CRI configuration in the runtime's verbose
+/// status info, whose keys differ between containerd's major versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CniSource {
+    /// containerd 2.x: a list, `cni.binDirs`.
+    BinDirs,
+    /// containerd 1.x: one directory, `cni.binDir`.
+    BinDir,
+}
+
+impl fmt::Display for CniSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CniSource::BinDirs => "runtime status info cni.binDirs",
+            CniSource::BinDir => "runtime status info cni.binDir",
+        })
+    }
+}
+
+/// Where the CNI configuration directory was learnt.
+pub const CNI_CONF_SOURCE: &str = "runtime status info cni.confDir";
+
 /// What the runtime says about the node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeShape {
     pub cgroup_driver: Option<(CgroupDriver, DriverSource)>,
     /// Where the runtime runs CNI plugins from, in its order.
     pub cni_bin_dirs: Vec<String>,
+    /// Which key said `cni_bin_dirs`; None when the runtime said nothing.
+    pub cni_bin_source: Option<CniSource>,
     pub cni_conf_dir: Option<String>,
 }
 
@@ -136,13 +160,19 @@ impl NodeShape {
         }
         let cni = &config["cni"];
         // containerd 1.7 has one `binDir`; 2.x a list `binDirs`.
-        if let Some(dirs) = cni["binDirs"].as_array() {
-            shape.cni_bin_dirs = dirs
-                .iter()
-                .filter_map(|d| d.as_str().map(str::to_string))
-                .collect();
-        } else if let Some(dir) = cni["binDir"].as_str() {
+        // 2.x still carries the deprecated `binDir`, empty unless set: the list wins.
+        let dirs: Vec<String> = cni["binDirs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.as_str().filter(|d| !d.is_empty()).map(str::to_string))
+            .collect();
+        if !dirs.is_empty() {
+            shape.cni_bin_dirs = dirs;
+            shape.cni_bin_source = Some(CniSource::BinDirs);
+        } else if let Some(dir) = cni["binDir"].as_str().filter(|d| !d.is_empty()) {
             shape.cni_bin_dirs = vec![dir.to_string()];
+            shape.cni_bin_source = Some(CniSource::BinDir);
         }
         shape.cni_conf_dir = cni["confDir"].as_str().map(str::to_string);
         shape
@@ -181,6 +211,7 @@ mod tests {
             NodeShape {
                 cgroup_driver: Some((CgroupDriver::Systemd, DriverSource::StatusInfo)),
                 cni_bin_dirs: vec!["/opt/cni/bin".into()],
+                cni_bin_source: Some(CniSource::BinDir),
                 cni_conf_dir: Some("/etc/cni/net.d".into()),
             }
         );
@@ -199,7 +230,29 @@ mod tests {
             Some((CgroupDriver::Cgroupfs, DriverSource::StatusInfoDefault))
         );
         assert_eq!(shape.cni_bin_dirs, ["/usr/lib/cni", "/opt/cni/bin"]);
+        assert_eq!(shape.cni_bin_source, Some(CniSource::BinDirs));
         assert_eq!(shape.cni_conf_dir, None);
+    }
+
+    #[test]
+    fn containerd_2_says_its_cni_dirs_as_a_list_beside_an_empty_bin_dir() {
+        // As containerd 2.1.9 reports a version-3 config with `cni.bin_dirs` set.
+        let shape = NodeShape::from_status_info(&info(serde_json::json!({
+            "containerd": {"defaultRuntimeName": "runc", "runtimes": {"runc": {
+                "runtimeType": "io.containerd.runc.v2",
+                "options": {"SystemdCgroup": true},
+                "sandboxer": "podsandbox",
+            }}},
+            "cni": {"binDir": "", "binDirs": ["/opt/cni/bin"], "confDir": "/etc/cni/net.d"},
+        })));
+        assert_eq!(shape.cni_bin_dirs, ["/opt/cni/bin"]);
+        assert_eq!(shape.cni_bin_source, Some(CniSource::BinDirs));
+        // Only 1.x's key, or 2.x's list left empty with the deprecated key set.
+        let old = NodeShape::from_status_info(&info(serde_json::json!({
+            "cni": {"binDir": "/usr/lib/cni", "binDirs": []},
+        })));
+        assert_eq!(old.cni_bin_dirs, ["/usr/lib/cni"]);
+        assert_eq!(old.cni_bin_source, Some(CniSource::BinDir));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -15,18 +15,115 @@ use super::{IMAGE_PAUSE, REGISTRY_ADDR};
 
 const PART: &str = "containerd";
 pub(crate) const PROGRAM: &str = "containerd";
-/// Names another containerd binary to run, so runtime developers can put their own build
-/// under podtrace.
+/// Names another containerd binary to run (a runtime developer's own build, or the
+/// system's 1.x), instead of the pinned containerd 2.x the lab unpacks.
 pub const PROGRAM_ENV: &str = "PODTRACE_LAB_CONTAINERD";
 
-/// The containerd binary the lab runs: `$PODTRACE_LAB_CONTAINERD`, else `containerd`.
-pub(crate) fn program() -> String {
-    std::env::var(PROGRAM_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| PROGRAM.to_owned())
+/// The containerd the lab runs, and the programs that come with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    pub containerd: PathBuf,
+    /// The `ctr` of the same build (its API matches the daemon's).
+    pub ctr: PathBuf,
+    /// Searched first on the daemon's `$PATH`, so containerd starts its own build's shim.
+    pub bin_dir: PathBuf,
+    /// What `containerd --version` said, e.g. `2.1.9+unknown`.
+    pub version: String,
+    pub major: u32,
+    pub runc: PathBuf,
 }
-pub(crate) const SHIM: &str = "containerd-shim-runc-v2";
+
+/// The containerd binary the lab runs: `$PODTRACE_LAB_CONTAINERD`, else the pinned
+/// containerd 2.x unpacked under the lab root (present once `up` unpacked it).
+pub fn program(paths: &LabPaths) -> PathBuf {
+    match std::env::var(PROGRAM_ENV) {
+        Ok(p) if !p.is_empty() => process::find_program(&p).unwrap_or_else(|| PathBuf::from(p)),
+        _ => paths.runtime_bin_dir().join(PROGRAM),
+    }
+}
+
+/// The `ctr` beside the lab's containerd, else the one on `$PATH`.
+pub(crate) fn ctr_program(paths: &LabPaths) -> Option<PathBuf> {
+    let beside = program(paths).with_file_name("ctr");
+    if beside.is_file() {
+        return Some(beside);
+    }
+    process::find_program("ctr")
+}
+
+/// Before anything starts: the containerd the lab will run can be had. The pinned
+/// containerd 2.x is downloaded into the package cache (outside the lab root) if needed.
+pub(crate) fn preflight(progress: &dyn Fn(&str)) -> Result<(), LabError> {
+    match std::env::var(PROGRAM_ENV) {
+        Ok(p) if !p.is_empty() => process::require_program(PART, &p).map(drop),
+        _ => crate::runtime_debs::fetch(&[crate::runtime_debs::CONTAINERD], progress)
+            .map(drop)
+            .map_err(|source| LabError::RuntimePackages { source }),
+    }
+}
+
+/// Unpacks the pinned containerd 2.x into the lab root (from the package cache, which
+/// [`preflight`] filled), unless `$PODTRACE_LAB_CONTAINERD` names another or it is unpacked
+/// already, and says which containerd the lab runs.
+pub(crate) fn prepare(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<Runtime, LabError> {
+    let own = std::env::var(PROGRAM_ENV).is_ok_and(|p| !p.is_empty());
+    if !own && !paths.runtime_bin_dir().join(PROGRAM).is_file() {
+        let debs = crate::runtime_debs::fetch(&[crate::runtime_debs::CONTAINERD], progress)
+            .map_err(|source| LabError::RuntimePackages { source })?;
+        crate::runtime_debs::unpack(&debs[0], &paths.runtime_dir())
+            .map_err(|source| LabError::RuntimePackages { source })?;
+    }
+    let containerd = process::require_program(PART, &program(paths).to_string_lossy())?;
+    let ctr = match ctr_program(paths) {
+        Some(c) => c,
+        None => process::require_program(PART, "ctr")?,
+    };
+    let runc = process::require_program(PART, "runc")?;
+    let mut cmd = Command::new(&containerd);
+    cmd.arg("--version");
+    let out = exec_ok(PART, cmd, None, Duration::from_secs(10))?;
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (version, major) = parse_version(&said).ok_or_else(|| LabError::CommandFailed {
+        part: PART.to_owned(),
+        command: format!("{} --version", containerd.display()),
+        status: "0".into(),
+        stderr: format!(
+            "unrecognised version {:?}; set {PROGRAM_ENV} to a containerd 1.6 or later",
+            said.trim()
+        ),
+    })?;
+    let bin_dir = containerd
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Ok(Runtime {
+        containerd,
+        ctr,
+        bin_dir,
+        version,
+        major,
+        runc,
+    })
+}
+
+/// The version of the containerd the lab runs (or would run), and its major number; None
+/// when it is not unpacked yet or does not say.
+pub fn version(paths: &LabPaths) -> Option<(String, u32)> {
+    let out = Command::new(program(paths))
+        .arg("--version")
+        .output()
+        .ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `containerd github.com/containerd/containerd/v2 2.1.9+unknown` -> ("2.1.9+unknown", 2);
+/// 1.x builds say `containerd github.com/containerd/containerd 1.6.20~ds1 ...`.
+pub(crate) fn parse_version(said: &str) -> Option<(String, u32)> {
+    let version = said.split_whitespace().nth(2)?.trim_start_matches('v');
+    let major = version.split('.').next()?.parse().ok()?;
+    Some((version.to_owned(), major))
+}
+
 pub(crate) const CRI_NAMESPACE: &str = "k8s.io";
 /// The CRI plugin's directory name under containerd's root and state.
 pub(crate) const CRI_PLUGIN: &str = "io.containerd.grpc.v1.cri";
@@ -68,13 +165,22 @@ fn p(path: &Path) -> String {
     q(path.to_string_lossy())
 }
 
-/// containerd config (version 2). Every path containerd or its shims write is under the
-/// lab root, so this instance shares nothing with a system containerd.
-pub(crate) fn config_toml(paths: &LabPaths, runc: &Path) -> String {
-    let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
-    let disabled: Vec<String> = DISABLED_PLUGINS.iter().map(q).collect();
+/// The containerd config for the lab, in the format of the runtime's major version:
+/// version 3 (2.x's plugin ids) for containerd 2, version 2 for containerd 1.x.
+pub(crate) fn config_toml(paths: &LabPaths, runtime: &Runtime) -> String {
+    if runtime.major >= 2 {
+        config_v3(paths, &runtime.runc)
+    } else {
+        config_v2(paths, &runtime.runc)
+    }
+}
+
+/// The part of the config both versions share: where containerd keeps everything (all
+/// under the lab root, so this instance shares nothing with a system containerd).
+fn config_head(version: u32, paths: &LabPaths, disabled: &[&str]) -> String {
+    let disabled: Vec<String> = disabled.iter().map(q).collect();
     format!(
-        r#"version = 2
+        r#"version = {version}
 root = {root}
 state = {state}
 temp = {temp}
@@ -93,7 +199,91 @@ disabled_plugins = [{disabled}]
 
 [metrics]
   address = ""
+"#,
+        root = p(&paths.containerd_root()),
+        state = p(&paths.containerd_state()),
+        temp = p(&paths.containerd_tmp()),
+        disabled = disabled.join(", "),
+        grpc = p(&paths.cri_socket()),
+        ttrpc = p(&paths.containerd_ttrpc_socket()),
+    )
+}
 
+/// containerd 2.x's config (version 3): the CRI plugin is split into
+/// `io.containerd.cri.v1.images` (pinned sandbox image, registry hosts) and
+/// `io.containerd.cri.v1.runtime` (runtimes, CNI with `bin_dirs`), and the gRPC-facing
+/// `io.containerd.grpc.v1.cri` keeps only the streaming server.
+fn config_v3(paths: &LabPaths, runc: &Path) -> String {
+    let images = r#"plugins."io.containerd.cri.v1.images""#;
+    let runtime = r#"plugins."io.containerd.cri.v1.runtime""#;
+    let mut disabled = DISABLED_PLUGINS.to_vec();
+    // NRI would serve a socket in /var/run/nri, outside the lab root; the lab has no use
+    // for it.
+    disabled.push("io.containerd.nri.v1.nri");
+    format!(
+        r#"{head}
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = {opt}
+
+  [{images}]
+    snapshotter = "overlayfs"
+
+    [{images}.pinned_images]
+      sandbox = {sandbox}
+
+    [{images}.registry]
+      config_path = {certs}
+
+  [plugins."io.containerd.transfer.v1.local"]
+    config_path = {certs}
+
+  [{runtime}]
+    # The VM withholds CAP_SYS_RESOURCE: the sandbox's oom_score_adj of -998 would fail.
+    restrict_oom_score_adj = true
+    # Pod network namespaces under the lab's state dir instead of /var/run/netns.
+    netns_mounts_under_state_dir = true
+    enable_selinux = false
+    enable_cdi = false
+
+    [{runtime}.containerd]
+      default_runtime_name = "runc"
+
+      [{runtime}.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [{runtime}.containerd.runtimes.runc.options]
+          BinaryName = {runc}
+          Root = {runc_root}
+          SystemdCgroup = false
+
+    [{runtime}.cni]
+      bin_dirs = [{cni_bin}]
+      conf_dir = {cni_conf}
+      max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    # "0": any free port, so two labs or a system containerd never clash.
+    stream_server_port = "0"
+    disable_tcp_service = true
+"#,
+        head = config_head(3, paths, &disabled),
+        opt = p(&paths.containerd_opt()),
+        sandbox = q(IMAGE_PAUSE),
+        runc = p(runc),
+        runc_root = p(&paths.runc_root()),
+        cni_bin = q(CNI_BIN_DIR),
+        cni_conf = p(&paths.cni_conf_dir()),
+        certs = p(&paths.certs_dir()),
+    )
+}
+
+/// containerd 1.x's config (version 2), for a lab run on `$PODTRACE_LAB_CONTAINERD`.
+fn config_v2(paths: &LabPaths, runc: &Path) -> String {
+    let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
+    format!(
+        r#"{head}
 [plugins]
   [plugins."io.containerd.internal.v1.opt"]
     path = {opt}
@@ -135,12 +325,7 @@ disabled_plugins = [{disabled}]
     [{cri}.registry]
       config_path = {certs}
 "#,
-        root = p(&paths.containerd_root()),
-        state = p(&paths.containerd_state()),
-        temp = p(&paths.containerd_tmp()),
-        disabled = disabled.join(", "),
-        grpc = p(&paths.cri_socket()),
-        ttrpc = p(&paths.containerd_ttrpc_socket()),
+        head = config_head(2, paths, DISABLED_PLUGINS),
         opt = p(&paths.containerd_opt()),
         sandbox = q(IMAGE_PAUSE),
         runc = p(runc),
@@ -182,10 +367,42 @@ pub(crate) fn check_socket_free(paths: &LabPaths) -> Result<(), LabError> {
 
 /// Writes the config and the registry hosts file, starts containerd detached and waits until
 /// it answers with its CRI plugin loaded. The CNI conflist must already be in place.
-pub(crate) fn start(paths: &LabPaths) -> Result<u32, LabError> {
-    let program = process::require_program(PART, &program())?;
-    let runc = process::require_program(PART, "runc")?;
-    let ctr = process::require_program(PART, "ctr")?;
+/// The daemon's environment: its own build's directory first on `$PATH` (containerd looks
+/// its shim up there), and, for a containerd that traces (2.x), OTLP export of its spans
+/// to [`super::RUNTIME_OTLP_ADDR`], where podtrace's runtime-span receiver or a test's
+/// collector listens. Only spans under a sampled parent are exported.
+fn daemon_env(runtime: &Runtime) -> Vec<(&'static str, String)> {
+    let mut env = vec![(
+        "PATH",
+        format!(
+            "{}:{}",
+            runtime.bin_dir.display(),
+            process::daemon_path_env()
+        ),
+    )];
+    if runtime.major >= 2 {
+        env.extend([
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://{}", super::RUNTIME_OTLP_ADDR),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()),
+            ("OTEL_EXPORTER_OTLP_INSECURE", "true".to_owned()),
+            ("OTEL_SERVICE_NAME", "containerd".to_owned()),
+            ("OTEL_TRACES_SAMPLER", "parentbased_always_off".to_owned()),
+        ]);
+    }
+    env
+}
+
+pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, LabError> {
+    let runtime = prepare(paths, progress)?;
+    progress(&format!(
+        "containerd {} ({})",
+        runtime.version,
+        runtime.containerd.display()
+    ));
+    let ctr = runtime.ctr.clone();
     for dir in [paths.containerd_dir(), paths.containerd_tmp()] {
         fs::create_dir_all(&dir).map_err(|e| LabError::io(PART, "create", &dir, e))?;
     }
@@ -195,16 +412,17 @@ pub(crate) fn start(paths: &LabPaths) -> Result<u32, LabError> {
     }
     fs::write(&hosts, hosts_toml()).map_err(|e| LabError::io(PART, "write", &hosts, e))?;
     let config = paths.containerd_config();
-    fs::write(&config, config_toml(paths, &runc))
+    fs::write(&config, config_toml(paths, &runtime))
         .map_err(|e| LabError::io(PART, "write", &config, e))?;
 
     let log = paths.containerd_log();
     let pid = process::spawn_daemon(
         PART,
-        &program,
+        &runtime.containerd,
         [std::ffi::OsStr::new("--config"), config.as_os_str()],
         &paths.containerd_dir(),
         &log,
+        &daemon_env(&runtime),
     )?;
 
     let started = Instant::now();
@@ -300,7 +518,7 @@ pub(crate) fn parse_plugin_status(text: &str, ty: &str, id: &str) -> Option<Stri
 /// Whether containerd answers on the lab socket right now.
 pub(crate) fn responsive(paths: &LabPaths) -> bool {
     let sock = paths.cri_socket();
-    let Some(ctr) = process::find_program("ctr") else {
+    let Some(ctr) = ctr_program(paths) else {
         return false;
     };
     if UnixStream::connect(&sock).is_err() {
@@ -330,7 +548,7 @@ pub(crate) fn parse_ids(text: &str) -> Vec<(String, String)> {
 pub(crate) fn remove_workloads(paths: &LabPaths) -> (Vec<String>, Vec<String>) {
     let mut removed = Vec::new();
     let mut problems = Vec::new();
-    let Some(ctr) = process::find_program("ctr") else {
+    let Some(ctr) = ctr_program(paths) else {
         return (removed, problems);
     };
     if !responsive(paths) {
@@ -389,33 +607,87 @@ pub(crate) fn remove_workloads(paths: &LabPaths) -> (Vec<String>, Vec<String>) {
 mod tests {
     use super::*;
 
+    fn runtime(major: u32) -> Runtime {
+        Runtime {
+            containerd: "/lab/runtime/usr/bin/containerd".into(),
+            ctr: "/lab/runtime/usr/bin/ctr".into(),
+            bin_dir: "/lab/runtime/usr/bin".into(),
+            version: format!("{major}.0.0"),
+            major,
+            runc: "/usr/sbin/runc".into(),
+        }
+    }
+
+    const UNDER_ROOT: &[&str] = &[
+        "root = \"/var/lib/podtrace-lab/containerd/root\"\n",
+        "state = \"/var/lib/podtrace-lab/containerd/state\"\n",
+        "address = \"/var/lib/podtrace-lab/containerd/containerd.sock\"\n",
+        "address = \"/var/lib/podtrace-lab/containerd/containerd.sock.ttrpc\"\n",
+        "path = \"/var/lib/podtrace-lab/containerd/opt\"\n",
+        "restrict_oom_score_adj = true\n",
+        "stream_server_port = \"0\"\n",
+        "netns_mounts_under_state_dir = true\n",
+        "runtime_type = \"io.containerd.runc.v2\"\n",
+        "BinaryName = \"/usr/sbin/runc\"\n",
+        "Root = \"/var/lib/podtrace-lab/containerd/runc\"\n",
+        "conf_dir = \"/var/lib/podtrace-lab/cni/net.d\"\n",
+        "config_path = \"/var/lib/podtrace-lab/certs.d\"\n",
+    ];
+
     #[test]
-    fn config_points_everything_under_root() {
+    fn containerd_1_gets_a_version_2_config_with_everything_under_root() {
         let paths = LabPaths::new("/var/lib/podtrace-lab");
-        let c = config_toml(&paths, Path::new("/usr/sbin/runc"));
-        for needle in [
+        let c = config_toml(&paths, &runtime(1));
+        for needle in UNDER_ROOT.iter().chain(&[
             "version = 2\n",
-            "root = \"/var/lib/podtrace-lab/containerd/root\"\n",
-            "state = \"/var/lib/podtrace-lab/containerd/state\"\n",
-            "address = \"/var/lib/podtrace-lab/containerd/containerd.sock\"\n",
-            "address = \"/var/lib/podtrace-lab/containerd/containerd.sock.ttrpc\"\n",
-            "path = \"/var/lib/podtrace-lab/containerd/opt\"\n",
             "sandbox_image = \"127.0.0.1:5000/podtrace/pause:3.10\"\n",
-            "restrict_oom_score_adj = true\n",
-            "stream_server_port = \"0\"\n",
-            "netns_mounts_under_state_dir = true\n",
-            "runtime_type = \"io.containerd.runc.v2\"\n",
-            "Root = \"/var/lib/podtrace-lab/containerd/runc\"\n",
             "bin_dir = \"/usr/lib/cni\"\n",
-            "conf_dir = \"/var/lib/podtrace-lab/cni/net.d\"\n",
-            "config_path = \"/var/lib/podtrace-lab/certs.d\"\n",
-        ] {
+        ]) {
             assert!(c.contains(needle), "missing {needle:?} in\n{c}");
         }
         assert!(c.contains(r#"[plugins."io.containerd.grpc.v1.cri".cni]"#));
         assert!(
             c.contains(r#"[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]"#)
         );
+    }
+
+    #[test]
+    fn containerd_2_gets_a_version_3_config_with_its_plugin_ids() {
+        let paths = LabPaths::new("/var/lib/podtrace-lab");
+        let c = config_toml(&paths, &runtime(2));
+        for needle in UNDER_ROOT.iter().chain(&[
+            "version = 3\n",
+            "sandbox = \"127.0.0.1:5000/podtrace/pause:3.10\"\n",
+            "bin_dirs = [\"/usr/lib/cni\"]\n",
+            "\"io.containerd.nri.v1.nri\"",
+        ]) {
+            assert!(c.contains(needle), "missing {needle:?} in\n{c}");
+        }
+        for table in [
+            r#"[plugins."io.containerd.cri.v1.images".pinned_images]"#,
+            r#"[plugins."io.containerd.cri.v1.images".registry]"#,
+            r#"[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]"#,
+            r#"[plugins."io.containerd.cri.v1.runtime".cni]"#,
+        ] {
+            assert!(c.contains(table), "missing {table} in\n{c}");
+        }
+        // 2.x refuses a config that sets both, and warns on the 1.x keys.
+        assert!(!c.contains("bin_dir ="), "{c}");
+        assert!(!c.contains("sandbox_image"), "{c}");
+    }
+
+    #[test]
+    fn versions_of_both_module_paths_are_read() {
+        assert_eq!(
+            parse_version("containerd github.com/containerd/containerd/v2 2.1.9+unknown \n"),
+            Some(("2.1.9+unknown".to_owned(), 2))
+        );
+        assert_eq!(
+            parse_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1"),
+            Some(("1.6.20~ds1".to_owned(), 1))
+        );
+        assert_eq!(parse_version("containerd"), None);
+        assert_eq!(parse_version("containerd x y.z"), None);
     }
 
     #[test]

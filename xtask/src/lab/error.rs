@@ -49,6 +49,13 @@ pub enum LabError {
         source: io::Error,
     },
 
+    /// The pinned runtime packages could not be downloaded or unpacked.
+    #[error("containerd: cannot get the pinned containerd package")]
+    RuntimePackages {
+        #[source]
+        source: crate::runtime_debs::DebError,
+    },
+
     /// A helper program could not be started at all.
     #[error("{part}: cannot run `{command}`")]
     Spawn {

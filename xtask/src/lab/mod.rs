@@ -27,6 +27,7 @@ use std::time::Instant;
 
 pub use containerd::PROGRAM_ENV as CONTAINERD_ENV;
 pub use containerd::hosts_toml as registry_hosts_toml;
+pub use containerd::{Runtime, program as containerd_program, version as containerd_version};
 pub use error::LabError;
 pub use images::PAUSE_SCRIPT;
 pub use network::{CNI_VERSION, conflist};
@@ -58,8 +59,6 @@ pub const RUNTIME_OTLP_ADDR: &str = "127.0.0.1:14317";
 
 /// Programs `up` needs, checked before anything starts. CNI plugins are checked by path.
 const REQUIRED_PROGRAMS: &[(&str, &str)] = &[
-    ("containerd", containerd::SHIM),
-    ("containerd", "ctr"),
     ("containerd", "runc"),
     ("registry", registry::PROGRAM),
     ("network", "ip"),
@@ -129,7 +128,7 @@ pub fn restart_containerd(paths: &LabPaths) -> Result<u32, LabError> {
             path: paths.cri_socket(),
         });
     }
-    let pid = containerd::start(paths)?;
+    let pid = containerd::start(paths, &|_| {})?;
     state.containerd_pid = pid;
     state.write(paths)?;
     Ok(pid)
@@ -156,7 +155,7 @@ pub fn up_with(
         Ok(None) => {}
     }
 
-    preflight(paths)?;
+    preflight(paths, progress)?;
     let started = Instant::now();
     match start(paths, options, progress) {
         Ok(state) => {
@@ -321,8 +320,8 @@ fn has_leftovers(paths: &LabPaths) -> bool {
 
 /// Checks everything that can be checked before starting anything, so a doomed `up` leaves
 /// no trace at all.
-fn preflight(paths: &LabPaths) -> Result<(), LabError> {
-    process::require_program("containerd", &containerd::program())?;
+fn preflight(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<(), LabError> {
+    containerd::preflight(progress)?;
     for (part, program) in REQUIRED_PROGRAMS {
         process::require_program(part, program)?;
     }
@@ -355,7 +354,7 @@ fn start(
 
     network::write_conflist(paths, &options.extra_cni_plugins, options.max_pod_ips)?;
     progress("starting containerd");
-    let containerd_pid = containerd::start(paths)?;
+    let containerd_pid = containerd::start(paths, progress)?;
 
     let state = LabState {
         root: paths.root.clone(),

@@ -64,6 +64,16 @@ impl LabPaths {
         self.registry_dir().join("data")
     }
 
+    /// Where the pinned containerd 2.x package is unpacked (`usr/bin/containerd`, its
+    /// shim and `ctr`).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.join("runtime")
+    }
+
+    pub fn runtime_bin_dir(&self) -> PathBuf {
+        self.runtime_dir().join("usr").join("bin")
+    }
+
     pub fn containerd_dir(&self) -> PathBuf {
         self.root.join("containerd")
     }

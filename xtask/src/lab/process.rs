@@ -163,6 +163,7 @@ pub(crate) fn spawn_daemon<I, S>(
     args: I,
     cwd: &Path,
     log: &Path,
+    env: &[(&str, String)],
 ) -> Result<u32, LabError>
 where
     I: IntoIterator<Item = S>,
@@ -180,6 +181,7 @@ where
     cmd.args(args)
         .current_dir(cwd)
         .env("PATH", daemon_path_env())
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(log_err);

@@ -76,6 +76,7 @@ pub(crate) fn start(paths: &LabPaths) -> Result<u32, LabError> {
         [std::ffi::OsStr::new("serve"), config.as_os_str()],
         &dir,
         &log,
+        &[],
     )?;
 
     let started = Instant::now();
