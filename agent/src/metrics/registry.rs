@@ -536,7 +536,12 @@ impl Metrics {
                 } else {
                     1
                 };
-                let kind = s.stage.splitn(3, ':').take(parts).collect::<Vec<_>>().join(":");
+                let kind = s
+                    .stage
+                    .splitn(3, ':')
+                    .take(parts)
+                    .collect::<Vec<_>>()
+                    .join(":");
                 self.stage
                     .get_or_create(&StageLabel { stage: kind })
                     .observe(secs);
