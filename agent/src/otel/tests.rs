@@ -414,3 +414,120 @@ fn runtime_span_records_read_back_from_a_trace_file_and_old_readers_skip_them() 
     let old = crate::trace::parse_trace(std::path::Path::new("t.jsonl"), &unknown).unwrap();
     assert_eq!(old.skipped, 7);
 }
+
+/// A collector for the tests: every span it is sent, with its resource's service name.
+#[derive(Default, Clone)]
+struct Collected(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for Collected
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        for rs in request.into_inner().resource_spans {
+            let attrs = super::runtime_span::attributes(
+                rs.resource.as_ref().map_or(&[][..], |r| &r.attributes),
+            );
+            let service = attrs
+                .get("service.name")
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string();
+            for ss in rs.scope_spans {
+                for s in ss.spans {
+                    self.0.lock().unwrap().push((service.clone(), s.name));
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test]
+async fn the_live_export_forwards_the_runtimes_spans_with_the_runtimes_resource() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let collected = Collected::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = futures::stream::unfold(listener, |l| async move {
+        Some((l.accept().await.map(|(s, _)| s), l))
+    });
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collected.clone()))
+            .serve_with_incoming(incoming),
+    );
+    let endpoint = format!("http://{addr}");
+    let queue = super::ExportQueue::start(
+        super::exporter(&endpoint, "node-1").unwrap(),
+        endpoint,
+        super::ExportStats::default(),
+        super::resource("node-1"),
+    );
+    let (trace, uid) = with_runtime_spans();
+    let anchor = super::ClockAnchor {
+        wall_ns: trace.header.started_wall_ns,
+        mono_ns: trace.header.started_ns,
+    };
+    let gate = std::sync::Arc::new(super::TraceGate::new());
+    gate.enable();
+    for r in &trace.records {
+        // The pods as added (the fixture's run removed them at its end).
+        if let TraceRecord::Pod(p) = r
+            && p.op == crate::trace::PodOp::Add
+        {
+            gate.observe(r);
+        }
+    }
+    let live = super::LiveExport::new(queue, "node-1", anchor, gate.clone());
+    let late = crate::cri::CriCall {
+        pod_uid: uid.clone(),
+        ..cri_calls(&trace.records)[0].clone()
+    };
+    assert!(gate.sampled(&late), "the pod's startup is not over yet");
+    let runtime: Vec<super::RuntimeSpan> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::RuntimeSpan(s) => Some((**s).clone()),
+            _ => None,
+        })
+        .collect();
+    for r in &trace.records {
+        if let TraceRecord::Cri(c) = r {
+            live.observe_call(c);
+        }
+    }
+    // Before the pod goes: kept for it. Then the pod goes, and a late span goes at once.
+    live.observe_runtime_spans(&runtime[..5]);
+    let mut timeline = crate::timeline::build(&trace.records);
+    timeline.pods.retain(|p| p.uid == uid);
+    live.forget(&[], &timeline);
+    live.observe_runtime_spans(&runtime[5..]);
+    let stats = live
+        .close(
+            &crate::timeline::Timeline::default(),
+            std::time::Duration::from_secs(10),
+        )
+        .await;
+    server.abort();
+    let got = collected.0.lock().unwrap().clone();
+    let of = |service: &str| got.iter().filter(|(s, _)| s == service).count();
+    assert_eq!(of("containerd"), runtime.len(), "{got:?}");
+    assert!(of("podtrace") > 10, "{got:?}");
+    assert_eq!(stats.exported() as usize, got.len());
+    assert_eq!(stats.dropped(), 0);
+    assert!(got.iter().any(|(_, n)| n == "task.Start"));
+    // Exported: the pod's later calls go out unsampled.
+    assert!(!gate.sampled(&late));
+}
