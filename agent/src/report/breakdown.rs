@@ -96,12 +96,19 @@ const BACKGROUND: &[&str] = &["pod_worker_wait"];
 const OPAQUE: &[&str] = &["runtime_sandbox", "container_create", "container_start"];
 
 /// A part's pipeline position: the runtime's own sandbox work stands where
-/// RunPodSandbox does.
+/// RunPodSandbox does. The runtime's steps made of several of its spans (the sandbox
+/// image's pull, the network's setup) hold its other steps: at the same instant the
+/// inner one (the pull's first registry request) is the more specific.
 fn order(part: &str) -> usize {
-    if part == "runtime_sandbox" {
-        return pipeline_rank("sandbox_requested");
-    }
-    pipeline_rank(part)
+    let rank = if part == "runtime_sandbox" {
+        pipeline_rank("sandbox_requested")
+    } else {
+        pipeline_rank(part)
+    };
+    let inner = part.starts_with("runtime:")
+        && !part.starts_with("runtime:sandbox_image_pull")
+        && !part.starts_with("runtime:network_setup");
+    rank * 2 + usize::from(inner)
 }
 
 fn claim(part: String, what: String, start: u64, end: u64) -> Claim {

@@ -392,6 +392,10 @@ fn the_runtimes_spans_take_from_the_calls_remainder_and_leave_the_kernels_stages
         runtime("task_create", None, 81, 100),
         runtime("task_start", None, 100, 106),
         runtime("task_start", Some("app"), 151, 189),
+        // The sandbox image's pull, whose first span (a registry request) starts with it
+        // and ends first: the request is the more specific.
+        runtime("image_resolve", None, 106, 107),
+        runtime("sandbox_image_pull", None, 106, 108),
     ]);
     stages.sort_by_key(|s| s.start_ns);
     let t = Timeline::from_stages(stages);
@@ -413,8 +417,10 @@ fn the_runtimes_spans_take_from_the_calls_remainder_and_leave_the_kernels_stages
     // step).
     assert_eq!(part(&b, "runtime:task_start").ns, 2 * MS);
     assert_eq!(part(&b, "runtime:metadata").ns, 2 * MS);
-    // RunPodSandbox's remainder was 28 ms; the runtime's spans explain 18 of it.
-    assert_eq!(part(&b, "runtime_sandbox").ns, 10 * MS);
+    assert_eq!(part(&b, "runtime:image_resolve").ns, MS);
+    assert_eq!(part(&b, "runtime:sandbox_image_pull").ns, MS);
+    // RunPodSandbox's remainder was 28 ms; the runtime's spans explain 20 of it.
+    assert_eq!(part(&b, "runtime_sandbox").ns, 8 * MS);
     assert!(!part(&b, "runtime:network_setup").opaque);
     // StartContainer 150..190: 17 ms left before, task.Start explains 15 of them.
     assert_eq!(part(&b, "runtime:task_start:app").ns, 15 * MS);
