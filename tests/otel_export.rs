@@ -2,10 +2,14 @@
 //! OpenTelemetry project's generated server) as one trace with the right parents; the
 //! modern node's containerd exports its own spans to the same receiver; `podtrace
 //! export` of the run's trace gives the same spans; a receiver that goes away costs
-//! spans, counted, and no pod work.
+//! spans, counted, and no pod work. On containerd 2.x, whose gRPC server traces CRI
+//! calls, the agent receives the runtime's spans itself (`--runtime-otlp-listen`): they
+//! hang under podtrace's CRI spans in the exported trace and show as `runtime:*` stages
+//! inside RunPodSandbox in `timeline` and `report`.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use podtrace_tests::agent::{Agent, metric, phase};
 use podtrace_tests::otlp::{ReceivedSpan, Receiver};
@@ -15,8 +19,17 @@ const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
 /// Used by no other test of the modern node's suite: its pull here is a real one.
 const BIG10: &str = "127.0.0.1:5000/podtrace/big10:1.0";
 const MINUTE: Duration = Duration::from_secs(60);
-/// OTLP's SPAN_KIND_CLIENT.
+/// OTLP's SPAN_KIND_SERVER and SPAN_KIND_CLIENT.
+const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
+
+/// The lab's runtime exports to one address ([`xtask::lab::RUNTIME_OTLP_ADDR`]): the tests
+/// here that listen on it, or whose agent's calls make the runtime export, take turns.
+static RUNTIME_OTLP_PORT: Mutex<()> = Mutex::new(());
+
+fn runtime_otlp_port() -> MutexGuard<'static, ()> {
+    RUNTIME_OTLP_PORT.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn pod_yaml(name: &str) -> String {
     pod_with_image(name, APP)
@@ -57,8 +70,8 @@ fn one<'a>(
     found[0]
 }
 
-/// The runtime's version as `cri info` reports it (`1.7.24~ds1`).
-fn runtime_traces() -> bool {
+/// The runtime's version as `cri info` reports it (`1.7.24~ds1`: 1, 7).
+fn runtime_version() -> (u32, u32) {
     let out = podtrace(&["cri", "info"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let version = text
@@ -66,8 +79,6 @@ fn runtime_traces() -> bool {
         .find_map(|l| l.trim().strip_prefix("runtime:"))
         .unwrap_or_default()
         .to_string();
-    // containerd traces CRI calls from 1.7 on this lab (the modern node's is configured
-    // for it); Debian's 1.6 build on the host lab has no tracing plugin.
     let numbers: Vec<u32> = version
         .split_whitespace()
         .last()
@@ -77,7 +88,25 @@ fn runtime_traces() -> bool {
         .filter_map(|n| n.parse().ok())
         .collect();
     eprintln!("runtime: {version:?}");
-    numbers.as_slice() >= [1, 7].as_slice()
+    match numbers.as_slice() {
+        [major, minor, ..] => (*major, *minor),
+        [major] => (*major, 0),
+        [] => (0, 0),
+    }
+}
+
+/// True when the runtime exports spans of its own on this lab: containerd from 1.7 (the
+/// modern node's is configured for it, and the host lab's 2.x); Debian's 1.6 build on
+/// the host lab has no tracing plugin.
+fn runtime_traces() -> bool {
+    runtime_version() >= (1, 7)
+}
+
+/// True when the runtime's gRPC server makes a span for each CRI call under the
+/// `traceparent` podtrace sends: containerd 2.x. Debian's 1.7 build leaves that
+/// instrumentation out.
+fn runtime_traces_cri_calls() -> bool {
+    runtime_version().0 >= 2
 }
 
 /// Restarts the modern node's containerd now that the receiver listens. Its exporter's
@@ -111,9 +140,12 @@ fn reconnect_runtime_exporter() {
 #[test]
 fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same() {
     require_lab();
+    let _port = runtime_otlp_port();
     let receiver = Receiver::start(xtask::lab::RUNTIME_OTLP_ADDR);
     let traces = runtime_traces();
-    if traces {
+    // The modern node's containerd is a systemd unit whose exporter has been failing
+    // since boot; the host lab's is the lab's own process, left alone.
+    if traces && !runtime_traces_cri_calls() {
         reconnect_runtime_exporter();
     }
     let trace_dir = tempfile::tempdir().unwrap();
@@ -195,14 +227,17 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     assert_eq!(cgroup.parent_span_id, start.span_id);
     let seen = one(&spans, |s| s.name == "pod_seen", "pod_seen");
     assert_eq!(seen.parent_span_id, root.span_id);
-    // The runtime's own spans. The modern node's containerd 1.7 exports its spans to
-    // the receiver (its tracing is configured by the lab); Debian's 1.6 build on the host
-    // lab has no tracing plugin. Debian's containerd builds also leave out the gRPC server
-    // instrumentation (otelgrpc), so they make no span for a CRI call and do not read the
-    // traceparent podtrace sends: their spans (an image pull's) start traces of their
-    // own. Any runtime span that does join the pod's trace must hang under podtrace's.
+    // The runtime's own spans, sent straight to this receiver. The modern node's
+    // containerd 1.7 exports its spans (its tracing is configured by the lab); Debian's
+    // 1.6 build on the host lab has no tracing plugin. Debian's 1.7 build also leaves
+    // out the gRPC server instrumentation (otelgrpc), so it makes no span for a CRI call
+    // and does not read the traceparent podtrace sends: its spans (an image pull's)
+    // start traces of their own. containerd 2.x makes its server span under podtrace's
+    // call. Any runtime span that does join the pod's trace must hang under podtrace's.
     if traces {
-        let all = receiver.wait_for("containerd's own spans", MINUTE, |all| {
+        // containerd's exporter may be waiting out a reconnection back-off (up to two
+        // minutes) from a time nothing listened here.
+        let all = receiver.wait_for("containerd's own spans", 3 * MINUTE, |all| {
             all.iter().any(|s| s.service == "containerd")
         });
         let ours: BTreeMap<&str, &ReceivedSpan> =
@@ -253,6 +288,11 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
 #[test]
 fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
     require_lab();
+    let _port = runtime_otlp_port();
+    // The agent's calls go out sampled, and a runtime that traces them exports its
+    // spans: something listens for them meanwhile, so its exporter stays connected for
+    // the other tests here.
+    let _runtime_sink = runtime_traces().then(|| Receiver::start(xtask::lab::RUNTIME_OTLP_ADDR));
     let mut receiver = Receiver::start("127.0.0.1:0");
     let trace_dir = tempfile::tempdir().unwrap();
     let trace = trace_dir.path().join("gone.jsonl");
@@ -325,4 +365,268 @@ fn a_malformed_endpoint_is_one_line_and_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(bad), "{err}");
     }
+}
+
+/// The spans of the trace whose root is `pod`'s, of every service, once `done` holds for
+/// them (the runtime's arrive in batches, after the pod's).
+fn whole_trace(
+    receiver: &Receiver,
+    pod: &str,
+    what: &str,
+    done: impl Fn(&[ReceivedSpan]) -> bool,
+) -> Vec<ReceivedSpan> {
+    let of_pod = |all: &[ReceivedSpan]| -> Vec<ReceivedSpan> {
+        let Some(root) = all
+            .iter()
+            .find(|s| s.name == "pod_startup" && s.attr("k8s.pod.name") == Some(pod))
+        else {
+            return Vec::new();
+        };
+        all.iter()
+            .filter(|s| s.trace_id == root.trace_id)
+            .cloned()
+            .collect()
+    };
+    let all = receiver.wait_for(what, 2 * MINUTE, |all| {
+        let mine = of_pod(all);
+        !mine.is_empty() && done(&mine)
+    });
+    of_pod(&all)
+}
+
+/// Every CRI client span podtrace exported has the runtime's server span as a child.
+fn every_call_has_its_server_span(spans: &[ReceivedSpan]) -> bool {
+    spans
+        .iter()
+        .filter(|s| s.service == "podtrace" && s.kind == CLIENT)
+        .all(|c| {
+            spans.iter().any(|s| {
+                s.service == "containerd" && s.kind == SERVER && s.parent_span_id == c.span_id
+            })
+        })
+}
+
+fn counter(text: &str, name: &str) -> f64 {
+    metric(text, name).unwrap_or(0.0)
+}
+
+/// A stage of `pod` in a timeline document (`podtrace timeline -o json`).
+fn stages_of<'a>(timeline: &'a serde_json::Value, pod: &str) -> Vec<&'a serde_json::Value> {
+    timeline["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == pod)
+        .flat_map(|p| p["stages"].as_array().into_iter().flatten())
+        .collect()
+}
+
+fn stage_named<'a>(stages: &[&'a serde_json::Value], name: &str) -> Option<&'a serde_json::Value> {
+    stages.iter().copied().find(|s| s["stage"] == name)
+}
+
+#[test]
+fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox() {
+    let lab = require_lab();
+    let _port = runtime_otlp_port();
+    if !runtime_traces_cri_calls() {
+        // containerd 1.6 traces nothing, 1.7 (Debian's) no CRI call: no span would come.
+        eprintln!("this runtime makes no span for a CRI call: nothing to receive");
+        return;
+    }
+    let receiver = Receiver::start("127.0.0.1:0");
+    let trace_dir = tempfile::tempdir().unwrap();
+    let trace = trace_dir.path().join("runtime.jsonl");
+    let mut agent = Agent::start(
+        "otelrt",
+        &[
+            "--otlp-endpoint",
+            &receiver.endpoint(),
+            "--runtime-otlp-listen",
+            xtask::lab::RUNTIME_OTLP_ADDR,
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+    );
+    // containerd's exporter may be waiting out a reconnection back-off (up to two
+    // minutes) from a time nothing listened on the address: pods are started until the
+    // agent has received the runtime's spans.
+    let start = Instant::now();
+    for i in 0.. {
+        let name = format!("warmup{i}");
+        agent.write(&format!("{name}.yaml"), &pod_yaml(&name));
+        agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
+        let text = agent.metrics_when(Duration::from_secs(15), |t| {
+            counter(t, "podtrace_runtime_spans_received_total") > 0.0
+        });
+        if counter(&text, "podtrace_runtime_spans_received_total") > 0.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(200),
+            "containerd sent the agent no span in 200 s:\n{text}"
+        );
+    }
+    // The pod under test, with the sandbox image taken off the node first so the
+    // runtime pulls it inside RunPodSandbox. Another test's sandbox may pull it back
+    // before ours: then ours pulls nothing, and another pod tries again.
+    let mut found = None;
+    for attempt in 0..3 {
+        let name = format!("sandboxed{attempt}");
+        let _ = std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(lab.cri_socket())
+            .args([
+                "--namespace",
+                "k8s.io",
+                "images",
+                "rm",
+                xtask::lab::IMAGE_PAUSE,
+            ])
+            .output();
+        agent.write(&format!("{name}.yaml"), &pod_yaml(&name));
+        agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
+        // The runtime's spans come in batches after the pod ran: until its network
+        // setup (whose end the runtime's last sandbox spans mark) is a stage.
+        let deadline = Instant::now() + MINUTE;
+        let stages = loop {
+            let timeline = agent.timeline();
+            let stages: Vec<serde_json::Value> =
+                stages_of(&timeline, &name).into_iter().cloned().collect();
+            let refs: Vec<&serde_json::Value> = stages.iter().collect();
+            if stage_named(&refs, "runtime:network_setup").is_some()
+                && stage_named(&refs, "runtime:task_start").is_some()
+            {
+                break stages;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} has no runtime stages in the agent's timeline: {stages:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let refs: Vec<&serde_json::Value> = stages.iter().collect();
+        if stage_named(&refs, "runtime:sandbox_image_pull").is_some() {
+            found = Some(name);
+            break;
+        }
+        eprintln!(
+            "{name}: the sandbox image was back on the node before its sandbox (attempt {attempt})"
+        );
+    }
+    let name = found.expect("a sandbox whose image the runtime pulled");
+
+    // The exported trace: one tree. Every containerd span in the pod's trace hangs under
+    // a span podtrace exported, and every CRI call has the runtime's server span.
+    let spans = whole_trace(
+        &receiver,
+        &name,
+        "the runtime's spans under every call",
+        every_call_has_its_server_span,
+    );
+    let by_id: BTreeMap<&str, &ReceivedSpan> =
+        spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let runtime: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.service == "containerd").collect();
+    assert!(!runtime.is_empty());
+    for s in &runtime {
+        let mut cur = *s;
+        let mut hops = 0;
+        while cur.service != "podtrace" {
+            cur = by_id.get(cur.parent_span_id.as_str()).unwrap_or_else(|| {
+                panic!(
+                    "containerd's {} hangs under {}, which is not in the trace",
+                    s.name, cur.parent_span_id
+                )
+            });
+            hops += 1;
+            assert!(hops < 64, "{}'s parents go round", s.name);
+        }
+    }
+    let sandbox = one(
+        &spans,
+        |s| s.service == "podtrace" && s.name.ends_with("/RunPodSandbox"),
+        "RunPodSandbox",
+    );
+    let server = one(
+        &spans,
+        |s| s.service == "containerd" && s.parent_span_id == sandbox.span_id,
+        "RunPodSandbox's server span",
+    );
+    assert_eq!(server.kind, SERVER);
+    assert_eq!(server.name, "runtime.v1.RuntimeService/RunPodSandbox");
+    // podtrace made no span of its own for the runtime's stages: they are the runtime's.
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.service != "podtrace" || !s.name.starts_with("runtime:")),
+        "{spans:#?}"
+    );
+
+    // What the agent counted; then the trace, read back.
+    let text = agent.metrics();
+    assert!(counter(&text, "podtrace_runtime_spans_received_total") >= runtime.len() as f64);
+    agent.stop();
+    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let timeline: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stages = stages_of(&timeline, &name);
+    let call = stage_named(&stages, "sandbox_requested").expect("sandbox_requested");
+    let (call_start, call_end) = (
+        call["start_ns"].as_u64().unwrap(),
+        call["end_ns"].as_u64().unwrap(),
+    );
+    for want in ["runtime:sandbox_image_pull", "runtime:network_setup"] {
+        let s = stage_named(&stages, want).unwrap_or_else(|| panic!("no {want}: {stages:#?}"));
+        assert_eq!(s["source"], "runtime", "{want}");
+        let (a, z) = (
+            s["start_ns"].as_u64().unwrap(),
+            s["end_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            call_start <= a && z <= call_end,
+            "{want} inside RunPodSandbox: {s}"
+        );
+    }
+    let out = podtrace(&["report", trace.to_str().unwrap(), "--pod", &name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    for want in [
+        "runtime:sandbox_image_pull",
+        "runtime:network_setup",
+        "runtime_sandbox",
+    ] {
+        assert!(
+            report.contains(&format!("  {want} ")),
+            "{want} in the report:\n{report}"
+        );
+    }
+    assert!(
+        !report.contains("runtime_sandbox not broken down") && !report.contains("runtime_sandbox,"),
+        "{report}"
+    );
+
+    // podtrace export of the trace forwards the same runtime spans the agent did.
+    let mut again = Receiver::start("127.0.0.1:0");
+    let out = podtrace(&[
+        "export",
+        trace.to_str().unwrap(),
+        "--otlp-endpoint",
+        &again.endpoint(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let exported = whole_trace(
+        &again,
+        &name,
+        "the exported trace",
+        every_call_has_its_server_span,
+    );
+    let ids = |spans: &[ReceivedSpan]| -> BTreeSet<String> {
+        spans
+            .iter()
+            .filter(|s| s.service == "containerd")
+            .map(|s| s.span_id.clone())
+            .collect()
+    };
+    assert_eq!(ids(&exported), ids(&spans));
+    again.stop();
 }
