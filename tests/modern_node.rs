@@ -1,5 +1,5 @@
-//! The modern node: cgroup v2, systemd as PID 1, containerd 1.7 with `SystemdCgroup = true`
-//! and CNI plugins in /opt/cni/bin. These tests run inside the QEMU guest that
+//! The modern node: cgroup v2, systemd as PID 1, containerd 2.x (or, in the compatibility
+//! suite, 1.7) with `SystemdCgroup = true` and CNI plugins in /opt/cni/bin. These tests run inside the QEMU guest that
 //! `cargo xtask node-vm test` boots; on another node they fail at the first check, naming
 //! what the node is instead.
 
@@ -14,7 +14,7 @@ use podtrace_tests::{
 use xtask::lab::POD_SUBNET;
 
 const CGROUP_FS: &str = "/sys/fs/cgroup";
-/// Where containerd 1.7 (without `netns_mounts_under_state_dir`) mounts pod namespaces.
+/// Where containerd (without `netns_mounts_under_state_dir`) mounts pod namespaces.
 const NETNS_DIR: &str = "/var/run/netns";
 
 /// Fails unless this is a node of the modern shape.
@@ -33,8 +33,17 @@ fn require_modern_node() {
     );
 }
 
+/// Which containerd the suite says serves the node (`cargo xtask node-vm test` sets it):
+/// the reference 2.x unless it says `1.7`.
+fn expected_runtime() -> (u32, u32) {
+    match std::env::var("PODTRACE_NODE_RUNTIME").as_deref() {
+        Ok("1.7") => (1, 7),
+        _ => (2, 0),
+    }
+}
+
 #[test]
-fn cri_info_shows_containerd_1_7_the_systemd_driver_opt_cni_bin_and_cgroup_v2() {
+fn cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2() {
     require_modern_node();
     let out = podtrace(&["cri", "info"]);
     let text = stdout(&out);
@@ -43,18 +52,43 @@ fn cri_info_shows_containerd_1_7_the_systemd_driver_opt_cni_bin_and_cgroup_v2() 
         .lines()
         .find_map(|l| l.strip_prefix("runtime:        containerd "))
         .unwrap_or_else(|| panic!("no containerd runtime line: {text}"));
-    let mut parts = version.split(['.', '~', '-']);
+    let mut parts = version.split(['.', '~', '-', '+']);
     let (major, minor): (u32, u32) = (
         parts.next().unwrap().parse().unwrap(),
         parts.next().unwrap().parse().unwrap(),
     );
-    assert!((major, minor) >= (1, 7), "containerd {version}: {text}");
+    let expected = expected_runtime();
+    if expected.0 >= 2 {
+        // containerd 2.x: the driver from CRI RuntimeConfig, the plugins from `binDirs`.
+        assert!(major >= 2, "containerd {version}, not 2.x: {text}");
+        assert!(
+            text.contains("cgroup driver:  systemd (from CRI RuntimeConfig)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("CNI plugins:    /opt/cni/bin (from runtime status info cni.binDirs)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ContainerdHasNoDeprecationWarnings"),
+            "2.x's deprecation condition is shown: {text}"
+        );
+    } else {
+        // containerd 1.7 answers no RuntimeConfig: its status info says both.
+        assert_eq!((major, minor), expected, "containerd {version}: {text}");
+        assert!(
+            text.contains("cgroup driver:  systemd (from runtime status info (SystemdCgroup))"),
+            "{text}"
+        );
+        assert!(
+            text.contains("CNI plugins:    /opt/cni/bin (from runtime status info cni.binDir)\n"),
+            "{text}"
+        );
+    }
     assert!(
-        text.contains("cgroup driver:  systemd (from runtime status info (SystemdCgroup))"),
+        text.contains("CNI config:     /etc/cni/net.d (from runtime status info cni.confDir)\n"),
         "{text}"
     );
-    assert!(text.contains("CNI plugins:    /opt/cni/bin\n"), "{text}");
-    assert!(text.contains("CNI config:     /etc/cni/net.d\n"), "{text}");
     assert!(text.contains("cgroups:        v2 (unified)"), "{text}");
     assert!(text.contains("NetworkReady    true"), "{text}");
 }

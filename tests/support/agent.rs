@@ -66,9 +66,37 @@ impl Agent {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         self.child = Some(cmd.spawn().expect("start podtrace run"));
-        self.wait_for("the agent's API to answer", Duration::from_secs(20), |_| {
-            true
-        });
+        self.wait_until_serving();
+    }
+
+    /// Waits on evidence that the agent is up: its API answering. Before that it loads
+    /// its probes and syncs with the runtime, which takes seconds on a quiet host and
+    /// minutes in an emulated guest on a busy machine, so no guess of speed bounds the
+    /// wait: it ends when the API answers, or fails at once when the agent exits. The
+    /// bound only keeps a hung agent from hanging the suite.
+    fn wait_until_serving(&mut self) {
+        const HUNG: Duration = Duration::from_secs(600);
+        let start = Instant::now();
+        loop {
+            let child = self.child.as_mut().expect("the agent was started");
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "the agent exited ({status}) before its API answered on {}",
+                    self.socket.display()
+                );
+            }
+            let pid = child.id();
+            if self.socket.exists() && self.records().is_some() {
+                return;
+            }
+            if start.elapsed() > HUNG {
+                panic!(
+                    "the agent (pid {pid}) ran {HUNG:?} without its API answering on {}: hung",
+                    self.socket.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// SIGKILL, as a crash would.

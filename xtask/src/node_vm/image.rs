@@ -73,7 +73,9 @@ fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
             recipe::SUITE
         );
     }
-    say("configuring the node: containerd with the systemd driver, CNI in /opt/cni/bin, sshd");
+    say(
+        "configuring the node: containerd 2.x (and 1.7 aside) with the systemd driver, CNI in /opt/cni/bin, sshd",
+    );
     configure(image, &rootfs)?;
     say("making the ext4 image");
     make_image(image, &rootfs)?;
@@ -82,15 +84,14 @@ fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
 }
 
 fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
-    // containerd: its own default config, edited to today's node shape.
+    // trixie's containerd 1.7, kept aside for the compatibility suite, with its own
+    // default config edited to the same node shape.
+    keep_compat_containerd(rootfs)?;
+    // The reference runtime: the pinned containerd 2.x and runc 1.3 over trixie's.
+    install_runtime_debs(rootfs)?;
+    // containerd 2.x: its own default config, edited to today's node shape.
     let default = chroot_output(rootfs, &["containerd", "config", "default"])?;
-    let config = recipe::edit_containerd_config(&default).map_err(|missed| {
-        anyhow::anyhow!(
-            "containerd's default config in {} has no line for {}",
-            recipe::SUITE,
-            missed.join(", ")
-        )
-    })?;
+    let config = edit_config(&default, &recipe::containerd_edits(), "containerd 2.x")?;
     write(rootfs, recipe::CONTAINERD_CONFIG, 0o644, &config)?;
 
     // Debian's CNI plugins, where today's nodes have them.
@@ -173,7 +174,21 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
             recipe::KERNEL_PACKAGE,
         ],
     )?;
-    fs::write(image.versions(), versions)?;
+    let compat = chroot_output(
+        rootfs,
+        &[
+            &format!("{}/bin/containerd", recipe::COMPAT_DIR),
+            "--version",
+        ],
+    )?;
+    let compat = compat.split_whitespace().nth(2).unwrap_or("unknown");
+    fs::write(
+        image.versions(),
+        format!(
+            "{versions}containerd (compatibility, {}) {compat}\n",
+            recipe::COMPAT_DIR
+        ),
+    )?;
 
     for dir in [
         "var/cache/apt/archives",
@@ -194,6 +209,66 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn edit_config(
+    default: &str,
+    edits: &[(String, &'static str, String)],
+    which: &str,
+) -> anyhow::Result<String> {
+    recipe::edit_containerd_config(default, edits).map_err(|missed| {
+        anyhow::anyhow!(
+            "{which}'s default config in the {} image has no line for {}",
+            recipe::SUITE,
+            missed.join(", ")
+        )
+    })
+}
+
+/// Copies trixie's containerd 1.7 (daemon, shim, ctr) to [`recipe::COMPAT_DIR`] and writes
+/// its config, before the reference runtime's package replaces it.
+fn keep_compat_containerd(rootfs: &Path) -> anyhow::Result<()> {
+    let bin = rootfs
+        .join(recipe::COMPAT_DIR.trim_start_matches('/'))
+        .join("bin");
+    fs::create_dir_all(&bin)?;
+    for program in ["containerd", "containerd-shim-runc-v2", "ctr"] {
+        let from = rootfs.join("usr/bin").join(program);
+        fs::copy(&from, bin.join(program))
+            .with_context(|| format!("keeping containerd 1.7's {}", from.display()))?;
+    }
+    let default = chroot_output(rootfs, &["containerd", "config", "default"])?;
+    let config = edit_config(
+        &default,
+        &recipe::compat_containerd_edits(),
+        "containerd 1.7",
+    )?;
+    write(rootfs, recipe::COMPAT_CONFIG, 0o644, &config)
+}
+
+/// Installs the pinned containerd 2.x and runc 1.3 (downloaded into the package cache
+/// first if needed) over the root file system's, with dpkg inside it.
+fn install_runtime_debs(rootfs: &Path) -> anyhow::Result<()> {
+    let debs = xtask::runtime_debs::fetch(
+        &[xtask::runtime_debs::CONTAINERD, xtask::runtime_debs::RUNC],
+        &|s| eprintln!("node-vm: {s}"),
+    )?;
+    let mut args = vec!["dpkg".to_string(), "--force-confnew".into(), "-i".into()];
+    let staged = rootfs.join("tmp");
+    for deb in &debs {
+        let name = deb.file_name().context("a package file has a name")?;
+        fs::copy(deb, staged.join(name))
+            .with_context(|| format!("copying {} into the image", deb.display()))?;
+        args.push(format!("/tmp/{}", name.to_string_lossy()));
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = chroot_output(rootfs, &refs);
+    for deb in &debs {
+        if let Some(name) = deb.file_name() {
+            let _ = fs::remove_file(staged.join(name));
+        }
+    }
+    result.map(drop)
 }
 
 /// Room beside the root file system for images, containers and the test binaries.

@@ -6,7 +6,9 @@ use sha2::{Digest, Sha256};
 
 use xtask::lab::{self, LabPaths};
 
-/// Debian's release for the guest: kernel 6.12 with BTF, systemd 257, containerd 1.7.
+/// Debian's release for the guest: kernel 6.12 with BTF, systemd 257, and containerd 1.7,
+/// which the pinned containerd 2.x and runc 1.3 from sid ([`xtask::runtime_debs`])
+/// replace (1.7 is kept aside for the compatibility suite).
 pub const SUITE: &str = "trixie";
 pub const MIRROR: &str = "http://deb.debian.org/debian";
 /// The kernel flavour: the cloud kernel boots fast and has BTF (but no 9p).
@@ -50,23 +52,70 @@ pub const GUEST_WORK_DIR: &str = "/opt/podtrace";
 pub const KERNEL_CMDLINE: &str =
     "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 net.ifnames=0 quiet";
 
-const CRI: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
+/// containerd 1.7, kept for the compatibility suite beside the reference 2.x: its
+/// binaries (copied out of trixie's package before 2.x replaces it), config and unit.
+/// The unit conflicts with `containerd.service`: one runtime serves the node's socket at a
+/// time, and the suite switches between them.
+pub const COMPAT_DIR: &str = "/opt/containerd-1.7";
+pub const COMPAT_CONFIG: &str = "/etc/containerd-1.7/config.toml";
+pub const COMPAT_UNIT: &str = "containerd-1.7.service";
+/// The runtime unit serving the node's socket by default.
+pub const REFERENCE_UNIT: &str = "containerd.service";
 
-/// Edits to the config `containerd config default` writes: (table, key, value). Each must
-/// match a line of its table, or the build fails rather than booting a node of the wrong
-/// shape.
+const CRI_V1: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
+const CRI_IMAGES: &str = "plugins.'io.containerd.cri.v1.images'";
+const CRI_RUNTIME: &str = "plugins.'io.containerd.cri.v1.runtime'";
+
+/// Edits to the config containerd 2.x's `containerd config default` writes (version 3,
+/// table headers in single quotes): (table, key, value). Each must match a line of its
+/// table, or the build fails rather than booting a node of the wrong shape.
 pub fn containerd_edits() -> Vec<(String, &'static str, String)> {
     vec![
         (
-            format!("{CRI}.containerd.runtimes.runc.options"),
+            format!("{CRI_RUNTIME}.containerd.runtimes.runc.options"),
             "SystemdCgroup",
             "true".into(),
         ),
-        (format!("{CRI}.cni"), "bin_dir", quote(CNI_BIN_DIR)),
-        (format!("{CRI}.cni"), "conf_dir", quote(CNI_CONF_DIR)),
-        (CRI.to_string(), "sandbox_image", quote(lab::IMAGE_PAUSE)),
         (
-            format!("{CRI}.registry"),
+            format!("{CRI_RUNTIME}.cni"),
+            "bin_dirs",
+            format!("[{}]", quote(CNI_BIN_DIR)),
+        ),
+        (
+            format!("{CRI_RUNTIME}.cni"),
+            "conf_dir",
+            quote(CNI_CONF_DIR),
+        ),
+        (
+            format!("{CRI_IMAGES}.pinned_images"),
+            "sandbox",
+            quote(lab::IMAGE_PAUSE),
+        ),
+        (
+            format!("{CRI_IMAGES}.registry"),
+            "config_path",
+            quote("/etc/containerd/certs.d"),
+        ),
+    ]
+}
+
+/// Edits to containerd 1.7's default config (version 2) for the compatibility runtime:
+/// the same node shape, with a root and state of its own so the two runtimes never share
+/// their stores.
+pub fn compat_containerd_edits() -> Vec<(String, &'static str, String)> {
+    vec![
+        (String::new(), "root", quote("/var/lib/containerd-1.7")),
+        (String::new(), "state", quote("/run/containerd-1.7")),
+        (
+            format!("{CRI_V1}.containerd.runtimes.runc.options"),
+            "SystemdCgroup",
+            "true".into(),
+        ),
+        (format!("{CRI_V1}.cni"), "bin_dir", quote(CNI_BIN_DIR)),
+        (format!("{CRI_V1}.cni"), "conf_dir", quote(CNI_CONF_DIR)),
+        (CRI_V1.to_string(), "sandbox_image", quote(lab::IMAGE_PAUSE)),
+        (
+            format!("{CRI_V1}.registry"),
             "config_path",
             quote("/etc/containerd/certs.d"),
         ),
@@ -77,9 +126,12 @@ fn quote(s: &str) -> String {
     format!("\"{s}\"")
 }
 
-/// Applies [`containerd_edits`] to a default config; names each key that matched no line.
-pub fn edit_containerd_config(default: &str) -> Result<String, Vec<&'static str>> {
-    let edits = containerd_edits();
+/// Applies `edits` ([`containerd_edits`], [`compat_containerd_edits`]) to a default
+/// config; names each key that matched no line. The table `""` is the top level.
+pub fn edit_containerd_config(
+    default: &str,
+    edits: &[(String, &'static str, String)],
+) -> Result<String, Vec<&'static str>> {
     let mut hit = vec![false; edits.len()];
     let mut out = String::with_capacity(default.len());
     let mut table = String::new();
@@ -163,14 +215,27 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
                 "[Unit]\nDescription=the guest's address on QEMU's user network\nBindsTo=sys-subsystem-net-devices-eth0.device\nAfter=sys-subsystem-net-devices-eth0.device\nBefore=ssh.service network.target\nWants=network.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=ip link set lo up\nExecStart=ip link set eth0 up\nExecStart=ip addr replace {GUEST_ADDR} dev eth0\n\n[Install]\nWantedBy=multi-user.target\n"
             ),
         ),
-        // containerd's tracing (OTLP over gRPC, every span of a sampled parent), to the
-        // lab's runtime collector address, where a test's receiver listens.
+        // containerd's tracing (OTLP over gRPC), to the lab's runtime collector address,
+        // where podtrace's runtime-span receiver or a test's collector listens. 2.x
+        // traces only calls whose parent is sampled: podtrace samples the calls it
+        // exports, so nothing else starts a trace.
         (
             "/etc/systemd/system/containerd.service.d/podtrace-otel.conf".into(),
             0o644,
+            otel_dropin("parentbased_always_off"),
+        ),
+        // 1.7 reads no traceparent: its own spans (an image pull's) start traces of their
+        // own, which the compatibility suite checks stay out of podtrace's.
+        (
+            format!("/etc/systemd/system/{COMPAT_UNIT}.d/podtrace-otel.conf"),
+            0o644,
+            otel_dropin("parentbased_always_on"),
+        ),
+        (
+            format!("/etc/systemd/system/{COMPAT_UNIT}"),
+            0o644,
             format!(
-                "[Service]\nEnvironment=OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\nEnvironment=OTEL_EXPORTER_OTLP_PROTOCOL=grpc\nEnvironment=OTEL_EXPORTER_OTLP_INSECURE=true\nEnvironment=OTEL_SERVICE_NAME=containerd\nEnvironment=OTEL_TRACES_SAMPLER=parentbased_always_on\n",
-                lab::RUNTIME_OTLP_ADDR
+                "[Unit]\nDescription=containerd 1.7 (podtrace's compatibility runtime)\nAfter=network.target local-fs.target\nConflicts={REFERENCE_UNIT}\n\n[Service]\nEnvironment=PATH={COMPAT_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nExecStartPre=-/sbin/modprobe overlay\nExecStart={COMPAT_DIR}/bin/containerd --config {COMPAT_CONFIG}\nType=notify\nDelegate=yes\nKillMode=process\nRestart=always\nRestartSec=5\nLimitNPROC=infinity\nLimitCORE=infinity\nTasksMax=infinity\nOOMScoreAdjust=-999\n"
             ),
         ),
         // Only what mounts a virtio-blk ext4 root: a small initramfs, built in seconds.
@@ -193,12 +258,19 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
     ]
 }
 
+fn otel_dropin(sampler: &str) -> String {
+    format!(
+        "[Service]\nEnvironment=OTEL_EXPORTER_OTLP_ENDPOINT=http://{}\nEnvironment=OTEL_EXPORTER_OTLP_PROTOCOL=grpc\nEnvironment=OTEL_EXPORTER_OTLP_INSECURE=true\nEnvironment=OTEL_SERVICE_NAME=containerd\nEnvironment=OTEL_TRACES_SAMPLER={sampler}\n",
+        lab::RUNTIME_OTLP_ADDR
+    )
+}
+
 /// Units enabled in the guest.
 pub const ENABLE_UNITS: &[&str] = &["podtrace-net.service", "ssh.service", "containerd.service"];
 
 /// The cache key: every input of the image, and the image layout's version.
 pub fn hash() -> String {
-    const LAYOUT_VERSION: &str = "1";
+    const LAYOUT_VERSION: &str = "2";
     let mut h = Sha256::new();
     for part in [LAYOUT_VERSION, SUITE, MIRROR, KERNEL_CMDLINE] {
         h.update(part.as_bytes());
@@ -208,8 +280,15 @@ pub fn hash() -> String {
         h.update(p.as_bytes());
         h.update([0]);
     }
-    for (t, k, v) in containerd_edits() {
+    for (t, k, v) in containerd_edits()
+        .into_iter()
+        .chain(compat_containerd_edits())
+    {
         h.update(format!("{t}.{k}={v}\0").as_bytes());
+    }
+    // The pinned runtime packages installed over trixie's.
+    for deb in [xtask::runtime_debs::CONTAINERD, xtask::runtime_debs::RUNC] {
+        h.update(format!("{}\0", deb.spec()).as_bytes());
     }
     // The key differs per image, so it is not part of the recipe.
     for (path, mode, text) in files("") {
@@ -230,7 +309,9 @@ pub fn hash() -> String {
 mod tests {
     use super::*;
 
-    const DEFAULT: &str = r#"version = 2
+    const DEFAULT_17: &str = r#"version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
     sandbox_image = "registry.k8s.io/pause:3.8"
@@ -245,24 +326,78 @@ mod tests {
     config_path = ""
 "#;
 
+    /// The lines that matter of containerd 2.1.9's `containerd config default`.
+    const DEFAULT_2: &str = r#"version = 3
+root = '/var/lib/containerd'
+state = '/run/containerd'
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = 'registry.k8s.io/pause:3.10'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = ''
+  [plugins.'io.containerd.cri.v1.runtime']
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+            SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dir = ''
+      bin_dirs = ['/usr/lib/cni', '/opt/cni/bin']
+      conf_dir = '/etc/cni/net.d'
+  [plugins.'io.containerd.transfer.v1.local']
+    config_path = ''
+"#;
+
     #[test]
-    fn the_default_config_gets_the_systemd_driver_opt_cni_bin_and_the_lab_registry() {
-        let out = edit_containerd_config(DEFAULT).unwrap();
+    fn containerd_2_gets_the_systemd_driver_opt_cni_bin_and_the_lab_registry() {
+        let out = edit_containerd_config(DEFAULT_2, &containerd_edits()).unwrap();
+        assert!(out.contains("            SystemdCgroup = true\n"), "{out}");
+        assert!(
+            out.contains("      bin_dirs = [\"/opt/cni/bin\"]\n"),
+            "{out}"
+        );
+        // 2.x refuses both keys set: the deprecated one stays empty.
+        assert!(out.contains("      bin_dir = ''\n"), "{out}");
+        assert!(out.contains("sandbox = \"127.0.0.1:5000/podtrace/pause:3.10\""));
+        assert!(out.contains("      config_path = \"/etc/containerd/certs.d\"\n"));
+        assert!(
+            out.contains("    config_path = ''\n"),
+            "only the CRI registry's: {out}"
+        );
+        assert!(out.contains("root = '/var/lib/containerd'\n"), "{out}");
+        assert!(out.starts_with("version = 3\n"));
+    }
+
+    #[test]
+    fn containerd_1_7_keeps_its_stores_apart_with_the_same_node_shape() {
+        let out = edit_containerd_config(DEFAULT_17, &compat_containerd_edits()).unwrap();
+        assert!(
+            out.contains("root = \"/var/lib/containerd-1.7\"\n"),
+            "{out}"
+        );
+        assert!(out.contains("state = \"/run/containerd-1.7\"\n"), "{out}");
         assert!(out.contains("            SystemdCgroup = true\n"), "{out}");
         assert!(out.contains("      bin_dir = \"/opt/cni/bin\"\n"), "{out}");
         assert!(out.contains("sandbox_image = \"127.0.0.1:5000/podtrace/pause:3.10\""));
-        assert!(out.contains("      config_path = \"/etc/containerd/certs.d\"\n"));
-        assert!(
-            out.contains("    config_path = \"\"\n"),
-            "only the CRI registry's: {out}"
-        );
         assert!(out.starts_with("version = 2\n"));
     }
 
     #[test]
+    fn a_default_config_without_a_line_to_edit_names_the_key() {
+        let missed = edit_containerd_config(DEFAULT_17, &containerd_edits()).unwrap_err();
+        assert!(
+            missed.contains(&"bin_dirs") && missed.contains(&"sandbox"),
+            "{missed:?}"
+        );
+    }
+
+    #[test]
     fn a_config_without_a_key_is_refused_naming_it() {
-        let without = DEFAULT.replace("            SystemdCgroup = false\n", "");
-        assert_eq!(edit_containerd_config(&without), Err(vec!["SystemdCgroup"]));
+        let without = DEFAULT_2.replace("            SystemdCgroup = false\n", "");
+        assert_eq!(
+            edit_containerd_config(&without, &containerd_edits()),
+            Err(vec!["SystemdCgroup"])
+        );
     }
 
     #[test]

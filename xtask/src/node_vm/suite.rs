@@ -1,7 +1,8 @@
 //! `cargo xtask node-vm test`: the modern-node suite. The host builds `podtrace` and the
-//! integration test binaries; they run inside the guest against its containerd 1.7 with the
-//! systemd cgroup driver, with the host lab's registry forwarded to the guest's
-//! 127.0.0.1:5000. Timings inside the emulated guest are functional only.
+//! integration test binaries; they run inside the guest against its containerd 2.x with the
+//! systemd cgroup driver, then a smaller compatibility suite against containerd 1.7, with
+//! the host lab's registry forwarded to the guest's 127.0.0.1:5000. Timings inside the
+//! emulated guest are functional only.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -66,6 +67,33 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
     ),
 ];
+
+/// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
+/// with the guest's socket served by containerd 1.7: what podtrace reads from the runtime
+/// (cri info), the example pods, the five-pod timeline, and OTLP export without runtime
+/// spans from the CRI calls.
+pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
+    (
+        "modern_node",
+        &["cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2"],
+    ),
+    (
+        "run_pods",
+        &["example_pods_reach_running_with_lab_ips_and_clean_up"],
+    ),
+    (
+        "timeline",
+        &["five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order"],
+    ),
+    (
+        "otel_export",
+        &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
+    ),
+];
+
+/// Tells the tests in the guest which containerd serves the node: `2` (the reference) or
+/// `1.7` (the compatibility runtime).
+pub const RUNTIME_ENV: &str = "PODTRACE_NODE_RUNTIME";
 
 /// Where the binaries and examples go in the guest.
 const WORK: &str = recipe::GUEST_WORK_DIR;
@@ -134,6 +162,8 @@ pub fn run_on_lab(
 
 struct Run {
     test: &'static str,
+    /// Which containerd served the node: "2" or "1.7".
+    runtime: &'static str,
     ok: bool,
     seconds: f64,
 }
@@ -149,11 +179,15 @@ impl Report {
     }
 
     fn print(&self) {
-        eprintln!("{:<14} {:>8}  result", "test", "seconds");
+        eprintln!(
+            "{:<14} {:<10} {:>8}  result",
+            "test", "containerd", "seconds"
+        );
         for r in &self.runs {
             eprintln!(
-                "{:<14} {:>8.1}  {}",
+                "{:<14} {:<10} {:>8.1}  {}",
                 r.test,
+                r.runtime,
                 r.seconds,
                 if r.ok { "ok" } else { "FAILED" }
             );
@@ -190,12 +224,54 @@ fn in_guest(
     let stage = stage(podtrace, probes, binaries)?;
     guest.check(&format!("rm -rf {WORK}"))?;
     guest.copy_in(&[stage], "/opt")?;
-    install_lab_profile(&guest, lab_paths)?;
+    install_lab_profile(&guest, lab_paths, recipe::REFERENCE_UNIT)?;
 
     eprintln!("node-vm [4/4] the suite, in the guest");
-    let port = registry_port();
     let mut runs = Vec::new();
-    for (test, names) in GUEST_TESTS {
+    run_tests(&guest, GUEST_TESTS, binaries, "2", &mut runs)?;
+    let compat: Vec<(&'static str, &'static [&'static str])> = COMPAT_TESTS
+        .iter()
+        .filter(|(t, _)| binaries.iter().any(|(b, _)| b == t))
+        .copied()
+        .collect();
+    if !compat.is_empty() {
+        eprintln!("--- switching the node's runtime to containerd 1.7 (compatibility suite)");
+        // Type=notify: `start` returns once containerd 1.7 serves its socket.
+        guest.check(&format!(
+            "systemctl stop {ref_unit} && systemctl start {compat_unit}",
+            ref_unit = recipe::REFERENCE_UNIT,
+            compat_unit = recipe::COMPAT_UNIT
+        ))?;
+        install_lab_profile(&guest, lab_paths, recipe::COMPAT_UNIT)?;
+        let switched = run_tests(&guest, &compat, binaries, "1.7", &mut runs);
+        // Back to the reference runtime, so a guest left up serves what it booted with.
+        guest.check(&format!(
+            "systemctl stop {compat_unit} && systemctl start {ref_unit}",
+            ref_unit = recipe::REFERENCE_UNIT,
+            compat_unit = recipe::COMPAT_UNIT
+        ))?;
+        install_lab_profile(&guest, lab_paths, recipe::REFERENCE_UNIT)?;
+        switched?;
+    }
+    if runs.iter().any(|r| !r.ok) {
+        collect_logs(&guest, paths);
+    }
+    Ok(Report {
+        runs,
+        boot_seconds: state.boot_seconds,
+    })
+}
+
+/// Runs `tests` in the guest against the runtime `runtime` names ([`RUNTIME_ENV`]).
+fn run_tests(
+    guest: &Guest,
+    tests: &[(&'static str, &'static [&'static str])],
+    binaries: &[(&'static str, PathBuf)],
+    runtime: &'static str,
+    runs: &mut Vec<Run>,
+) -> anyhow::Result<()> {
+    let port = registry_port();
+    for (test, names) in tests {
         if !binaries.iter().any(|(t, _)| t == test) {
             continue;
         }
@@ -208,26 +284,21 @@ fn in_guest(
             cmd.extend(names.iter().map(|n| n.to_string()));
         }
         let script = format!(
-            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             cmd = super::ssh::join_args(&cmd)?
         );
-        eprintln!("--- {test} (in the guest)");
+        eprintln!("--- {test} (in the guest, containerd {runtime})");
         let t = Instant::now();
         let status = guest.exec(&script, Some(port))?;
         runs.push(Run {
             test,
+            runtime,
             ok: status.success(),
             seconds: t.elapsed().as_secs_f64(),
         });
     }
-    if runs.iter().any(|r| !r.ok) {
-        collect_logs(&guest, paths);
-    }
-    Ok(Report {
-        runs,
-        boot_seconds: state.boot_seconds,
-    })
+    Ok(())
 }
 
 /// `cargo test --no-run` for the guest's test targets; their executables by target name.
@@ -316,13 +387,13 @@ fn stage(
 /// The guest's lab profile: the host lab's state, with the guest's runtime in it. The
 /// images and the registry are the host lab's; containerd, CNI and the cgroups are the
 /// guest's own.
-fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths) -> anyhow::Result<()> {
+fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths, unit: &str) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(lab_paths.state_file())
         .with_context(|| format!("reading {}", lab_paths.state_file().display()))?;
     let mut state: LabState = serde_json::from_str(&text)
         .with_context(|| format!("{}: not a lab state", lab_paths.state_file().display()))?;
     let containerd_pid: u32 = guest
-        .check("systemctl show -p MainPID --value containerd")?
+        .check(&format!("systemctl show -p MainPID --value {unit}"))?
         .trim()
         .parse()
         .context("the guest's containerd has no main pid")?;
@@ -331,9 +402,14 @@ fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths) -> anyhow::Result<()
     state.containerd_pid = containerd_pid;
     state.registry_pid = 0;
     state.cri_socket = recipe::CONTAINERD_SOCKET.into();
-    state.containerd_log = "journalctl -u containerd".into();
+    state.containerd_log = format!("journalctl -u {unit}").into();
     state.registry_log = lab_paths.registry_log();
-    state.containerd_config = recipe::CONTAINERD_CONFIG.into();
+    state.containerd_config = if unit == recipe::COMPAT_UNIT {
+        recipe::COMPAT_CONFIG
+    } else {
+        recipe::CONTAINERD_CONFIG
+    }
+    .into();
     state.cni_conflist = Path::new(recipe::CNI_CONF_DIR).join("10-podtrace-lab.conflist");
     guest.write_file(
         &guest_lab.state_file().display().to_string(),
@@ -356,7 +432,7 @@ pub fn results_dir() -> PathBuf {
 fn collect_logs(guest: &Guest, paths: &NodeVmPaths) {
     let dir = results_dir();
     let _ = std::fs::create_dir_all(&dir);
-    let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; true";
+    let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd -u containerd-1.7 > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; true";
     if guest.check(script).is_ok() {
         let _ = guest.copy_out("/tmp/node-vm-results", &dir);
     }
