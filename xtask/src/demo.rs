@@ -117,11 +117,19 @@ fn run_examples(bin: &Path) -> anyhow::Result<Vec<PodResult>> {
         }
         _ => {}
     }
-    let out = Command::new(bin)
-        .args(["run", "--until-ready", "--cleanup", "--json", "--trace"])
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--until-ready", "--cleanup", "--json", "--trace"])
         .arg(trace_path())
         .arg("--manifests")
-        .arg(&examples)
+        .arg(&examples);
+    // The lab's containerd 2.x sends its own spans to the lab's runtime OTLP address:
+    // podtrace receives them there, and they become the runtime's stages.
+    if xtask::lab::containerd_version(&xtask::lab::LabPaths::from_env())
+        .is_some_and(|(_, major)| major >= 2)
+    {
+        cmd.args(["--runtime-otlp-listen", xtask::lab::RUNTIME_OTLP_ADDR]);
+    }
+    let out = cmd
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", bin.display()))?;

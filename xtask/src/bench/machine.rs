@@ -8,6 +8,8 @@ pub struct Machine {
     pub memory: String,
     pub kernel: String,
     pub cpu_model: String,
+    /// The lab's container runtime, as its binary says (`containerd 2.1.9+unknown`).
+    pub runtime: String,
     pub unix_time: u64,
 }
 
@@ -35,6 +37,10 @@ pub fn describe() -> Machine {
         memory,
         kernel,
         cpu_model: first_field(&cpuinfo, "model name").unwrap_or_else(|| "unknown".to_string()),
+        runtime: xtask::lab::containerd_version(&xtask::lab::LabPaths::from_env()).map_or_else(
+            || "containerd (version unknown: the lab is not unpacked yet)".to_string(),
+            |(v, _)| format!("containerd {v}"),
+        ),
         unix_time: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -48,6 +54,7 @@ impl Machine {
             ("memory", self.memory.clone()),
             ("kernel", self.kernel.clone()),
             ("CPU", self.cpu_model.clone()),
+            ("runtime", self.runtime.clone()),
         ]
     }
 
@@ -57,6 +64,7 @@ impl Machine {
             "memory": self.memory,
             "kernel": self.kernel,
             "cpu_model": self.cpu_model,
+            "runtime": self.runtime,
             "unix_time": self.unix_time,
         })
     }

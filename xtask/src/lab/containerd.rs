@@ -43,7 +43,7 @@ pub fn program(paths: &LabPaths) -> PathBuf {
 }
 
 /// The `ctr` beside the lab's containerd, else the one on `$PATH`.
-pub(crate) fn ctr_program(paths: &LabPaths) -> Option<PathBuf> {
+pub fn ctr_program(paths: &LabPaths) -> Option<PathBuf> {
     let beside = program(paths).with_file_name("ctr");
     if beside.is_file() {
         return Some(beside);

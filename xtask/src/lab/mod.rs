@@ -27,7 +27,9 @@ use std::time::Instant;
 
 pub use containerd::PROGRAM_ENV as CONTAINERD_ENV;
 pub use containerd::hosts_toml as registry_hosts_toml;
-pub use containerd::{Runtime, program as containerd_program, version as containerd_version};
+pub use containerd::{
+    Runtime, ctr_program, program as containerd_program, version as containerd_version,
+};
 pub use error::LabError;
 pub use images::PAUSE_SCRIPT;
 pub use network::{CNI_VERSION, conflist};
