@@ -99,8 +99,15 @@ impl NodeShape {
     ) -> Result<NodeShape, NodeShapeError> {
         let status = cri.status(true).await?;
         let mut shape = NodeShape::from_status_info(&status.info);
+        let recognised = status
+            .info
+            .get("config")
+            .and_then(|c| serde_json::from_str::<Value>(c).ok())
+            .is_some_and(|c| c.get("containerd").is_some() || c.get("cni").is_some());
         let info = if !status.info.contains_key("config") {
             "has no configuration"
+        } else if !recognised {
+            "has a configuration podtrace does not recognise"
         } else if shape.cgroup_driver.is_none() {
             "names no runc runtime as the default"
         } else {

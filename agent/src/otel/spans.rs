@@ -156,7 +156,10 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
         .stages
         .iter()
         .filter(|s| s.source != StageSource::Runtime)
-        .filter(|s| s.start_ns >= start && s.start_ns <= end)
+        // A stage still under way when the startup ended (a pod worker's wait the Ready
+        // sync was held in) is not part of it: the live export, made at that end, cannot
+        // see how it ends, and the export of the trace must give the same spans.
+        .filter(|s| s.start_ns >= start && s.end_ns <= end)
         .collect();
     let is_call = |s: &Stage, c: &CriCall| {
         s.source == StageSource::Cri

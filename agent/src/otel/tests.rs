@@ -155,6 +155,36 @@ fn a_failed_call_and_a_pod_that_never_ran_carry_error_status() {
 }
 
 #[test]
+fn a_stage_still_under_way_when_the_startup_ended_is_exported_by_neither_export() {
+    let records = fixture("multi-container.jsonl");
+    let timeline = crate::timeline::build(&records);
+    let calls = cri_calls(&records);
+    let mut pod = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .unwrap()
+        .clone();
+    let ready = pod.stage("ready").unwrap().end_ns;
+    // A pod worker's wait that the Ready sync was held in: it began before Ready and
+    // ended after it, which the live export, made at Ready, cannot have seen.
+    let mut wait = pod.stage("ready").unwrap().clone();
+    wait.stage = "pod_worker_wait".into();
+    wait.source = StageSource::Agent;
+    wait.start_ns = ready - 2_000_000;
+    wait.end_ns = ready + 100_000;
+    wait.duration_ns = wait.end_ns - wait.start_ns;
+    pod.stages.push(wait);
+    let spans = pod_spans(&pod, &calls, "n");
+    assert!(
+        spans.iter().all(|s| s.name != "pod_worker_wait"),
+        "{:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    assert!(spans.iter().any(|s| s.name == "ready"));
+}
+
+#[test]
 fn a_call_sent_sampled_after_the_startup_ended_is_exported_and_an_unsampled_one_is_not() {
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
