@@ -21,9 +21,12 @@ fn pod_yaml(name: &str, containers: &str) -> String {
 #[test]
 fn crash_loop_back_off_grows_and_counts_restarts() {
     require_lab();
+    // The cap is 8 s so that the CrashLoopBackOff waits are long enough to be seen by
+    // polling on the emulated modern node, where each look at the API takes seconds and
+    // a 4 s wait could fall between two looks every time.
     let agent = Agent::start(
         "crashloop",
-        &["--backoff-initial", "1s", "--backoff-max", "4s"],
+        &["--backoff-initial", "1s", "--backoff-max", "8s"],
     );
     agent.write(
         "crash.yaml",
@@ -53,7 +56,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         .map(|w| (w[1] - w[0]) as f64 / 1e9)
         .collect();
     // kubelet's timing: the first restart is immediate, then the delay doubles (1 s, 2 s,
-    // 4 s here with the test's shortened back-off). Each gap is the back-off plus the time
+    // 4 s, 8 s here with the test's shortened back-off). Each gap is the back-off plus the time
     // to create and start the container again, which on a slow node (the emulated modern
     // node) is seconds: the gaps are held to the back-off from below, and the growth is
     // read from kubelet's own BackOff messages.
@@ -78,7 +81,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
     }
     // A BackOff event is recorded by a sync that finds the container still backing off;
     // on a slow node the 1 s one can pass before any sync sees it. What is recorded grows
-    // by doubling up to the 4 s cap.
+    // by doubling, up to the 8 s cap once it is reached.
     let secs: Vec<u64> = delays
         .iter()
         .map(|d| d.trim_end_matches('s').parse().unwrap_or(0))
@@ -87,8 +90,8 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         secs.len() >= 2
             && secs.windows(2).all(|w| w[1] == w[0] * 2)
             && secs.first().is_some_and(|&s| s == 1 || s == 2)
-            && secs.last() == Some(&4),
-        "the back-off doubles to its cap: {delays:?}"
+            && secs.last().is_some_and(|&s| s == 4 || s == 8),
+        "the back-off doubles towards its cap: {delays:?}"
     );
     assert!(
         agent
@@ -103,7 +106,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         "no BackOff event"
     );
     // While it waits, the container shows CrashLoopBackOff.
-    agent.wait_pod("crasher", "CrashLoopBackOff", MINUTE, |p| {
+    agent.wait_pod("crasher", "CrashLoopBackOff", 2 * MINUTE, |p| {
         waiting_reason(p, "c") == Some("CrashLoopBackOff")
     });
     // Each back-off is a stage of the pod's timeline, naming the container and why, as
@@ -135,7 +138,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         "{waits:?}"
     );
     let longest = waits.iter().map(|(s, _)| *s).fold(0.0, f64::max);
-    assert!((1.5..=4.5).contains(&longest), "{waits:?}");
+    assert!((1.5..=8.5).contains(&longest), "{waits:?}");
 }
 
 #[test]
