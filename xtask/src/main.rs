@@ -54,7 +54,7 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Fuzz the manifest reader, the trace reader, the agent API and the eBPF decoder.
     Fuzz(fuzz::FuzzArgs),
-    /// The modern node: Debian trixie in a QEMU guest (cgroup v2, systemd, containerd 1.7).
+    /// The modern node: Debian trixie in a QEMU guest (cgroup v2, systemd, containerd 2.x).
     NodeVm {
         #[command(subcommand)]
         command: node_vm::NodeVmCmd,

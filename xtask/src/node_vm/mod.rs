@@ -1,5 +1,6 @@
 //! `cargo xtask node-vm`: the second node lab, a node of today's shape. Debian trixie in a
-//! QEMU guest: cgroup v2 only, systemd as PID 1, containerd 1.7 with `SystemdCgroup = true`,
+//! QEMU guest: cgroup v2 only, systemd as PID 1, containerd 2.x (1.7 beside it for the
+//! compatibility suite) with `SystemdCgroup = true`,
 //! CNI plugins in /opt/cni/bin, a kernel with BTF. Its registry is the host lab's, reached
 //! through ssh's reverse forward of 127.0.0.1:5000 while a command runs.
 

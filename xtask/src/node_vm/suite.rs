@@ -61,7 +61,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("sidecars", &[]),
-    // containerd 1.7 traces here: its spans must continue podtrace's.
+    // containerd 2.x traces every CRI call here: its spans must continue podtrace's.
     (
         "otel_export",
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
