@@ -22,6 +22,7 @@ const SELF_MANAGED_LAB_TESTS: &[&str] = &[
 const SHARED_LAB_TESTS: &[&str] = &[
     "cri_info",
     "run_pods",
+    "conformance",
     "pipeline",
     "agent",
     "probes",

@@ -18,6 +18,7 @@ use crate::config::load_paths;
 use crate::cri::{CriClient, RuntimeService, api};
 use crate::kuberuntime::container::{PodRuntimeFacts, generate_container_config};
 use crate::kuberuntime::sandbox::{create_pod_sandbox, generate_pod_sandbox_config};
+use crate::kuberuntime::security_context::ImageUser;
 use crate::kuberuntime::{RuntimeConfig, labels};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -100,8 +101,9 @@ async fn create_in(
         .unwrap_or_default();
     for c in &containers {
         let image = c.image.clone().unwrap_or_default();
-        let config =
-            generate_container_config(pod, c, &image, 0, &facts, cfg).map_err(|e| e.to_string())?;
+        // The bench images name no user: kubelet's ImageStatus would say root.
+        let config = generate_container_config(pod, c, &image, &ImageUser::root(), 0, &facts, cfg)
+            .map_err(|e| e.to_string())?;
         // The pipeline makes the same directory before CreateContainer; the runtime needs it.
         let log_dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
         std::fs::create_dir_all(&log_dir).map_err(|e| e.to_string())?;

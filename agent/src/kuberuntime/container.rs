@@ -6,8 +6,11 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::config::RuntimeConfig;
 use super::event::PodEvent;
-use super::image::{ImagePullContext, ensure_image_exists};
+use super::image::{EnsuredImage, ImagePullContext, ensure_image_exists};
 use super::labels;
+use super::security_context::{
+    ImageUser, SecurityContextError, container_security_context, verify_run_as_non_root,
+};
 use super::sync_pod::SyncContext;
 use super::{SyncError, SyncReason};
 use crate::cri::{ImageService, RuntimeService, api};
@@ -24,15 +27,24 @@ pub struct PodRuntimeFacts {
     pub pod_ips: Vec<String>,
 }
 
-/// kubelet's generateContainerConfig. Pure: reads the pod, the config and `facts`.
+/// kubelet's generateContainerConfig. Pure: reads the pod, the config, the image's user
+/// and `facts`. A container that would run as root against its runAsNonRoot, or whose
+/// security context cannot be expressed, is refused before anything is created.
 pub fn generate_container_config(
     pod: &Pod,
     c: &Container,
     image_ref: &str,
+    image_user: &ImageUser,
     restart_count: u32,
     facts: &PodRuntimeFacts,
     cfg: &RuntimeConfig,
 ) -> Result<api::ContainerConfig, SyncError> {
+    let config_error = |e: SecurityContextError| {
+        SyncError::new(SyncReason::CreateContainerConfigError, e.0).for_container(&c.name)
+    };
+    verify_run_as_non_root(pod, c, image_user).map_err(config_error)?;
+    let security_context =
+        container_security_context(pod, c, image_user, &cfg.root_dir).map_err(config_error)?;
     let envs = container_envs(pod, c, facts, cfg)?;
     let mounts = container_mounts(pod, c, cfg)?;
     let expand = |s: &String| expand_env_refs(s, &envs);
@@ -65,7 +77,7 @@ pub fn generate_container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(super::resources::linux_container_resources(c)),
-            ..Default::default()
+            security_context: Some(security_context),
         }),
         ..Default::default()
     })
@@ -216,6 +228,27 @@ fn container_mounts(
     Ok(mounts)
 }
 
+/// kubelet's getImageUser after a pull: the runtime's ImageStatus of the container's
+/// image says which user it runs as.
+async fn image_user<I: ImageService>(images: &I, c: &Container) -> Result<ImageUser, SyncError> {
+    let spec = api::ImageSpec {
+        image: c.image.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    match images.image_status(spec).await {
+        Ok(Some(image)) => Ok(ImageUser::of(&image)),
+        Ok(None) => Err(SyncError::new(
+            SyncReason::CreateContainerConfigError,
+            format!(
+                "image {:?} not found after its pull",
+                c.image.as_deref().unwrap_or_default()
+            ),
+        )
+        .for_container(&c.name)),
+        Err(e) => Err(SyncError::cri(SyncReason::ImageInspectError, e).for_container(&c.name)),
+    }
+}
+
 /// What one startContainer did.
 #[derive(Debug, Clone)]
 pub struct StartedContainer {
@@ -249,8 +282,13 @@ pub async fn start_container<R: RuntimeService + ImageService>(
         now: ctx.now,
         events: ctx.events,
     };
-    let image_ref = ensure_image_exists(cri, c, &pull).await?;
-    let config = generate_container_config(pod, c, &image_ref, restart_count, facts, ctx.cfg)?;
+    let EnsuredImage { image_ref, user } = ensure_image_exists(cri, c, &pull).await?;
+    let user = match user {
+        Some(user) => user,
+        None => image_user(cri, c).await?,
+    };
+    let config =
+        generate_container_config(pod, c, &image_ref, &user, restart_count, facts, ctx.cfg)?;
     // Like the sandbox's log directory: only an agent that runs pods on this host makes it;
     // a replay touches no file.
     if ctx.cfg.touch_host {

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1::Container;
 
 use super::event::{EventRecorder, PodEvent, PodWait, WaitKind};
+use super::security_context::ImageUser;
 use super::{SyncError, SyncReason};
 use crate::cri::{ImageService, api};
 use crate::kubelet::backoff::{Backoff, image_key};
@@ -147,14 +148,22 @@ pub struct ImagePullContext<'a> {
     pub events: &'a dyn EventRecorder,
 }
 
-/// Returns the image reference to create the container from, pulling when the policy
-/// (or the image's absence) says so. A pull in back-off fails with `ImagePullBackOff`
-/// and carries the time the back-off ends.
+/// The image a container is created from: its reference, and the user it runs as when
+/// the runtime's ImageStatus already said (it did unless the image was just pulled).
+#[derive(Debug, Clone)]
+pub struct EnsuredImage {
+    pub image_ref: String,
+    pub user: Option<ImageUser>,
+}
+
+/// Returns the image to create the container from, pulling when the policy (or the
+/// image's absence) says so. A pull in back-off fails with `ImagePullBackOff` and
+/// carries the time the back-off ends.
 pub async fn ensure_image_exists<I: ImageService>(
     images: &I,
     c: &Container,
     ctx: &ImagePullContext<'_>,
-) -> Result<String, SyncError> {
+) -> Result<EnsuredImage, SyncError> {
     let image = c.image.clone().unwrap_or_default();
     let who = Some(c.name.clone());
     let spec = api::ImageSpec {
@@ -174,7 +183,10 @@ pub async fn ensure_image_exists<I: ImageService>(
                     format!("Container image {image:?} already present on machine"),
                     who,
                 ));
-                return Ok(img.id);
+                return Ok(EnsuredImage {
+                    user: Some(ImageUser::of(&img)),
+                    image_ref: img.id,
+                });
             }
             (None, "Never") => {
                 let message =
@@ -231,7 +243,10 @@ pub async fn ensure_image_exists<I: ImageService>(
                 ),
                 who,
             ));
-            Ok(image_ref)
+            Ok(EnsuredImage {
+                image_ref,
+                user: None,
+            })
         }
         Err(e) => {
             let now = (ctx.now)();

@@ -12,6 +12,7 @@ pub mod labels;
 pub mod pod_status;
 pub mod resources;
 pub mod sandbox;
+pub mod security_context;
 pub mod sync_pod;
 pub mod volumes;
 

@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::config::RuntimeConfig;
 use super::labels;
+use super::security_context::sandbox_security_context;
 use super::{SyncError, SyncReason};
 use crate::cri::{RuntimeService, api};
 
@@ -52,26 +53,6 @@ pub fn generate_pod_sandbox_config(
                 .collect()
         })
         .unwrap_or_default();
-    let namespace_options = api::NamespaceOption {
-        network: if host_network {
-            api::NamespaceMode::Node as i32
-        } else {
-            api::NamespaceMode::Pod as i32
-        },
-        pid: if spec.host_pid.unwrap_or(false) {
-            api::NamespaceMode::Node as i32
-        } else if spec.share_process_namespace.unwrap_or(false) {
-            api::NamespaceMode::Pod as i32
-        } else {
-            api::NamespaceMode::Container as i32
-        },
-        ipc: if spec.host_ipc.unwrap_or(false) {
-            api::NamespaceMode::Node as i32
-        } else {
-            api::NamespaceMode::Pod as i32
-        },
-        ..Default::default()
-    };
     api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: name.to_string(),
@@ -87,10 +68,7 @@ pub fn generate_pod_sandbox_config(
         annotations: labels::sandbox_annotations(pod),
         linux: Some(api::LinuxPodSandboxConfig {
             sysctls,
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options),
-                ..Default::default()
-            }),
+            security_context: Some(sandbox_security_context(pod)),
             ..Default::default()
         }),
         windows: None,

@@ -36,6 +36,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "timeline",
         &["five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order"],
     ),
+    ("conformance", &[]),
     (
         "pipeline",
         &[
