@@ -15,6 +15,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: guaranteed}
 spec:
+  terminationGracePeriodSeconds: 2
   initContainers:
   - name: setup
     image: 127.0.0.1:5000/podtrace/app:1.0
@@ -28,6 +29,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: burstable}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: limited
     image: 127.0.0.1:5000/podtrace/app:1.0
@@ -44,6 +46,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: besteffort}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: app
     image: 127.0.0.1:5000/podtrace/app:1.0

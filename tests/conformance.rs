@@ -144,6 +144,7 @@ kind: Pod
 metadata:
   name: security-context-demo
 spec:
+  terminationGracePeriodSeconds: 2
   securityContext:
     runAsUser: 1000
     runAsGroup: 3000
@@ -234,6 +235,7 @@ kind: Pod
 metadata:
   name: shared-pid
 spec:
+  terminationGracePeriodSeconds: 2
   shareProcessNamespace: true
   containers:
   - name: app
@@ -276,6 +278,7 @@ kind: Pod
 metadata:
   name: nonroot
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: app
     image: {IMAGE}

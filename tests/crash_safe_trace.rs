@@ -46,7 +46,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
         agent.write(
             &format!("{name}.yaml"),
             &format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
             ),
         );
     }
@@ -167,7 +167,7 @@ fn a_full_disk_stops_the_trace_not_the_pods() {
     let manifest = scratch.manifest(
         "pod.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: disk-full}}\nspec:\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: disk-full}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {APP}, command: [sleep, '3600']}}\n"
         ),
     );
     let (out, doc) = scratch.run(

@@ -250,7 +250,7 @@ fn a_cgroup_driver_nobody_names_is_exit_2_naming_what_the_runtime_said() {
     let manifest = dir.path().join("pod.yaml");
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-driver}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-driver}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0}\n",
     )
     .unwrap();
     let root = dir.path().join("root");

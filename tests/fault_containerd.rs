@@ -53,7 +53,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
         agent.write(
             &format!("{n}.yaml"),
             &format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}, namespace: default}}\nspec:\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
             ),
         );
     }

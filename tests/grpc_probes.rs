@@ -39,7 +39,7 @@ fn probed_pod(name: &str, image: &str, port: u16, service: &str, startup: bool) 
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [container]},
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": [container]},
     })
     .to_string()
 }

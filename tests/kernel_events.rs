@@ -34,7 +34,7 @@ fn a_sandbox_is_seen_from_the_kernel() {
     let manifest = scratch.manifest(
         "pod.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {POD}, namespace: default}}\nspec:\n  containers:\n  - {{name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {POD}, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}}\n"
         ),
     );
     let watcher = Watcher::start(&[]);

@@ -46,7 +46,7 @@ fn down_leaves_nothing_even_with_pods_still_running() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "left.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: left-a}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600'], ports: [{containerPort: 80, hostPort: 18080}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: left-b}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: left-a}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600'], ports: [{containerPort: 80, hostPort: 18080}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: left-b}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
     );
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
@@ -104,7 +104,7 @@ fn a_lab_whose_containerd_was_killed_is_cleaned_up_by_the_next_up() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "stale.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: stale}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: stale}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
     );
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));

@@ -102,6 +102,7 @@ const QOS_PODS: &str = r#"apiVersion: v1
 kind: Pod
 metadata: {name: qos-guaranteed}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: c
     image: 127.0.0.1:5000/podtrace/app:1.0
@@ -114,6 +115,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: qos-burstable}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: c
     image: 127.0.0.1:5000/podtrace/app:1.0
@@ -126,6 +128,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: qos-besteffort}
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - {name: c, image: "127.0.0.1:5000/podtrace/app:1.0", command: [sleep, "3600"]}
 "#;
@@ -322,7 +325,7 @@ fn a_slice_systemd_refuses_is_exit_2_and_creates_nothing() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pod.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: refused-slice}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: refused-slice}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
     );
     let root_dir = scratch.root_dir().display().to_string();
     let out = podtrace(&[

@@ -17,6 +17,7 @@ fn init_containers_run_one_at_a_time_in_order() {
 kind: Pod
 metadata: {{name: init-order}}
 spec:
+  terminationGracePeriodSeconds: 2
   volumes: [{{name: marks, emptyDir: {{}}}}]
   initContainers:
   - name: first
@@ -95,6 +96,7 @@ fn a_failing_init_container_with_restart_policy_never_fails_the_pod() {
 kind: Pod
 metadata: {{name: init-fails}}
 spec:
+  terminationGracePeriodSeconds: 2
   restartPolicy: Never
   initContainers:
   - {{name: setup, image: {APP}, command: ["/bin/sh", "-c", "exit 3"]}}
@@ -126,7 +128,7 @@ fn pull_policy_never_with_a_missing_image_is_err_image_never_pull() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "never.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: never-pull}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/not-pulled:1.0, imagePullPolicy: Never}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: never-pull}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/not-pulled:1.0, imagePullPolicy: Never}\n",
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -153,7 +155,7 @@ fn too_much_cpu_is_rejected_at_admission() {
     let manifest = scratch.manifest(
         "big.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: fits}}\nspec:\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600'], resources: {{requests: {{cpu: 600m}}}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: too-big}}\nspec:\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600'], resources: {{requests: {{cpu: '2'}}}}}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: fits}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600'], resources: {{requests: {{cpu: 600m}}}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: too-big}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600'], resources: {{requests: {{cpu: '2'}}}}}}\n"
         ),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup", "--node-cpu", "1000"]);
@@ -177,7 +179,7 @@ fn a_host_network_pod_runs_with_the_node_ip() {
     let manifest = scratch.manifest(
         "host.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: on-host}}\nspec:\n  hostNetwork: true\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: on-host}}\nspec:\n  terminationGracePeriodSeconds: 2\n  hostNetwork: true\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
         ),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);

@@ -28,7 +28,7 @@ fn manifest(name: &str) -> String {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [{
+        "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
             "name": "app",
             "image": "127.0.0.1:5000/podtrace/app:1.0",
             "command": ["/bin/sh", "-c",

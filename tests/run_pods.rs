@@ -67,6 +67,7 @@ fn containers_see_their_pod_ip_through_field_refs_and_share_an_empty_dir() {
 kind: Pod
 metadata: {name: reports-ip}
 spec:
+  terminationGracePeriodSeconds: 2
   volumes: [{name: out, emptyDir: {}}]
   containers:
   - name: writer
@@ -123,11 +124,11 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
     );
     let not_pod = scratch.manifest(
         "b-service.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: good-one}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: good-one}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
     );
     let no_image = scratch.manifest(
         "c-noimage.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-image}\nspec:\n  containers:\n  - {name: c}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-image}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c}\n",
     );
     let dir = bad_yaml.parent().unwrap().to_path_buf();
     let (out, doc) = scratch.run(&[&dir], &["--cleanup"]);
@@ -174,7 +175,7 @@ fn a_missing_image_fails_that_pod_only() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pods.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: missing-image}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/does-not-exist:1.0}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: fine}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: missing-image}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/does-not-exist:1.0}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: fine}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -202,7 +203,7 @@ fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pod.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-cni-dir}\nspec:\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-cni-dir}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
     );
     let root = scratch.root_dir().display().to_string();
     let out = podtrace_tests::podtrace(&[
