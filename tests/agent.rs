@@ -572,7 +572,8 @@ fn an_invalid_manifest_shows_on_its_pod_and_disturbs_nothing_else() {
             &format!("  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"),
         ),
     );
-    // A field podtrace does not support: the error says which.
+    // A static pod that references an API object: refused with kubelet's reason, and the
+    // error says which field.
     let unsupported = format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: broken}}\nspec:\n  volumes: [{{name: cfg, configMap: {{name: settings}}}}]\n  containers:\n  - {{name: c, image: {APP}, command: [sleep, '3600']}}\n"
     );
@@ -583,8 +584,9 @@ fn an_invalid_manifest_shows_on_its_pod_and_disturbs_nothing_else() {
     assert_eq!(broken["status"]["reason"], "InvalidManifest");
     let msg = broken["status"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("broken.yaml (document 0): field spec.volumes[0]")
-            && msg.contains("\"configMap\" is not supported"),
+        msg.contains(
+            "broken.yaml (document 0): field spec.volumes[0].configMap: static pods may not reference configmaps"
+        ),
         "{msg}"
     );
     assert!(

@@ -142,9 +142,10 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 fn pods() -> Vec<podtrace::config::StaticPod> {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("pods.yaml");
-    std::fs::write(&file, PODS).unwrap();
-    let (pods, errors) = load_paths(&[file], "cgroups-test-node");
+    for (i, doc) in podtrace_tests::documents(PODS).iter().enumerate() {
+        std::fs::write(dir.path().join(format!("pod-{i}.yaml")), doc).unwrap();
+    }
+    let (pods, errors) = load_paths(&[dir.path().to_path_buf()], "cgroups-test-node");
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(pods.len(), 3);
     pods

@@ -310,3 +310,397 @@ spec:
         "no container was created: {containers:?}"
     );
 }
+
+#[test]
+fn a_pod_with_a_container_that_never_starts_is_shown_and_counted_as_not_running() {
+    let text = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: half-started
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: [sleep, "3600"]
+  - name: broken
+    image: {IMAGE}
+    command: [/no/such/binary]
+"#
+    );
+    require_lab();
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest("half.yaml", &text);
+    let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
+    assert_eq!(out.status.code(), Some(1), "{doc:#}\n{}", stderr(&out));
+    let p = pod(&doc, "half-started");
+    let not_running = p["not_running"].as_array().unwrap();
+    assert_eq!(not_running.len(), 1, "{p:#}");
+    assert_eq!(not_running[0]["container"], "broken");
+    let reason = not_running[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        ["RunContainerError", "CrashLoopBackOff", "StartError"].contains(&reason),
+        "{p:#}"
+    );
+    // Without --json: the summary counts it out, and the container's line says why.
+    let scratch = Scratch::new();
+    let manifest = scratch.manifest("half.yaml", &text);
+    let root = scratch.root_dir().display().to_string();
+    let logs = scratch.logs_dir().display().to_string();
+    let out = podtrace_tests::podtrace(&[
+        "run",
+        "--until-ready",
+        "--cleanup",
+        "--root-dir",
+        &root,
+        "--pod-logs-dir",
+        &logs,
+        "--manifests",
+        manifest.to_str().unwrap(),
+    ]);
+    let text = podtrace_tests::stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("0/1 pods Running with every container running"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("container broken"))
+        .unwrap_or_else(|| panic!("no line for the container: {text}"));
+    assert!(
+        ["RunContainerError", "CrashLoopBackOff", "StartError"]
+            .iter()
+            .any(|r| line.contains(r)),
+        "{line}"
+    );
+}
+
+/// What the lab's runtime says it can do: (Strict supplemental groups, user namespaces
+/// for the default handler).
+fn runtime_features() -> (bool, bool) {
+    block_on(async {
+        let status = connect().await.status(false).await.expect("Status");
+        let strict = status
+            .features
+            .as_ref()
+            .is_some_and(|f| f.supplemental_groups_policy);
+        let userns = status
+            .runtime_handlers
+            .iter()
+            .any(|h| h.name.is_empty() && h.features.as_ref().is_some_and(|f| f.user_namespaces));
+        (strict, userns)
+    })
+}
+
+fn host_has_apparmor() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|v| v.trim() == "Y")
+}
+
+fn one_pod(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 2\n{spec}  containers:\n  - {{name: app, image: {IMAGE}, command: [sleep, '3600']}}\n"
+    )
+}
+
+#[test]
+fn admission_matches_the_nodes_labels_and_what_the_host_and_runtime_can_enforce() {
+    let (strict_ok, _) = runtime_features();
+    let apparmor_ok = host_has_apparmor();
+    require_lab();
+    let scratch = Scratch::new();
+    let files = [
+        (
+            "a-selected.yaml",
+            one_pod(
+                "selected",
+                "  nodeSelector: {disktype: ssd, kubernetes.io/os: linux}\n",
+            ),
+        ),
+        (
+            "b-elsewhere.yaml",
+            one_pod("elsewhere", "  nodeSelector: {disktype: hdd}\n"),
+        ),
+        (
+            "c-affinity.yaml",
+            one_pod(
+                "affinity",
+                "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: kubernetes.io/arch, operator: NotIn, values: [amd64, arm64]}]\n",
+            ),
+        ),
+        (
+            "d-strict.yaml",
+            one_pod(
+                "strict",
+                "  securityContext: {supplementalGroupsPolicy: Strict, supplementalGroups: [4000]}\n",
+            ),
+        ),
+        (
+            "e-apparmor.yaml",
+            one_pod(
+                "apparmor",
+                "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n",
+            ),
+        ),
+    ];
+    let paths: Vec<PathBuf> = files.iter().map(|(f, t)| scratch.manifest(f, t)).collect();
+    let dir = paths[0].parent().unwrap().to_path_buf();
+    let (out, doc) = scratch.run(
+        &[&dir],
+        &["--cleanup", "--node-labels", "disktype=ssd,zone=lab"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{doc:#}\n{}", stderr(&out));
+    assert_eq!(pod(&doc, "selected")["phase"], "Running", "{doc:#}");
+    let rejected = |name: &str, reason: &str, message: &str| {
+        let p = pod(&doc, name);
+        assert_eq!(p["phase"], "Failed", "{p:#}");
+        assert_eq!(p["reason"], reason, "{p:#}");
+        assert_eq!(
+            p["message"],
+            format!("Pod was rejected: {message}"),
+            "{p:#}"
+        );
+        let (sandboxes, _) = runtime_objects(p["uid"].as_str().unwrap());
+        assert!(sandboxes.is_empty(), "{name}: a rejected pod got a sandbox");
+    };
+    let affinity =
+        "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector";
+    rejected("elsewhere", "NodeAffinity", affinity);
+    rejected("affinity", "NodeAffinity", affinity);
+    if strict_ok {
+        assert_eq!(pod(&doc, "strict")["phase"], "Running", "{doc:#}");
+    } else {
+        rejected(
+            "strict",
+            "SupplementalGroupsPolicyNotSupported",
+            "SupplementalGroupsPolicy=Strict is not supported in this node",
+        );
+    }
+    if apparmor_ok {
+        assert_eq!(pod(&doc, "apparmor")["phase"], "Running", "{doc:#}");
+    } else {
+        rejected(
+            "apparmor",
+            "AppArmor",
+            "Cannot enforce AppArmor: AppArmor is not enabled on the host",
+        );
+    }
+}
+
+#[test]
+fn a_pod_without_host_users_gets_a_user_namespace_where_the_runtime_has_them() {
+    let (_, userns_ok) = runtime_features();
+    let text = one_pod("userns", "  hostUsers: false\n");
+    if userns_ok {
+        let run = Running::start(&[("userns.yaml", text)]);
+        assert_eq!(pod(&run.doc, "userns")["phase"], "Running", "{:#}", run.doc);
+        let uid = run.uid("userns");
+        let map = exec(&uid, "app", &["cat", "/proc/self/uid_map"]);
+        let fields: Vec<u64> = map.split_whitespace().map(|f| f.parse().unwrap()).collect();
+        assert_eq!(fields.len(), 3, "{map}");
+        assert_eq!((fields[0], fields[2]), (0, 65536), "{map}");
+        assert!(fields[1] >= 65536, "the node's own IDs stay out: {map}");
+    } else {
+        require_lab();
+        let scratch = Scratch::new();
+        let manifest = scratch.manifest("userns.yaml", &text);
+        let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
+        assert_eq!(out.status.code(), Some(1), "{doc:#}");
+        let p = pod(&doc, "userns");
+        assert_eq!(p["reason"], "FailedCreatePodSandBox", "{p:#}");
+        assert!(
+            p["message"]
+                .as_str()
+                .unwrap()
+                .contains("RuntimeClass handler \"\" does not support user namespaces"),
+            "{p:#}"
+        );
+        let (sandboxes, _) = runtime_objects(p["uid"].as_str().unwrap());
+        assert!(sandboxes.is_empty(), "{sandboxes:?}");
+    }
+}
+
+#[test]
+fn a_static_pod_that_references_api_objects_is_refused_at_decode_with_kubelets_reason() {
+    require_lab();
+    let scratch = Scratch::new();
+    let cases = [
+        (
+            "envfrom.yaml",
+            "  containers:\n  - name: app\n    image: IMAGE\n    envFrom: [{configMapRef: {name: settings}}]\n",
+            "field spec.containers[0].envFrom[0].configMapRef: static pods may not reference configmaps",
+        ),
+        (
+            "pull-secret.yaml",
+            "  imagePullSecrets: [{name: regcred}]\n  containers:\n  - {name: app, image: IMAGE}\n",
+            "field spec.imagePullSecrets: static pods may not reference secrets",
+        ),
+        (
+            "account.yaml",
+            "  serviceAccountName: builder\n  containers:\n  - {name: app, image: IMAGE}\n",
+            "field spec.serviceAccountName: static pods may not reference serviceaccounts",
+        ),
+        (
+            "claim.yaml",
+            "  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n  containers:\n  - {name: app, image: IMAGE}\n",
+            "field spec.volumes[0].persistentVolumeClaim: static pods may not reference persistentvolumeclaims",
+        ),
+        (
+            "token.yaml",
+            "  volumes: [{name: t, projected: {sources: [{serviceAccountToken: {path: token}}]}}]\n  containers:\n  - {name: app, image: IMAGE}\n",
+            "field spec.volumes[0].projected.sources[0]: static pods may not reference serviceaccounts (via projected volumes)",
+        ),
+    ];
+    let mut paths = Vec::new();
+    for (file, spec, _) in &cases {
+        let name = file.trim_end_matches(".yaml");
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{}",
+            spec.replace("IMAGE", IMAGE)
+        );
+        paths.push(scratch.manifest(file, &text));
+    }
+    let dir = paths[0].parent().unwrap().to_path_buf();
+    let out = podtrace_tests::podtrace(&[
+        "run",
+        "--until-ready",
+        "--json",
+        "--root-dir",
+        scratch.root_dir().to_str().unwrap(),
+        "--pod-logs-dir",
+        scratch.logs_dir().to_str().unwrap(),
+        "--manifests",
+        dir.to_str().unwrap(),
+    ]);
+    // Nothing valid to run: bad input, and nothing made in the runtime.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    for ((_, _, want), path) in cases.iter().zip(&paths) {
+        let line = format!("{} (document 0): {want}", path.display());
+        assert!(err.contains(&line), "missing {line:?} in:\n{err}");
+        let name = path.file_stem().unwrap().to_str().unwrap();
+        let (sandboxes, containers) =
+            podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", name);
+        assert!(sandboxes.is_empty() && containers.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn downward_api_files_and_env_hold_the_pods_fields_and_rounded_resources() {
+    let text = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: podinfo
+  labels: {{app: shop, tier: "front end"}}
+  annotations: {{build: "42"}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: [sleep, "3600"]
+    resources:
+      requests: {{cpu: 250m, memory: 100M}}
+      limits: {{cpu: 500m, memory: 200Mi}}
+    env:
+    - name: CPU_REQUEST
+      valueFrom: {{resourceFieldRef: {{resource: requests.cpu}}}}
+    - name: MEMORY_LIMIT_MI
+      valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}
+    - name: TIER
+      valueFrom: {{fieldRef: {{fieldPath: "metadata.labels['tier']"}}}}
+    volumeMounts:
+    - {{name: podinfo, mountPath: /etc/podinfo}}
+  volumes:
+  - name: podinfo
+    downwardAPI:
+      defaultMode: 288
+      items:
+      - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}
+      - {{path: annotations, fieldRef: {{fieldPath: metadata.annotations}}}}
+      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
+      - path: cpu_limit_millis
+        mode: 256
+        resourceFieldRef: {{containerName: app, resource: limits.cpu, divisor: 1m}}
+      - path: mem/request_mi
+        resourceFieldRef: {{containerName: app, resource: requests.memory, divisor: 1Mi}}
+"#
+    );
+    let run = Running::start(&[("podinfo.yaml", text)]);
+    assert_eq!(
+        pod(&run.doc, "podinfo")["phase"],
+        "Running",
+        "{:#}",
+        run.doc
+    );
+    let uid = run.uid("podinfo");
+    let cat = |file: &str| exec(&uid, "app", &["cat", &format!("/etc/podinfo/{file}")]);
+    assert_eq!(cat("labels"), "app=\"shop\"\ntier=\"front end\"");
+    assert_eq!(cat("annotations"), "build=\"42\"");
+    assert_eq!(cat("name"), "podinfo");
+    assert_eq!(cat("cpu_limit_millis"), "500");
+    // 100M is 95.4 MiB: rounded up.
+    assert_eq!(cat("mem/request_mi"), "96");
+    let mode = |file: &str| {
+        let ls = exec(&uid, "app", &["ls", "-lL", &format!("/etc/podinfo/{file}")]);
+        ls.split_whitespace().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(mode("labels"), "-r--r-----", "defaultMode 0440");
+    assert_eq!(
+        mode("cpu_limit_millis"),
+        "-r--------",
+        "the item's mode 0400"
+    );
+    let env = exec(
+        &uid,
+        "app",
+        &["sh", "-c", "echo $CPU_REQUEST $MEMORY_LIMIT_MI \"$TIER\""],
+    );
+    // 250m with the default divisor of 1 is rounded up to one CPU.
+    assert_eq!(env.trim(), "1 200 front end");
+}
+
+#[test]
+fn yaml_is_read_as_kubelet_reads_it_octal_modes_and_the_quote_escape() {
+    // Written as real manifests write them: an octal mode, and `\'` in a double-quoted
+    // string, both YAML 1.1 that kubelet's reader accepts.
+    let text = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: yaml-one-one
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: [sleep, "3600"]
+    env:
+    - name: GREETING
+      value: "it\'s here"
+    volumeMounts:
+    - {{name: info, mountPath: /etc/info}}
+  volumes:
+  - name: info
+    downwardAPI:
+      defaultMode: 0440
+      items:
+      - {{path: name, fieldRef: {{fieldPath: metadata.name}}}}
+"#
+    );
+    let run = Running::start(&[("yaml11.yaml", text)]);
+    assert_eq!(
+        pod(&run.doc, "yaml-one-one")["phase"],
+        "Running",
+        "{:#}",
+        run.doc
+    );
+    let uid = run.uid("yaml-one-one");
+    let ls = exec(&uid, "app", &["ls", "-lL", "/etc/info/name"]);
+    assert!(ls.starts_with("-r--r-----"), "0440 is octal: {ls}");
+    let env = exec(&uid, "app", &["sh", "-c", "echo \"$GREETING\""]);
+    assert_eq!(env.trim(), "it's here");
+}

@@ -166,7 +166,7 @@ fn too_much_cpu_is_rejected_at_admission() {
     assert_eq!(p["reason"], "OutOfcpu");
     assert_eq!(
         p["message"],
-        "Node didn't have enough resource: cpu, requested: 2000, used: 600, capacity: 1000"
+        "Pod was rejected: Node didn't have enough resource: cpu, requested: 2000, used: 600, capacity: 1000"
     );
     let (sandboxes, _) = runtime_objects(p["uid"].as_str().unwrap());
     assert!(sandboxes.is_empty(), "a rejected pod got a sandbox");

@@ -122,10 +122,13 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
         "a-bad.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: x\n",
     );
-    let not_pod = scratch.manifest(
-        "b-service.yaml",
+    // Two documents in one file, written as they are: kubelet reads the first only.
+    let not_pod = bad_yaml.with_file_name("b-service.yaml");
+    std::fs::write(
+        &not_pod,
         "apiVersion: v1\nkind: Pod\nmetadata: {name: good-one}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
-    );
+    )
+    .unwrap();
     let no_image = scratch.manifest(
         "c-noimage.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: no-image}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c}\n",
@@ -152,9 +155,13 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
     let e = find(&bad_yaml);
     assert!(e.contains("(document 0): invalid YAML"), "{e}");
     let e = find(&not_pod);
-    assert!(
-        e.contains("(document 1): not a Pod") && e.contains("Service"),
-        "{e}"
+    assert_eq!(
+        e,
+        format!(
+            "{}: document 1 not read: kubelet reads only a manifest's first YAML document \
+             (it read document 0, pod default/good-one); put each pod in a file of its own",
+            not_pod.display()
+        )
     );
     let e = find(&no_image);
     assert!(

@@ -107,15 +107,44 @@ impl Agent {
         }
     }
 
+    /// Writes a manifest into the agent's directory. Text holding several YAML documents
+    /// becomes a file per document (kubelet reads one pod per file), `<stem>-<n>.yaml`.
     pub fn write(&self, file: &str, yaml: &str) {
+        let docs = super::documents(yaml);
+        if docs.len() <= 1 {
+            self.write_one(file, yaml);
+            return;
+        }
+        let stem = stem(file);
+        for (i, doc) in docs.iter().enumerate() {
+            self.write_one(&super::document_file(stem, i), doc);
+        }
+    }
+
+    fn write_one(&self, file: &str, yaml: &str) {
         // Write then rename, so the agent never reads a half-written manifest.
         let tmp = self.scratch.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, yaml).unwrap();
         std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
     }
 
+    /// Removes what [`Agent::write`] wrote as `file`.
     pub fn remove(&self, file: &str) {
-        std::fs::remove_file(self.manifests().join(file)).unwrap();
+        let one = self.manifests().join(file);
+        if one.exists() {
+            std::fs::remove_file(one).unwrap();
+            return;
+        }
+        let stem = stem(file);
+        let mut removed = 0;
+        for i in 0.. {
+            let part = self.manifests().join(super::document_file(stem, i));
+            if std::fs::remove_file(&part).is_err() {
+                break;
+            }
+            removed += 1;
+        }
+        assert!(removed > 0, "no manifest {file} to remove");
     }
 
     fn api(&self, what: &str) -> Option<Value> {
@@ -361,4 +390,11 @@ pub fn waiting_reason<'a>(p: &'a Value, name: &str) -> Option<&'a str> {
 fn free_loopback_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     l.local_addr().unwrap().to_string()
+}
+
+fn stem(file: &str) -> &str {
+    std::path::Path::new(file)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or(file)
 }

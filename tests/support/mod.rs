@@ -101,12 +101,24 @@ impl Scratch {
         self.dir.path()
     }
 
-    /// Writes a manifest file and returns its path.
+    /// Writes a manifest and returns its path. kubelet reads one pod per file, its first
+    /// YAML document: text holding several is written as a directory (named `name` less
+    /// its extension) with a file per document, `<stem>-<n>.yaml`, in their order.
     pub fn manifest(&self, name: &str, text: &str) -> PathBuf {
         let dir = self.path().join("manifests");
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
+        let docs = documents(text);
+        if docs.len() <= 1 {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            return p;
+        }
+        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+        let p = dir.join(stem);
+        std::fs::create_dir_all(&p).unwrap();
+        for (i, doc) in docs.iter().enumerate() {
+            std::fs::write(p.join(document_file(stem, i)), doc).unwrap();
+        }
         p
     }
 
@@ -200,4 +212,26 @@ pub fn runtime_objects_labelled(label: &str, value: &str) -> (Vec<String>, Vec<S
             containers.into_iter().map(|c| c.id).collect(),
         )
     })
+}
+
+/// The YAML documents of `text` that hold something, split at `---` lines.
+pub fn documents(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else {
+            docs.last_mut().unwrap().push_str(line);
+        }
+    }
+    docs.retain(|d| {
+        d.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
+    docs
+}
+
+/// The file the `n`th document of a manifest named `stem` is written to.
+pub fn document_file(stem: &str, n: usize) -> String {
+    format!("{stem}-{n:02}.yaml")
 }

@@ -87,13 +87,19 @@ pub fn run(names: &[String]) -> anyhow::Result<()> {
 fn record_one(bin: &Path, name: &str, scenario: &Scenario) -> anyhow::Result<()> {
     let work = workspace::target_dir().join("scenarios");
     std::fs::create_dir_all(&work)?;
-    let manifest = work.join(format!("{name}.yaml"));
-    let docs: Vec<String> = scenario
-        .pods
-        .iter()
-        .map(serde_yaml::to_string)
-        .collect::<Result<_, _>>()?;
-    std::fs::write(&manifest, docs.join("---\n"))?;
+    // A manifest is one pod, as kubelet reads it: a directory of files, in scenario order.
+    let manifest = work.join(name);
+    if manifest.exists() {
+        std::fs::remove_dir_all(&manifest)
+            .with_context(|| format!("removing {}", manifest.display()))?;
+    }
+    std::fs::create_dir_all(&manifest)?;
+    for (i, pod) in scenario.pods.iter().enumerate() {
+        std::fs::write(
+            manifest.join(format!("{i:02}.yaml")),
+            serde_yaml::to_string(pod)?,
+        )?;
+    }
     let trace = workspace::root()
         .join("traces")
         .join(format!("{name}.jsonl"));

@@ -56,12 +56,28 @@ pub struct KubeletArgs {
     /// Directory of image pull secrets: <secret name>.json in docker config format.
     #[arg(long, value_name = "DIR")]
     pub pull_secrets_dir: Option<PathBuf>,
+    /// Labels the node has besides kubelet's own (kubelet's --node-labels): what
+    /// `nodeSelector` and required node affinity are matched against.
+    #[arg(long, value_delimiter = ',', value_parser = label, value_name = "KEY=VALUE,...")]
+    pub node_labels: Vec<(String, String)>,
     /// Do not remove runtime objects, directories or cgroups of undesired pods.
     #[arg(long)]
     pub no_housekeeping: bool,
 }
 
+fn label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
 impl KubeletArgs {
+    /// `--node-labels` as a map; a key given twice keeps its last value.
+    pub fn node_labels(&self) -> std::collections::BTreeMap<String, String> {
+        self.node_labels.iter().cloned().collect()
+    }
+
     pub fn settings(&self) -> KubeletSettings {
         let allocatable = NodeAllocatable {
             milli_cpu: self.node_cpu.unwrap_or_else(host_milli_cpu),

@@ -16,6 +16,7 @@ mod recorder;
 mod replay;
 mod report;
 mod run;
+mod run_outcome;
 pub mod sched;
 mod start_feed;
 mod timeline;
@@ -145,7 +146,8 @@ impl CriArgs {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Pod manifests: YAML files (several documents each) or directories of them.
+    /// Pod manifests: YAML or JSON files, one pod each (the first document, as kubelet
+    /// reads a static pod), or directories of them.
     #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
     pub manifests: Vec<PathBuf>,
     /// Exit once every pod is Running (or has failed). Without it, podtrace runs as an

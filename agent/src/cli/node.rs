@@ -49,6 +49,8 @@ impl NodeArgs {
             ),
             runtime_handlers: self.runtime_classes.iter().cloned().collect(),
             touch_host: true,
+            user_namespace_handlers: None,
+            allocatable: None,
         }
     }
 }

@@ -13,46 +13,19 @@ use tokio::sync::watch;
 
 use super::progress::Progress;
 use super::recorder::RunRecorder;
+use super::run_outcome::{PodOutcome, by_name, outcome_of, print_outcome, settled};
 use super::{EXIT_BAD_INPUT, RunArgs};
 use crate::cm::CgroupName;
 use crate::config::load_paths;
 use crate::config::source::{self, PodUpdate};
 use crate::cri::NodeShape;
 use crate::cri::Recording;
+use crate::kubelet::node_admission::NodeFacts;
 use crate::kubelet::observed_exit::with_observed_exit;
 use crate::kubelet::observed_start::with_observed_start;
-use crate::kubelet::status::phase;
 use crate::kuberuntime::labels;
 use crate::syncloop::queues;
-use crate::syncloop::{Kubelet, PodRecord, StatusStore};
-
-/// Waiting reasons that mean the pod will not get to Running without a change.
-const FAILED_WAITING: &[&str] = &[
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "ErrImageNeverPull",
-    "InvalidImageName",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-];
-/// Pod events that mean the same at the pod level.
-const FAILED_EVENTS: &[&str] = &["FailedCreatePodSandBox", "NetworkNotReady", "FailedSync"];
-
-/// Where one pod ended up.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct PodOutcome {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub phase: String,
-    pub ip: Option<String>,
-    pub reason: Option<String>,
-    pub message: Option<String>,
-    pub seconds: f64,
-    pub events: Vec<crate::kuberuntime::PodEvent>,
-}
+use crate::syncloop::{Kubelet, StatusStore};
 
 pub async fn run(args: RunArgs) -> ExitCode {
     // A malformed collector endpoint is said before anything starts.
@@ -75,7 +48,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let cfg = args.node.runtime_config();
+    let mut cfg = args.node.runtime_config();
     let mut settings = args.kubelet.settings();
     // A one-shot run does not own the node: removing pods it did not start would break
     // other users of the runtime. Housekeeping belongs to the long-running agent.
@@ -96,6 +69,17 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
+    cfg.user_namespace_handlers = Some(shape.user_namespace_handlers.clone());
+    cfg.allocatable = Some(settings.allocatable.clone());
+    settings.node = Some(NodeFacts {
+        apparmor: apparmor_enabled(),
+        supplemental_groups_policy: shape.supplemental_groups_policy,
+        ..NodeFacts::new(
+            &cfg.node_name,
+            std::env::consts::ARCH,
+            &args.kubelet.node_labels(),
+        )
+    });
     if let Some((driver, source)) = shape.cgroup_driver {
         tracing::info!(%driver, %source, "cgroup driver");
         settings.cgroup_driver = driver;
@@ -249,6 +233,7 @@ fn run_config(args: &RunArgs, s: &crate::syncloop::KubeletSettings) -> serde_jso
         "relist_period_ns": s.relist_period.as_nanos() as u64,
         "max_parallel_image_pulls": s.max_parallel_image_pulls,
         "allocatable": s.allocatable,
+        "node": s.node,
         "cgroup_root": s.cgroup_root,
         "housekeeping": s.housekeeping,
     })
@@ -446,10 +431,7 @@ async fn until_ready(
         v.sort_by(by_name);
         v
     };
-    let running = outcomes
-        .iter()
-        .filter(|o| o.phase == phase::RUNNING)
-        .count();
+    let running = outcomes.iter().filter(|o| o.all_running()).count();
     if args.json {
         let doc = serde_json::json!({
             "pods": outcomes,
@@ -462,7 +444,7 @@ async fn until_ready(
         );
     } else {
         println!(
-            "{running}/{} pods Running{}{}",
+            "{running}/{} pods Running with every container running{}{}",
             outcomes.len(),
             if errors.is_empty() {
                 String::new()
@@ -483,77 +465,8 @@ async fn until_ready(
     }
 }
 
-/// The pod's outcome once it is Running or cannot get there.
-/// The order outcomes are printed in: by namespace, then name.
-fn by_name(a: &PodOutcome, b: &PodOutcome) -> std::cmp::Ordering {
-    (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
-}
-
-fn settled(rec: &PodRecord) -> Option<PodOutcome> {
-    let o = outcome_of(rec);
-    let terminal = matches!(
-        o.phase.as_str(),
-        phase::RUNNING | phase::FAILED | phase::SUCCEEDED
-    );
-    (terminal || o.reason.is_some()).then_some(o)
-}
-
-fn outcome_of(rec: &PodRecord) -> PodOutcome {
-    let st = &rec.status;
-    let waiting = st
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(st.container_statuses.iter().flatten())
-        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
-        .find(|w| {
-            w.reason
-                .as_deref()
-                .is_some_and(|r| FAILED_WAITING.contains(&r))
-        });
-    let event = rec
-        .events
-        .iter()
-        .rev()
-        .find(|e| FAILED_EVENTS.contains(&e.event.reason.as_str()));
-    let phase = st.phase.clone().unwrap_or_default();
-    let (reason, message) = if let Some(w) = waiting {
-        (w.reason.clone(), w.message.clone())
-    } else if phase != phase::RUNNING
-        && let Some(e) = event
-    {
-        (Some(e.event.reason.clone()), Some(e.event.message.clone()))
-    } else {
-        (st.reason.clone(), st.message.clone())
-    };
-    let end = rec
-        .running_at
-        .unwrap_or_else(crate::syncloop::clock::wall_now);
-    PodOutcome {
-        namespace: rec.namespace.clone(),
-        name: rec.name.clone(),
-        uid: rec.uid.clone(),
-        phase,
-        ip: st.pod_ip.clone(),
-        reason,
-        message,
-        seconds: (end - rec.first_seen) as f64 / 1e9,
-        events: rec.events.iter().map(|e| e.event.clone()).collect(),
-    }
-}
-
-fn print_outcome(o: &PodOutcome) {
-    let who = format!("{}/{}", o.namespace, o.name);
-    let tail = match &o.reason {
-        Some(r) if o.phase != phase::RUNNING => {
-            format!("  {r}: {}", o.message.as_deref().unwrap_or(""))
-        }
-        _ => String::new(),
-    };
-    println!(
-        "{who:<32} {:<9} {:<15} {:>7.3}s{tail}",
-        o.phase,
-        o.ip.as_deref().unwrap_or("-"),
-        o.seconds
-    );
+/// The host's kernel enforces AppArmor (kubelet's `apparmor.IsEnabled`).
+fn apparmor_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|v| v.trim() == "Y")
 }

@@ -1,13 +1,13 @@
-//! Reading Pod manifests: files, several YAML documents per file, directories of files.
-//! A bad document is reported with its file, index and field, and never stops the others.
+//! Reading Pod manifests: files and directories of files. As kubelet does, a manifest is
+//! one pod: its first YAML document; any further document is named as unread. A bad
+//! manifest is reported with its file and field, and never stops the others.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
 
-use super::{defaults, uid, validate};
+use super::{api_references, defaults, uid, validate};
 
 /// Where a pod came from: the file and the 0-based index of the YAML document within it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -44,11 +44,26 @@ pub enum ManifestError {
     Yaml {
         source_at: PodSource,
         #[source]
-        source: serde_yaml::Error,
+        source: super::yaml::YamlError,
     },
     /// The document is YAML but not a `v1` `Pod`.
     #[error("{source_at}: not a Pod: {found}")]
     NotAPod { source_at: PodSource, found: String },
+    /// The file holds more than one YAML document. kubelet decodes a static pod
+    /// manifest as one object: it reads the first document and never sees the rest.
+    #[error(
+        "{}: {} not read: kubelet reads only a manifest's first YAML document{}; put each pod in a file of its own",
+        file.display(),
+        list(ignored),
+        match read { Some((ns, name)) => format!(" (it read document 0, pod {ns}/{name})"), None => String::new() }
+    )]
+    ExtraDocuments {
+        file: PathBuf,
+        /// The pod read from the first document, if it was one.
+        read: Option<(String, String)>,
+        /// The 0-based indexes of the documents left unread.
+        ignored: Vec<usize>,
+    },
     /// A field is missing, has the wrong type, or has a value podtrace rejects.
     #[error("{source_at}: field {field}: {problem}")]
     Field {
@@ -58,6 +73,20 @@ pub enum ManifestError {
         /// The pod's namespace and name, when the document names one.
         pod: Option<Box<(String, String)>>,
     },
+}
+
+/// `document 1`, or `documents 2, 3`.
+fn list(indexes: &[usize]) -> String {
+    let numbers = indexes
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if indexes.len() == 1 {
+        format!("document {numbers}")
+    } else {
+        format!("documents {numbers}")
+    }
 }
 
 impl ManifestError {
@@ -72,7 +101,9 @@ impl ManifestError {
     /// Where the error is: the file and document, or the path.
     pub fn location(&self) -> String {
         match self {
-            ManifestError::Read { path, .. } => path.display().to_string(),
+            ManifestError::Read { path, .. } | ManifestError::ExtraDocuments { file: path, .. } => {
+                path.display().to_string()
+            }
             ManifestError::Yaml { source_at, .. }
             | ManifestError::NotAPod { source_at, .. }
             | ManifestError::Field { source_at, .. } => source_at.to_string(),
@@ -82,7 +113,9 @@ impl ManifestError {
     /// The file the error is about.
     pub fn file(&self) -> &Path {
         match self {
-            ManifestError::Read { path, .. } => path,
+            ManifestError::Read { path, .. } | ManifestError::ExtraDocuments { file: path, .. } => {
+                path
+            }
             ManifestError::Yaml { source_at, .. }
             | ManifestError::NotAPod { source_at, .. }
             | ManifestError::Field { source_at, .. } => &source_at.file,
@@ -169,34 +202,78 @@ fn load_text(
     pods: &mut Vec<StaticPod>,
     errors: &mut Vec<ManifestError>,
 ) {
-    for (document, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let source_at = PodSource {
-            file: file.to_path_buf(),
-            document,
-        };
-        let value = match serde_yaml::Value::deserialize(de) {
-            Ok(v) => v,
-            Err(source) => {
-                errors.push(ManifestError::Yaml { source_at, source });
-                // The YAML stream cannot be resynchronised after a syntax error.
-                break;
+    let (docs, syntax) = super::yaml::documents(text);
+    let mut read = None;
+    let mut documents = docs.into_iter().enumerate();
+    match documents.next() {
+        // An empty file, or one holding only comments.
+        None | Some((_, serde_json::Value::Null)) => {}
+        Some((document, value)) => {
+            let source_at = PodSource {
+                file: file.to_path_buf(),
+                document,
+            };
+            match parse_pod(value, &source_at, node_name) {
+                Ok(pod) => {
+                    read = Some((
+                        pod.metadata.namespace.clone().unwrap_or_default(),
+                        pod.metadata.name.clone().unwrap_or_default(),
+                    ));
+                    pods.push(StaticPod {
+                        pod,
+                        source: source_at,
+                    });
+                }
+                Err(e) => errors.push(e),
             }
-        };
-        if value.is_null() {
-            continue; // an empty document, e.g. a trailing `---`
         }
-        match parse_pod(value, &source_at, node_name) {
-            Ok(pod) => pods.push(StaticPod {
-                pod,
-                source: source_at,
-            }),
-            Err(e) => errors.push(e),
+    }
+    // What kubelet never reads is named, not run: an empty document (a trailing `---`)
+    // holds nothing to lose, and one that does not parse is still left unread.
+    let mut ignored: Vec<usize> = documents
+        .filter(|(_, v)| !v.is_null())
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(source) = syntax {
+        let document = read_count(text, &source);
+        if document == 0 {
+            errors.push(ManifestError::Yaml {
+                source_at: PodSource {
+                    file: file.to_path_buf(),
+                    document: 0,
+                },
+                source,
+            });
+            return;
         }
+        ignored.push(document);
+    }
+    if !ignored.is_empty() {
+        errors.push(ManifestError::ExtraDocuments {
+            file: file.to_path_buf(),
+            read,
+            ignored,
+        });
     }
 }
 
+/// Which document a syntax error is in: the `---` lines before its line.
+fn read_count(text: &str, e: &super::yaml::YamlError) -> usize {
+    let starts = text
+        .lines()
+        .take(e.line.saturating_sub(1))
+        .filter(|l| l.trim_end() == "---" || l.starts_with("--- "))
+        .count();
+    // A leading `---` opens the first document rather than a second.
+    let leading = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .is_some_and(|l| l.trim_end() == "---" || l.starts_with("--- "));
+    starts - usize::from(leading && starts > 0)
+}
+
 fn parse_pod(
-    value: serde_yaml::Value,
+    value: serde_json::Value,
     source_at: &PodSource,
     node_name: &str,
 ) -> Result<Pod, ManifestError> {
@@ -237,13 +314,23 @@ fn parse_pod(
             pod: named.clone(),
         }
     })?;
-    validate::validate(&pod).map_err(|(field, problem)| ManifestError::Field {
+    let refused = |(field, problem): (String, String)| ManifestError::Field {
         source_at: source_at.clone(),
         field,
         problem,
         pod: named.clone(),
-    })?;
+    };
+    // kubelet's decode of a static pod: defaults (the node's name included), validation,
+    // then the ban on API references; only then what podtrace itself cannot run.
     defaults::apply(&mut pod, node_name);
+    validate::validate(&pod).map_err(refused)?;
+    if let Some((field, resource)) = api_references::api_object_reference(&pod).map_err(refused)? {
+        return Err(refused((
+            field,
+            format!("static pods may not reference {resource}"),
+        )));
+    }
+    validate::supported(&pod).map_err(refused)?;
     let uid = uid::static_pod_uid(&pod, node_name, &source_at.file);
     pod.metadata.uid = Some(uid);
     Ok(pod)
@@ -269,31 +356,48 @@ mod tests {
     const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0}\n";
 
     #[test]
-    fn several_documents_and_empty_ones() {
-        let text = format!("{GOOD}---\n---\n{}", GOOD.replace("web", "db"));
+    fn only_the_first_document_is_read_and_the_rest_are_named() {
+        let text = format!(
+            "{GOOD}---\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n---\n{}",
+            GOOD.replace("web", "db")
+        );
         let (pods, errors) = load(&text);
-        assert!(errors.is_empty(), "{errors:?}");
         let names: Vec<_> = pods
             .iter()
             .map(|p| p.pod.metadata.name.clone().unwrap())
             .collect();
-        assert_eq!(names, ["web", "db"]);
-        assert_eq!(pods[1].source.document, 2);
+        assert_eq!(names, ["web"]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].to_string(),
+            "pods.yaml: documents 2, 3 not read: kubelet reads only a manifest's first YAML \
+             document (it read document 0, pod default/web); put each pod in a file of its own"
+        );
     }
 
     #[test]
-    fn a_bad_document_does_not_stop_the_others() {
+    fn a_trailing_separator_is_no_second_document() {
+        let (pods, errors) = load(&format!("---\n{GOOD}---\n"));
+        assert_eq!(pods.len(), 1);
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+
+    #[test]
+    fn a_bad_first_document_is_named_and_the_rest_still_unread() {
         let text = format!(
-            "{GOOD}---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n---\n{}",
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n---\n{}",
             GOOD.replace("web", "db")
         );
         let (pods, errors) = load(&text);
-        assert_eq!(pods.len(), 2);
-        assert_eq!(errors.len(), 1);
-        let msg = errors[0].to_string();
+        assert!(pods.is_empty());
+        let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
         assert!(
-            msg.contains("pods.yaml (document 1)") && msg.contains("Service"),
-            "{msg}"
+            msgs[0].contains("pods.yaml (document 0)") && msgs[0].contains("Service"),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs[1].starts_with("pods.yaml: document 1 not read") && !msgs[1].contains("it read"),
+            "{msgs:?}"
         );
     }
 

@@ -1,11 +1,13 @@
 //! Pod sources: where desired pods come from. Today that is static manifests (files and
 //! directories of Pod YAML), kubelet's "file" source.
 
+mod api_references;
 mod defaults;
 mod manifest;
 pub mod source;
 mod uid;
 mod validate;
+mod yaml;
 
 pub use validate::validate;
 

@@ -45,7 +45,9 @@ pub fn validate(pod: &Pod) -> Result<(), Invalid> {
                 format!("duplicate volume {:?}", v.name),
             ));
         }
-        volume_source(v).map_err(|p| invalid(field.clone(), p))?;
+        if volume_source_name(v).is_none() {
+            return Err(invalid(field, "must specify a volume type"));
+        }
     }
     let mut container_names = BTreeSet::new();
     let init = spec.init_containers.as_deref().unwrap_or_default();
@@ -103,19 +105,53 @@ fn container(c: &Container, field: &str, volumes: &BTreeSet<&str>) -> Result<(),
     Ok(())
 }
 
-/// podtrace mounts `emptyDir` and `hostPath` volumes; any other source is named.
-fn volume_source(v: &Volume) -> Result<(), String> {
-    if v.empty_dir.is_some() || v.host_path.is_some() {
-        return Ok(());
-    }
+/// The source a volume names (`emptyDir`, `configMap`, ...), as the manifest spells it.
+fn volume_source_name(v: &Volume) -> Option<String> {
     let json = serde_json::to_value(v).unwrap_or_default();
-    let other = json
-        .as_object()
+    json.as_object()
         .and_then(|o| o.keys().find(|k| k.as_str() != "name").cloned())
-        .unwrap_or_else(|| "no source".into());
-    Err(format!(
-        "volume source {other:?} is not supported (podtrace supports emptyDir and hostPath)"
-    ))
+}
+
+/// What podtrace can run, checked after kubelet's own validation and API-reference ban
+/// have passed, so a manifest kubelet refuses gets kubelet's reason: podtrace mounts
+/// `emptyDir`, `hostPath` and `downwardAPI` volumes, and resolves env from the pod's
+/// fields and the containers' resources.
+pub fn supported(pod: &Pod) -> Result<(), Invalid> {
+    let Some(spec) = &pod.spec else {
+        return Ok(());
+    };
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if v.empty_dir.is_some() || v.host_path.is_some() || v.downward_api.is_some() {
+            continue;
+        }
+        let other = volume_source_name(v).unwrap_or_else(|| "no source".into());
+        return Err(invalid(
+            format!("spec.volumes[{i}]"),
+            format!(
+                "volume source {other:?} is not supported (podtrace supports emptyDir, hostPath and downwardAPI)"
+            ),
+        ));
+    }
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    for (group, containers) in [
+        ("spec.initContainers", init),
+        ("spec.containers", &spec.containers[..]),
+    ] {
+        for (i, c) in containers.iter().enumerate() {
+            for (j, e) in c.env.iter().flatten().enumerate() {
+                if e.value_from
+                    .as_ref()
+                    .is_some_and(|f| f.field_ref.is_none() && f.resource_field_ref.is_none())
+                {
+                    return Err(invalid(
+                        format!("{group}[{i}].env[{j}].valueFrom"),
+                        "only fieldRef and resourceFieldRef are supported",
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn one_of(value: &str, allowed: &[&str]) -> Result<(), String> {
@@ -183,7 +219,7 @@ mod tests {
                 "spec.restartPolicy",
             ),
             (
-                "metadata: {name: w}\nspec: {volumes: [{name: v, configMap: {name: c}}], containers: [{name: a, image: i}]}",
+                "metadata: {name: w}\nspec: {volumes: [{name: v}], containers: [{name: a, image: i}]}",
                 "spec.volumes[0]",
             ),
             (
@@ -200,9 +236,11 @@ mod tests {
     #[test]
     fn unsupported_volume_is_named() {
         let p = pod(
-            "metadata: {name: w}\nspec: {volumes: [{name: v, configMap: {name: c}}], containers: [{name: a, image: i}]}",
+            "metadata: {name: w}\nspec: {volumes: [{name: v, nfs: {server: s, path: /x}}], containers: [{name: a, image: i}]}",
         );
-        let (_, problem) = validate(&p).unwrap_err();
-        assert!(problem.contains("configMap"), "{problem}");
+        assert!(validate(&p).is_ok(), "kubelet accepts it");
+        let (field, problem) = supported(&p).unwrap_err();
+        assert_eq!(field, "spec.volumes[0]");
+        assert!(problem.contains("nfs"), "{problem}");
     }
 }

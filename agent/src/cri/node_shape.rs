@@ -68,6 +68,11 @@ pub struct NodeShape {
     /// Which key said `cni_bin_dirs`; None when the runtime said nothing.
     pub cni_bin_source: Option<CniSource>,
     pub cni_conf_dir: Option<String>,
+    /// The runtime applies `supplementalGroupsPolicy: Strict` (its Status features).
+    pub supplemental_groups_policy: bool,
+    /// The runtime handlers that run pods in user namespaces (Status runtime_handlers;
+    /// `""` is the default handler).
+    pub user_namespace_handlers: Vec<String>,
 }
 
 /// Why the node's shape could not be learnt.
@@ -99,6 +104,16 @@ impl NodeShape {
     ) -> Result<NodeShape, NodeShapeError> {
         let status = cri.status(true).await?;
         let mut shape = NodeShape::from_status_info(&status.info);
+        shape.supplemental_groups_policy = status
+            .features
+            .as_ref()
+            .is_some_and(|f| f.supplemental_groups_policy);
+        shape.user_namespace_handlers = status
+            .runtime_handlers
+            .iter()
+            .filter(|h| h.features.as_ref().is_some_and(|f| f.user_namespaces))
+            .map(|h| h.name.clone())
+            .collect();
         let recognised = status
             .info
             .get("config")
@@ -220,6 +235,7 @@ mod tests {
                 cni_bin_dirs: vec!["/opt/cni/bin".into()],
                 cni_bin_source: Some(CniSource::BinDir),
                 cni_conf_dir: Some("/etc/cni/net.d".into()),
+                ..NodeShape::default()
             }
         );
     }

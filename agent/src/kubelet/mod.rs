@@ -3,9 +3,12 @@
 //! ordered values. The async shell in `kuberuntime` carries the actions out.
 
 pub mod admission;
+pub mod apparmor;
 pub mod backoff;
 pub mod container_hash;
+pub mod downward_api;
 pub mod init_container_actions;
+pub mod node_admission;
 pub mod observed_exit;
 pub mod observed_start;
 pub mod pod_actions;

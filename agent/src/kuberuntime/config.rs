@@ -23,6 +23,12 @@ pub struct RuntimeConfig {
     /// Create pod directories, volumes and log directories on this host. Replay turns it
     /// off: its runtime is a recording, not this machine.
     pub touch_host: bool,
+    /// The runtime handlers that can run a pod in a user namespace of its own, as the
+    /// runtime's Status says; None when unknown (a replay answers from its recording).
+    pub user_namespace_handlers: Option<Vec<String>>,
+    /// The node's allocatable CPU and memory: what `resourceFieldRef` reads for a limit a
+    /// container does not set. None until the agent knows it.
+    pub allocatable: Option<crate::kubelet::admission::NodeAllocatable>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -71,6 +77,13 @@ impl RuntimeConfig {
     pub fn empty_dir_path(&self, uid: &str, volume: &str) -> PathBuf {
         self.pod_dir(uid)
             .join("volumes/kubernetes.io~empty-dir")
+            .join(volume)
+    }
+
+    /// Where a downwardAPI volume's files live on disk.
+    pub fn downward_api_path(&self, uid: &str, volume: &str) -> PathBuf {
+        self.pod_dir(uid)
+            .join("volumes/kubernetes.io~downward-api")
             .join(volume)
     }
 

@@ -15,6 +15,7 @@ use super::sync_pod::SyncContext;
 use super::{SyncError, SyncReason};
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::kubelet::container_hash::container_hash;
+use crate::kubelet::downward_api;
 use crate::lifecycle::run_handler;
 
 /// How long a postStart hook may run.
@@ -101,11 +102,23 @@ fn container_envs(
         let v = match (value, value_from) {
             (Some(v), _) => expand_env_refs(v, &out),
             (None, None) => String::new(),
+            (None, Some(from)) if from.resource_field_ref.is_some() => {
+                let sel = from.resource_field_ref.as_ref().expect("checked");
+                resource_env(pod, c, sel, cfg).map_err(|e| {
+                    SyncError::new(
+                        SyncReason::CreateContainerConfigError,
+                        format!("env {name}: {e}"),
+                    )
+                    .for_container(&c.name)
+                })?
+            }
             (None, Some(from)) => {
                 let Some(field) = from.field_ref.as_ref() else {
                     return Err(SyncError::new(
                         SyncReason::CreateContainerConfigError,
-                        format!("env {name}: only valueFrom.fieldRef is supported"),
+                        format!(
+                            "env {name}: only valueFrom.fieldRef and resourceFieldRef are supported"
+                        ),
                     )
                     .for_container(&c.name));
                 };
@@ -122,6 +135,30 @@ fn container_envs(
         out.push((name.clone(), v));
     }
     Ok(out)
+}
+
+/// `resourceFieldRef` in env: the named container's resource (this one when it names
+/// none), as the downward API reads it.
+fn resource_env(
+    pod: &Pod,
+    c: &Container,
+    sel: &k8s_openapi::api::core::v1::ResourceFieldSelector,
+    cfg: &RuntimeConfig,
+) -> Result<String, String> {
+    let node = cfg
+        .allocatable
+        .as_ref()
+        .ok_or("the node's allocatable is not known")?;
+    let target = match sel.container_name.as_deref() {
+        None | Some("") => c,
+        Some(name) => pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .find(|x| x.name == name)
+            .ok_or_else(|| format!("container {name:?} not found in the pod"))?,
+    };
+    downward_api::resource_value(target, sel, node)
 }
 
 fn field_value(
@@ -143,7 +180,7 @@ fn field_value(
         "status.podIP" => facts.pod_ip.clone(),
         "status.podIPs" => facts.pod_ips.join(","),
         "status.hostIP" | "status.hostIPs" => cfg.node_ip.clone(),
-        _ => return None,
+        other => return downward_api::metadata_field(pod, other),
     })
 }
 
@@ -205,6 +242,8 @@ fn container_mounts(
         };
         let host_path = if v.empty_dir.is_some() {
             cfg.empty_dir_path(uid, &v.name)
+        } else if v.downward_api.is_some() {
+            cfg.downward_api_path(uid, &v.name)
         } else if let Some(hp) = &v.host_path {
             hp.path.clone().into()
         } else {
@@ -287,8 +326,23 @@ pub async fn start_container<R: RuntimeService + ImageService>(
         Some(user) => user,
         None => image_user(cri, c).await?,
     };
-    let config =
+    let mut config =
         generate_container_config(pod, c, &image_ref, &user, restart_count, facts, ctx.cfg)?;
+    // The pod's user namespace, as the sandbox was given it.
+    let userns = sandbox_config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.as_ref())
+        .and_then(|n| n.userns_options.clone());
+    if let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    {
+        ns.userns_options = userns;
+    }
     // Like the sandbox's log directory: only an agent that runs pods on this host makes it;
     // a replay touches no file.
     if ctx.cfg.touch_host {

@@ -14,6 +14,7 @@ pub mod resources;
 pub mod sandbox;
 pub mod security_context;
 pub mod sync_pod;
+pub mod userns;
 pub mod volumes;
 
 pub use config::{HostDns, RuntimeConfig};

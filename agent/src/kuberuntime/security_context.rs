@@ -9,12 +9,12 @@
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Container, Pod, PodSecurityContext, SELinuxOptions, SeccompProfile,
-    SecurityContext,
+    Container, Pod, PodSecurityContext, SELinuxOptions, SeccompProfile, SecurityContext,
 };
 
 use super::labels;
 use crate::cri::api;
+pub use crate::kubelet::apparmor::container_apparmor;
 
 /// kubelet's default masked paths (`securitycontext.defaultMaskedPaths`): what a
 /// container's `/proc` and `/sys` hide unless its `procMount` is `Unmasked`.
@@ -40,10 +40,6 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
     "/proc/sys",
     "/proc/sysrq-trigger",
 ];
-
-/// The AppArmor annotation kubelet still reads for a container (deprecated by the
-/// `appArmorProfile` field, which wins when both are set).
-const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
 /// The user an image runs as, from the runtime's ImageStatus: a numeric uid, or a name
 /// the runtime resolves. Neither means root (kubelet's getImageUser).
@@ -277,40 +273,6 @@ pub fn apparmor_profile(
             )));
         }
     }))
-}
-
-/// The AppArmor profile that applies to `c`, if any (kubelet's `apparmor.GetProfile`).
-pub fn container_apparmor(pod: &Pod, c: &Container) -> Option<AppArmorProfile> {
-    if let Some(p) = c
-        .security_context
-        .as_ref()
-        .and_then(|s| s.app_armor_profile.clone())
-    {
-        return Some(p);
-    }
-    let annotation = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(&format!("{APPARMOR_ANNOTATION_PREFIX}{}", c.name)));
-    if let Some(value) = annotation {
-        return Some(match value.as_str() {
-            "runtime/default" => apparmor("RuntimeDefault", None),
-            "unconfined" => apparmor("Unconfined", None),
-            v => match v.strip_prefix("localhost/") {
-                Some(name) => apparmor("Localhost", Some(name)),
-                None => apparmor(v, None),
-            },
-        });
-    }
-    pod_security_context(pod).and_then(|p| p.app_armor_profile.clone())
-}
-
-fn apparmor(kind: &str, name: Option<&str>) -> AppArmorProfile {
-    AppArmorProfile {
-        type_: kind.to_string(),
-        localhost_profile: name.map(str::to_string),
-    }
 }
 
 /// The pod's supplemental groups as kubelet passes them: fsGroup first, then

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
+use crate::kubelet::apparmor::{APPARMOR_ANNOTATION_PREFIX, apparmor};
 
 fn pod(sc: Option<PodSecurityContext>, containers: Vec<Container>) -> Pod {
     Pod {

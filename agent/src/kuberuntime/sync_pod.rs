@@ -14,6 +14,7 @@ use super::image::{PullLimiter, lock};
 use super::kill::kill_pod;
 use super::resources::linux_container_resources;
 use super::sandbox::{create_pod_sandbox, generate_pod_sandbox_config};
+use super::userns::user_namespace;
 use super::volumes::mount_pod_volumes;
 use super::{SyncError, SyncReason, labels};
 use crate::cri::{ImageService, RuntimeService, api};
@@ -209,13 +210,8 @@ async fn execute<R: RuntimeService + ImageService>(
         }
         let mut config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
         set_cgroup_parent(&mut config, ctx.cgroup_parent);
-        let handler = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.runtime_class_name.clone())
-            .map(|class| ctx.cfg.runtime_handler(&class))
-            .transpose()?
-            .unwrap_or_default();
+        let handler = runtime_handler(pod, ctx.cfg)?;
+        set_user_namespace(&mut config, user_namespace(pod, ctx.cfg, &handler)?);
         let id = create_pod_sandbox(cri, config, &handler, ctx.cfg.touch_host).await?;
         result.sandbox_id = id.clone();
         let st = cri
@@ -252,6 +248,8 @@ async fn execute<R: RuntimeService + ImageService>(
 
     let mut sandbox_config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
     set_cgroup_parent(&mut sandbox_config, ctx.cgroup_parent);
+    let handler = runtime_handler(pod, ctx.cfg)?;
+    set_user_namespace(&mut sandbox_config, user_namespace(pod, ctx.cfg, &handler)?);
     let spec = pod.spec.as_ref().expect("validated pods have a spec");
     let starter = Starter {
         cri,
@@ -437,6 +435,29 @@ async fn resize_containers<R: RuntimeService>(
         (ctx.actuated)(&c.name, &update.container_id, update.desired);
     }
     Ok(())
+}
+
+/// The CRI runtime handler of the pod's RuntimeClass (`""`: the runtime's default).
+fn runtime_handler(pod: &Pod, cfg: &RuntimeConfig) -> Result<String, SyncError> {
+    Ok(pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.clone())
+        .map(|class| cfg.runtime_handler(&class))
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The pod's user namespace, on the sandbox; its containers take it from there.
+fn set_user_namespace(config: &mut api::PodSandboxConfig, userns: api::UserNamespace) {
+    if let Some(ns) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    {
+        ns.userns_options = Some(userns);
+    }
 }
 
 fn set_cgroup_parent(config: &mut api::PodSandboxConfig, parent: &str) {

@@ -1,5 +1,5 @@
 //! Pod volumes on the node: the pod directory, emptyDir (on disk or tmpfs for
-//! `medium: Memory`), and checks for hostPath. kubelet's volume manager does this before
+//! `medium: Memory`), downwardAPI files, and checks for hostPath. kubelet's volume manager does this before
 //! the sandbox is created.
 
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::config::RuntimeConfig;
 use super::labels;
 use super::{SyncError, SyncReason};
+use crate::kubelet::downward_api;
 
 fn config_error(message: String) -> SyncError {
     SyncError::new(SyncReason::CreateContainerConfigError, message)
@@ -52,6 +53,18 @@ pub fn mount_pod_volumes(pod: &Pod, cfg: &RuntimeConfig) -> Result<(), SyncError
                     ))
                 })?;
             }
+        } else if let Some(source) = &v.downward_api {
+            let dir = cfg.downward_api_path(uid, &v.name);
+            let node = cfg.allocatable.as_ref().ok_or_else(|| {
+                config_error(format!(
+                    "downwardAPI {:?}: the node's allocatable is not known",
+                    v.name
+                ))
+            })?;
+            let files = downward_api::volume_files(pod, source, node)
+                .map_err(|e| config_error(format!("downwardAPI {:?}: {e}", v.name)))?;
+            write_atomically(&dir, &files)
+                .map_err(|e| config_error(format!("downwardAPI {:?}: {e}", v.name)))?;
         } else if let Some(hp) = &v.host_path {
             let path = Path::new(&hp.path);
             match hp.type_.as_deref().unwrap_or("") {
@@ -75,6 +88,64 @@ pub fn mount_pod_volumes(pod: &Pod, cfg: &RuntimeConfig) -> Result<(), SyncError
         }
     }
     Ok(())
+}
+
+/// kubelet's AtomicWriter layout: the files in a timestamped directory `..<stamp>`, the
+/// link `..data` to it, and a link per top-level entry through `..data`, so a reader
+/// sees either all the old files or all the new ones. Written once per pod start; an
+/// existing `..data` is left as it is.
+fn write_atomically(dir: &Path, files: &[downward_api::VolumeFile]) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let data = dir.join("..data");
+    if data.exists() {
+        return Ok(());
+    }
+    let stamp = chrono_like_stamp();
+    let version = dir.join(&stamp);
+    let fail = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
+    for f in files {
+        let rel = Path::new(&f.path);
+        if rel.is_absolute() || rel.components().any(|c| c.as_os_str() == "..") {
+            return Err(format!(
+                "path {:?} must be relative and not contain '..'",
+                f.path
+            ));
+        }
+        let target = version.join(rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| fail("creating", parent, e))?;
+        }
+        std::fs::write(&target, &f.contents).map_err(|e| fail("writing", &target, e))?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(f.mode as u32))
+            .map_err(|e| fail("setting the mode of", &target, e))?;
+    }
+    std::fs::create_dir_all(&version).map_err(|e| fail("creating", &version, e))?;
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp).map_err(|e| fail("linking", &tmp, e))?;
+    std::fs::rename(&tmp, &data).map_err(|e| fail("renaming to", &data, e))?;
+    let mut tops: Vec<&str> = files
+        .iter()
+        .filter_map(|f| Path::new(&f.path).components().next())
+        .filter_map(|c| c.as_os_str().to_str())
+        .collect();
+    tops.sort();
+    tops.dedup();
+    for top in tops {
+        let link = dir.join(top);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(Path::new("..data").join(top), &link)
+            .map_err(|e| fail("linking", &link, e))?;
+    }
+    Ok(())
+}
+
+/// The name of a version directory: `..` and the time, as kubelet's writer names it.
+fn chrono_like_stamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("..{}_{:09}", now.as_secs(), now.subsec_nanos())
 }
 
 /// Unmounts memory-backed emptyDirs and removes the pod directory.

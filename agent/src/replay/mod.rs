@@ -81,6 +81,9 @@ fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
     // Exits reach the PLEG as the recording has them (`ReplayRuntime::exit_notice`), as
     // a process watcher's would, so the relist runs at its recorded period.
     s.relist_period = ns("relist_period_ns", s.relist_period);
+    s.node = c
+        .get("node")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
     s.cgroup_root = None;
     s.secrets_dir = None;
     s.housekeeping = false;
@@ -131,9 +134,15 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
         host_dns: HostDns::default(),
         runtime_handlers: BTreeMap::new(),
         touch_host: false,
+        user_namespace_handlers: None,
+        allocatable: None,
     };
-    let kubelet = Kubelet::new(runtime.clone(), cfg, settings_from(trace, what_if))
-        .expect("replay uses no cgroups");
+    let settings = settings_from(trace, what_if);
+    let cfg = RuntimeConfig {
+        allocatable: Some(settings.allocatable.clone()),
+        ..cfg
+    };
+    let kubelet = Kubelet::new(runtime.clone(), cfg, settings).expect("replay uses no cgroups");
     let (tx, rx) = kubelet.pod_update_channel();
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = tokio::spawn(kubelet.run(rx, stop_rx));

@@ -33,6 +33,7 @@ use crate::cm::{CgroupLayout, PodContainerManager};
 use crate::config::source::{InvalidManifest, PodUpdate};
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::admission::can_admit_pod;
+use crate::kubelet::node_admission::admit_on_node;
 use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{RuntimeConfig, labels};
@@ -296,7 +297,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 .filter(|(u, _)| !self.rejected.contains(*u) && !self.workers.is_terminating(u))
                 .map(|(_, p)| p.as_ref())
                 .collect();
-            let verdict = can_admit_pod(&pod, &admitted, &self.shared.settings.allocatable);
+            let verdict = can_admit_pod(&pod, &admitted, &self.shared.settings.allocatable)
+                .and_then(|()| match &self.shared.settings.node {
+                    Some(node) => admit_on_node(&pod, node),
+                    None => Ok(()),
+                });
             self.pod_manager.insert(uid.clone(), pod.clone());
             if let Err(rejection) = verdict {
                 self.rejected.insert(uid.clone());
@@ -310,7 +315,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     PodStatus {
                         phase: Some("Failed".into()),
                         reason: Some(rejection.reason),
-                        message: Some(rejection.message),
+                        // kubelet's rejectPod: the event has the handler's message, the
+                        // status says the pod was rejected.
+                        message: Some(format!("Pod was rejected: {}", rejection.message)),
                         ..PodStatus::default()
                     },
                 );

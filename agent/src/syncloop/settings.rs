@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::kubelet::admission::NodeAllocatable;
+use crate::kubelet::node_admission::NodeFacts;
 
 #[derive(Debug, Clone)]
 pub struct KubeletSettings {
@@ -22,6 +23,9 @@ pub struct KubeletSettings {
     /// None: unlimited parallel pulls; Some(1): serialized (kubelet's default).
     pub max_parallel_image_pulls: Option<usize>,
     pub allocatable: NodeAllocatable,
+    /// The node's labels and what its host and runtime can enforce, for admission. None
+    /// (a replay of a trace that did not record them) admits without these checks.
+    pub node: Option<NodeFacts>,
     /// Root of the pod cgroups (kubelet's --cgroup-root); None leaves cgroups to the runtime.
     pub cgroup_root: Option<String>,
     /// How pod cgroups are named and made: the runtime's cgroup driver, which must match.
@@ -47,6 +51,7 @@ impl KubeletSettings {
             backoff_max: Duration::from_secs(300),
             max_parallel_image_pulls: Some(1),
             allocatable,
+            node: None,
             cgroup_root: None,
             cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
             secrets_dir: None,
