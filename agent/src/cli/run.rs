@@ -465,8 +465,10 @@ async fn until_ready(
     }
 }
 
-/// The host's kernel enforces AppArmor (kubelet's `apparmor.IsEnabled`).
+/// The host's kernel enforces AppArmor, as kubelet's `apparmor.IsEnabled` (runc's) asks:
+/// its securityfs directory is there and the module says it is enabled.
 fn apparmor_enabled() -> bool {
-    std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-        .is_ok_and(|v| v.trim() == "Y")
+    std::path::Path::new("/sys/kernel/security/apparmor").is_dir()
+        && std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|v| v.trim() == "Y")
 }

@@ -36,7 +36,19 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "timeline",
         &["five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order"],
     ),
-    ("conformance", &[]),
+    // What the runtime applies and what it can do (security context, PID and user
+    // namespaces, admission against its features); the reading of manifests is the
+    // same on every node and runs on the host lab.
+    (
+        "conformance",
+        &[
+            "each_container_runs_with_the_user_groups_capabilities_and_seccomp_it_asked_for",
+            "a_pod_that_shares_its_process_namespace_sees_the_sandboxs_process_as_pid_1",
+            "run_as_non_root_against_a_root_image_is_refused_before_the_container_is_created",
+            "admission_matches_the_nodes_labels_and_what_the_host_and_runtime_can_enforce",
+            "a_pod_without_host_users_gets_a_user_namespace_where_the_runtime_has_them",
+        ],
+    ),
     (
         "pipeline",
         &[
