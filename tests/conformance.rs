@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
-use podtrace_tests::{Scratch, lab, pod, require_lab, runtime_objects, stderr};
+use podtrace::cri::{RuntimeService, api};
+use podtrace_tests::{Scratch, lab_cri, pod, require_lab, runtime_objects, stderr};
 
 const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 
@@ -64,23 +64,11 @@ fn block_on<F: Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-async fn connect() -> CriClient {
-    let sock = lab().cri_socket();
-    let ep = Endpoint {
-        given: sock.display().to_string(),
-        path: sock,
-        source: EndpointSource::Flag,
-    };
-    CriClient::connect(ep, Timeouts::default())
-        .await
-        .expect("lab CRI")
-}
-
 /// Runs `cmd` in the pod's running container `container` (CRI ExecSync: the exec'd process
 /// gets the container's user, capabilities, no_new_privs and seccomp) and returns stdout.
 fn exec(uid: &str, container: &str, cmd: &[&str]) -> String {
     block_on(async {
-        let cri = connect().await;
+        let cri = lab_cri().await;
         let running = cri
             .list_containers(Some(api::ContainerFilter {
                 state: Some(api::ContainerStateValue {
@@ -381,7 +369,7 @@ spec:
 /// for the default handler).
 fn runtime_features() -> (bool, bool) {
     block_on(async {
-        let status = connect().await.status(false).await.expect("Status");
+        let status = lab_cri().await.status(false).await.expect("Status");
         let strict = status
             .features
             .as_ref()

@@ -11,14 +11,14 @@ use k8s_openapi::api::core::v1::{
     ExecAction, HTTPGetAction, LifecycleHandler, Pod, Probe, SleepAction, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
+use podtrace::cri::{RuntimeService, api};
 use podtrace::lifecycle::{HandlerError, run_handler};
 use podtrace::prober::action::{ExecError, probe_exec, probe_tcp};
 use podtrace::prober::{
     ProbeKind, ProbeManager, ProbeOutcome, ProbeResult, ProbeSpec, ProbeUpdate, now_ns, run_probe,
 };
 use podtrace::syncloop::queues::{self, Queue, QueueStats};
-use podtrace_tests::{Scratch, lab, pod, require_lab, stderr};
+use podtrace_tests::{Scratch, lab_cri, pod, require_lab, stderr};
 use tokio::sync::mpsc;
 
 /// busybox httpd serving /tmp on a named port, plus a literal env var for `$(VAR)`.
@@ -88,7 +88,7 @@ impl Target {
         let ip = p["ip"].as_str().expect("pod IP").to_string();
         let uid = pod.metadata.uid.clone().unwrap();
         let container_id = block_on(async {
-            let running = connect()
+            let running = lab_cri()
                 .await
                 .list_containers(Some(api::ContainerFilter {
                     state: Some(api::ContainerStateValue {
@@ -134,18 +134,6 @@ fn block_on<F: Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-async fn connect() -> CriClient {
-    let sock = lab().cri_socket();
-    let ep = Endpoint {
-        given: sock.display().to_string(),
-        path: sock,
-        source: EndpointSource::Flag,
-    };
-    CriClient::connect(ep, Timeouts::default())
-        .await
-        .expect("lab CRI")
-}
-
 fn sh(script: &str) -> Vec<String> {
     vec!["sh".into(), "-c".into(), script.into()]
 }
@@ -179,7 +167,7 @@ fn exec_probes_and_hooks_run_in_the_container() {
     let t = Target::start("probe-exec");
     let id = t.container_id.as_str();
     block_on(async {
-        let cri = connect().await;
+        let cri = lab_cri().await;
 
         let ok = probe_exec(&cri, id, sh("echo ready"), secs(2))
             .await
@@ -296,7 +284,7 @@ fn http_tcp_and_sleep_reach_the_pod_ip() {
     let t = Target::start("probe-net");
     let id = t.container_id.as_str();
     block_on(async {
-        let cri = connect().await;
+        let cri = lab_cri().await;
         let tcp = |port: IntOrString| TCPSocketAction { host: None, port };
         // Running means the runtime started the shell; httpd listens a moment later.
         let mut open = None;
@@ -384,7 +372,7 @@ fn the_probe_manager_reports_changes_of_real_probes() {
     let t = Target::start("probe-manager");
     let id = t.container_id.clone();
     block_on(async {
-        let cri = Arc::new(connect().await);
+        let cri = Arc::new(lab_cri().await);
         let stats = Arc::new(QueueStats::default());
         let (tx, mut rx) = queues::channel(Queue::ProbeResults, &stats);
         let manager = ProbeManager::new(cri.clone(), tx);

@@ -176,6 +176,19 @@ pub fn runtime_objects(uid: &str) -> (Vec<String>, Vec<String>) {
     runtime_objects_labelled("io.kubernetes.pod.uid", uid)
 }
 
+/// A CRI client of the lab's runtime.
+pub async fn lab_cri() -> CriClient {
+    let sock = lab().cri_socket();
+    let ep = Endpoint {
+        given: sock.display().to_string(),
+        path: sock,
+        source: EndpointSource::Flag,
+    };
+    CriClient::connect(ep, Timeouts::default())
+        .await
+        .expect("lab CRI")
+}
+
 /// What the lab's runtime holds with a label: (sandbox IDs, container IDs).
 pub fn runtime_objects_labelled(label: &str, value: &str) -> (Vec<String>, Vec<String>) {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -183,15 +196,7 @@ pub fn runtime_objects_labelled(label: &str, value: &str) -> (Vec<String>, Vec<S
         .build()
         .unwrap();
     rt.block_on(async {
-        let sock = lab().cri_socket();
-        let ep = Endpoint {
-            given: sock.display().to_string(),
-            path: sock,
-            source: EndpointSource::Flag,
-        };
-        let cri = CriClient::connect(ep, Timeouts::default())
-            .await
-            .expect("lab CRI");
+        let cri = lab_cri().await;
         let sel = std::collections::HashMap::from([(label.to_string(), value.to_string())]);
         let sandboxes = cri
             .list_pod_sandbox(Some(api::PodSandboxFilter {
