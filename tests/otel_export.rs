@@ -244,12 +244,26 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     // call. Any runtime span that does join the pod's trace must hang under podtrace's.
     if traces {
         // containerd's exporter may be waiting out a reconnection back-off (up to two
-        // minutes) from a time nothing listened here.
-        let all = receiver.wait_for("containerd's own spans", 3 * MINUTE, |all| {
-            all.iter().any(|s| s.service == "containerd")
-        });
+        // minutes) from a time nothing listened here. It sends in batches, and a parent
+        // ends (so is sent) after its children: wait until every containerd span of the
+        // pod's trace has its parent here, ours or containerd's, or the bound passes.
         let ours: BTreeMap<&str, &ReceivedSpan> =
             spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+        let all = receiver.wait_for(
+            "containerd's own spans, each with its parent",
+            3 * MINUTE,
+            |all| {
+                let joined: Vec<&ReceivedSpan> = all
+                    .iter()
+                    .filter(|s| s.service == "containerd" && s.trace_id == root.trace_id)
+                    .collect();
+                all.iter().any(|s| s.service == "containerd")
+                    && joined.iter().all(|s| {
+                        ours.contains_key(s.parent_span_id.as_str())
+                            || joined.iter().any(|t| t.span_id == s.parent_span_id)
+                    })
+            },
+        );
         let joined: Vec<&ReceivedSpan> = all
             .iter()
             .filter(|s| s.service == "containerd" && s.trace_id == root.trace_id)
