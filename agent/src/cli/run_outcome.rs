@@ -21,6 +21,11 @@ const FAILED_WAITING: &[&str] = &[
 /// Pod events that mean the same at the pod level.
 const FAILED_EVENTS: &[&str] = &["FailedCreatePodSandBox", "NetworkNotReady", "FailedSync"];
 
+/// A waiting reason that will not pass without a change.
+fn blocks(reason: Option<&str>) -> bool {
+    reason.is_some_and(|r| FAILED_WAITING.contains(&r))
+}
+
 /// A container of the pod that is not running, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct NotRunning {
@@ -64,12 +69,7 @@ pub fn by_name(a: &PodOutcome, b: &PodOutcome) -> std::cmp::Ordering {
 pub fn settled(rec: &PodRecord) -> Option<PodOutcome> {
     let o = outcome_of(rec);
     let ended = matches!(o.phase.as_str(), phase::FAILED | phase::SUCCEEDED);
-    let stuck = o.reason.is_some()
-        || o.not_running.iter().any(|c| {
-            c.reason
-                .as_deref()
-                .is_some_and(|r| FAILED_WAITING.contains(&r))
-        });
+    let stuck = o.reason.is_some() || o.not_running.iter().any(|c| blocks(c.reason.as_deref()));
     // A regular container that finished for good (restartPolicy Never, or OnFailure
     // after a success) will not run again: waiting for it is pointless.
     let policy = rec
@@ -147,11 +147,7 @@ pub fn outcome_of(rec: &PodRecord) -> PodOutcome {
         .iter()
         .chain(regular)
         .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
-        .find(|w| {
-            w.reason
-                .as_deref()
-                .is_some_and(|r| FAILED_WAITING.contains(&r))
-        });
+        .find(|w| blocks(w.reason.as_deref()));
     let event = rec
         .events
         .iter()
