@@ -63,6 +63,9 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     ensure_cargo_fuzz()?;
+    if targets.len() > 1 {
+        build_all()?;
+    }
     let mut crashed = Vec::new();
     for target in targets {
         let r = fuzz(target, args.seconds)?;
@@ -141,6 +144,23 @@ pub fn ensure_cargo_fuzz() -> anyhow::Result<()> {
     ])
     .stdin(Stdio::null());
     workspace::run(&mut cmd, "cargo install cargo-fuzz")
+}
+
+/// Builds every target once, with the flags `fuzz` runs them with, so the runs that
+/// follow start at once and all fuzz the same build of the code. The first build
+/// instruments every dependency and is long (tens of minutes on two cores); later ones
+/// rebuild only what changed.
+pub fn build_all() -> anyhow::Result<()> {
+    ensure_cargo_fuzz()?;
+    eprintln!("fuzz: building every target (sanitizer and coverage instrumentation)");
+    let mut cmd = Command::new(cargo_fuzz_bin());
+    cmd.args(["fuzz", "build", "--fuzz-dir"])
+        .arg(fuzz_dir())
+        .args(["-O", "--debug-assertions"])
+        .current_dir(workspace::root())
+        .env("RUSTC_BOOTSTRAP", "1")
+        .stdin(Stdio::null());
+    workspace::run(&mut cmd, "cargo fuzz build")
 }
 
 /// Runs `target` for `seconds` (after building it) and reads libFuzzer's final stats.

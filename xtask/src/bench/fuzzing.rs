@@ -8,8 +8,15 @@ use crate::fuzz;
 
 pub const SECONDS: u64 = 60;
 
+/// Builds the targets before any benchmark runs: the build is long, would load the
+/// machine under other benchmarks if it ran later, and reads the working tree, which
+/// must be the one the release build read.
+pub fn build() -> anyhow::Result<()> {
+    fuzz::build_all()
+}
+
+/// Runs each target, already built by [`build`], for `seconds`.
 pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
-    fuzz::ensure_cargo_fuzz()?;
     let mut runs = Vec::new();
     for target in fuzz::TARGETS {
         let r = fuzz::fuzz(target, seconds)?;

@@ -125,6 +125,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     eprintln!("bench: building podtrace (release)");
     let bin = build_release()?;
+    if selected.contains(&8) {
+        fuzzing::build()?;
+    }
     let machine = machine::describe();
     let started = std::time::Instant::now();
     let mut outcomes = Vec::new();
@@ -154,33 +157,31 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 failures.push((n, format!("{e:#}")));
             }
         }
+        // A run cut short (a crash, a killed lab, a session ending) keeps what it
+        // measured: the figures so far are written after every benchmark.
+        write_report(
+            &dir,
+            &command,
+            &machine,
+            started.elapsed().as_secs_f64(),
+            &outcomes,
+            &failures,
+            false,
+        )?;
     }
-    let total_s = started.elapsed().as_secs_f64();
-    let samples_path = dir.join("samples.json");
-    let samples = json!({
-        "command": command,
-        "machine": machine.to_json(),
-        "total_seconds": total_s,
-        "benchmarks": outcomes.iter().map(|o| json!({
-            "number": o.number,
-            "title": o.title,
-            "goal": o.goal,
-            "verdict": o.verdict,
-            "samples": o.samples,
-        })).collect::<Vec<_>>(),
-    });
-    std::fs::write(&samples_path, serde_json::to_string_pretty(&samples)?)
-        .with_context(|| format!("writing {}", samples_path.display()))?;
-    let copy = dir.join(format!("samples-{}.json", machine.unix_time));
-    std::fs::copy(&samples_path, &copy)
-        .with_context(|| format!("copying to {}", copy.display()))?;
-    let md_path: PathBuf = workspace::root().join("BENCHMARKS.md");
-    std::fs::write(
-        &md_path,
-        render(&command, &machine, total_s, &outcomes, &failures),
-    )
-    .with_context(|| format!("writing {}", md_path.display()))?;
-    println!("wrote {}", md_path.display());
+    let (samples_path, copy) = write_report(
+        &dir,
+        &command,
+        &machine,
+        started.elapsed().as_secs_f64(),
+        &outcomes,
+        &failures,
+        true,
+    )?;
+    println!(
+        "wrote {}",
+        workspace::root().join("BENCHMARKS.md").display()
+    );
     println!(
         "raw samples: {} (copy: {})",
         samples_path.display(),
@@ -225,6 +226,49 @@ fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     result
 }
 
+/// Writes the raw samples and the report. While the run goes on (`finished` false) the
+/// report goes to `target/bench/BENCHMARKS.partial.md`; at the end, to BENCHMARKS.md.
+fn write_report(
+    dir: &std::path::Path,
+    command: &str,
+    machine: &machine::Machine,
+    total_s: f64,
+    outcomes: &[Outcome],
+    failures: &[(u8, String)],
+    finished: bool,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let samples_path = dir.join("samples.json");
+    let samples = json!({
+        "command": command,
+        "machine": machine.to_json(),
+        "total_seconds": total_s,
+        "finished": finished,
+        "benchmarks": outcomes.iter().map(|o| json!({
+            "number": o.number,
+            "title": o.title,
+            "goal": o.goal,
+            "verdict": o.verdict,
+            "samples": o.samples,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(&samples_path, serde_json::to_string_pretty(&samples)?)
+        .with_context(|| format!("writing {}", samples_path.display()))?;
+    let copy = dir.join(format!("samples-{}.json", machine.unix_time));
+    std::fs::copy(&samples_path, &copy)
+        .with_context(|| format!("copying to {}", copy.display()))?;
+    let md_path: PathBuf = if finished {
+        workspace::root().join("BENCHMARKS.md")
+    } else {
+        dir.join("BENCHMARKS.partial.md")
+    };
+    std::fs::write(
+        &md_path,
+        render(command, machine, total_s, outcomes, failures, finished),
+    )
+    .with_context(|| format!("writing {}", md_path.display()))?;
+    Ok((samples_path, copy))
+}
+
 fn build_release() -> anyhow::Result<PathBuf> {
     let mut cmd = workspace::cargo();
     cmd.args([
@@ -245,6 +289,7 @@ fn render(
     total_s: f64,
     outcomes: &[Outcome],
     failures: &[(u8, String)],
+    finished: bool,
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Benchmarks\n");
@@ -284,7 +329,10 @@ fn render(
         .filter(|(n, _)| !outcomes.iter().any(|o| o.number == *n))
         .map(|(n, name)| match failures.iter().find(|(f, _)| f == n) {
             Some((_, why)) => format!("- {n}. {name}: failed in this run: {why}"),
-            None => format!("- {n}. {name}: not selected in this run"),
+            None if finished => format!("- {n}. {name}: not selected in this run"),
+            None => {
+                format!("- {n}. {name}: not run yet (the run is still going, or was cut short)")
+            }
         })
         .collect();
     if !missing.is_empty() {
