@@ -8,8 +8,8 @@ use std::time::Duration;
 use podtrace_tests::agent::{Agent, container, metric, phase, waiting_reason};
 use podtrace_tests::{Scratch, require_lab, runtime_objects};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
-const BIG10: &str = "127.0.0.1:5000/podtrace/big10:1.0";
+use xtask::lab::IMAGE_APP as APP;
+use xtask::lab::IMAGE_BIG10 as BIG10;
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn pod_yaml(name: &str, containers: &str) -> String {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use podtrace::cri::{RuntimeService, api};
 use podtrace_tests::{Scratch, lab_cri, pod, require_lab, runtime_objects, stderr};
 
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as IMAGE;
 
 /// The `run --until-ready` of some manifests, cleaned up however the test ends.
 struct Running {

@@ -9,7 +9,7 @@ use podtrace_tests::agent::{Agent, phase};
 use podtrace_tests::{podtrace_bin, require_lab, runtime_objects, stderr, stdout};
 use serde_json::Value;
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 const PODS: [&str; 4] = ["kept-a", "kept-b", "kept-c", "kept-d"];
 
 fn read(args: &[&str]) -> (Value, String) {

@@ -10,7 +10,7 @@ use podtrace_tests::{require_lab, runtime_objects};
 use serde_json::Value;
 use xtask::lab::{self, LabState};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 const PODS: usize = 10;
 
 fn names() -> Vec<String> {

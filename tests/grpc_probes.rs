@@ -9,7 +9,7 @@ use std::time::Duration;
 use podtrace_tests::agent::{Agent, container, container_pids, phase};
 use podtrace_tests::require_lab;
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 const MINUTE: Duration = Duration::from_secs(60);
 const PORT: u16 = 9000;
 

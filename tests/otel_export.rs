@@ -15,9 +15,9 @@ use podtrace_tests::agent::{Agent, metric, phase};
 use podtrace_tests::otlp::{ReceivedSpan, Receiver};
 use podtrace_tests::{podtrace, require_lab, stderr};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 /// Used by no other test of the modern node's suite: its pull here is a real one.
-const BIG10: &str = "127.0.0.1:5000/podtrace/big10:1.0";
+use xtask::lab::IMAGE_BIG10 as BIG10;
 const MINUTE: Duration = Duration::from_secs(60);
 /// OTLP's SPAN_KIND_SERVER and SPAN_KIND_CLIENT.
 const SERVER: i32 = 2;

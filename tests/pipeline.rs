@@ -4,7 +4,7 @@
 
 use podtrace_tests::{Scratch, pod, require_lab, runtime_objects, stderr};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 
 #[test]
 fn init_containers_run_one_at_a_time_in_order() {

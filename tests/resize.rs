@@ -9,7 +9,7 @@ use podtrace_tests::agent::{Agent, condition, container, container_pids, phase};
 use podtrace_tests::require_lab;
 use serde_json::{Value, json};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn pod(web_cpu_limit: &str, web_cpu_request: &str, worker_memory_limit: &str) -> String {

@@ -18,7 +18,7 @@ use podtrace_tests::ebpf::{require_probes, serial};
 use podtrace_tests::{Scratch, lab, pod, podtrace_bin, require_lab, stderr, stdout};
 use serde_json::Value;
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use xtask::lab::IMAGE_APP as APP;
 const PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
 
 fn pods_yaml(names: &[String]) -> String {

@@ -225,7 +225,7 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
         .args([
             OsStr::new("report"),
             trace.as_os_str(),
-            OsStr::new("--pod"),
+            OsStr::new("--svg-pod"),
             pod,
         ])
         .arg("--svg")
@@ -238,7 +238,9 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
         bail!("podtrace report --svg {} failed ({out})", svg.display());
     }
     println!();
-    println!("The slowest pod's waterfall and the stage latency distributions, as SVG:");
+    println!(
+        "The slowest pod's waterfall over the stage latency distributions of all the pods, as SVG:"
+    );
     println!("  {}", svg.display());
     println!("The trace itself: {}", trace.display());
     Ok(())

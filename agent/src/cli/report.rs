@@ -19,9 +19,14 @@ pub struct ReportArgs {
     /// Chrome JSON trace events, which Perfetto, chrome://tracing and speedscope read.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = ReportFormat::Table)]
     pub output: ReportFormat,
-    /// Also draw the first pod's waterfall and the stage latency distributions here.
+    /// Also draw a pod's waterfall (the slowest to Running, or --svg-pod's) above the
+    /// stage latency distributions of every pod in the report, here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// The pod whose waterfall --svg draws: a name, namespace/name, or UID. The
+    /// distributions below it still cover every pod in the report.
+    #[arg(long, value_name = "NAME", requires = "svg")]
+    pub svg_pod: Option<String>,
     /// Only this pod: a name, namespace/name, or UID.
     #[arg(long, value_name = "NAME")]
     pub pod: Option<String>,
@@ -71,8 +76,19 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if let Some(pod) = &args.svg_pod
+        && !inputs
+            .iter()
+            .any(|t| t.timeline.pods.iter().any(|p| p.is(pod)))
+    {
+        eprintln!(
+            "podtrace: --svg-pod: {}",
+            super::no_such_pod(pod, "in the report", names)
+        );
+        return ExitCode::FAILURE;
+    }
     if let Some(path) = &args.svg
-        && let Err(e) = std::fs::write(path, report::svg(&inputs))
+        && let Err(e) = std::fs::write(path, report::svg(&inputs, args.svg_pod.as_deref()))
     {
         eprintln!("podtrace: --svg {}: {e}", path.display());
         return ExitCode::FAILURE;

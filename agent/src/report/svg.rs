@@ -89,20 +89,31 @@ fn nice_step(span: f64, ticks: f64) -> f64 {
         .unwrap_or(10.0 * mag)
 }
 
-/// The pod the waterfall shows: the first that reached Running, else the first.
-fn waterfall_pod(inputs: &[TraceInput]) -> Option<(&str, &PodTimeline)> {
+/// The pod the waterfall shows: the one `chosen` names; by default the slowest to reach
+/// Running (the first of equals), else the first pod.
+fn waterfall_pod<'a>(
+    inputs: &'a [TraceInput],
+    chosen: Option<&str>,
+) -> Option<(&'a str, &'a PodTimeline)> {
     let all = || {
         inputs
             .iter()
             .flat_map(|t| t.timeline.pods.iter().map(move |p| (t.name.as_str(), p)))
     };
+    if let Some(pod) = chosen {
+        return all().find(|(_, p)| p.is(pod));
+    }
     all()
-        .find(|(_, p)| p.stage("running").is_some())
+        .filter_map(|(t, p)| Some((p.to_running_ns()?, t, p)))
+        .reduce(|slowest, next| if next.0 > slowest.0 { next } else { slowest })
+        .map(|(_, t, p)| (t, p))
         .or_else(|| all().next())
 }
 
-/// The SVG document for `inputs` (already narrowed to the pods wanted).
-pub fn svg(inputs: &[TraceInput]) -> String {
+/// The SVG document for `inputs` (already narrowed to the pods wanted): the waterfall of
+/// the pod `waterfall_of` names (by default the slowest to Running) above the stage
+/// distributions of all of them.
+pub fn svg(inputs: &[TraceInput], waterfall_of: Option<&str>) -> String {
     let mut y = 28.0;
     let traces: Vec<&str> = inputs.iter().map(|t| t.name.as_str()).collect();
     let mut names = traces.join(", ");
@@ -112,7 +123,7 @@ pub fn svg(inputs: &[TraceInput]) -> String {
     let heading =
         text(LABEL_X, y, 18.0, format!("podtrace report: {names}")).set("font-weight", "bold");
     y += 16.0;
-    let first = match waterfall_pod(inputs) {
+    let first = match waterfall_pod(inputs, waterfall_of) {
         Some((trace, pod)) => {
             let (g, h) = waterfall(trace, pod, y + 20.0);
             y += 20.0 + h;

@@ -326,7 +326,7 @@ fn overlapping_stages_go_on_a_second_thread() {
 
 #[test]
 fn the_svg_parses_and_draws_every_stage_and_sample() {
-    let text = svg(&[input(pod())]);
+    let text = svg(&[input(pod())], None);
     let mut rects = 0;
     let mut instants = 0;
     let mut samples = 0;
@@ -470,4 +470,55 @@ fn runtime_steps_pool_across_containers_in_the_stage_table() {
         .unwrap();
     assert_eq!(row.count, 2);
     assert_eq!(row.max_ns, 38 * MS);
+}
+
+/// `pod()` renamed and slowed: its Running comes `extra_ms` later.
+fn slower_pod(name: &str, uid: &str, extra_ms: u64) -> Timeline {
+    let mut t = pod();
+    for p in &mut t.pods {
+        p.name = name.into();
+        p.uid = uid.into();
+        for s in &mut p.stages {
+            s.pod = name.into();
+            s.pod_uid = uid.into();
+            if s.stage == "running" {
+                s.start_ns += extra_ms * MS;
+                s.end_ns += extra_ms * MS;
+            }
+        }
+    }
+    t
+}
+
+fn waterfall_title(text: &str) -> String {
+    let start = text.find("Waterfall: ").expect("a waterfall title");
+    text[start..].split('<').next().unwrap().to_string()
+}
+
+#[test]
+fn the_svg_draws_the_slowest_pod_unless_told_which_above_every_pods_distributions() {
+    let mut fast = pod();
+    fast.pods.extend(slower_pod("slow", "u2", 500).pods);
+    fast.pods.extend(slower_pod("middle", "u3", 100).pods);
+    let inputs = [input(fast)];
+    let text = svg(&inputs, None);
+    assert!(
+        waterfall_title(&text).contains("default/slow "),
+        "{}",
+        waterfall_title(&text)
+    );
+    assert!(
+        text.contains("across 3 pods"),
+        "the distributions cover every pod"
+    );
+    let text = svg(&inputs, Some("default/middle"));
+    assert!(
+        waterfall_title(&text).contains("default/middle "),
+        "{}",
+        waterfall_title(&text)
+    );
+    assert!(
+        text.contains("across 3 pods"),
+        "choosing the waterfall narrows nothing else"
+    );
 }

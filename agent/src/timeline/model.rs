@@ -193,6 +193,22 @@ pub struct PodTimeline {
 }
 
 impl PodTimeline {
+    /// Whether `pod` names this pod: its name, `namespace/name`, or its UID.
+    pub fn is(&self, pod: &str) -> bool {
+        self.name == pod
+            || self.uid == pod
+            || pod.split_once('/') == Some((self.namespace.as_str(), self.name.as_str()))
+    }
+
+    /// From the first sight of the pod to Running, if it got there.
+    pub fn to_running_ns(&self) -> Option<u64> {
+        let running = self.stage("running")?.start_ns;
+        let seen = self
+            .seen_ns
+            .or_else(|| self.stages.iter().map(|s| s.start_ns).min())?;
+        Some(running.saturating_sub(seen))
+    }
+
     pub fn stage(&self, name: &str) -> Option<&Stage> {
         self.stages.iter().find(|s| s.stage == name)
     }
@@ -225,9 +241,7 @@ impl Timeline {
 
     /// Only the pods `pod` names: a name, `namespace/name`, or a UID.
     pub fn only(mut self, pod: &str) -> Timeline {
-        self.pods.retain(|p| {
-            p.name == pod || p.uid == pod || format!("{}/{}", p.namespace, p.name) == pod
-        });
+        self.pods.retain(|p| p.is(pod));
         self
     }
 

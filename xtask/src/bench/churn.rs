@@ -21,7 +21,7 @@ const EARLY_ROUND: usize = 10;
 const GROWTH_GOAL_MIB: f64 = 3.0;
 const IDLE_GOAL_MIB: f64 = 2.0;
 const NODE: &str = "podtrace-bench-churn";
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use crate::lab::IMAGE_APP as IMAGE;
 /// The agent's default `--deleted-pod-retention`: the bench measures the default.
 const RETENTION: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(5);

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::stats::percentile;
 use super::{Figure, Outcome};
 
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use crate::lab::IMAGE_APP as IMAGE;
 pub const OVERHEAD_PODS: usize = 200;
 const GOAL_RATIO: f64 = 1.05;
 const GOAL_GAP_MS: f64 = 10.0;

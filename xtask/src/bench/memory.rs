@@ -13,7 +13,7 @@ use super::{Figure, Outcome};
 pub const PODS: usize = 100;
 const GOAL_MIB: f64 = 30.0;
 const NODE: &str = "podtrace-bench-mem";
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use crate::lab::IMAGE_APP as IMAGE;
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLES: usize = 10;
 

@@ -16,7 +16,7 @@ use super::stats::percentile;
 use super::{Figure, Outcome};
 
 const NODE: &str = "podtrace-bench-seeing";
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use crate::lab::IMAGE_APP as IMAGE;
 const PODS: usize = 8;
 /// How long the containers crash-loop.
 const RUN: Duration = Duration::from_secs(40);

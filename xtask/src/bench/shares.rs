@@ -14,8 +14,8 @@ use xtask::lab::LabPaths;
 
 use super::{Figure, Outcome};
 
-const APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
-const BIG: &str = "127.0.0.1:5000/podtrace/big10:1.0";
+use crate::lab::IMAGE_APP as APP;
+use crate::lab::IMAGE_BIG10 as BIG;
 /// The sandbox image stays: the runtime pulls it once per node, not per pod.
 const PAUSE: &str = "podtrace/pause";
 const ROUNDS: usize = 5;

@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 const NODE: &str = "podtrace-bench";
-const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
+use crate::lab::IMAGE_APP as IMAGE;
 const IMAGE_REF: &str = "sha256:796ed3ee7deb212ebc20b5863c8bcd3b3db0ddf010ff4ab7495113d82695dbaa";
 /// The recording's monotonic clock at the header, as a node up for a while would show.
 const STARTED_NS: u64 = 5_000_000_000_000;
