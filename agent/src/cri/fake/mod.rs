@@ -10,7 +10,9 @@
 //! answers, so it never stands in for a test against a real runtime.
 
 mod calls;
+mod entry;
 mod faults;
+mod images;
 pub(crate) mod objects;
 mod runtime;
 #[cfg(test)]

@@ -1,14 +1,12 @@
-//! The fake runtime's answers to each CRI call. Each call is logged, then failed if an
-//! injected fault says so, then answered from the objects as containerd would: IDs that
-//! do not exist are NotFound, except where CRI makes the call idempotent (StopPodSandbox,
-//! RemovePodSandbox, RemoveContainer).
-
-use std::sync::MutexGuard;
+//! The fake runtime's answers to the runtime service's calls. Each call is logged, then
+//! failed if an injected fault says so (`entry.rs`), then answered from the objects as
+//! containerd would: IDs that do not exist are NotFound, except where CRI makes the call
+//! idempotent (StopPodSandbox, RemovePodSandbox, RemoveContainer).
 
 use super::objects::{Container, Sandbox};
-use super::{FakeCall, FakeRuntime, Method, State};
+use super::{FakeCall, FakeRuntime, Method};
 use crate::cri::service::CriResult;
-use crate::cri::{CriError, ImageService, RuntimeService, api};
+use crate::cri::{CriError, RuntimeService, api};
 
 fn not_found(method: Method, what: &str, id: &str) -> CriError {
     CriError::Call {
@@ -31,59 +29,6 @@ fn sandbox_state(ready: bool) -> i32 {
         api::PodSandboxState::SandboxReady as i32
     } else {
         api::PodSandboxState::SandboxNotready as i32
-    }
-}
-
-impl State {
-    /// The name (from its config) of the container a call is for, if it is for one.
-    fn container_name(&self, call: &FakeCall) -> Option<String> {
-        let id = match call {
-            FakeCall::CreateContainer { name, .. } => return Some(name.clone()),
-            FakeCall::StartContainer { container_id }
-            | FakeCall::StopContainer { container_id, .. }
-            | FakeCall::RemoveContainer { container_id }
-            | FakeCall::UpdateContainerResources { container_id }
-            | FakeCall::ContainerStatus { container_id }
-            | FakeCall::ExecSync { container_id } => container_id,
-            _ => return None,
-        };
-        let c = self.objects.container(id)?;
-        c.config.metadata.as_ref().map(|m| m.name.clone())
-    }
-
-    /// Logs the call and fails it if a fault fires for it.
-    fn enter(&mut self, call: FakeCall) -> CriResult<()> {
-        let method = call.method();
-        let container = self.container_name(&call);
-        let image = call.image().map(str::to_string);
-        self.calls.push(call);
-        let mut error = None;
-        for armed in &mut self.faults {
-            if !armed
-                .fault
-                .matches(method, container.as_deref(), image.as_deref())
-            {
-                continue;
-            }
-            armed.seen += 1;
-            if error.is_none() && armed.fault.fires_at(armed.seen) {
-                error = Some(armed.fault.error());
-            }
-        }
-        error.map_or(Ok(()), Err)
-    }
-}
-
-impl FakeRuntime {
-    /// Shows the call to the observer, logs it and fails it if a fault fires; on success,
-    /// the state to answer from.
-    fn enter(&self, call: FakeCall) -> CriResult<MutexGuard<'_, State>> {
-        if let Some(observe) = &self.observer {
-            observe(&call);
-        }
-        let mut st = self.lock();
-        st.enter(call)?;
-        Ok(st)
     }
 }
 
@@ -453,29 +398,5 @@ impl RuntimeService for FakeRuntime {
             ));
         }
         Ok(api::ExecSyncResponse::default())
-    }
-}
-
-impl ImageService for FakeRuntime {
-    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
-        let st = self.enter(FakeCall::ImageStatus {
-            image: image.image.clone(),
-        })?;
-        Ok(st.images.get(&image.image).cloned())
-    }
-
-    async fn pull_image(
-        &self,
-        image: api::ImageSpec,
-        _auth: Option<api::AuthConfig>,
-        _sandbox_config: Option<api::PodSandboxConfig>,
-    ) -> CriResult<String> {
-        let mut st = self.enter(FakeCall::PullImage {
-            image: image.image.clone(),
-        })?;
-        if !st.images.contains_key(&image.image) {
-            st.add_image(&image.image, None);
-        }
-        Ok(st.images[&image.image].id.clone())
     }
 }
