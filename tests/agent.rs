@@ -115,7 +115,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "crasher")
+        .find(|p| p["name"] == agent.name("crasher").as_str())
         .expect("crasher's timeline");
     let waits: Vec<(f64, &str)> = pod["stages"]
         .as_array()
@@ -614,7 +614,7 @@ fn an_invalid_manifest_shows_on_its_pod_and_disturbs_nothing_else() {
         agent
             .pods()
             .iter()
-            .filter(|p| p["name"] == "broken")
+            .filter(|p| p["name"] == agent.name("broken").as_str())
             .count(),
         1
     );
@@ -701,7 +701,7 @@ fn the_pod_start_sli_leaves_out_the_image_pull() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "pulled")
+        .find(|p| p["name"] == agent.name("pulled").as_str())
         .expect("the pod's timeline");
     let stage = |name: &str| {
         pod["stages"]
@@ -768,7 +768,7 @@ fn a_manifest_directory_removed_and_recreated_removes_then_restores_its_pods() {
     let running = |pods: &[serde_json::Value]| {
         names.iter().all(|n| {
             pods.iter()
-                .any(|p| p["name"] == *n && phase(p) == "Running")
+                .any(|p| p["name"] == agent.name(n).as_str() && phase(p) == "Running")
         })
     };
     agent.wait_for("both pods Running", MINUTE, |pods| running(pods));
@@ -938,7 +938,14 @@ fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
         phase(p) == "Running"
     });
     let out = Command::new(podtrace_tests::podtrace_bin())
-        .args(["timeline", "--pod", "second", "-o", "json", "--api-socket"])
+        .args([
+            "timeline",
+            "--pod",
+            &agent.name("second"),
+            "-o",
+            "json",
+            "--api-socket",
+        ])
         .arg(&agent.socket)
         .output()
         .unwrap();
@@ -951,7 +958,11 @@ fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
         .find(|s| s["stage"] == "image_puller_wait:c")
         .unwrap_or_else(|| panic!("no wait stage in {names:?}"));
     assert_eq!(
-        wait["detail"], "behind default/first; serialized image pulls",
+        wait["detail"].as_str().unwrap(),
+        format!(
+            "behind default/{}; serialized image pulls",
+            agent.name("first")
+        ),
         "{wait:#}"
     );
     assert_eq!(wait["source"], "agent");

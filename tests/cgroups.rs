@@ -124,6 +124,9 @@ impl Drop for TestRoot {
     }
 }
 
+/// The node the manifests are read for.
+const NODE: &str = "cgroups-test-node";
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -145,7 +148,7 @@ fn pods() -> Vec<podtrace::config::StaticPod> {
     for (i, doc) in podtrace_tests::documents(PODS).iter().enumerate() {
         std::fs::write(dir.path().join(format!("pod-{i}.yaml")), doc).unwrap();
     }
-    let (pods, errors) = load_paths(&[dir.path().to_path_buf()], "cgroups-test-node");
+    let (pods, errors) = load_paths(&[dir.path().to_path_buf()], NODE);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(pods.len(), 3);
     pods
@@ -253,7 +256,8 @@ fn pod_cgroups_per_qos_class() {
     let period = 100_000;
     for (pod, class, name) in &names {
         let got = kernel_limits(&t.layout, name);
-        let want = match pod.as_str() {
+        // Static pods are named `<name>-<node>`.
+        let want = match pod.strip_suffix(&format!("-{NODE}")).unwrap_or(pod) {
             "guaranteed" => {
                 assert_eq!(*class, QosClass::Guaranteed);
                 assert!(name.starts_with(&format!("{}/pod", t.root)));

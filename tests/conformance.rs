@@ -14,11 +14,17 @@ const IMAGE: &str = "127.0.0.1:5000/podtrace/app:1.0";
 struct Running {
     scratch: Scratch,
     manifests: Vec<PathBuf>,
+    /// The flags of every run (the start and the cleanup): the node's name, if given.
+    extra: Vec<String>,
     doc: serde_json::Value,
 }
 
 impl Running {
     fn start(files: &[(&str, String)]) -> Running {
+        Running::start_with(files, &[])
+    }
+
+    fn start_with(files: &[(&str, String)], extra: &[&str]) -> Running {
         require_lab();
         let scratch = Scratch::new();
         let manifests: Vec<PathBuf> = files
@@ -26,10 +32,11 @@ impl Running {
             .map(|(name, text)| scratch.manifest(name, text))
             .collect();
         let paths: Vec<&std::path::Path> = manifests.iter().map(PathBuf::as_path).collect();
-        let (out, doc) = scratch.run(&paths, &[]);
+        let (out, doc) = scratch.run(&paths, extra);
         let running = Running {
             scratch,
             manifests,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             doc,
         };
         assert!(
@@ -49,7 +56,9 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let paths: Vec<&std::path::Path> = self.manifests.iter().map(PathBuf::as_path).collect();
-        let (out, doc) = self.scratch.run(&paths, &["--cleanup"]);
+        let mut extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        extra.push("--cleanup");
+        let (out, doc) = self.scratch.run(&paths, &extra);
         if !out.status.success() && doc["cleaned_up"] != true {
             eprintln!("cleanup failed: {doc:#}\n{}", stderr(&out));
         }
@@ -434,6 +443,17 @@ fn admission_matches_the_nodes_labels_and_what_the_host_and_runtime_can_enforce(
                 "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n",
             ),
         ),
+        (
+            "f-windows.yaml",
+            one_pod("windows", "  os: {name: windows}\n"),
+        ),
+        // Fails node affinity and resources: kubelet checks resources first.
+        (
+            "g-order.yaml",
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: order}}\nspec:\n  terminationGracePeriodSeconds: 2\n  nodeSelector: {{disktype: hdd}}\n  containers:\n  - {{name: app, image: {IMAGE}, command: [sleep, '3600'], resources: {{requests: {{cpu: '100000'}}}}}}\n"
+            ),
+        ),
     ];
     let paths: Vec<PathBuf> = files.iter().map(|(f, t)| scratch.manifest(f, t)).collect();
     let dir = paths[0].parent().unwrap().to_path_buf();
@@ -468,6 +488,19 @@ fn admission_matches_the_nodes_labels_and_what_the_host_and_runtime_can_enforce(
             "SupplementalGroupsPolicy=Strict is not supported in this node",
         );
     }
+    rejected(
+        "windows",
+        "PodOSNotSupported",
+        "Failed to admit pod as the OS field doesn't match node OS",
+    );
+    let order = pod(&doc, "order");
+    assert_eq!(order["reason"], "OutOfcpu", "{order:#}");
+    assert!(
+        order["message"].as_str().is_some_and(|m| m.starts_with(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 100000000,"
+        )),
+        "{order:#}"
+    );
     if apparmor_ok {
         // Admitted, as kubelet admits it. The runtime has the last word: containerd also
         // wants apparmor_parser, and without it fails CreateContainer, as under kubelet.
@@ -579,8 +612,10 @@ fn a_static_pod_that_references_api_objects_is_refused_at_decode_with_kubelets_r
         let line = format!("{} (document 0): {want}", path.display());
         assert!(err.contains(&line), "missing {line:?} in:\n{err}");
         let name = path.file_stem().unwrap().to_str().unwrap();
-        let (sandboxes, containers) =
-            podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", name);
+        let (sandboxes, containers) = podtrace_tests::runtime_objects_labelled(
+            "io.kubernetes.pod.name",
+            &podtrace_tests::static_name(name, &podtrace_tests::host_node()),
+        );
         assert!(sandboxes.is_empty() && containers.is_empty(), "{name}");
     }
 }
@@ -638,7 +673,10 @@ spec:
     let cat = |file: &str| exec(&uid, "app", &["cat", &format!("/etc/podinfo/{file}")]);
     assert_eq!(cat("labels"), "app=\"shop\"\ntier=\"front end\"");
     assert_eq!(cat("annotations"), "build=\"42\"");
-    assert_eq!(cat("name"), "podinfo");
+    assert_eq!(
+        cat("name"),
+        podtrace_tests::static_name("podinfo", run.doc["node"].as_str().unwrap())
+    );
     assert_eq!(cat("cpu_limit_millis"), "500");
     // 100M is 95.4 MiB: rounded up.
     assert_eq!(cat("mem/request_mi"), "96");
@@ -701,4 +739,69 @@ spec:
     assert!(ls.starts_with("-r--r-----"), "0440 is octal: {ls}");
     let env = exec(&uid, "app", &["sh", "-c", "echo \"$GREETING\""]);
     assert_eq!(env.trim(), "it's here");
+}
+
+#[test]
+fn a_static_pod_is_named_after_its_node_and_bound_to_it() {
+    // As kubelet runs a manifest: the pod is `<name>-<node>` with the node's name in
+    // lower case, spec.nodeName is the node whatever the file says, and the container
+    // sees both (its hostname, the downward API). A hostname is cut to 63 characters,
+    // never ending in a dash.
+    let pod_text = |name: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  nodeName: some-other-node
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: app
+    image: {IMAGE}
+    command: [sleep, "3600"]
+    env:
+    - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+    - {{name: NODE_NAME, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
+"#
+        )
+    };
+    // 62 characters, so `<name>-` is 63: the cut falls on the dash.
+    let long = format!("long-{}", "n".repeat(57));
+    let run = Running::start_with(
+        &[
+            ("named.yaml", pod_text("named")),
+            ("long.yaml", pod_text(&long)),
+        ],
+        &["--node-name", "Conformance-Node"],
+    );
+    assert_eq!(run.doc["node"], "conformance-node", "{:#}", run.doc);
+    for (name, hostname) in [
+        ("named", "named-conformance-node".to_string()),
+        (long.as_str(), long.clone()),
+    ] {
+        let p = pod(&run.doc, name);
+        assert_eq!(p["phase"], "Running", "{p:#}");
+        let full = format!("{name}-conformance-node");
+        assert_eq!(p["name"], full.as_str());
+        let uid = run.uid(name);
+        let seen = exec(
+            &uid,
+            "app",
+            &[
+                "sh",
+                "-c",
+                "echo \"$(cat /proc/sys/kernel/hostname) $POD_NAME $NODE_NAME\"",
+            ],
+        );
+        assert_eq!(
+            seen.trim(),
+            format!("{hostname} {full} conformance-node"),
+            "hostname, metadata.name and spec.nodeName inside the container"
+        );
+        // The runtime's sandbox carries the same name.
+        let (sandboxes, _) =
+            podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", &full);
+        assert_eq!(sandboxes.len(), 1, "{full}: {sandboxes:?}");
+    }
 }

@@ -53,7 +53,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
     agent.wait_for("four pods Running", Duration::from_secs(120), |pods| {
         PODS.iter().all(|n| {
             pods.iter()
-                .any(|p| p["name"] == *n && phase(p) == "Running")
+                .any(|p| p["name"] == agent.name(n).as_str() && phase(p) == "Running")
         })
     });
     let uids: Vec<String> = agent
@@ -77,7 +77,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["name"] == name)
+            .find(|p| p["name"] == agent.name(name).as_str())
             .unwrap_or_else(|| panic!("no timeline for {name}: {timeline:#}"));
         let stages: Vec<&str> = p["stages"]
             .as_array()
@@ -121,7 +121,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
     agent.wait_for("the pods adopted", Duration::from_secs(60), |pods| {
         PODS.iter().all(|n| {
             pods.iter()
-                .any(|p| p["name"] == *n && phase(p) == "Running")
+                .any(|p| p["name"] == agent.name(n).as_str() && phase(p) == "Running")
         })
     });
     for uid in &uids {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
 use podtrace_tests::agent::Agent;
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::{ip_in_subnet, podtrace_bin, require_lab, stderr, stdout};
+use podtrace_tests::{ip_in_subnet, podtrace_bin, require_lab, static_name, stderr, stdout};
 
 const PODS: &str = "\
 apiVersion: v1
@@ -52,7 +52,12 @@ fn diagnose(socket: &Path, extra: &[&str]) -> Option<Diagnosis> {
     serde_json::from_slice(&out.stdout).ok()
 }
 
+/// The agent's node: its pods are named `<manifest name>-diagnose`.
+const NODE: &str = "diagnose";
+
+/// The verdict on the pod of the manifest that names it `name`.
 fn verdict<'d>(d: &'d Diagnosis, name: &str) -> Option<&'d PodDiagnosis> {
+    let name = static_name(name, NODE);
     d.pods.iter().find(|p| p.name == name)
 }
 
@@ -64,7 +69,7 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
     // Short back-off, so the crashing container is restarted (and backed off) within
     // seconds rather than kubelet's 10 s.
     let agent = Agent::start(
-        "diagnose",
+        NODE,
         &[
             "--probes",
             probes.to_str().unwrap(),
@@ -147,13 +152,21 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
 
     // The table, for one pod.
     let out = Command::new(podtrace_bin())
-        .args(["diagnose", "--pod", "diag-crash", "--api-socket"])
+        .args([
+            "diagnose",
+            "--pod",
+            &agent.name("diag-crash"),
+            "--api-socket",
+        ])
         .arg(&agent.socket)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.starts_with("default/diag-crash  uid "), "{text}");
+    assert!(
+        text.starts_with("default/diag-crash-diagnose  uid "),
+        "{text}"
+    );
     assert!(
         text.contains("crash_loop  stage container_start:app: "),
         "{text}"

@@ -62,7 +62,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
         let made = names()
             .iter()
             .filter(|n| {
-                !podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", n)
+                !podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", &agent.name(n))
                     .0
                     .is_empty()
             })
@@ -91,7 +91,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
     let running = |pods: &[Value]| {
         names().iter().all(|n| {
             pods.iter()
-                .any(|p| p["name"] == *n && phase(p) == "Running")
+                .any(|p| p["name"] == agent.name(n).as_str() && phase(p) == "Running")
         })
     };
     agent.wait_for("all ten pods Running", Duration::from_secs(180), |pods| {

@@ -67,7 +67,11 @@ fn a_sandbox_is_seen_from_the_kernel() {
                     timeline.render()
                 )
             });
-        assert_eq!(add["pod_name"], POD, "{add}");
+        assert_eq!(
+            add["pod_name"],
+            podtrace_tests::static_name(POD, doc["node"].as_str().unwrap()).as_str(),
+            "{add}"
+        );
         assert_eq!(add["pod_namespace"], "default", "{add}");
         assert_eq!(add["infra_container_id"], sandbox.as_str(), "{add}");
         assert!(add["netns"].as_str().unwrap().contains("/netns/"), "{add}");

@@ -346,8 +346,10 @@ fn a_slice_systemd_refuses_is_exit_2_and_creates_nothing() {
         lines[0].contains(&unit) && lines[0].contains("systemd"),
         "names the slice and systemd: {err}"
     );
-    let (sandboxes, containers) =
-        runtime_objects_labelled("io.kubernetes.pod.name", "refused-slice");
+    let (sandboxes, containers) = runtime_objects_labelled(
+        "io.kubernetes.pod.name",
+        &podtrace_tests::static_name("refused-slice", &podtrace_tests::host_node()),
+    );
     assert!(
         sandboxes.is_empty() && containers.is_empty(),
         "{sandboxes:?} {containers:?}"

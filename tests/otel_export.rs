@@ -42,7 +42,7 @@ fn pod_with_image(name: &str, image: &str) -> String {
     )
 }
 
-/// podtrace's spans of the pod named `pod`, once its root arrived.
+/// podtrace's spans of the pod named `pod` (`<name>-<node>`), once its root arrived.
 fn pod_trace(receiver: &Receiver, pod: &str) -> Vec<ReceivedSpan> {
     let spans = receiver.wait_for(&format!("{pod}'s startup"), MINUTE, |spans| {
         spans
@@ -177,7 +177,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
         .output();
     agent.write("traced.yaml", &pod_with_image("traced", BIG10));
     agent.wait_pod("traced", "Running", MINUTE, |p| phase(p) == "Running");
-    let spans = pod_trace(&receiver, "traced");
+    let spans = pod_trace(&receiver, &agent.name("traced"));
     let root = one(&spans, |s| s.name == "pod_startup", "the root");
     assert_eq!(root.parent_span_id, "", "the root has no parent");
     assert_eq!(
@@ -295,7 +295,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
         &again.endpoint(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let exported = pod_trace(&again, "traced");
+    let exported = pod_trace(&again, &agent.name("traced"));
     let mut live = spans.clone();
     live.sort();
     let mut file = exported;
@@ -329,7 +329,7 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
     );
     agent.write("first.yaml", &pod_yaml("first"));
     agent.wait_pod("first", "Running", MINUTE, |p| phase(p) == "Running");
-    let sent = pod_trace(&receiver, "first").len();
+    let sent = pod_trace(&receiver, &agent.name("first")).len();
     assert!(sent > 5);
     receiver.stop();
     agent.write("second.yaml", &pod_yaml("second"));
@@ -365,7 +365,7 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["name"] == name)
+            .find(|p| p["name"] == agent.name(name).as_str())
             .unwrap_or_else(|| panic!("{name} is not in the trace"));
         assert!(
             pod["stages"]
@@ -513,8 +513,10 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
         let deadline = Instant::now() + MINUTE;
         let stages = loop {
             let timeline = agent.timeline();
-            let stages: Vec<serde_json::Value> =
-                stages_of(&timeline, &name).into_iter().cloned().collect();
+            let stages: Vec<serde_json::Value> = stages_of(&timeline, &agent.name(&name))
+                .into_iter()
+                .cloned()
+                .collect();
             let refs: Vec<&serde_json::Value> = stages.iter().collect();
             if stage_named(&refs, "runtime:network_setup").is_some()
                 && stage_named(&refs, "runtime:task_start").is_some()
@@ -536,7 +538,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
             "{name}: the sandbox image was back on the node before its sandbox (attempt {attempt})"
         );
     }
-    let name = found.expect("a sandbox whose image the runtime pulled");
+    let name = agent.name(&found.expect("a sandbox whose image the runtime pulled"));
 
     // The exported trace: one tree. Every containerd span in the pod's trace hangs under
     // a span podtrace exported, and every CRI call has the runtime's server span.

@@ -159,8 +159,9 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
         e,
         format!(
             "{}: document 1 not read: kubelet reads only a manifest's first YAML document \
-             (it read document 0, pod default/good-one); put each pod in a file of its own",
-            not_pod.display()
+             (it read document 0, pod default/{}); put each pod in a file of its own",
+            not_pod.display(),
+            podtrace_tests::static_name("good-one", doc["node"].as_str().unwrap())
         )
     );
     let e = find(&no_image);
@@ -232,8 +233,10 @@ fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
             && lines[0].contains("the runtime says /"),
         "names the directory, where it came from and what the runtime said: {err}"
     );
-    let (sandboxes, containers) =
-        podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", "no-cni-dir");
+    let (sandboxes, containers) = podtrace_tests::runtime_objects_labelled(
+        "io.kubernetes.pod.name",
+        &podtrace_tests::static_name("no-cni-dir", &podtrace_tests::host_node()),
+    );
     assert!(
         sandboxes.is_empty() && containers.is_empty(),
         "{sandboxes:?} {containers:?}"

@@ -119,7 +119,7 @@ fn a_sidecar_with_a_startup_probe_gates_the_app_restarts_and_stops_last() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "meshed")
+        .find(|p| p["name"] == agent.name("meshed").as_str())
         .expect("meshed's timeline")["stages"]
         .as_array()
         .unwrap()

@@ -134,6 +134,8 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         "the recorded stages differ from a rebuild of the same records"
     );
 
+    // Static pods run as `<name>-<node>`.
+    let node = doc["node"].as_str().unwrap();
     let mut sandbox_of: BTreeMap<String, String> = BTreeMap::new();
     let mut containers_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for name in &names {
@@ -169,7 +171,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         let p = timeline
             .pods
             .iter()
-            .find(|p| &p.name == name)
+            .find(|p| p.name == podtrace_tests::static_name(name, node))
             .unwrap_or_else(|| panic!("no timeline for {name}"));
         let sandbox = &sandbox_of[&p.uid];
         let mine = &containers_of[&p.uid];
@@ -334,11 +336,12 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     }
 
     // What the command prints for one pod.
-    let out = timeline_cli(&[trace_path.to_str().unwrap(), "--pod", &names[2]]);
+    let third = podtrace_tests::static_name(&names[2], node);
+    let out = timeline_cli(&[trace_path.to_str().unwrap(), "--pod", &third]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     eprintln!("{text}");
-    assert!(text.starts_with(&format!("default/{}", names[2])), "{text}");
+    assert!(text.starts_with(&format!("default/{third}")), "{text}");
     for plugin in PLUGINS {
         assert!(text.contains(&format!("cni_plugin:{plugin}")), "{text}");
     }
@@ -466,7 +469,7 @@ fn the_live_agent_serves_its_timelines() {
         "--api-socket",
         &socket,
         "--pod",
-        "timeline-live",
+        &agent.name("timeline-live"),
         "-o",
         "json",
     ]);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Scratch, lab, podtrace_bin};
+use super::{Scratch, lab, podtrace_bin, static_name};
 
 pub struct Agent {
     pub scratch: Scratch,
@@ -224,12 +224,21 @@ impl Agent {
         )
     }
 
-    pub fn pod(&self, name: &str) -> Option<Value> {
-        self.pods().into_iter().find(|p| p["name"] == name)
+    /// The name this agent's node gives the pod a manifest names `name`.
+    pub fn name(&self, name: &str) -> String {
+        static_name(name, &self.node)
     }
 
-    /// The columns of pod `name`'s row in `podtrace pods` (the table, as kubectl prints it).
+    /// The pod of the manifest that names it `name`.
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let full = self.name(name);
+        self.pods().into_iter().find(|p| p["name"] == full.as_str())
+    }
+
+    /// The columns of the row in `podtrace pods` (the table, as kubectl prints it) of the
+    /// pod of the manifest that names it `name`.
     pub fn table_row(&self, name: &str) -> Vec<String> {
+        let name = self.name(name);
         let out = Command::new(podtrace_bin())
             .args(["pods", "--api-socket"])
             .arg(&self.socket)
@@ -245,12 +254,14 @@ impl Agent {
             .unwrap_or_else(|| panic!("no row for {name} in podtrace pods:\n{text}"))
     }
 
+    /// The events of the pod of the manifest that names it `pod`.
     pub fn events(&self, pod: &str) -> Vec<Value> {
+        let pod = self.name(pod);
         self.api("events")
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default()
             .into_iter()
-            .filter(|e| e["pod"] == pod)
+            .filter(|e| e["pod"] == pod.as_str())
             .collect()
     }
 
@@ -279,7 +290,8 @@ impl Agent {
         }
     }
 
-    /// Waits until pod `name` satisfies `check` and returns its record.
+    /// Waits until the pod of the manifest that names it `name` satisfies `check`, and
+    /// returns its record.
     pub fn wait_pod(
         &self,
         name: &str,
@@ -287,10 +299,13 @@ impl Agent {
         limit: Duration,
         check: impl Fn(&Value) -> bool,
     ) -> Value {
+        let name = self.name(name);
         let pods = self.wait_for(&format!("{name}: {what}"), limit, |pods| {
-            pods.iter().any(|p| p["name"] == name && check(p))
+            pods.iter().any(|p| p["name"] == name.as_str() && check(p))
         });
-        pods.into_iter().find(|p| p["name"] == name).unwrap()
+        pods.into_iter()
+            .find(|p| p["name"] == name.as_str())
+            .unwrap()
     }
 }
 

@@ -161,12 +161,31 @@ impl Default for Scratch {
     }
 }
 
-/// The pod named `name` in a `podtrace run --json` document.
+/// The name kubelet gives the static pod a manifest names `name`, on node `node` (a
+/// node name is in lower case): `<name>-<node>`.
+pub fn static_name(name: &str, node: &str) -> String {
+    format!("{name}-{node}")
+}
+
+/// The node name `podtrace run` takes when given none: the host's name, in lower case.
+pub fn host_node() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("the host name")
+        .trim()
+        .to_lowercase()
+}
+
+/// The pod of the manifest that names it `name`, in a `podtrace run --json` document,
+/// which names the node (so the pod is `<name>-<node>`).
 pub fn pod<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    let node = doc["node"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no node in {doc:#}"));
+    let full = static_name(name, node);
     doc["pods"]
         .as_array()
-        .and_then(|pods| pods.iter().find(|p| p["name"] == name))
-        .unwrap_or_else(|| panic!("no pod {name} in {doc:#}"))
+        .and_then(|pods| pods.iter().find(|p| p["name"] == full.as_str()))
+        .unwrap_or_else(|| panic!("no pod {full} (manifest name {name}) in {doc:#}"))
 }
 
 pub use xtask::lab::ip_in_subnet;

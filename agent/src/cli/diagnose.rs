@@ -42,16 +42,24 @@ pub async fn run(args: &DiagnoseArgs) -> ExitCode {
     };
     let diagnosis = match &args.pod {
         Some(pod) => {
+            let names: Vec<String> = diagnosis
+                .pods
+                .iter()
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .collect();
             let d = diagnosis.only(pod);
             if d.pods.is_empty() {
-                eprintln!("podtrace: no pod {pod:?} to diagnose");
+                eprintln!(
+                    "podtrace: {}",
+                    super::no_such_pod(pod, "to diagnose", names)
+                );
                 return ExitCode::from(super::EXIT_BAD_INPUT);
             }
             d
         }
         None => diagnosis,
     };
-    if args.output == "json" {
+    if args.output == super::output::Output::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(&diagnosis).expect("a diagnosis serializes")

@@ -9,6 +9,7 @@ pub mod kernel_events;
 mod kubelet_args;
 pub mod malloc;
 mod node;
+mod output;
 mod pod_printer;
 mod pods;
 mod progress;
@@ -33,6 +34,26 @@ use crate::cri::{CriClient, CriError, Endpoint, Timeouts};
 
 /// Exit code for bad input: an unusable endpoint, unreadable manifests.
 pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// The error for a `--pod`/POD argument that names no pod: it lists the pods there are,
+/// since a static pod runs under its node's name (`web` in a manifest is `web-<node>`).
+fn no_such_pod(query: &str, place: &str, pods: impl IntoIterator<Item = String>) -> String {
+    const SHOWN: usize = 10;
+    let pods: Vec<String> = pods.into_iter().collect();
+    let listed = match pods.len() {
+        0 => format!("there is no pod {place}"),
+        n if n <= SHOWN => format!("the pods are {}", pods.join(", ")),
+        n => format!(
+            "the pods include {} and {} more",
+            pods[..SHOWN].join(", "),
+            n - SHOWN
+        ),
+    };
+    format!(
+        "no pod {query:?} {place} ({listed}; a static pod is named <name>-<node name>); \
+         name a pod as NAME, NAMESPACE/NAME or UID"
+    )
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -232,5 +253,28 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Export(args) => export::run(&args).await,
         Command::BenchDirect(args) => bench_direct::run(&args).await,
         Command::BenchSeeing(args) => bench_seeing::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::no_such_pod;
+
+    #[test]
+    fn an_unknown_pod_is_answered_with_the_pods_there_are() {
+        let pods = [
+            "default/web-node-a".to_string(),
+            "kube-system/dns-node-a".into(),
+        ];
+        assert_eq!(
+            no_such_pod("web", "in the timeline", pods),
+            "no pod \"web\" in the timeline (the pods are default/web-node-a, \
+             kube-system/dns-node-a; a static pod is named <name>-<node name>); name a pod \
+             as NAME, NAMESPACE/NAME or UID"
+        );
+        let many = (0..12).map(|i| format!("default/p{i}-n"));
+        let text = no_such_pod("x", "to diagnose", many);
+        assert!(text.contains("default/p9-n and 2 more"), "{text}");
+        assert!(no_such_pod("x", "in the traces", []).contains("there is no pod in the traces"));
     }
 }

@@ -6,8 +6,9 @@ use crate::kuberuntime::{HostDns, RuntimeConfig};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct NodeArgs {
-    /// Node name (kubelet's --hostname-override). Default: the host name.
-    #[arg(long, value_name = "NAME")]
+    /// Node name (kubelet's --hostname-override), in lower case as kubelet takes it.
+    /// Default: the host name. Static pods are named `<name>-<node name>`.
+    #[arg(long, value_name = "NAME", value_parser = parse_node_name)]
     pub node_name: Option<String>,
     /// kubelet's --root-dir: pod directories and volumes.
     #[arg(long, default_value = "/var/lib/podtrace", value_name = "DIR")]
@@ -18,6 +19,15 @@ pub struct NodeArgs {
     /// RuntimeClass name to CRI runtime handler, repeatable: NAME=HANDLER.
     #[arg(long = "runtime-class", value_name = "NAME=HANDLER", value_parser = parse_pair)]
     pub runtime_classes: Vec<(String, String)>,
+}
+
+/// kubelet's `GetHostname`: trimmed, in lower case, and not empty.
+fn parse_node_name(s: &str) -> Result<String, String> {
+    let name = s.trim().to_lowercase();
+    if name.is_empty() {
+        return Err("empty node name".into());
+    }
+    Ok(name)
 }
 
 fn parse_pair(s: &str) -> Result<(String, String), String> {

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::output::Output;
 use super::pod_printer::{api_pod, pod_list, pod_row};
 use crate::syncloop::api;
 use crate::syncloop::clock::wall_now;
@@ -14,8 +15,8 @@ pub struct ApiArgs {
     #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
     pub socket: PathBuf,
     /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
 }
 
 pub async fn pods(args: &ApiArgs) -> ExitCode {
@@ -28,7 +29,7 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
     };
     let records = doc["pods"].as_array().cloned().unwrap_or_default();
     let pods: Vec<_> = records.iter().map(api_pod).collect();
-    if args.output == "json" {
+    if args.output == Output::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(&pod_list(&pods)).unwrap_or_default()
@@ -85,7 +86,29 @@ pub async fn events(args: &EventsArgs) -> ExitCode {
         .flatten()
         .filter(|e| args.pod.as_deref().is_none_or(|p| e["pod"] == p))
         .collect();
-    if args.api.output == "json" {
+    if let Some(pod) = &args.pod
+        && events.is_empty()
+    {
+        // Not an error (a pod may have no events yet), but a name that matches nothing
+        // is most often a manifest's name where the pod's is wanted.
+        let mut named: Vec<&str> = doc["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["pod"].as_str())
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        eprintln!(
+            "podtrace: no events of pod {pod:?}; pods with events: {} (a static pod is named <name>-<node name>)",
+            if named.is_empty() {
+                "none".to_string()
+            } else {
+                named.join(", ")
+            }
+        );
+    }
+    if args.api.output == Output::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(&events).unwrap_or_default()

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use super::output::ReplayOutput;
 use crate::replay::{Tolerance, WhatIf, compare, replay};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -33,8 +34,8 @@ pub struct ReplayArgs {
     #[arg(long, hide = true)]
     pub timing: bool,
     /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
-    pub output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ReplayOutput::Text)]
+    pub output: ReplayOutput,
 }
 
 fn parse_scale(s: &str) -> Result<(String, f64), String> {
@@ -90,7 +91,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
             cmp.ok()
         };
         all_ok &= ok;
-        if args.output == "json" {
+        if args.output == ReplayOutput::Json {
             docs.push(cmp);
         } else {
             progress.suspend(|| {
@@ -102,7 +103,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         }
     }
     progress.finish();
-    if args.output == "json"
+    if args.output == ReplayOutput::Json
         && let Err(e) = write_json(&docs)
     {
         eprintln!("podtrace: writing the comparison: {e}");

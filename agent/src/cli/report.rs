@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::output::ReportFormat;
 use crate::report::{self, TraceInput};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -16,9 +17,8 @@ pub struct ReportArgs {
     /// Output format. `perfetto` writes Perfetto's native protobuf trace (binary: redirect
     /// it to a `.pftrace` file and open it in ui.perfetto.dev); `chrome-json` writes
     /// Chrome JSON trace events, which Perfetto, chrome://tracing and speedscope read.
-    #[arg(short = 'o', long = "output", default_value = "table",
-          value_parser = ["table", "json", "markdown", "perfetto", "chrome-json"])]
-    pub output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = ReportFormat::Table)]
+    pub output: ReportFormat,
     /// Also draw the first pod's waterfall and the stage latency distributions here.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
@@ -28,7 +28,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(args: &ReportArgs) -> ExitCode {
-    if args.output == "perfetto" && std::io::stdout().is_terminal() {
+    if args.output == ReportFormat::Perfetto && std::io::stdout().is_terminal() {
         eprintln!(
             "podtrace: -o perfetto writes a binary trace; redirect it to a file \
              (podtrace report -o perfetto TRACE > startup.pftrace)"
@@ -36,12 +36,20 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let mut inputs = Vec::new();
+    // Every pod in the traces, to name when --pod matches none.
+    let mut names = std::collections::BTreeSet::new();
     for path in &args.traces {
         let trace = match super::trace_file::read(path) {
             Ok(t) => t,
             Err(code) => return code,
         };
         let mut timeline = super::timeline::from_records(&trace.records);
+        names.extend(
+            timeline
+                .pods
+                .iter()
+                .map(|p| format!("{}/{}", p.namespace, p.name)),
+        );
         if let Some(pod) = &args.pod {
             timeline = timeline.only(pod);
         }
@@ -57,7 +65,10 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     if let Some(pod) = &args.pod
         && inputs.iter().all(|t| t.timeline.pods.is_empty())
     {
-        eprintln!("podtrace: no pod {pod:?} in the traces");
+        eprintln!(
+            "podtrace: {}",
+            super::no_such_pod(pod, "in the traces", names)
+        );
         return ExitCode::FAILURE;
     }
     if let Some(path) = &args.svg
@@ -66,20 +77,15 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         eprintln!("podtrace: --svg {}: {e}", path.display());
         return ExitCode::FAILURE;
     }
-    let text = match args.output.as_str() {
-        "perfetto" => return write_stdout(&report::perfetto_trace(&inputs)),
-        "chrome-json" => format!("{}\n", report::chrome_trace(&inputs)),
-        output => {
-            let r = report::build(&inputs);
-            match output {
-                "json" => format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&r).expect("a report serializes")
-                ),
-                "markdown" => report::markdown(&r),
-                _ => report::table(&r),
-            }
-        }
+    let text = match args.output {
+        ReportFormat::Perfetto => return write_stdout(&report::perfetto_trace(&inputs)),
+        ReportFormat::ChromeJson => format!("{}\n", report::chrome_trace(&inputs)),
+        ReportFormat::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&report::build(&inputs)).expect("a report serializes")
+        ),
+        ReportFormat::Markdown => report::markdown(&report::build(&inputs)),
+        ReportFormat::Table => report::table(&report::build(&inputs)),
     };
     write_stdout(text.as_bytes())
 }

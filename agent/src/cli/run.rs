@@ -434,6 +434,7 @@ async fn until_ready(
     let running = outcomes.iter().filter(|o| o.all_running()).count();
     if args.json {
         let doc = serde_json::json!({
+            "node": node,
             "pods": outcomes,
             "manifest_errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
             "cleaned_up": args.cleanup && !cleanup_failed,

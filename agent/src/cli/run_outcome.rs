@@ -276,7 +276,6 @@ mod tests {
             running_at: Some(1),
             all_started_at: None,
             init_runs: BTreeMap::new(),
-            terminated: false,
             events: Vec::new(),
         }
     }

@@ -46,16 +46,24 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
     };
     let timeline = match &args.pod {
         Some(pod) => {
+            let names: Vec<String> = timeline
+                .pods
+                .iter()
+                .map(|p| format!("{}/{}", p.namespace, p.name))
+                .collect();
             let t = timeline.only(pod);
             if t.pods.is_empty() {
-                eprintln!("podtrace: no pod {pod:?} in the timeline");
+                eprintln!(
+                    "podtrace: {}",
+                    super::no_such_pod(pod, "in the timeline", names)
+                );
                 return ExitCode::FAILURE;
             }
             t
         }
         None => timeline,
     };
-    if args.output == "json" {
+    if args.output == super::output::Output::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(&timeline).expect("a timeline serializes")

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::output::Output;
 use crate::syncloop::api;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -17,6 +18,6 @@ pub struct TraceOrAgentArgs {
     #[arg(long = "api-socket", default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
     pub socket: PathBuf,
     /// Output format.
-    #[arg(short = 'o', long = "output", default_value = "table", value_parser = ["table", "json"])]
-    pub output: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
 }

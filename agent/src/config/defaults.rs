@@ -1,19 +1,19 @@
 //! The API server's defaults for the fields podtrace reads, applied the way kubelet's file
-//! source gets them when it decodes a static pod.
+//! source gets them when it decodes a static pod (what the node adds, its name among them,
+//! comes after: `static_pod`).
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 pub const DEFAULT_TERMINATION_GRACE_PERIOD: i64 = 30;
 
-pub fn apply(pod: &mut Pod, node_name: &str) {
+pub fn apply(pod: &mut Pod) {
     let meta = &mut pod.metadata;
     meta.namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
     let Some(spec) = pod.spec.as_mut() else {
         return;
     };
-    spec.node_name.get_or_insert_with(|| node_name.to_string());
     spec.restart_policy.get_or_insert_with(|| "Always".into());
     spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
     spec.termination_grace_period_seconds

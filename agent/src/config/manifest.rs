@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{api_references, defaults, uid, validate};
+use super::{api_references, defaults, static_pod, validate};
 
 /// Where a pod came from: the file and the 0-based index of the YAML document within it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -70,7 +70,8 @@ pub enum ManifestError {
         source_at: PodSource,
         field: String,
         problem: String,
-        /// The pod's namespace and name, when the document names one.
+        /// The pod's namespace and name (`<name>-<node>`, as it would run), when the
+        /// document names one.
         pod: Option<Box<(String, String)>>,
     },
 }
@@ -292,8 +293,10 @@ fn parse_pod(
             found,
         });
     }
+    // A pod refused below is still shown where it would be: under the name it would
+    // run as.
     let named = value.get("metadata").and_then(|m| {
-        let name = m.get("name")?.as_str()?.to_string();
+        let name = static_pod::static_pod_name(m.get("name")?.as_str()?, node_name);
         let ns = m
             .get("namespace")
             .and_then(|n| n.as_str())
@@ -320,9 +323,11 @@ fn parse_pod(
         problem,
         pod: named.clone(),
     };
-    // kubelet's decode of a static pod: defaults (the node's name included), validation,
-    // then the ban on API references; only then what podtrace itself cannot run.
-    defaults::apply(&mut pod, node_name);
+    // kubelet's decode of a static pod: the API's defaults, then the file source's (the
+    // UID, the name `<name>-<node>`, the node's name), validation, then the ban on API
+    // references; only then what podtrace itself cannot run.
+    defaults::apply(&mut pod);
+    static_pod::apply(&mut pod, node_name, &source_at.file);
     validate::validate(&pod).map_err(refused)?;
     if let Some((field, resource)) = api_references::api_object_reference(&pod).map_err(refused)? {
         return Err(refused((
@@ -331,8 +336,6 @@ fn parse_pod(
         )));
     }
     validate::supported(&pod).map_err(refused)?;
-    let uid = uid::static_pod_uid(&pod, node_name, &source_at.file);
-    pod.metadata.uid = Some(uid);
     Ok(pod)
 }
 
@@ -366,12 +369,16 @@ mod tests {
             .iter()
             .map(|p| p.pod.metadata.name.clone().unwrap())
             .collect();
-        assert_eq!(names, ["web"]);
+        assert_eq!(
+            names,
+            ["web-node-a"],
+            "kubelet names a static pod <name>-<node>"
+        );
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(
             errors[0].to_string(),
             "pods.yaml: documents 2, 3 not read: kubelet reads only a manifest's first YAML \
-             document (it read document 0, pod default/web); put each pod in a file of its own"
+             document (it read document 0, pod default/web-node-a); put each pod in a file of its own"
         );
     }
 

@@ -1,12 +1,15 @@
-//! canAdmitPod: whether a new pod fits the node next to the pods already admitted. kubelet's
-//! predicate admit handler: allocatable CPU and memory (by requests), max pods, and
-//! host-port conflicts. A rejection carries kubelet's reason and message.
+//! canAdmitPod: whether a new pod may run on the node next to the pods already admitted,
+//! with kubelet's admit handlers in their order (the predicate handler's OS checks and
+//! supplemental-groups policy, then its general filter: room for the pod's requests and
+//! the pod count, node affinity, free host ports; then AppArmor). The first check that
+//! fails decides, with kubelet's reason and message.
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::{Deserialize, Serialize};
 
+use super::node_admission::{self, NodeFacts};
 use super::quantity;
 
 /// What the node offers to pods.
@@ -104,12 +107,34 @@ fn insufficient(resource: &str, requested: i64, used: i64, capacity: i64) -> Rej
     }
 }
 
-/// Admits `pod` if it fits beside `admitted` on a node with `node` allocatable.
+/// Admits `pod` beside `admitted` on a node with `allocatable` and, when known, the
+/// node's `facts` (labels, what the host and runtime enforce), in kubelet's order.
 pub fn can_admit_pod(
     pod: &Pod,
     admitted: &[&Pod],
-    node: &NodeAllocatable,
+    allocatable: &NodeAllocatable,
+    facts: Option<&NodeFacts>,
 ) -> Result<(), Rejection> {
+    // The predicate handler: first what preemption could not help.
+    node_admission::os_matches(pod)?;
+    if let Some(facts) = facts {
+        node_admission::supplemental_groups_policy(pod, facts)?;
+    }
+    // Its general filter (the scheduler's AdmissionCheck), first failure first.
+    fits_resources(pod, admitted, allocatable)?;
+    if let Some(facts) = facts {
+        node_admission::node_affinity(pod, facts)?;
+    }
+    host_ports_free(pod, admitted)?;
+    // The AppArmor admit handler comes after the predicate handler.
+    if let Some(facts) = facts {
+        node_admission::apparmor(pod, facts)?;
+    }
+    Ok(())
+}
+
+/// noderesources' Fits: the pod count, then CPU and memory by requests.
+fn fits_resources(pod: &Pod, admitted: &[&Pod], node: &NodeAllocatable) -> Result<(), Rejection> {
     if admitted.len() + 1 > node.max_pods {
         return Err(insufficient(
             "pods",
@@ -129,6 +154,11 @@ pub fn can_admit_pod(
     if mem > 0 && used_mem + mem > node.memory_bytes {
         return Err(insufficient("memory", mem, used_mem, node.memory_bytes));
     }
+    Ok(())
+}
+
+/// nodeports' Fits: no host port the pod asks for is taken.
+fn host_ports_free(pod: &Pod, admitted: &[&Pod]) -> Result<(), Rejection> {
     let wanted = host_ports(pod);
     let taken: Vec<HostPort> = admitted.iter().flat_map(|p| host_ports(p)).collect();
     if let Some(p) = wanted
@@ -167,7 +197,7 @@ mod tests {
     #[test]
     fn admits_what_fits() {
         let a = pod(SMALL);
-        assert_eq!(can_admit_pod(&pod(SMALL), &[&a, &a], &node()), Ok(()));
+        assert_eq!(can_admit_pod(&pod(SMALL), &[&a, &a], &node(), None), Ok(()));
     }
 
     #[test]
@@ -175,7 +205,7 @@ mod tests {
         let big = pod(
             "metadata: {name: b}\nspec: {containers: [{name: a, resources: {requests: {cpu: '3'}}}]}",
         );
-        let r = can_admit_pod(&big, &[], &node()).unwrap_err();
+        let r = can_admit_pod(&big, &[], &node(), None).unwrap_err();
         assert_eq!(r.reason, "OutOfcpu");
         assert_eq!(
             r.message,
@@ -189,7 +219,7 @@ mod tests {
         let m = pod(
             "metadata: {name: m}\nspec: {containers: [{name: a, resources: {limits: {memory: 900Mi}}}]}",
         );
-        let r = can_admit_pod(&m, &[&a, &a], &node()).unwrap_err();
+        let r = can_admit_pod(&m, &[&a, &a], &node(), None).unwrap_err();
         assert_eq!(r.reason, "OutOfmemory");
     }
 
@@ -204,7 +234,7 @@ mod tests {
     #[test]
     fn max_pods() {
         let a = pod(SMALL);
-        let r = can_admit_pod(&pod(SMALL), &[&a, &a, &a], &node()).unwrap_err();
+        let r = can_admit_pod(&pod(SMALL), &[&a, &a, &a], &node(), None).unwrap_err();
         assert_eq!(r.reason, "OutOfpods");
     }
 
@@ -220,9 +250,53 @@ mod tests {
             "metadata: {name: c}\nspec: {containers: [{name: a, ports: [{containerPort: 81, hostPort: 8080, protocol: UDP}]}]}",
         );
         assert_eq!(
-            can_admit_pod(&b, &[&a], &node()).unwrap_err().reason,
+            can_admit_pod(&b, &[&a], &node(), None).unwrap_err().reason,
             "NodePorts"
         );
-        assert_eq!(can_admit_pod(&udp, &[&a], &node()), Ok(()));
+        assert_eq!(can_admit_pod(&udp, &[&a], &node(), None), Ok(()));
+    }
+
+    /// A pod failing several checks gets the reason of the first in kubelet's order:
+    /// OS, supplemental groups, resources, node affinity, host ports, AppArmor.
+    #[test]
+    fn the_first_failing_check_in_kubelets_order_decides() {
+        let facts = NodeFacts::new("node-a", "x86_64", &Default::default());
+        let holder = pod(
+            "metadata: {name: h}\nspec: {containers: [{name: a, ports: [{containerPort: 80, hostPort: 8080}]}]}",
+        );
+        // Each pod fails its own check and every later one.
+        let apparmor = "{appArmorProfile: {type: RuntimeDefault}}";
+        let port = "[{containerPort: 81, hostPort: 8080}]";
+        let cases = [
+            (
+                "metadata: {name: p, labels: {kubernetes.io/os: windows}}\nspec: {securityContext: {supplementalGroupsPolicy: Strict}, nodeSelector: {disktype: hdd}, containers: [{name: a, resources: {requests: {cpu: '3'}}, ports: PORT, securityContext: AA}]}",
+                "PodOSSelectorNodeLabelDoesNotMatch",
+            ),
+            (
+                "metadata: {name: p}\nspec: {securityContext: {supplementalGroupsPolicy: Strict}, nodeSelector: {disktype: hdd}, containers: [{name: a, resources: {requests: {cpu: '3'}}, ports: PORT, securityContext: AA}]}",
+                "SupplementalGroupsPolicyNotSupported",
+            ),
+            (
+                "metadata: {name: p}\nspec: {nodeSelector: {disktype: hdd}, containers: [{name: a, resources: {requests: {cpu: '3'}}, ports: PORT, securityContext: AA}]}",
+                "OutOfcpu",
+            ),
+            (
+                "metadata: {name: p}\nspec: {nodeSelector: {disktype: hdd}, containers: [{name: a, ports: PORT, securityContext: AA}]}",
+                "NodeAffinity",
+            ),
+            (
+                "metadata: {name: p}\nspec: {containers: [{name: a, ports: PORT, securityContext: AA}]}",
+                "NodePorts",
+            ),
+            (
+                "metadata: {name: p}\nspec: {containers: [{name: a, securityContext: AA}]}",
+                "AppArmor",
+            ),
+        ];
+        for (yaml, reason) in cases {
+            let p = pod(&yaml.replace("PORT", port).replace("AA", apparmor));
+            let r = can_admit_pod(&p, &[&holder], &node(), Some(&facts)).expect_err(reason);
+            assert_eq!(r.reason, reason, "{yaml}: {r:?}");
+        }
     }
 }

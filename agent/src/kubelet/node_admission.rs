@@ -1,8 +1,9 @@
-//! The admission checks kubelet makes against the node itself rather than its room:
-//! required node affinity and `nodeSelector` against the node's labels (the predicate
-//! admit handler's NodeAffinity), `supplementalGroupsPolicy: Strict` on a runtime that
-//! cannot do it, and AppArmor profiles on a host without AppArmor. Each rejection carries
-//! kubelet's reason and message.
+//! The admission checks kubelet makes against the node itself rather than its room: the
+//! pod's OS, required node affinity and `nodeSelector` against the node's labels (the
+//! predicate admit handler's NodeAffinity), `supplementalGroupsPolicy: Strict` on a
+//! runtime that cannot do it, and AppArmor profiles on a host without AppArmor. Each
+//! rejection carries kubelet's reason and message; `admission::can_admit_pod` runs them
+//! in kubelet's order.
 
 use std::collections::BTreeMap;
 
@@ -56,17 +57,36 @@ impl NodeFacts {
     }
 }
 
-/// kubelet's checks of `pod` against the node, in its order: node affinity, the
-/// supplemental groups policy, AppArmor.
-pub fn admit_on_node(pod: &Pod, node: &NodeFacts) -> Result<(), Rejection> {
-    if !required_node_affinity_matches(pod, node) {
+/// The node's operating system, as kubelet's `runtime.GOOS`.
+const NODE_OS: &str = "linux";
+
+/// The predicate handler's first checks: a `kubernetes.io/os` pod label other than the
+/// node's OS, then a `spec.os.name` other than it.
+pub fn os_matches(pod: &Pod) -> Result<(), Rejection> {
+    let label = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("kubernetes.io/os"));
+    if label.is_some_and(|os| os != NODE_OS) {
         return Err(Rejection {
-            reason: "NodeAffinity".into(),
-            message:
-                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
-                    .into(),
+            reason: "PodOSSelectorNodeLabelDoesNotMatch".into(),
+            message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+                .into(),
         });
     }
+    let os = pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if os.is_some_and(|os| os.name != NODE_OS) {
+        return Err(Rejection {
+            reason: "PodOSNotSupported".into(),
+            message: "Failed to admit pod as the OS field doesn't match node OS".into(),
+        });
+    }
+    Ok(())
+}
+
+/// `supplementalGroupsPolicy: Strict` on a node whose runtime cannot apply it.
+pub fn supplemental_groups_policy(pod: &Pod, node: &NodeFacts) -> Result<(), Rejection> {
     let strict = pod
         .spec
         .as_ref()
@@ -79,6 +99,24 @@ pub fn admit_on_node(pod: &Pod, node: &NodeFacts) -> Result<(), Rejection> {
             message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
         });
     }
+    Ok(())
+}
+
+/// Required node affinity and `nodeSelector` against the node's labels.
+pub fn node_affinity(pod: &Pod, node: &NodeFacts) -> Result<(), Rejection> {
+    if !required_node_affinity_matches(pod, node) {
+        return Err(Rejection {
+            reason: "NodeAffinity".into(),
+            message:
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                    .into(),
+        });
+    }
+    Ok(())
+}
+
+/// An AppArmor profile other than Unconfined on a host that does not enforce AppArmor.
+pub fn apparmor(pod: &Pod, node: &NodeFacts) -> Result<(), Rejection> {
     if apparmor_required(pod) && !node.apparmor {
         return Err(Rejection {
             reason: "AppArmor".into(),
@@ -259,8 +297,7 @@ mod tests {
     #[test]
     fn each_refusal_has_kubelets_reason_and_message() {
         let n = node();
-        let refused = |spec: &str| admit_on_node(&pod(spec), &n).unwrap_err();
-        let r = refused("  nodeSelector: {disktype: hdd}\n");
+        let r = node_affinity(&pod("  nodeSelector: {disktype: hdd}\n"), &n).unwrap_err();
         assert_eq!(
             (r.reason.as_str(), r.message.as_str()),
             (
@@ -268,37 +305,59 @@ mod tests {
                 "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
             )
         );
-        let r = refused("  securityContext: {supplementalGroupsPolicy: Strict}\n");
+        let strict = pod("  securityContext: {supplementalGroupsPolicy: Strict}\n");
+        let r = supplemental_groups_policy(&strict, &n).unwrap_err();
         assert_eq!(r.reason, "SupplementalGroupsPolicyNotSupported");
         assert_eq!(
             r.message,
             "SupplementalGroupsPolicy=Strict is not supported in this node"
         );
-        let r = refused("  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n");
+        let confined = pod("  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n");
+        let r = apparmor(&confined, &n).unwrap_err();
         assert_eq!(r.reason, "AppArmor");
         assert_eq!(
             r.message,
             "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         );
         // Unconfined asks nothing of the host; Merge nothing of the runtime.
-        assert!(
-            admit_on_node(
-                &pod("  securityContext: {appArmorProfile: {type: Unconfined}, supplementalGroupsPolicy: Merge}\n"),
-                &n
-            )
-            .is_ok()
+        let lax = pod(
+            "  securityContext: {appArmorProfile: {type: Unconfined}, supplementalGroupsPolicy: Merge}\n",
         );
+        assert!(apparmor(&lax, &n).is_ok() && supplemental_groups_policy(&lax, &n).is_ok());
         let able = NodeFacts {
             apparmor: true,
             supplemental_groups_policy: true,
             ..node()
         };
-        assert!(
-            admit_on_node(
-                &pod("  securityContext: {appArmorProfile: {type: RuntimeDefault}, supplementalGroupsPolicy: Strict}\n"),
-                &able
-            )
-            .is_ok()
+        assert!(apparmor(&confined, &able).is_ok());
+        assert!(supplemental_groups_policy(&strict, &able).is_ok());
+    }
+
+    #[test]
+    fn a_pod_for_another_os_is_refused_by_label_then_by_field() {
+        let labelled: Pod = serde_yaml::from_str(
+            "metadata: {name: p, labels: {kubernetes.io/os: windows}}\nspec: {os: {name: windows}, containers: [{name: a, image: i}]}",
+        )
+        .unwrap();
+        let r = os_matches(&labelled).unwrap_err();
+        assert_eq!(r.reason, "PodOSSelectorNodeLabelDoesNotMatch");
+        assert_eq!(
+            r.message,
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
         );
+        let r = os_matches(&pod("  os: {name: windows}\n")).unwrap_err();
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "PodOSNotSupported",
+                "Failed to admit pod as the OS field doesn't match node OS"
+            )
+        );
+        assert!(os_matches(&pod("  os: {name: linux}\n")).is_ok());
+        let linux: Pod = serde_yaml::from_str(
+            "metadata: {name: p, labels: {kubernetes.io/os: linux}}\nspec: {containers: [{name: a, image: i}]}",
+        )
+        .unwrap();
+        assert!(os_matches(&linux).is_ok());
     }
 }

@@ -25,7 +25,7 @@ pub fn generate_pod_sandbox_config(
     let hostname = if host_network {
         String::new()
     } else {
-        spec.hostname.clone().unwrap_or_else(|| name.to_string())
+        pod_hostname(spec.hostname.as_deref().unwrap_or(name))
     };
     let port_mappings = spec
         .containers
@@ -133,4 +133,36 @@ fn create_log_dir(dir: &str) -> Result<(), SyncError> {
             format!("creating log directory {dir}: {e}"),
         )
     })
+}
+
+/// The longest hostname the kernel keeps (64 bytes with the terminating NUL).
+const HOSTNAME_MAX_LEN: usize = 63;
+
+/// A pod's hostname as kubelet gives it: at most 63 characters, and not ending in `-`
+/// or `.` once cut (static pods, named `<name>-<node>`, reach the limit sooner).
+fn pod_hostname(hostname: &str) -> String {
+    if hostname.len() <= HOSTNAME_MAX_LEN {
+        return hostname.to_string();
+    }
+    // Validation allows only ASCII in a pod name or hostname, so a byte cut is a
+    // character cut.
+    let cut = hostname.get(..HOSTNAME_MAX_LEN).unwrap_or(hostname);
+    cut.trim_end_matches(['-', '.']).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pod_hostname;
+
+    #[test]
+    fn hostnames_are_cut_to_63_characters_without_a_trailing_dash_or_dot() {
+        assert_eq!(pod_hostname("web-node-a"), "web-node-a");
+        let exact = "a".repeat(63);
+        assert_eq!(pod_hostname(&exact), exact);
+        // A static pod whose `<name>-<node>` passes the limit at the dash.
+        let long = format!("{}-{}", "a".repeat(62), "node-a");
+        assert_eq!(pod_hostname(&long), "a".repeat(62));
+        let dots = format!("{}.-.{}", "b".repeat(60), "c".repeat(10));
+        assert_eq!(pod_hostname(&dots), "b".repeat(60));
+    }
 }

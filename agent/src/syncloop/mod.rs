@@ -33,7 +33,6 @@ use crate::cm::{CgroupLayout, PodContainerManager};
 use crate::config::source::{InvalidManifest, PodUpdate};
 use crate::cri::{ImageService, RuntimeService};
 use crate::kubelet::admission::can_admit_pod;
-use crate::kubelet::node_admission::admit_on_node;
 use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, WorkOutcome};
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{RuntimeConfig, labels};
@@ -297,11 +296,12 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 .filter(|(u, _)| !self.rejected.contains(*u) && !self.workers.is_terminating(u))
                 .map(|(_, p)| p.as_ref())
                 .collect();
-            let verdict = can_admit_pod(&pod, &admitted, &self.shared.settings.allocatable)
-                .and_then(|()| match &self.shared.settings.node {
-                    Some(node) => admit_on_node(&pod, node),
-                    None => Ok(()),
-                });
+            let verdict = can_admit_pod(
+                &pod,
+                &admitted,
+                &self.shared.settings.allocatable,
+                self.shared.settings.node.as_ref(),
+            );
             self.pod_manager.insert(uid.clone(), pod.clone());
             if let Err(rejection) = verdict {
                 self.rejected.insert(uid.clone());

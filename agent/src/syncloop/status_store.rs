@@ -48,8 +48,6 @@ pub struct PodRecord {
     /// and finish (ns).
     #[serde(skip)]
     pub init_runs: BTreeMap<String, (i64, i64)>,
-    /// True once the pod was removed and its termination finished.
-    pub terminated: bool,
     pub events: Vec<StampedEvent>,
 }
 
@@ -163,7 +161,6 @@ impl StatusStore {
             running_at: None,
             all_started_at: None,
             init_runs: BTreeMap::new(),
-            terminated: false,
             events: Vec::new(),
         });
         self.bump();
@@ -227,13 +224,6 @@ impl StatusStore {
             }
             self.bump();
         }
-    }
-
-    pub fn set_terminated(&self, uid: &str) {
-        if let Some(rec) = self.lock().get_mut(uid) {
-            rec.terminated = true;
-        }
-        self.bump();
     }
 
     /// Forgets a pod that is gone.

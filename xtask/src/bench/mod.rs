@@ -128,7 +128,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if selected.contains(&8) {
         fuzzing::build()?;
     }
-    let machine = machine::describe();
+    let mut machine = machine::describe();
     let started = std::time::Instant::now();
     let mut outcomes = Vec::new();
     let mut failures: Vec<(u8, String)> = Vec::new();
@@ -156,6 +156,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 eprintln!("bench: {n}. {name} failed: {e:#}");
                 failures.push((n, format!("{e:#}")));
             }
+        }
+        if let Some(runtime) = LAB_RUNTIME.get() {
+            machine.runtime = runtime.clone();
         }
         // A run cut short (a crash, a killed lab, a session ending) keeps what it
         // measured: the figures so far are written after every benchmark.
@@ -215,10 +218,18 @@ fn on_lab<'c>(
 
 /// Runs `f` on the node lab, starting it first when it is down and then taking it down
 /// again, so a bench leaves the lab as it found it.
+/// The lab's runtime as its binary said while the lab was up, for the machine table.
+static LAB_RUNTIME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let paths = LabPaths::from_env();
     let say = |s: &str| eprintln!("lab: {s}");
     let started = matches!(lab::up(&paths, &say)?, UpOutcome::Started(_));
+    // The lab's runtime is known for sure only while the lab is up (a fresh machine
+    // unpacks it at the first `up`, and `down` may remove it).
+    if let Some((version, _)) = xtask::lab::containerd_version(&paths) {
+        let _ = LAB_RUNTIME.set(format!("containerd {version}"));
+    }
     let result = f();
     if started {
         lab::down(&paths, &say)?;

@@ -47,6 +47,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
             "run_as_non_root_against_a_root_image_is_refused_before_the_container_is_created",
             "admission_matches_the_nodes_labels_and_what_the_host_and_runtime_can_enforce",
             "a_pod_without_host_users_gets_a_user_namespace_where_the_runtime_has_them",
+            "a_static_pod_is_named_after_its_node_and_bound_to_it",
         ],
     ),
     (
