@@ -292,7 +292,8 @@ spec:
     assert_eq!(
         p["message"].as_str().unwrap(),
         format!(
-            "container has runAsNonRoot and image will run as root (pod: \"nonroot_default({uid})\", container: app)"
+            "container has runAsNonRoot and image will run as root (pod: \"{}_default({uid})\", container: app)",
+            p["name"].as_str().unwrap()
         ),
         "{p:#}"
     );
@@ -672,7 +673,13 @@ spec:
     let uid = run.uid("podinfo");
     let cat = |file: &str| exec(&uid, "app", &["cat", &format!("/etc/podinfo/{file}")]);
     assert_eq!(cat("labels"), "app=\"shop\"\ntier=\"front end\"");
-    assert_eq!(cat("annotations"), "build=\"42\"");
+    // With the annotations kubelet's file source adds to a static pod.
+    assert_eq!(
+        cat("annotations"),
+        format!(
+            "build=\"42\"\nkubernetes.io/config.hash=\"{uid}\"\nkubernetes.io/config.source=\"file\""
+        )
+    );
     assert_eq!(
         cat("name"),
         podtrace_tests::static_name("podinfo", run.doc["node"].as_str().unwrap())

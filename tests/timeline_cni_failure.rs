@@ -78,7 +78,10 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert!(trace.footer.as_ref().unwrap().ebpf, "{:?}", trace.footer);
     let timeline = build(&trace.records);
     let t = &timeline.pods[0];
-    assert_eq!(t.name, "cni-fails");
+    assert_eq!(
+        t.name,
+        podtrace_tests::static_name("cni-fails", doc["node"].as_str().unwrap())
+    );
     let tuning = t.stage("cni_plugin:tuning").unwrap_or_else(|| {
         panic!("no tuning stage: {:#?}", t.stages);
     });

@@ -178,8 +178,15 @@ fn dns1123_label(s: &str) -> Result<(), String> {
     }
 }
 
+/// The API's IsDNS1123Subdomain: at most 253 characters, dot-separated parts of lower-case
+/// alphanumerics and dashes, each starting and ending alphanumeric. Unlike a label, a part
+/// has no length limit of its own (a static pod's `<name>-<node>` often passes 63).
 fn dns1123_subdomain(s: &str) -> Result<(), String> {
-    let ok = !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| dns1123_label(l).is_ok());
+    let part_ok = |p: &str| {
+        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        p.starts_with(alnum) && p.ends_with(alnum) && p.chars().all(|c| alnum(c) || c == '-')
+    };
+    let ok = !s.is_empty() && s.len() <= 253 && s.split('.').all(part_ok);
     if ok {
         Ok(())
     } else {

@@ -130,6 +130,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let mut machine = machine::describe();
     let started = std::time::Instant::now();
+    let report = |machine: &machine::Machine,
+                  outcomes: &[Outcome],
+                  failures: &[(u8, String)],
+                  finished: bool| {
+        let total_s = started.elapsed().as_secs_f64();
+        write_report(
+            &dir, &command, machine, total_s, outcomes, failures, finished,
+        )
+    };
     let mut outcomes = Vec::new();
     let mut failures: Vec<(u8, String)> = Vec::new();
     for n in selected {
@@ -162,25 +171,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
         // A run cut short (a crash, a killed lab, a session ending) keeps what it
         // measured: the figures so far are written after every benchmark.
-        write_report(
-            &dir,
-            &command,
-            &machine,
-            started.elapsed().as_secs_f64(),
-            &outcomes,
-            &failures,
-            false,
-        )?;
+        report(&machine, &outcomes, &failures, false)?;
     }
-    let (samples_path, copy) = write_report(
-        &dir,
-        &command,
-        &machine,
-        started.elapsed().as_secs_f64(),
-        &outcomes,
-        &failures,
-        true,
-    )?;
+    let (samples_path, copy) = report(&machine, &outcomes, &failures, true)?;
     println!(
         "wrote {}",
         workspace::root().join("BENCHMARKS.md").display()
