@@ -1,10 +1,12 @@
 //! The CRI seam. Everything podtrace asks of a container runtime goes through
 //! [`RuntimeService`] and [`ImageService`], mirroring kubelet's `internalapi` interfaces, so
-//! the tonic client, a recording wrapper and the replay runtime are interchangeable.
+//! the tonic client, a recording wrapper, the replay runtime and the in-memory fake for
+//! unit tests ([`fake::FakeRuntime`]) are interchangeable.
 
 mod client;
 mod endpoint;
 mod error;
+pub mod fake;
 mod node_shape;
 pub mod recording;
 pub mod service;

@@ -4,125 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::fake::FakeRuntime;
 use super::recording::{CallSink, CriCall, Recording};
-use super::service::{CriResult, ListedContainerState};
 use super::{ImageService, RuntimeService, api, trace_context};
 use crate::otel::ids;
 
-/// A runtime that answers the calls a pod's start makes and notes the trace context
-/// each one ran with.
-/// (method, the traceparent it ran with), in call order.
+/// (method, the traceparent it ran with), in call order, as the runtime saw them.
 type Log = Arc<Mutex<Vec<(&'static str, Option<String>)>>>;
-
-#[derive(Default)]
-struct Seen(Log);
-
-impl Seen {
-    fn note(&self, method: &'static str) {
-        self.0
-            .lock()
-            .unwrap()
-            .push((method, trace_context::current()));
-    }
-}
-
-impl RuntimeService for Seen {
-    async fn version(&self) -> CriResult<api::VersionResponse> {
-        self.note("Version");
-        Ok(api::VersionResponse::default())
-    }
-    async fn status(&self, _verbose: bool) -> CriResult<api::StatusResponse> {
-        unreachable!()
-    }
-    async fn run_pod_sandbox(
-        &self,
-        _req: api::RunPodSandboxRequest,
-    ) -> CriResult<api::RunPodSandboxResponse> {
-        self.note("RunPodSandbox");
-        Ok(api::RunPodSandboxResponse {
-            pod_sandbox_id: "sb-1".into(),
-        })
-    }
-    async fn stop_pod_sandbox(&self, _id: &str) -> CriResult<()> {
-        unreachable!()
-    }
-    async fn remove_pod_sandbox(&self, _id: &str) -> CriResult<()> {
-        unreachable!()
-    }
-    async fn pod_sandbox_status(&self, _id: &str) -> CriResult<api::PodSandboxStatusResponse> {
-        unreachable!()
-    }
-    async fn list_pod_sandbox(
-        &self,
-        _filter: Option<api::PodSandboxFilter>,
-    ) -> CriResult<Vec<api::PodSandbox>> {
-        unreachable!()
-    }
-    async fn create_container(&self, _req: api::CreateContainerRequest) -> CriResult<String> {
-        self.note("CreateContainer");
-        Ok("c-1".into())
-    }
-    async fn start_container(&self, _id: &str) -> CriResult<()> {
-        self.note("StartContainer");
-        Ok(())
-    }
-    async fn stop_container(&self, _id: &str, _timeout: i64) -> CriResult<()> {
-        unreachable!()
-    }
-    async fn remove_container(&self, _id: &str) -> CriResult<()> {
-        unreachable!()
-    }
-    async fn update_container_resources(
-        &self,
-        _id: &str,
-        _linux: api::LinuxContainerResources,
-    ) -> CriResult<()> {
-        unreachable!()
-    }
-    async fn list_containers(
-        &self,
-        _filter: Option<api::ContainerFilter>,
-    ) -> CriResult<Vec<api::Container>> {
-        unreachable!()
-    }
-    async fn container_status(
-        &self,
-        _id: &str,
-        _verbose: bool,
-    ) -> CriResult<api::ContainerStatusResponse> {
-        unreachable!()
-    }
-    async fn exec_sync(
-        &self,
-        _id: &str,
-        _cmd: Vec<String>,
-        _timeout: i64,
-    ) -> CriResult<api::ExecSyncResponse> {
-        unreachable!()
-    }
-    async fn list_container_states(
-        &self,
-        _filter: Option<api::ContainerFilter>,
-        _label: &str,
-    ) -> CriResult<Vec<ListedContainerState>> {
-        unreachable!()
-    }
-}
-
-impl ImageService for Seen {
-    async fn image_status(&self, _image: api::ImageSpec) -> CriResult<Option<api::Image>> {
-        unreachable!()
-    }
-    async fn pull_image(
-        &self,
-        _image: api::ImageSpec,
-        _auth: Option<api::AuthConfig>,
-        _sandbox: Option<api::PodSandboxConfig>,
-    ) -> CriResult<String> {
-        self.note("PullImage");
-        Ok("sha256:1".into())
-    }
-}
 
 /// Keeps every call; `exporting` says whether calls of pods are exported.
 #[derive(Default)]
@@ -144,8 +32,15 @@ impl CallSink for Calls {
 /// Makes the calls of one pod's start (and the node's Version) through a recorder over
 /// `sink`; returns what the runtime saw and what was recorded.
 async fn start_a_pod(sink: Arc<Calls>) -> (Vec<(&'static str, Option<String>)>, Vec<CriCall>) {
-    let runtime = Seen::default();
-    let seen = runtime.0.clone();
+    let seen = Log::default();
+    let noted = seen.clone();
+    // The observer runs inside each call, where the recording layer's context is set.
+    let runtime = FakeRuntime::new().with_observer(move |call| {
+        noted
+            .lock()
+            .unwrap()
+            .push((call.method().as_str(), trace_context::current()));
+    });
     let rec = Recording::new(runtime, sink.clone());
     let config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {

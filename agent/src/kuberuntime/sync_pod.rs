@@ -577,3 +577,13 @@ mod tests {
         assert_eq!(errored.only_started(), None);
     }
 }
+
+#[cfg(test)]
+#[path = "sync_pod_harness.rs"]
+mod harness;
+#[cfg(test)]
+#[path = "sync_pod_restart_tests.rs"]
+mod restart_tests;
+#[cfg(test)]
+#[path = "sync_pod_tests.rs"]
+mod start_tests;

@@ -4,7 +4,6 @@
 //! replay takes milliseconds and gives the same output on every run and machine.
 
 mod compare;
-mod objects;
 mod runtime;
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
-use super::objects::{Container, Objects, Sandbox};
+use crate::cri::fake::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
 use crate::cri::{CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api};
 use crate::syncloop::clock::{instant_at, mono_now, wall_now};

@@ -1,7 +1,9 @@
-//! The replay runtime's objects: sandboxes and containers by ID, indexed by their pod UID
-//! label (the selector every per-pod read uses), and the recorded exits of running
-//! containers in time order, so no call scans every object the replay has created.
+//! The in-memory runtime's objects, shared by the fake runtime and the replay runtime:
+//! sandboxes and containers by ID, indexed by their pod UID label (the selector every
+//! per-pod read uses), and the scheduled exits of running containers in time order (a
+//! replay's recorded exits), so no call scans every object the runtime has created.
 //! Ordered maps throughout: what a list returns comes out in the same order every run.
+//! Time is always the caller's: nothing here reads a clock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -11,8 +13,9 @@ use crate::cri::api;
 use crate::kubelet::runtime_pod::Nanos;
 use crate::kuberuntime::labels;
 
+/// A sandbox as the runtime holds it: the config it was run with and its state.
 #[derive(Debug)]
-pub(super) struct Sandbox {
+pub(crate) struct Sandbox {
     pub uid: String,
     pub attempt: u32,
     pub config: api::PodSandboxConfig,
@@ -21,8 +24,9 @@ pub(super) struct Sandbox {
     pub created_at: Nanos,
 }
 
+/// A container as the runtime holds it: the config it was created with and its state.
 #[derive(Debug)]
-pub(super) struct Container {
+pub(crate) struct Container {
     pub uid: String,
     pub sandbox_id: String,
     pub config: api::ContainerConfig,
@@ -33,30 +37,31 @@ pub(super) struct Container {
     pub exit_code: i32,
     pub reason: String,
     pub image_ref: String,
-    /// How long it ran in the recording before exiting by itself, and its exit code.
+    /// How long it runs after its start before exiting by itself (in a replay: as long
+    /// as in the recording), and its exit code.
     pub runs_for: Option<(Nanos, i32)>,
     /// Turns true when the container exits, however it exits (its process, for a watcher).
     pub exited: watch::Sender<bool>,
 }
 
 impl Container {
-    /// When it exits by itself, if it is running and the recording says it does.
+    /// When it exits by itself, if it is running and scheduled to.
     pub fn exits_at(&self) -> Option<Nanos> {
         let (ran, _) = self.runs_for?;
         (self.state == api::ContainerState::ContainerRunning).then_some(self.started_at + ran)
     }
 }
 
-/// Every object the replay runtime holds.
+/// Every object an in-memory runtime holds.
 #[derive(Debug, Default)]
-pub(super) struct Objects {
+pub(crate) struct Objects {
     sandboxes: BTreeMap<String, Sandbox>,
     containers: BTreeMap<String, Container>,
     /// Pod UID label -> sandbox IDs.
     sandboxes_by_uid: BTreeMap<String, BTreeSet<String>>,
     /// Pod UID label -> container IDs.
     containers_by_uid: BTreeMap<String, BTreeSet<String>>,
-    /// (time, container ID) of each running container's recorded exit.
+    /// (time, container ID) of each running container's scheduled exit.
     exits: BTreeSet<(Nanos, String)>,
 }
 
@@ -96,6 +101,18 @@ impl Objects {
 
     pub fn container(&self, id: &str) -> Option<&Container> {
         self.containers.get(id)
+    }
+
+    /// A sandbox to change in place; its labels stay as they are (they are indexed).
+    pub fn sandbox_mut(&mut self, id: &str) -> Option<&mut Sandbox> {
+        self.sandboxes.get_mut(id)
+    }
+
+    /// A container to change in place; its labels, state and times stay as they are
+    /// (they are indexed, or scheduled from): `start_container` and `stop_container`
+    /// change those.
+    pub fn container_mut(&mut self, id: &str) -> Option<&mut Container> {
+        self.containers.get_mut(id)
     }
 
     pub fn add_sandbox(&mut self, id: String, sb: Sandbox) {
@@ -240,7 +257,7 @@ impl Objects {
         }
     }
 
-    /// Moves containers whose recorded run has ended by `now` to Exited.
+    /// Moves containers whose scheduled run has ended by `now` to Exited.
     pub fn advance(&mut self, now: Nanos) {
         while let Some((at, id)) = self.exits.first().cloned() {
             if at > now {
@@ -346,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_exit_happens_at_its_time_and_tells_its_watchers() {
+    fn a_scheduled_exit_happens_at_its_time_and_tells_its_watchers() {
         let mut o = node();
         o.start_container("c1", 1_000);
         o.start_container("c2", 1_000);
@@ -370,7 +387,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stop_before_the_recorded_exit_wins() {
+    fn a_stop_before_the_scheduled_exit_wins() {
         let mut o = node();
         o.start_container("c1", 1_000);
         o.stop_container("c1", 1_050, 137, "Error");
