@@ -335,10 +335,16 @@ fn the_svg_parses_and_draws_the_waterfall_and_the_distributions() {
     }
     let (width, view_box) = root.expect("an <svg> root");
     assert!(width.is_some() && view_box.is_some());
-    // The waterfall is of the first pod that ran, drawn until it was Running.
-    let first = r.pods.iter().find(|p| p.breakdown.is_some()).unwrap();
-    let t = timeline(&fixture(&first.trace));
-    let p = t.pods.iter().find(|p| p.uid == first.uid).unwrap();
+    // The waterfall is of the slowest pod to Running across the traces (the first of
+    // equals), drawn until it was Running.
+    let timelines: Vec<Timeline> = traces.iter().map(|t| timeline(t)).collect();
+    let p = timelines
+        .iter()
+        .flat_map(|t| &t.pods)
+        .filter_map(|p| Some((p.to_running_ns()?, p)))
+        .reduce(|slowest, next| if next.0 > slowest.0 { next } else { slowest })
+        .map(|(_, p)| p)
+        .expect("a fixture pod reached Running");
     let until = p.stage("running").unwrap().start_ns;
     let drawn = p.stages.iter().filter(|s| s.start_ns <= until);
     let (spans, instants) = drawn.fold((0, 0), |(a, b), s| {
@@ -365,7 +371,7 @@ fn the_svg_parses_and_draws_the_waterfall_and_the_distributions() {
     assert!(
         texts
             .iter()
-            .any(|t| t.starts_with(&format!("Waterfall: {}", first.display_name()))),
+            .any(|t| t.starts_with(&format!("Waterfall: {}/{} ", p.namespace, p.name))),
         "{texts:?}"
     );
     assert!(
@@ -435,5 +441,29 @@ fn diagnose_names_each_fixtures_failing_stage() {
         stdout(&table).contains("cni_plugin_failed  stage cni_plugin:tuning: CNI plugin tuning exited with code 1 during ADD"),
         "{}",
         stdout(&table)
+    );
+}
+
+#[test]
+fn an_svg_pod_the_traces_do_not_hold_is_refused_by_name_and_nothing_is_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.svg");
+    let out = podtrace(&[
+        "report",
+        fixture("cni-failure.jsonl").to_str().unwrap(),
+        "--svg",
+        file.to_str().unwrap(),
+        "--svg-pod",
+        "no-such-pod",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--svg-pod") && err.contains("no-such-pod") && err.contains("the pods are"),
+        "{err}"
+    );
+    assert!(
+        !file.exists(),
+        "an SVG was drawn for a pod that is not there"
     );
 }
