@@ -16,6 +16,7 @@ pub mod kubelet;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;
+pub mod observe;
 pub mod otel;
 pub mod prober;
 pub mod replay;

@@ -9,6 +9,7 @@ pub mod kernel_events;
 mod kubelet_args;
 pub mod malloc;
 mod node;
+mod observe;
 mod output;
 mod pod_printer;
 mod pods;
@@ -69,7 +70,7 @@ pub struct Cli {
 impl Cli {
     /// The agent itself, which runs until stopped: its memory must stay flat.
     pub fn is_long_running(&self) -> bool {
-        matches!(self.command, Command::Run(_))
+        matches!(self.command, Command::Run(_) | Command::Observe(_))
     }
 
     /// Whether glibc malloc is tuned to hand memory back ([`malloc::tune`]). A replay is a
@@ -106,6 +107,9 @@ pub enum Command {
     },
     /// Create the pods in the given manifests over CRI, as kubelet would.
     Run(Box<RunArgs>),
+    /// Record the pods another CRI client (a kubelet) runs, changing nothing: the probes
+    /// and the runtime's read-only view, into a trace the other commands read.
+    Observe(Box<observe::ObserveArgs>),
     /// Replay recorded traces through the reconciler in virtual time and compare.
     Replay(replay::ReplayArgs),
     /// The running agent's pods, like `kubectl get pods`.
@@ -245,6 +249,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(*args).await,
         Command::Pods(args) => pods::pods(&args).await,
         Command::Replay(args) => replay::run(&args),
+        Command::Observe(args) => observe::run(*args).await,
         Command::Events(args) => pods::events(&args).await,
         Command::KernelEvents(args) => kernel_events::run(args).await,
         Command::Timeline(args) => timeline::run(&args).await,

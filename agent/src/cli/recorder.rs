@@ -178,6 +178,7 @@ impl RunRecorder {
                     config,
                     started_wall_ns: anchor.wall_ns,
                     started_ns: anchor.mono_ns,
+                    observed: None,
                 };
                 let w = TraceWriter::create(path, header).await.map_err(|e| {
                     eprintln!("podtrace: --trace {}: {e}", path.display());

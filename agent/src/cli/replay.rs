@@ -66,6 +66,15 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     let mut traces = Vec::new();
     for path in &args.traces {
         match super::trace_file::read(path) {
+            Ok(t) if t.header.observed.is_some() => {
+                eprintln!(
+                    "podtrace: {}: an observed trace (podtrace observe) cannot be replayed: \
+                     another CRI client made its decisions, so there are none of podtrace's \
+                     to compare; its timeline, report and diagnosis work on it",
+                    path.display()
+                );
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
             Ok(t) => traces.push(t),
             Err(code) => return code,
         }

@@ -172,6 +172,26 @@ impl CriClient {
     }
 }
 
+impl CriClient {
+    /// CRI `GetContainerEvents`: the runtime's stream of sandbox and container changes
+    /// (what kubelet's Evented PLEG reads). It stays open, so it has no deadline, and it
+    /// resolves only once the runtime answers: containerd sends the stream's headers with
+    /// its first event, so run it in a task of its own.
+    pub async fn container_events(
+        &self,
+    ) -> CriResult<tonic::Streaming<api::ContainerEventResponse>> {
+        let mut rt = self.runtime.clone();
+        match rt.get_container_events(api::GetEventsRequest {}).await {
+            Ok(resp) => Ok(resp.into_inner()),
+            Err(status) => Err(CriError::Call {
+                method: "GetContainerEvents",
+                code: status.code(),
+                message: status.message().to_string(),
+            }),
+        }
+    }
+}
+
 impl RuntimeService for CriClient {
     async fn version(&self) -> CriResult<api::VersionResponse> {
         runtime_call!(

@@ -33,6 +33,7 @@ fn header(node_ip: &str) -> TraceRecord {
         config: serde_json::json!({ "node_ip": node_ip }),
         started_wall_ns: 0,
         started_ns: 0,
+        observed: None,
     })
 }
 

@@ -280,8 +280,11 @@ impl Collector {
                 }
                 kept.calls.push(c.clone());
             }
-            // The status store holds the latest status; the builder reads none.
+            // The status store holds the latest status; the builder reads none. The
+            // agent's own pods are never observed ones: `observe` builds its timelines
+            // from the trace it writes.
             TraceRecord::Header(_)
+            | TraceRecord::Observed(_)
             | TraceRecord::Status(_)
             | TraceRecord::Stage(_)
             | TraceRecord::Footer(_) => return,

@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::otel::RuntimeSpan;
-use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
+use crate::trace::{
+    Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord,
+};
 
 /// A pod the agent ran.
 #[derive(Debug, Clone)]
@@ -44,6 +46,9 @@ pub(super) struct Index<'a> {
     pub kernel: Vec<(usize, &'a KernelEvent)>,
     /// Each pod's runtime spans, in record order.
     runtime: BTreeMap<String, Vec<&'a RuntimeSpan>>,
+    /// Each observed pod's sandbox and container changes (`podtrace observe`), ordered
+    /// by when they happened, then record order.
+    observed: BTreeMap<String, Vec<&'a ObservedRecord>>,
 }
 
 /// A record the builder reads, borrowed from wherever it is kept.
@@ -55,6 +60,7 @@ pub(super) enum Ref<'a> {
     Wait(&'a PodWaitRecord),
     Kernel(&'a KernelEvent),
     RuntimeSpan(&'a RuntimeSpan),
+    Observed(&'a ObservedRecord),
 }
 
 impl<'a> Index<'a> {
@@ -67,6 +73,7 @@ impl<'a> Index<'a> {
                 TraceRecord::Wait(w) => Ref::Wait(w),
                 TraceRecord::Kernel(k) => Ref::Kernel(k),
                 TraceRecord::RuntimeSpan(s) => Ref::RuntimeSpan(s),
+                TraceRecord::Observed(o) => Ref::Observed(o),
                 TraceRecord::Header(_)
                 | TraceRecord::Status(_)
                 | TraceRecord::Stage(_)
@@ -88,8 +95,10 @@ impl<'a> Index<'a> {
             waits: BTreeMap::new(),
             kernel: Vec::new(),
             runtime: BTreeMap::new(),
+            observed: BTreeMap::new(),
         };
         let mut cri: Vec<&'a CriCall> = Vec::new();
+        let mut observed: Vec<&'a ObservedRecord> = Vec::new();
         let mut events: Vec<&'a PodEventRecord> = Vec::new();
         for (i, r) in records {
             match r {
@@ -99,7 +108,12 @@ impl<'a> Index<'a> {
                 Ref::Wait(w) => index.waits.entry(w.pod_uid.clone()).or_default().push(w),
                 Ref::Kernel(k) => index.kernel.push((i, k)),
                 Ref::RuntimeSpan(s) => index.runtime.entry(s.pod_uid.clone()).or_default().push(s),
+                Ref::Observed(o) => observed.push(o),
             }
+        }
+        observed.sort_by_key(|o| o.happened_ns());
+        for o in observed {
+            index.learn_observed(o);
         }
         // Stable sorts keep record order among equal times, so the result does not
         // depend on how the sort breaks ties.
@@ -156,6 +170,37 @@ impl<'a> Index<'a> {
         }
     }
 
+    /// What the runtime reported to an observer: the pod (by kubelet's labels, else by
+    /// its sandbox) and which sandbox and container are its.
+    fn learn_observed(&mut self, o: &'a ObservedRecord) {
+        let key = o.pod_key();
+        let info = self.pods.entry(key.to_string()).or_insert_with(|| PodInfo {
+            namespace: String::new(),
+            name: String::new(),
+            pod: None,
+            seen_ns: None,
+        });
+        if info.name.is_empty() {
+            info.namespace = o.namespace.clone();
+            info.name = o.name.clone();
+        }
+        // A sandbox without kubelet's labels is keyed by itself, so its kernel events
+        // reach it through its ID like any pod's.
+        let owner = key;
+        if !o.sandbox_id.is_empty() {
+            self.sandboxes.entry(o.sandbox_id.as_str()).or_insert(owner);
+        }
+        if !o.container_id.is_empty() && o.what != Observation::SandboxReady {
+            self.containers
+                .entry(o.container_id.as_str())
+                .or_insert(ContainerRef {
+                    pod_uid: owner,
+                    sandbox_id: o.sandbox_id.as_str(),
+                });
+        }
+        self.observed.entry(key.to_string()).or_default().push(o);
+    }
+
     /// What a call says about which pod a sandbox or container belongs to. Only the
     /// runtime's own answers count: the ID a create returned, or a status naming the pod.
     fn learn_ids(&mut self, c: &'a CriCall) {
@@ -201,6 +246,11 @@ impl<'a> Index<'a> {
     /// The spans the runtime sent about the pod, in record order.
     pub fn runtime_spans_of(&self, uid: &str) -> &[&'a RuntimeSpan] {
         self.runtime.get(uid).map_or(&[], Vec::as_slice)
+    }
+
+    /// The observed pod's sandbox and container changes, in the order they happened.
+    pub fn observed_of(&self, uid: &str) -> &[&'a ObservedRecord] {
+        self.observed.get(uid).map_or(&[], Vec::as_slice)
     }
 
     /// The pod's events, in order.

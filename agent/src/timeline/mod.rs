@@ -21,6 +21,7 @@ mod forget;
 mod ids;
 mod index;
 mod model;
+mod observed;
 mod runtime_args;
 mod runtime_spans;
 mod runtime_stages;

@@ -139,7 +139,13 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     fn build(mut self) -> PodTimeline {
         self.pod_stages();
         self.pod_waits();
-        let sandboxes = self.sandbox_ids();
+        let observed = self.index.observed_of(self.uid);
+        let mut sandboxes = self.sandbox_ids();
+        for o in observed {
+            if !o.sandbox_id.is_empty() && !sandboxes.contains(&o.sandbox_id) {
+                sandboxes.push(o.sandbox_id.clone());
+            }
+        }
         for call in self.calls_named("RunPodSandbox") {
             let mut s = self.cri_stage("sandbox_requested".into(), call);
             if call.attempt > 0 {
@@ -152,7 +158,8 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         for id in &sandboxes {
             self.sandbox_stages(id);
         }
-        let containers = self.container_stages();
+        let mut containers = self.container_stages();
+        containers.extend(self.observed_stages(observed));
         self.sidecar_waits();
         self.init_waits();
         self.pod_status_stages();
@@ -175,6 +182,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .rev()
             .find(|s| s.stage == "sandbox_ready")
             .and_then(|s| s.detail.strip_prefix("ip "))
+            .and_then(|rest| rest.split([' ', ';']).next())
             .map(str::to_string);
         PodTimeline {
             uid: self.uid.to_string(),
@@ -490,7 +498,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// The runtime's own steps for sandbox or container `id` (shim start, runc create,
     /// init and start), named with `suffix`.
-    fn runtime_stages(&self, id: &str, suffix: &str) -> Vec<Stage> {
+    pub(super) fn runtime_stages(&self, id: &str, suffix: &str) -> Vec<Stage> {
         runtime_steps(self.kernel.iter().map(|(e, _)| *e), id)
             .into_iter()
             .map(|step| {
@@ -515,7 +523,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// The cgroup runc made for sandbox or container `id`, across hierarchies, until the
     /// task was moved in.
-    fn cgroup_stage(&self, name: String, id: &str) -> Option<Stage> {
+    pub(super) fn cgroup_stage(&self, name: String, id: &str) -> Option<Stage> {
         let events: Vec<(&KernelEvent, &crate::ebpf::Cgroup)> = self
             .kernel
             .iter()
@@ -559,7 +567,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// The first program the runtime started inside a cgroup of the pod: the first exec
     /// there that is not runc setting itself up.
-    fn first_exec(&self, name: String, whose: impl Fn(&Owner) -> bool) -> Option<Stage> {
+    pub(super) fn first_exec(&self, name: String, whose: impl Fn(&Owner) -> bool) -> Option<Stage> {
         let (e, filename) = self.kernel.iter().find_map(|(e, o)| match e {
             KernelEvent::Exec { filename, .. }
                 if o.rule == Rule::CgroupId && whose(o) && !is_runtime_helper_exec(filename) =>

@@ -1040,3 +1040,146 @@ fn runtime_programs_are_attributed_by_the_ids_in_their_arguments_and_runc_init_b
     );
     assert_eq!(p.stage("shim_start").map(|s| s.duration_ns), Some(10 * MS));
 }
+
+/// What `podtrace observe` records of the same pod: the kernel's events, and instead of
+/// the client's config change and CRI calls, the runtime's reports of the sandbox and
+/// container (its event stream's times).
+fn observed_run() -> Vec<TraceRecord> {
+    use crate::trace::{Observation, ObservedRecord, ObservedVia};
+    let mut records: Vec<TraceRecord> = run("portmap", 0)
+        .into_iter()
+        .filter(|r| matches!(r, TraceRecord::Kernel(_)))
+        .collect();
+    let report = |at_ms: u64, what, container_id: &str| ObservedRecord {
+        at_ns: (at_ms + 1) * MS,
+        runtime_ns: Some(at_ms * MS),
+        what,
+        via: ObservedVia::Events,
+        pod_uid: UID.into(),
+        namespace: "default".into(),
+        name: "web".into(),
+        sandbox_id: SANDBOX.into(),
+        attempt: 0,
+        container_id: container_id.into(),
+        container: if container_id.is_empty() { "" } else { "app" }.into(),
+        ip: if container_id.is_empty() {
+            "10.244.77.9"
+        } else {
+            ""
+        }
+        .into(),
+        exit_code: None,
+        note: String::new(),
+    };
+    records.push(TraceRecord::Observed(report(
+        150,
+        Observation::SandboxReady,
+        "",
+    )));
+    records.push(TraceRecord::Observed(report(
+        170,
+        Observation::ContainerCreated,
+        CONTAINER,
+    )));
+    records.push(TraceRecord::Observed(report(
+        240,
+        Observation::ContainerStarted,
+        CONTAINER,
+    )));
+    records
+}
+
+#[test]
+fn an_observed_pod_gets_its_kernel_stages_and_the_runtimes_times_and_nothing_guessed() {
+    let t = build(&observed_run());
+    assert_eq!(t.pods.len(), 1, "{t:#?}");
+    let p = &t.pods[0];
+    assert_eq!((p.name.as_str(), p.uid.as_str()), ("web", UID));
+    assert_eq!(p.ip.as_deref(), Some("10.244.77.9"));
+    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    for kernel in [
+        "pod_cgroup_created",
+        "netns_created",
+        "cni_plugin:loopback",
+        "cni_plugin:bridge",
+        "cni_plugin:host-local",
+        "cni_plugin:portmap",
+        "sandbox_cgroup",
+        "pause_exec",
+        "container_cgroup:app",
+        "app_first_exec:app",
+    ] {
+        let s = p
+            .stage(kernel)
+            .unwrap_or_else(|| panic!("no {kernel}: {names:?}"));
+        assert_eq!(s.source, StageSource::Kernel, "{kernel}");
+    }
+    // Only the client knows when it admitted the pod or asked for the sandbox.
+    for absent in ["admitted", "sandbox_requested", "container_create:app"] {
+        assert!(p.stage(absent).is_none(), "{absent} was guessed: {names:?}");
+    }
+    let seen = p.stage("pod_seen").unwrap();
+    assert_eq!((seen.start_ns, seen.source), (3 * MS, StageSource::Kernel));
+    let ready = p.stage("sandbox_ready").unwrap();
+    assert_eq!(
+        (ready.start_ns, ready.source),
+        (150 * MS, StageSource::Runtime)
+    );
+    assert!(
+        ready.detail.starts_with("ip 10.244.77.9"),
+        "{}",
+        ready.detail
+    );
+    assert_eq!(p.stage("container_created:app").unwrap().start_ns, 170 * MS);
+    let running = p.stage("running").unwrap();
+    assert_eq!(running.start_ns, 240 * MS);
+    assert_eq!(p.containers.get(CONTAINER).map(String::as_str), Some("app"));
+    assert_eq!(
+        names.last(),
+        Some(&"running"),
+        "the runtime's start of the last container ends the startup: {names:?}"
+    );
+}
+
+#[test]
+fn an_observed_sandbox_without_kubelets_labels_is_its_own_pod_by_its_id() {
+    use crate::trace::{Observation, ObservedRecord, ObservedVia};
+    let mut records = observed_run();
+    let unlabelled = |sandbox: &str| {
+        TraceRecord::Observed(ObservedRecord {
+            at_ns: 300 * MS,
+            runtime_ns: None,
+            what: Observation::SandboxReady,
+            via: ObservedVia::Polling,
+            pod_uid: String::new(),
+            namespace: "default".into(),
+            name: "web".into(),
+            sandbox_id: sandbox.into(),
+            attempt: 0,
+            container_id: String::new(),
+            container: String::new(),
+            ip: String::new(),
+            exit_code: None,
+            note: "no io.kubernetes.pod.uid label: shown by its sandbox ID".into(),
+        })
+    };
+    records.push(unlabelled(OTHER_SANDBOX));
+    records.push(unlabelled(&"e".repeat(64)));
+    let t = build(&records);
+    let uids: Vec<&str> = t.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(t.pods.len(), 3, "{uids:?}");
+    assert!(
+        uids.contains(&UID) && uids.contains(&OTHER_SANDBOX),
+        "{uids:?}"
+    );
+    let labelled = t.pods.iter().find(|p| p.uid == UID).unwrap();
+    assert!(
+        labelled
+            .stage("sandbox_ready")
+            .unwrap()
+            .sandbox_id
+            .as_deref()
+            == Some(SANDBOX),
+        "the labelled pod took another sandbox"
+    );
+}

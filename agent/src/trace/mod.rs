@@ -3,13 +3,14 @@
 //! `docs/trace-format.md` is the reference; `docs/trace-format.schema.json` the schema.
 
 mod line;
+mod observed;
 mod reader;
 mod record;
 mod writer;
 
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
-    SCHEMA_VERSION, TraceRecord, redact_pod,
+    Footer, Header, Observation, ObservedHeader, ObservedRecord, ObservedVia, PodEventRecord,
+    PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION, TraceRecord, redact_pod,
 };
 pub use writer::{QUEUE_RECORDS, SYNC_EVERY, TraceSink, TraceWriter, WriterStats};

@@ -12,6 +12,8 @@ use crate::ebpf::KernelEvent;
 use crate::kuberuntime::PodEvent;
 use crate::kuberuntime::event::PodWait;
 
+pub use super::observed::{Observation, ObservedHeader, ObservedRecord, ObservedVia};
+
 /// The schema version this podtrace writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -29,6 +31,18 @@ pub struct Header {
     /// When the trace started, on both clocks, to place monotonic times in wall time.
     pub started_wall_ns: i64,
     pub started_ns: u64,
+    /// Set when `podtrace observe` recorded the trace: another CRI client ran the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedHeader>,
+}
+
+impl Header {
+    /// The trace's clock for a wall-clock time (ns since the epoch), through the anchor
+    /// both clocks were read at; None before the anchor's monotonic zero.
+    pub fn mono_of_wall(&self, wall_ns: i64) -> Option<u64> {
+        let mono = self.started_ns as i128 + (wall_ns as i128 - self.started_wall_ns as i128);
+        u64::try_from(mono).ok()
+    }
 }
 
 /// A change of the desired pods (kubelet's ADD / UPDATE / REMOVE).
@@ -117,6 +131,8 @@ pub enum TraceRecord {
     /// A span the container runtime exported to the agent, under one of a pod's CRI
     /// calls (`podtrace run --runtime-otlp-listen`).
     RuntimeSpan(Box<crate::otel::RuntimeSpan>),
+    /// A change of a sandbox or container another CRI client runs (`podtrace observe`).
+    Observed(ObservedRecord),
     Footer(Footer),
 }
 
@@ -132,6 +148,7 @@ impl TraceRecord {
             TraceRecord::Status(s) => Some(s.at_ns),
             TraceRecord::Wait(w) => Some(w.end_ns),
             TraceRecord::RuntimeSpan(s) => Some(s.end_ns.max(s.start_ns)),
+            TraceRecord::Observed(o) => Some(o.at_ns),
             TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
         }
     }
@@ -147,6 +164,7 @@ impl TraceRecord {
             TraceRecord::Wait(_) => "wait",
             TraceRecord::Stage(_) => "stage",
             TraceRecord::RuntimeSpan(_) => "runtime_span",
+            TraceRecord::Observed(_) => "observed",
             TraceRecord::Footer(_) => "footer",
         }
     }
@@ -163,6 +181,7 @@ pub(super) const KNOWN_TYPES: &[&str] = &[
     "wait",
     "stage",
     "runtime_span",
+    "observed",
     "footer",
 ];
 

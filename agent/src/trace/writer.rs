@@ -261,6 +261,7 @@ mod tests {
             config: serde_json::json!({}),
             started_wall_ns: 0,
             started_ns: 1,
+            observed: None,
         }
     }
 

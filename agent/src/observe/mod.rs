@@ -1,0 +1,20 @@
+//! `podtrace observe`: time and diagnose the pods another CRI client (a kubelet) runs,
+//! changing nothing. Its inputs are the probes, the runtime's read-only CRI calls (its
+//! event stream where subscribing is safe, lists otherwise) and, where the runtime
+//! exports them, its spans; its output is a trace in the format `run` writes, marked as
+//! observed, which `timeline`, `report`, `diagnose` and `export` read unchanged.
+//!
+//! [`watch`] is the pure part: from statuses to the records of what changed.
+//! [`observer`] is the loop around it, and [`runtime_view`] the only way it reaches the
+//! runtime: a view with the reading calls and nothing else.
+
+pub mod observer;
+pub mod runtime_view;
+pub mod watch;
+
+#[cfg(test)]
+mod tests;
+
+pub use observer::{EventsMode, ObserveConfig, ObserveSummary, observe, on_event, use_stream};
+pub use runtime_view::RuntimeView;
+pub use watch::Watcher;

@@ -1,0 +1,114 @@
+//! What `podtrace observe` records about pods another CRI client runs: each change of a
+//! sandbox or container the runtime reported, with the runtime's own time for it where
+//! the runtime gives one. These are the observer's CRI view; kernel events are recorded
+//! beside them as in every trace.
+
+use serde::{Deserialize, Serialize};
+
+/// What changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observation {
+    /// A sandbox appeared, ready: its RunPodSandbox returned.
+    SandboxReady,
+    /// A sandbox is no longer ready (stopped, or its pause process exited).
+    SandboxNotReady,
+    /// A sandbox is gone (RemovePodSandbox).
+    SandboxRemoved,
+    /// A container exists (CreateContainer returned).
+    ContainerCreated,
+    /// A container runs (StartContainer returned).
+    ContainerStarted,
+    /// A container's process exited.
+    ContainerExited,
+    /// A container is gone (RemoveContainer).
+    ContainerRemoved,
+}
+
+/// How the observer learned it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservedVia {
+    /// The runtime's event stream (CRI `GetContainerEvents`), as it happened.
+    Events,
+    /// A list of the runtime's sandboxes and containers: at most one poll period late.
+    Polling,
+}
+
+impl ObservedVia {
+    pub fn name(self) -> &'static str {
+        match self {
+            ObservedVia::Events => "events",
+            ObservedVia::Polling => "polling",
+        }
+    }
+}
+
+/// One change of a sandbox or container, as the runtime reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedRecord {
+    /// When the observer learned it (CLOCK_MONOTONIC ns, the trace's clock).
+    pub at_ns: u64,
+    /// When the runtime says it happened, on the trace's clock (the runtime's wall-clock
+    /// time placed through the header's clock anchor). None where the runtime gives no
+    /// time for it (a sandbox leaving the ready state in a list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_ns: Option<u64>,
+    pub what: Observation,
+    pub via: ObservedVia,
+    /// From kubelet's labels (`io.kubernetes.pod.uid`, `.name`, `.namespace`); empty when
+    /// the sandbox carries none, and the pod is then known by its sandbox ID.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pod_uid: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    pub sandbox_id: String,
+    /// The sandbox's or container's attempt (its CRI metadata).
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container_id: String,
+    /// The container's name (`io.kubernetes.container.name`, else its CRI metadata).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    /// The sandbox's IP, once ready.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ip: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// What about the labels needs saying (missing, malformed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
+}
+
+impl ObservedRecord {
+    /// The pod this record belongs to in a timeline: its UID, or, for a sandbox without
+    /// kubelet's labels, its sandbox ID (64 hex digits, never a UID), so it is never
+    /// merged into another pod.
+    pub fn pod_key(&self) -> &str {
+        if self.pod_uid.is_empty() {
+            &self.sandbox_id
+        } else {
+            &self.pod_uid
+        }
+    }
+
+    /// When it happened: the runtime's time, else when the observer saw it.
+    pub fn happened_ns(&self) -> u64 {
+        self.runtime_ns.unwrap_or(self.at_ns)
+    }
+}
+
+/// The header's note that a trace was observed, not run: who ran the pods is unknown to
+/// podtrace, so replay refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedHeader {
+    /// What the trace was recorded from: `kernel` (the probes), `cri:events` or
+    /// `cri:polling`, `runtime_spans`.
+    pub sources: Vec<String>,
+    /// How often the runtime's lists were read when there was no event stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_ms: Option<u64>,
+}
