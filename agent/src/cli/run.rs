@@ -405,9 +405,11 @@ async fn until_ready(
             .max()
             .unwrap_or(30);
         // The runtime tears pods down at its own pace (a CNI DEL each, serialized on the
-        // node's iptables lock): a second per pod beyond the grace period and 30 s.
-        let limit = tokio::time::Instant::now()
-            + Duration::from_secs(grace as u64 + 30 + pods.len() as u64);
+        // node's iptables lock), which on a loaded or emulated node is many times a quiet
+        // one's. So the wait goes on while the pods make progress, and gives up only once
+        // nothing about them changed for the grace period and 30 s more.
+        let stall = Duration::from_secs(grace as u64 + 30);
+        let mut limit = tokio::time::Instant::now() + stall;
         loop {
             let mut left = 0;
             store.for_each(|r| left += usize::from(uids.contains(&r.uid)));
@@ -415,9 +417,11 @@ async fn until_ready(
                 break;
             }
             tokio::select! {
-                _ = changes.changed() => {}
+                _ = changes.changed() => limit = tokio::time::Instant::now() + stall,
                 _ = tokio::time::sleep_until(limit) => {
-                    eprintln!("podtrace: cleanup: {left} pods still terminating");
+                    eprintln!(
+                        "podtrace: cleanup: {left} pods still terminating, with no progress for {stall:?}"
+                    );
                     cleanup_failed = true;
                     break;
                 }

@@ -77,9 +77,12 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
 /// The timeline of a trace's records. The builder is deterministic, so rebuilding gives
 /// what the recording computed; a trace that kept only its stage records is shown as is.
 pub(super) fn from_records(records: &[TraceRecord]) -> Timeline {
-    let has_inputs = records
-        .iter()
-        .any(|r| matches!(r, TraceRecord::Pod(_) | TraceRecord::Cri(_)));
+    let has_inputs = records.iter().any(|r| {
+        matches!(
+            r,
+            TraceRecord::Pod(_) | TraceRecord::Cri(_) | TraceRecord::Observed(_)
+        )
+    });
     if has_inputs {
         return crate::timeline::build(records);
     }

@@ -71,6 +71,8 @@ pub struct ObserveSummary {
     pub pods: BTreeSet<String>,
     /// Why the event stream was not used or stopped being used.
     pub polling_because: Option<String>,
+    /// Events the runtime had kept from before the observer started, not recorded.
+    pub events_before_start: u64,
     /// The runtime's errors, by message, with how often each came.
     pub runtime_errors: BTreeMap<String, u64>,
 }
@@ -106,6 +108,12 @@ pub async fn observe(
             biased;
             () = &mut stop => break,
             msg = next => match msg {
+                // containerd keeps events for a while when nobody listens, and hands
+                // them to the next subscriber: what happened before the observer started
+                // is history the initial list already summed up.
+                Some(StreamMsg::Event(ev)) if ev.created_at < watcher.started_wall_ns() => {
+                    summary.events_before_start += 1;
+                }
                 Some(StreamMsg::Event(ev)) => {
                     for r in on_event(watcher, now(), &ev) {
                         pending.remove(if r.container_id.is_empty() { &r.sandbox_id } else { &r.container_id });

@@ -306,3 +306,23 @@ fn the_event_stream_is_used_only_where_every_subscriber_gets_every_event() {
     );
     assert!(use_stream(EventsMode::Poll, "containerd", "v2.1.9").is_err());
 }
+
+#[test]
+fn what_was_there_before_the_observer_started_is_marked_so_no_startup_is_made_up() {
+    let mut w = watcher();
+    let mut old = sandbox(SANDBOX, UID, true);
+    old.created_at = WALL0 - 60_000 * MS;
+    let r = w.sandbox(2_000, ObservedVia::Polling, &old, None);
+    assert!(r[0].before_start);
+    let mut c = container(api::ContainerState::ContainerRunning, 70, 0);
+    c.created_at = WALL0 - 59_000 * MS;
+    let r = w.container(2_000, ObservedVia::Polling, &c, SANDBOX);
+    assert!(r[0].before_start && !r[1].before_start, "{r:#?}");
+    let fresh = Watcher::new(WALL0, 1_000 * MS as u64).sandbox(
+        2_000,
+        ObservedVia::Polling,
+        &sandbox(SANDBOX, UID, true),
+        None,
+    );
+    assert!(!fresh[0].before_start);
+}

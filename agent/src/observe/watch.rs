@@ -116,6 +116,11 @@ impl Watcher {
         u64::try_from(mono).ok()
     }
 
+    /// The wall-clock time the observer started at.
+    pub fn started_wall_ns(&self) -> i64 {
+        self.started_wall_ns
+    }
+
     pub fn knows_sandbox(&self, id: &str) -> bool {
         self.sandboxes.contains_key(id)
     }
@@ -165,6 +170,7 @@ impl Watcher {
             container: String::new(),
             ip: String::new(),
             exit_code: None,
+            before_start: false,
             note: String::new(),
         }
     }
@@ -202,6 +208,7 @@ impl Watcher {
             .unwrap_or_default();
         if known.is_none() {
             r.note = pod.note.clone();
+            r.before_start = st.created_at > 0 && st.created_at < self.started_wall_ns;
         }
         self.sandboxes
             .insert(st.id.clone(), SandboxSeen { pod, ready });
@@ -238,8 +245,11 @@ impl Watcher {
             r.attempt = st.metadata.as_ref().map_or(0, |m| m.attempt);
             r
         };
+        let before_start = st.created_at > 0 && st.created_at < self.started_wall_ns;
         let c = seen.get_or_insert_with(|| {
-            out.push(base(Observation::ContainerCreated, st.created_at));
+            let mut r = base(Observation::ContainerCreated, st.created_at);
+            r.before_start = before_start;
+            out.push(r);
             ContainerSeen {
                 sandbox_id: sandbox_id.to_string(),
                 name: name.clone(),

@@ -29,7 +29,18 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         if observed.is_empty() {
             return ids;
         }
-        self.observed_seen(observed);
+        // A pod the observer found already there: its startup happened unseen, so it has
+        // no pod_seen and no running, only what the runtime and kernel still report.
+        let before_start = observed
+            .iter()
+            .any(|o| o.before_start && o.what == Observation::SandboxReady);
+        if before_start {
+            self.notes.push(
+                "already there when podtrace observe started: its startup was not observed".into(),
+            );
+        } else {
+            self.observed_seen(observed);
+        }
         for o in observed {
             if o.what == Observation::SandboxReady {
                 let t = o.happened_ns();
@@ -92,7 +103,9 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 started.push((o.happened_ns(), name, exited));
             }
         }
-        self.observed_running(&started);
+        if !before_start {
+            self.observed_running(&started);
+        }
         ids
     }
 

@@ -84,7 +84,7 @@ pub(super) struct PodBuilder<'i, 'a> {
     pub(super) kernel: &'i [Attributed<'i>],
     calls: Vec<&'a CriCall>,
     pub(super) stages: Vec<Stage>,
-    notes: Vec<String>,
+    pub(super) notes: Vec<String>,
 }
 
 impl<'i, 'a: 'i> PodBuilder<'i, 'a> {

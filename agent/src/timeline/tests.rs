@@ -1069,6 +1069,7 @@ fn observed_run() -> Vec<TraceRecord> {
         }
         .into(),
         exit_code: None,
+        before_start: false,
         note: String::new(),
     };
     records.push(TraceRecord::Observed(report(
@@ -1160,6 +1161,7 @@ fn an_observed_sandbox_without_kubelets_labels_is_its_own_pod_by_its_id() {
             container: String::new(),
             ip: String::new(),
             exit_code: None,
+            before_start: false,
             note: "no io.kubernetes.pod.uid label: shown by its sandbox ID".into(),
         })
     };
@@ -1181,5 +1183,27 @@ fn an_observed_sandbox_without_kubelets_labels_is_its_own_pod_by_its_id() {
             .as_deref()
             == Some(SANDBOX),
         "the labelled pod took another sandbox"
+    );
+}
+
+#[test]
+fn a_pod_already_there_when_the_observer_started_has_no_made_up_startup() {
+    let mut records = observed_run();
+    for r in &mut records {
+        if let TraceRecord::Observed(o) = r {
+            o.before_start = o.what == crate::trace::Observation::SandboxReady;
+        }
+    }
+    let t = build(&records);
+    let p = &t.pods[0];
+    assert!(p.stage("running").is_none() && p.stage("pod_seen").is_none());
+    assert!(
+        p.notes.iter().any(|n| n.contains("not observed")),
+        "{:?}",
+        p.notes
+    );
+    assert!(
+        p.stage("container_started:app").is_some(),
+        "what was seen stays"
     );
 }

@@ -78,6 +78,10 @@ pub struct ObservedRecord {
     pub ip: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// The sandbox or container existed before the observer started: its startup was
+    /// not seen.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_start: bool,
     /// What about the labels needs saying (missing, malformed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
