@@ -135,15 +135,21 @@ async fn connect(endpoint: &str, cgroup_root: &str) -> anyhow::Result<Cri> {
     let short = Duration::from_secs(10);
     let v = call!(cri.rt.version(version), path.display(), short)?;
     let (name, ver, api) = (v.runtime_name, v.runtime_version, v.runtime_api_version);
-    // kubelet's cgroup driver detection: the RuntimeConfig RPC, or its own setting
-    // (cgroupfs here) when the runtime does not implement it or reports no Linux config.
+    // kubelet's cgroup driver detection: the RuntimeConfig RPC; where the runtime does not
+    // implement it (containerd 1.7), kubelet uses its own --cgroup-driver, which the
+    // operator sets to the runtime's: read here from the runtime's verbose status, as an
+    // operator would from its config.
     let mut request = tonic::Request::new(RuntimeConfigRequest {});
     request.set_timeout(CALL_TIMEOUT);
     let runtime_config = cri.rt.runtime_config(request).await;
     cri.driver = match runtime_config.map(tonic::Response::into_inner) {
         Ok(RuntimeConfigResponse { linux: Some(l) }) => l.cgroup_driver(),
         Ok(_) => CgroupDriver::Cgroupfs,
-        Err(s) if s.code() == tonic::Code::Unimplemented => CgroupDriver::Cgroupfs,
+        Err(s) if s.code() == tonic::Code::Unimplemented => {
+            let status = StatusRequest { verbose: true };
+            let info = call!(cri.rt.status(status), path.display(), short)?.info;
+            configured_driver(&info)
+        }
         Err(s) => bail!("RuntimeConfig: {:?}: {}", s.code(), s.message()),
     };
     eprintln!(
@@ -555,5 +561,20 @@ async fn main() -> std::process::ExitCode {
             eprintln!("cri-pod-client: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The cgroup driver containerd's CRI config (its verbose status `config`) gives its
+/// default runc runtime: `SystemdCgroup`, cgroupfs when unset.
+fn configured_driver(info: &HashMap<String, String>) -> CgroupDriver {
+    let config: serde_json::Value = info
+        .get("config")
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or_default();
+    let containerd = &config["containerd"];
+    let default = containerd["defaultRuntimeName"].as_str().unwrap_or("runc");
+    match containerd["runtimes"][default]["options"]["SystemdCgroup"].as_bool() {
+        Some(true) => CgroupDriver::Systemd,
+        _ => CgroupDriver::Cgroupfs,
     }
 }

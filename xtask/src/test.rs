@@ -31,6 +31,7 @@ const SHARED_LAB_TESTS: &[&str] = &[
     "resize",
     "kernel_events",
     "timeline",
+    "observe",
     "diagnose_faults",
     "crash_safe_trace",
     "otel_export",

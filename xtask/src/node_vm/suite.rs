@@ -75,6 +75,8 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("sidecars", &[]),
+    // Beside two other CRI clients, with the runtime's event stream.
+    ("observe", &[]),
     // containerd 2.x traces every CRI call here: its spans must continue podtrace's.
     (
         "otel_export",
@@ -85,7 +87,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
 /// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
 /// with the guest's socket served by containerd 1.7: what podtrace reads from the runtime
 /// (cri info), the example pods, the five-pod timeline, and OTLP export without runtime
-/// spans from the CRI calls.
+/// spans from the CRI calls, and the observer by polling.
 pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
     (
         "modern_node",
@@ -103,7 +105,12 @@ pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
         "otel_export",
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
     ),
+    // containerd 1.7 gives each event to one subscriber: the observer polls there.
+    ("observe", &[]),
 ];
+
+/// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
+const CRI_POD_CLIENT: &str = "cri-pod-client";
 
 /// Tells the tests in the guest which containerd serves the node: `2` (the reference) or
 /// `1.7` (the compatibility runtime).
@@ -298,7 +305,7 @@ fn run_tests(
             cmd.extend(names.iter().map(|n| n.to_string()));
         }
         let script = format!(
-            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             cmd = super::ssh::join_args(&cmd)?
         );
@@ -350,6 +357,11 @@ fn build_test_binaries(
             && msg["target"]["kind"][0] == "test"
         {
             found.push((*test, PathBuf::from(exe)));
+        }
+        // The test package's own programs the tests run (cargo builds them with the
+        // tests): staged beside the test binaries.
+        if name == CRI_POD_CLIENT && msg["target"]["kind"][0] == "bin" {
+            found.push((CRI_POD_CLIENT, PathBuf::from(exe)));
         }
     }
     for (test, _) in tests {
