@@ -406,9 +406,11 @@ async fn until_ready(
             .unwrap_or(30);
         // The runtime tears pods down at its own pace (a CNI DEL each, serialized on the
         // node's iptables lock), which on a loaded or emulated node is many times a quiet
-        // one's. So the wait goes on while the pods make progress, and gives up only once
-        // nothing about them changed for the grace period and 30 s more.
-        let stall = Duration::from_secs(grace as u64 + 30);
+        // one's, and a status may not change for the whole of a slow StopPodSandbox. So
+        // the wait goes on while the pods make progress, and gives up only once nothing
+        // about them changed for the grace period and two minutes more: a hung runtime's
+        // bound, not a guess of its speed.
+        let stall = Duration::from_secs(grace as u64 + 120);
         let mut limit = tokio::time::Instant::now() + stall;
         loop {
             let mut left = 0;
