@@ -205,6 +205,21 @@ fn the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
 
+    // Every line is a record the published schema allows.
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            podtrace_tests::workspace_root().join("docs/trace-format.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    for (n, line) in std::fs::read_to_string(&trace).unwrap().lines().enumerate() {
+        let record: Value = serde_json::from_str(line).expect("a JSON line");
+        if let Err(e) = validator.validate(&record) {
+            panic!("line {}: {e}\n{line}", n + 1);
+        }
+    }
     let read = read_trace(&trace).expect("the observed trace reads back");
     let observed = read
         .header
