@@ -1,84 +1,24 @@
 //! `podtrace observe` beside other CRI clients on the lab: a kubelet-like client built on
 //! the official CRI protos (`cri-pod-client`) and a second podtrace each create pods while
 //! the observer records. Every pod gets its own kernel stages and the runtime's times,
-//! none attributed to another pod, and replay refuses the observed trace.
+//! none attributed to another pod, every call the observer made only reads (a recording
+//! proxy between it and the runtime keeps them), and replay refuses the observed trace.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
 use podtrace::timeline::{PodTimeline, StageSource, Timeline};
 use podtrace::trace::read_trace;
+use podtrace_tests::cri_proxy::CriProxy;
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::{Scratch, podtrace, podtrace_bin, require_lab, stderr, stdout};
+use podtrace_tests::observer::{Observer, cri_pod_client};
+use podtrace_tests::{Scratch, podtrace, require_lab, stderr, stdout};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
-
-/// Loading and verifying the probes on a loaded 2-core machine or an emulated guest: the
-/// bound only keeps a hung observer from hanging the suite.
-const OBSERVER_UP: Duration = Duration::from_secs(300);
-
-/// The observer in the background, started and waited for on its own word.
-struct Observer {
-    child: Child,
-    /// Its stderr lines after the start line.
-    lines: mpsc::Receiver<String>,
-}
-
-impl Observer {
-    fn start(trace: &Path, probes: &Path) -> Observer {
-        let mut child = Command::new(podtrace_bin())
-            .args(["observe", "--trace"])
-            .arg(trace)
-            .arg("--probes")
-            .arg(probes)
-            .arg("--require-ebpf")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("podtrace observe starts");
-        let (tx, lines) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("observer: {line}");
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        // Evidence it records: the line it prints once the probes and the runtime's view
-        // are both up.
-        loop {
-            match lines.recv_timeout(OBSERVER_UP) {
-                Ok(line) if line.contains("podtrace: observing ") => break,
-                Ok(_) => continue,
-                Err(e) => panic!("podtrace observe did not say it was observing: {e}"),
-            }
-        }
-        Observer { child, lines }
-    }
-
-    /// SIGTERM, then the exit status and what it printed last.
-    fn stop(mut self) -> (std::process::ExitStatus, Vec<String>) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let status = self.child.wait().expect("the observer exits");
-        (status, self.lines.try_iter().collect())
-    }
-}
 
 /// `cri-pod-client run`: pods created as a kubelet creates them, one JSON line each.
 fn client_pods(prefix: &str, n: usize) -> Vec<Value> {
     let socket = podtrace_tests::lab().cri_socket();
-    // In the modern node's guest the client is staged beside the tests.
-    let client = std::env::var_os("PODTRACE_CRI_POD_CLIENT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_cri-pod-client").into());
-    let out = Command::new(client)
+    let out = Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
         .arg("--cri")
         .arg(format!("unix://{}", socket.display()))
         .args([
@@ -177,12 +117,35 @@ fn assert_observed(t: &Timeline, uid: &str, sandbox: &str, container: &str) {
 
 #[test]
 fn the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_nothing() {
+    beside_two_clients(Learn::Auto);
+}
+
+/// containerd 1.x's way: the observer lists the runtime's sandboxes and containers.
+#[test]
+fn polling_instead_of_the_event_stream_gives_the_same_pods_and_stages() {
+    beside_two_clients(Learn::Polling);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Learn {
+    /// The event stream where the runtime is containerd 2.x.
+    Auto,
+    Polling,
+}
+
+fn beside_two_clients(learn: Learn) {
     let _one = serial();
     require_lab();
     let probes = require_probes();
     let scratch = Scratch::new();
     let trace = scratch.path().join("observed.jsonl");
-    let observer = Observer::start(&trace, &probes);
+    // The observer reaches the runtime only through a proxy that keeps every method.
+    let proxy = CriProxy::start(&podtrace_tests::lab().cri_socket(), scratch.path());
+    let extra: &[&str] = match learn {
+        Learn::Auto => &[],
+        Learn::Polling => &["--cri-events", "poll"],
+    };
+    let observer = Observer::start(&trace, &probes, &proxy.endpoint(), extra);
 
     // A second podtrace as one client, the CRI-protos client as the other, at once.
     let manifest = scratch.manifest(
@@ -204,15 +167,31 @@ fn the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
+    // It changed nothing: every call it made only reads.
+    let methods = proxy.methods();
+    let reads = [
+        "Version",
+        "Status",
+        "RuntimeConfig",
+        "ListPodSandbox",
+        "ListContainers",
+        "PodSandboxStatus",
+        "ContainerStatus",
+        "GetContainerEvents",
+    ];
+    assert!(
+        methods.iter().all(|m| reads.contains(&m.as_str())),
+        "the observer called more than reads: {methods:?}"
+    );
+    assert!(
+        methods.contains("ListPodSandbox") && methods.contains("ListContainers"),
+        "the proxy saw none of the observer's reads: {methods:?}"
+    );
 
     // Every line is a record the published schema allows.
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            podtrace_tests::workspace_root().join("docs/trace-format.schema.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    // Built in: the modern node's guest has the test binary, not the workspace.
+    let schema: Value =
+        serde_json::from_str(include_str!("../docs/trace-format.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     for (n, line) in std::fs::read_to_string(&trace).unwrap().lines().enumerate() {
         let record: Value = serde_json::from_str(line).expect("a JSON line");
@@ -230,16 +209,25 @@ fn the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_
         observed.sources.iter().any(|s| s == "kernel"),
         "{observed:?}"
     );
-    if read
+    let containerd_2 = read
         .header
         .runtime_version
         .trim_start_matches('v')
-        .starts_with('2')
-    {
+        .starts_with('2');
+    if learn == Learn::Auto && containerd_2 {
         assert!(
             observed.sources.iter().any(|s| s == "cri:events"),
             "{observed:?}"
         );
+        assert!(methods.contains("GetContainerEvents"), "{methods:?}");
+    } else {
+        // Polling, as on containerd 1.x, where subscribing would take events from the
+        // kubelet: the stream is never opened.
+        assert!(
+            observed.sources.iter().any(|s| s == "cri:polling"),
+            "{observed:?}"
+        );
+        assert!(!methods.contains("GetContainerEvents"), "{methods:?}");
     }
     assert!(read.footer.is_some(), "the trace was closed");
     let t = podtrace::timeline::build(&read.records);

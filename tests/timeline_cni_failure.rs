@@ -7,6 +7,7 @@
 use podtrace::timeline::build;
 use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
+use podtrace_tests::observer::{Observer, cri_pod_client};
 use podtrace_tests::{Scratch, lab, pod, podtrace_bin, stderr, stdout};
 use xtask::lab::{LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
 
@@ -120,6 +121,64 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
         .find(|l| l.contains("cni_plugin:tuning"))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains(" 1  |") && line.contains("FAILED"), "{line}");
+
+    // The same failure in another client's pod, as `podtrace observe` sees it: the
+    // CRI-protos client retries the sandbox as a kubelet's pod worker does while the
+    // observer records, and diagnose names the plugin from the kernel's view alone.
+    let observed = scratch.path().join("observed.jsonl");
+    let observer = Observer::start(
+        &observed,
+        &probes,
+        &format!("unix://{}", lab.0.cri_socket().display()),
+        &[],
+    );
+    let client = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
+        .arg("--cri")
+        .arg(format!("unix://{}", lab.0.cri_socket().display()))
+        .args([
+            "run",
+            "--pods",
+            "1",
+            "--prefix",
+            "observed-fails",
+            "--image",
+        ])
+        .arg(xtask::lab::IMAGE_APP)
+        .args(["--retry-sandbox-every", "300", "--retry-for-seconds", "3"])
+        .output()
+        .expect("cri-pod-client runs");
+    assert!(
+        !client.status.success(),
+        "the client's pod ran: {}",
+        stdout(&client)
+    );
+    let (status, last) = observer.stop();
+    assert!(status.success(), "the observer exited {status}: {last:?}");
+    let out = std::process::Command::new(podtrace_bin())
+        .args(["diagnose", observed.to_str().unwrap(), "-o", "json"])
+        .output()
+        .expect("podtrace diagnose");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}): {}", stderr(&out)));
+    let p = d["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "observed-fails-0")
+        .unwrap_or_else(|| panic!("the client's pod is not in the diagnosis: {d:#}"));
+    let v = &p["verdict"];
+    assert_eq!(v["cause"], "cni_plugin_failed", "{p:#}");
+    assert_eq!(v["stage"], "cni_plugin:tuning", "{p:#}");
+    let attempts = v["evidence"][0].as_str().unwrap_or_default();
+    let n: usize = attempts
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        n >= 2 && attempts.contains("sandbox attempts the kernel saw"),
+        "the client retried: {p:#}"
+    );
 
     let paths = lab.0.clone();
     drop(lab);

@@ -2,7 +2,9 @@
 //! manifests, and a CRI client to check what the runtime really holds.
 
 pub mod agent;
+pub mod cri_proxy;
 pub mod ebpf;
+pub mod observer;
 pub mod otlp;
 
 use std::path::{Path, PathBuf};

@@ -74,22 +74,9 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The timeline of a trace's records. The builder is deterministic, so rebuilding gives
-/// what the recording computed; a trace that kept only its stage records is shown as is.
+/// The timeline of the records (see [`crate::timeline::from_records`]).
 pub(super) fn from_records(records: &[TraceRecord]) -> Timeline {
-    let has_inputs = records.iter().any(|r| {
-        matches!(
-            r,
-            TraceRecord::Pod(_) | TraceRecord::Cri(_) | TraceRecord::Observed(_)
-        )
-    });
-    if has_inputs {
-        return crate::timeline::build(records);
-    }
-    Timeline::from_stages(records.iter().filter_map(|r| match r {
-        TraceRecord::Stage(v) => serde_json::from_value::<Stage>(v.clone()).ok(),
-        _ => None,
-    }))
+    crate::timeline::from_records(records)
 }
 
 /// The waterfall: per pod a header, then one line per stage with its start offset from

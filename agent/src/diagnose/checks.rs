@@ -28,10 +28,11 @@ fn finding(
 
 /// Every finding for the pod, most important first.
 pub(super) fn findings(p: &PodFacts<'_>, f: &Facts<'_>) -> Vec<Finding> {
-    let checks: [&dyn Fn() -> Option<Finding>; 7] = [
+    let checks: [&dyn Fn() -> Option<Finding>; 8] = [
         &|| not_admitted(p),
         &|| network_not_ready(p, f),
         &|| sandbox_failed(p, f),
+        &|| observed_sandbox_failed(p),
         &|| image_pull_failed(p),
         &|| crash_loop(p, f),
         &|| sandbox_recreated(p),
@@ -261,6 +262,76 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
 }
 
 /// An image whose last pull failed, for a container never created since.
+/// Another client's pod (an observed trace: no CRI call of its own) whose last sandbox
+/// attempt never became ready: the attempts the kernel saw, each by the sandbox ID its
+/// CNI plugins were given, and the plugin that failed in the last one.
+fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
+    if !p.calls.is_empty() {
+        return None;
+    }
+    let t = p.timeline;
+    let cni = |id: &str| {
+        let mut v: Vec<&Stage> = t
+            .stages
+            .iter()
+            .filter(|s| s.kind() == "cni_plugin" && s.sandbox_id.as_deref() == Some(id))
+            .collect();
+        v.sort_by_key(|s| s.end_ns);
+        v
+    };
+    let attempts: Vec<&String> = t
+        .sandbox_ids
+        .iter()
+        .filter(|id| !cni(id).is_empty())
+        .collect();
+    let last = *attempts.last()?;
+    let ready = t
+        .stages
+        .iter()
+        .any(|s| s.stage == "sandbox_ready" && s.sandbox_id.as_deref() == Some(last.as_str()));
+    if ready {
+        return None;
+    }
+    let failing = |id: &str| cni(id).into_iter().find(|s| !s.ok);
+    let failed = failing(last)?;
+    let mut evidence = vec![format!(
+        "{} sandbox attempt{} the kernel saw, none of them ready; the runtime kept none \
+         (its error went to the client that asked)",
+        attempts.len(),
+        if attempts.len() == 1 { "" } else { "s" }
+    )];
+    for id in &attempts {
+        evidence.push(match failing(id) {
+            Some(s) => format!(
+                "{} sandbox {}: {} ADD {} (kernel, pid {}){}",
+                p.at(s.end_ns),
+                short(id),
+                s.stage,
+                exit_text(s),
+                s.pid.map_or("?".into(), |x| x.to_string()),
+                if s.detail.contains("delegated by") {
+                    format!(", {}", s.detail.trim_start_matches("ADD, "))
+                } else {
+                    String::new()
+                }
+            ),
+            None => format!("sandbox {}: no plugin failed while recorded", short(id)),
+        });
+    }
+    let plugin = failed.stage.trim_start_matches("cni_plugin:");
+    let summary = if failed.detail.contains("delegated by") {
+        format!("the IPAM plugin {plugin} failed")
+    } else {
+        format!("CNI plugin {plugin} {} during ADD", exit_text(failed))
+    };
+    Some(finding(
+        Cause::CniPluginFailed,
+        failed.stage.clone(),
+        summary,
+        evidence,
+    ))
+}
+
 fn image_pull_failed(p: &PodFacts<'_>) -> Option<Finding> {
     let failed: Vec<&Stage> = p.stages("image_pull").filter(|s| !s.ok).collect();
     let last = *failed.last()?;

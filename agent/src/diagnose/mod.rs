@@ -23,7 +23,7 @@ mod tests;
 pub use model::{Cause, Diagnosis, Finding, PodDiagnosis};
 pub use render::render;
 
-use crate::timeline::{Stage, Timeline};
+use crate::timeline::Timeline;
 use crate::trace::TraceRecord;
 use facts::{Facts, PodFacts};
 
@@ -56,19 +56,9 @@ pub fn diagnose(records: &[TraceRecord], node_ip: Option<&str>) -> Diagnosis {
     Diagnosis { pods, notes }
 }
 
-/// The timeline of the records: rebuilt from the run's inputs, or, for records that kept
-/// only their stages, those.
+/// The timeline of the records (see [`crate::timeline::from_records`]).
 fn timeline_of(records: &[TraceRecord]) -> Timeline {
-    let has_inputs = records
-        .iter()
-        .any(|r| matches!(r, TraceRecord::Pod(_) | TraceRecord::Cri(_)));
-    if has_inputs {
-        return crate::timeline::build(records);
-    }
-    Timeline::from_stages(records.iter().filter_map(|r| match r {
-        TraceRecord::Stage(v) => serde_json::from_value::<Stage>(v.clone()).ok(),
-        _ => None,
-    }))
+    crate::timeline::from_records(records)
 }
 
 fn pod_diagnosis(p: &PodFacts<'_>, f: &Facts<'_>) -> PodDiagnosis {

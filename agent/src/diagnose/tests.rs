@@ -472,3 +472,58 @@ fn the_same_records_give_the_same_text() {
         "{text}"
     );
 }
+
+/// What `podtrace observe` records of another client's pod whose every RunPodSandbox
+/// fails in its `tuning` plugin: only the kernel's view, two attempts (the client retried
+/// with a new sandbox each time), no CRI call and no sandbox the runtime kept.
+fn observed_failing(attempts: &[&str]) -> Vec<TraceRecord> {
+    let mut h = header("192.0.2.10");
+    if let TraceRecord::Header(h) = &mut h {
+        h.observed = Some(crate::trace::ObservedHeader {
+            sources: vec!["kernel".into(), "cri:events".into()],
+            poll_ms: None,
+        });
+    }
+    let mut r = vec![h];
+    for (i, id) in attempts.iter().enumerate() {
+        let t = 100 * i as u64;
+        let pid = 200 + 10 * i as u32;
+        r.extend([
+            cni(t + 20, pid, "ADD", "bridge", id),
+            exit(t + 40, pid, 0),
+            cni(t + 50, pid + 1, "ADD", "tuning", id),
+            exit(t + 55, pid + 1, 1),
+            cni(t + 60, pid + 2, "DEL", "bridge", id),
+            exit(t + 65, pid + 2, 0),
+        ]);
+    }
+    r
+}
+
+#[test]
+fn another_clients_pod_whose_sandboxes_keep_failing_is_named_from_the_kernels_view() {
+    let first = "a1".repeat(32);
+    let second = "b2".repeat(32);
+    let p = one(&observed_failing(&[&first, &second]));
+    assert_eq!(
+        (p.namespace.as_str(), p.name.as_str()),
+        ("default", "web"),
+        "named by its CNI arguments"
+    );
+    assert_eq!(p.verdict.cause, Cause::CniPluginFailed, "{p:#?}");
+    assert_eq!(p.verdict.stage, "cni_plugin:tuning");
+    assert!(p.verdict.summary.contains("exited with code 1"), "{p:#?}");
+    assert!(
+        has(&p.verdict, "2 sandbox attempts the kernel saw"),
+        "{p:#?}"
+    );
+    for id in [&first, &second] {
+        assert!(has(&p.verdict, &format!("sandbox {}", &id[..12])), "{p:#?}");
+    }
+    // In a trace of podtrace's own pods, another client's pod stays out.
+    let mut own = observed_failing(&[&first]);
+    if let TraceRecord::Header(h) = &mut own[0] {
+        h.observed = None;
+    }
+    assert!(diagnose(&own, None).pods.is_empty());
+}

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
+use crate::ebpf::event::cni_args_value;
 use crate::otel::RuntimeSpan;
 use crate::trace::{
     Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord,
@@ -65,7 +66,10 @@ pub(super) enum Ref<'a> {
 
 impl<'a> Index<'a> {
     pub fn new(records: &'a [TraceRecord]) -> Index<'a> {
-        Index::of(records.iter().enumerate().filter_map(|(i, r)| {
+        let observed = records
+            .iter()
+            .any(|r| matches!(r, TraceRecord::Header(h) if h.observed.is_some()));
+        let mut index = Index::of(records.iter().enumerate().filter_map(|(i, r)| {
             let r = match r {
                 TraceRecord::Pod(p) => Ref::Pod(p),
                 TraceRecord::Cri(c) => Ref::Cri(c),
@@ -80,7 +84,32 @@ impl<'a> Index<'a> {
                 | TraceRecord::Footer(_) => return None,
             };
             Some((i, r))
-        }))
+        }));
+        if observed {
+            index.learn_cni_pods();
+        }
+        index
+    }
+
+    /// In an observed trace, the pods the kernel saw CNI plugins run for, by the
+    /// `K8S_POD_*` arguments the runtime passes them: a pod whose every RunPodSandbox
+    /// failed has no sandbox the runtime kept, so nothing else names it. (In a trace of
+    /// podtrace's own pods, another client's pods stay out.)
+    fn learn_cni_pods(&mut self) {
+        for (_, e) in &self.kernel {
+            let KernelEvent::CniExec(c) = e else {
+                continue;
+            };
+            let Some(uid) = cni_args_value(&c.args, "K8S_POD_UID") else {
+                continue;
+            };
+            self.pods.entry(uid).or_insert_with(|| PodInfo {
+                namespace: c.pod_namespace.clone().unwrap_or_default(),
+                name: c.pod_name.clone().unwrap_or_default(),
+                pod: None,
+                seen_ns: None,
+            });
+        }
     }
 
     /// The index of `records`, each with its position in the run's records (what an

@@ -47,6 +47,24 @@ pub fn build(records: &[TraceRecord]) -> Timeline {
     build_index(&index::Index::new(records), &|_| true)
 }
 
+/// The timeline of a trace's records: rebuilt from what it was recorded from (pod changes
+/// and CRI calls; an observed trace's changes and kernel events), or, for records that
+/// kept only their stages, from those.
+pub fn from_records(records: &[TraceRecord]) -> Timeline {
+    let has_inputs = records.iter().any(|r| match r {
+        TraceRecord::Pod(_) | TraceRecord::Cri(_) | TraceRecord::Observed(_) => true,
+        TraceRecord::Header(h) => h.observed.is_some(),
+        _ => false,
+    });
+    if has_inputs {
+        return build(records);
+    }
+    Timeline::from_stages(records.iter().filter_map(|r| match r {
+        TraceRecord::Stage(v) => serde_json::from_value::<Stage>(v.clone()).ok(),
+        _ => None,
+    }))
+}
+
 /// The timeline of the pods `wanted` picks by UID: attribution walks every event, but
 /// only those pods' stages are built.
 fn build_index(index: &index::Index<'_>, wanted: &dyn Fn(&str) -> bool) -> Timeline {

@@ -27,6 +27,14 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     ) -> BTreeMap<String, String> {
         let mut ids = BTreeMap::new();
         if observed.is_empty() {
+            // A pod only the kernel saw (an observed trace names such pods by their CNI
+            // arguments): the runtime kept none of its sandboxes.
+            if self.calls.is_empty() && self.info.seen_ns.is_none() && !self.kernel.is_empty() {
+                self.observed_seen(observed);
+                self.notes.push(
+                    "the runtime kept no sandbox of this pod: only the kernel saw it (each RunPodSandbox failed, or is still running)".into(),
+                );
+            }
             return ids;
         }
         // A pod the observer found already there: its startup happened unseen, so it has

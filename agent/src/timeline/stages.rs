@@ -82,7 +82,7 @@ pub(super) struct PodBuilder<'i, 'a> {
     pub(super) uid: &'i str,
     pub(super) info: &'i PodInfo<'a>,
     pub(super) kernel: &'i [Attributed<'i>],
-    calls: Vec<&'a CriCall>,
+    pub(super) calls: Vec<&'a CriCall>,
     pub(super) stages: Vec<Stage>,
     pub(super) notes: Vec<String>,
 }
