@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use crate::ebpf::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EventReceiver,
     KernelEvent, KernelProbes, LostEvents, NetnsAttach, ProbeConfig, ProbeSummary, ProbesObject,
@@ -148,15 +146,9 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
     }
     // Before the probes announce themselves: whoever waits for that line may interrupt
     // right after, and an interrupt must end the run cleanly, with its summary.
-    let (mut sigint, mut sigterm) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("podtrace: cannot handle signals: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (mut sigint, mut sigterm) = match super::stop_signals() {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let (probes, mut events) = match args.ebpf.start() {
         Ok(Some(started)) => started,

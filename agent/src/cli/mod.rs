@@ -38,6 +38,22 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 
 /// The error for a `--pod`/POD argument that names no pod: it lists the pods there are,
 /// since a static pod runs under its node's name (`web` in a manifest is `web-<node>`).
+/// SIGINT and SIGTERM, which end a command that runs until stopped; a one-line error
+/// and the exit code when they cannot be handled.
+fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal), ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => Ok((i, t)),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("podtrace: cannot handle signals: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 fn no_such_pod(query: &str, place: &str, pods: impl IntoIterator<Item = String>) -> String {
     const SHOWN: usize = 10;
     let pods: Vec<String> = pods.into_iter().collect();

@@ -6,8 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use tokio::signal::unix::{SignalKind, signal};
-
 use super::CriArgs;
 use super::kernel_events::EbpfArgs;
 use crate::ebpf::now_ktime_ns;
@@ -49,15 +47,9 @@ pub struct ObserveArgs {
 }
 
 pub async fn run(args: ObserveArgs) -> ExitCode {
-    let (mut sigint, mut sigterm) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("podtrace: cannot handle signals: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (mut sigint, mut sigterm) = match super::stop_signals() {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let client = match args.cri.connect().await {
         Ok(c) => c,
@@ -204,24 +196,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         ..Footer::default()
     };
     if let Some(probes) = probes {
-        match probes.stop().await {
-            Ok(s) => {
-                footer.lost_events = s.lost.total;
-                footer.lost_by_kind = s
-                    .lost
-                    .by_kind
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), *v))
-                    .collect();
-                if s.lost.total > 0 {
-                    eprintln!(
-                        "podtrace: the kernel lost {} events (ring buffer full)",
-                        s.lost.total
-                    );
-                }
-            }
-            Err(e) => eprintln!("podtrace: stopping the probes: {e}"),
-        }
+        super::recorder::stop_probes(probes, &mut footer).await;
     }
     if let Some(f) = forwarder {
         let _ = f.await;

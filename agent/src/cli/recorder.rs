@@ -441,24 +441,7 @@ impl RunRecorder {
             ..Footer::default()
         };
         if let Some(probes) = self.probes {
-            match probes.stop().await {
-                Ok(summary) => {
-                    footer.lost_events = summary.lost.total;
-                    footer.lost_by_kind = summary
-                        .lost
-                        .by_kind
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), *v))
-                        .collect();
-                    if summary.lost.total > 0 {
-                        eprintln!(
-                            "podtrace: the kernel lost {} events (ring buffer full)",
-                            summary.lost.total
-                        );
-                    }
-                }
-                Err(e) => eprintln!("podtrace: stopping the probes: {e}"),
-            }
+            stop_probes(probes, &mut footer).await;
         }
         if let Some(f) = self.forwarder {
             let _ = f.await;
@@ -515,6 +498,29 @@ impl RunRecorder {
             }
         }
         ExitCode::SUCCESS
+    }
+}
+
+/// Stops the probes and puts what the kernel lost into the trace's footer (said once on
+/// stderr too: a loss is never silent).
+pub(super) async fn stop_probes(probes: KernelProbes, footer: &mut Footer) {
+    match probes.stop().await {
+        Ok(summary) => {
+            footer.lost_events = summary.lost.total;
+            footer.lost_by_kind = summary
+                .lost
+                .by_kind
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect();
+            if summary.lost.total > 0 {
+                eprintln!(
+                    "podtrace: the kernel lost {} events (ring buffer full)",
+                    summary.lost.total
+                );
+            }
+        }
+        Err(e) => eprintln!("podtrace: stopping the probes: {e}"),
     }
 }
 

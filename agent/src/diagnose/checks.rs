@@ -152,6 +152,22 @@ fn exit_text(s: &Stage) -> String {
     }
 }
 
+/// One plugin run as evidence: when it ended, how, its pid, and who delegated to it.
+fn plugin_run(p: &PodFacts<'_>, s: &Stage) -> String {
+    format!(
+        "{} {} ADD {} (kernel, pid {}){}",
+        p.at(s.end_ns),
+        s.stage,
+        exit_text(s),
+        s.pid.map_or("?".into(), |x| x.to_string()),
+        if s.detail.contains("delegated by") {
+            format!(", {}", s.detail.trim_start_matches("ADD, "))
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// The last RunPodSandbox failed: narrow down where, from the kernel's view of that
 /// attempt and the runtime's error text.
 fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
@@ -178,21 +194,7 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         .collect();
     // The one that failed first is the cause; a plugin that delegated to it fails after.
     plugins.sort_by_key(|s| s.end_ns);
-    let describe = |s: &Stage| {
-        format!(
-            "{} {} ADD {} (kernel, pid {}){}",
-            p.at(s.end_ns),
-            s.stage,
-            exit_text(s),
-            s.pid.map_or("?".into(), |x| x.to_string()),
-            if s.detail.contains("delegated by") {
-                format!(", {}", s.detail.trim_start_matches("ADD, "))
-            } else {
-                String::new()
-            }
-        )
-    };
-    evidence.extend(plugins.iter().map(|s| describe(s)));
+    evidence.extend(plugins.iter().map(|s| plugin_run(p, s)));
     let event_text = p
         .events_named("FailedCreatePodSandBox")
         .last()
@@ -302,19 +304,7 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
     )];
     for id in &attempts {
         evidence.push(match failing(id) {
-            Some(s) => format!(
-                "{} sandbox {}: {} ADD {} (kernel, pid {}){}",
-                p.at(s.end_ns),
-                short(id),
-                s.stage,
-                exit_text(s),
-                s.pid.map_or("?".into(), |x| x.to_string()),
-                if s.detail.contains("delegated by") {
-                    format!(", {}", s.detail.trim_start_matches("ADD, "))
-                } else {
-                    String::new()
-                }
-            ),
+            Some(s) => format!("sandbox {}: {}", short(id), plugin_run(p, s)),
             None => format!("sandbox {}: no plugin failed while recorded", short(id)),
         });
     }

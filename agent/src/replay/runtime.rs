@@ -459,35 +459,8 @@ impl RuntimeService for ReplayRuntime {
                 message: format!("sandbox {id} not found"),
             });
         };
-        let namespaces = sb
-            .config
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref())
-            .and_then(|s| s.namespace_options.clone());
         Ok(api::PodSandboxStatusResponse {
-            status: Some(api::PodSandboxStatus {
-                id: id.to_string(),
-                metadata: sb.config.metadata.clone(),
-                state: if sb.ready {
-                    api::PodSandboxState::SandboxReady as i32
-                } else {
-                    api::PodSandboxState::SandboxNotready as i32
-                },
-                created_at: sb.created_at,
-                network: Some(api::PodSandboxNetworkStatus {
-                    ip: sb.ip.clone(),
-                    additional_ips: vec![],
-                }),
-                linux: Some(api::LinuxPodSandboxStatus {
-                    namespaces: Some(api::Namespace {
-                        options: namespaces,
-                    }),
-                }),
-                labels: sb.config.labels.clone(),
-                annotations: sb.config.annotations.clone(),
-                ..Default::default()
-            }),
+            status: Some(sb.status(id)),
             ..Default::default()
         })
     }
@@ -505,11 +478,7 @@ impl RuntimeService for ReplayRuntime {
             .map(|(id, sb)| api::PodSandbox {
                 id: id.clone(),
                 metadata: sb.config.metadata.clone(),
-                state: if sb.ready {
-                    api::PodSandboxState::SandboxReady as i32
-                } else {
-                    api::PodSandboxState::SandboxNotready as i32
-                },
+                state: sb.state(),
                 created_at: sb.created_at,
                 labels: sb.config.labels.clone(),
                 annotations: sb.config.annotations.clone(),

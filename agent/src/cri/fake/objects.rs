@@ -44,6 +44,45 @@ pub(crate) struct Container {
     pub exited: watch::Sender<bool>,
 }
 
+impl Sandbox {
+    /// `api::PodSandboxState` as an integer, as CRI carries it.
+    pub fn state(&self) -> i32 {
+        if self.ready {
+            api::PodSandboxState::SandboxReady as i32
+        } else {
+            api::PodSandboxState::SandboxNotready as i32
+        }
+    }
+
+    /// Its CRI status, as PodSandboxStatus answers it.
+    pub fn status(&self, id: &str) -> api::PodSandboxStatus {
+        let namespaces = self
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone());
+        api::PodSandboxStatus {
+            id: id.to_string(),
+            metadata: self.config.metadata.clone(),
+            state: self.state(),
+            created_at: self.created_at,
+            network: Some(api::PodSandboxNetworkStatus {
+                ip: self.ip.clone(),
+                additional_ips: vec![],
+            }),
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: namespaces,
+                }),
+            }),
+            labels: self.config.labels.clone(),
+            annotations: self.config.annotations.clone(),
+            ..Default::default()
+        }
+    }
+}
+
 impl Container {
     /// When it exits by itself, if it is running and scheduled to.
     pub fn exits_at(&self) -> Option<Nanos> {

@@ -24,14 +24,6 @@ fn refused(method: Method, message: String) -> CriError {
     }
 }
 
-fn sandbox_state(ready: bool) -> i32 {
-    if ready {
-        api::PodSandboxState::SandboxReady as i32
-    } else {
-        api::PodSandboxState::SandboxNotready as i32
-    }
-}
-
 fn container_status(id: &str, c: &Container) -> api::ContainerStatus {
     api::ContainerStatus {
         id: id.to_string(),
@@ -53,33 +45,6 @@ fn container_status(id: &str, c: &Container) -> api::ContainerStatus {
             linux: c.config.linux.as_ref().and_then(|l| l.resources.clone()),
             windows: None,
         }),
-        ..Default::default()
-    }
-}
-
-fn sandbox_status(id: &str, sb: &Sandbox) -> api::PodSandboxStatus {
-    let namespaces = sb
-        .config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.namespace_options.clone());
-    api::PodSandboxStatus {
-        id: id.to_string(),
-        metadata: sb.config.metadata.clone(),
-        state: sandbox_state(sb.ready),
-        created_at: sb.created_at,
-        network: Some(api::PodSandboxNetworkStatus {
-            ip: sb.ip.clone(),
-            additional_ips: vec![],
-        }),
-        linux: Some(api::LinuxPodSandboxStatus {
-            namespaces: Some(api::Namespace {
-                options: namespaces,
-            }),
-        }),
-        labels: sb.config.labels.clone(),
-        annotations: sb.config.annotations.clone(),
         ..Default::default()
     }
 }
@@ -186,7 +151,7 @@ impl RuntimeService for FakeRuntime {
             .sandbox(id)
             .ok_or_else(|| not_found(Method::PodSandboxStatus, "sandbox", id))?;
         Ok(api::PodSandboxStatusResponse {
-            status: Some(sandbox_status(id, sb)),
+            status: Some(sb.status(id)),
             ..Default::default()
         })
     }
@@ -201,16 +166,11 @@ impl RuntimeService for FakeRuntime {
             .objects
             .sandboxes_matching(&filter.label_selector)
             .filter(|(id, _)| filter.id.is_empty() || **id == filter.id)
-            .filter(|(_, sb)| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|s| s.state == sandbox_state(sb.ready))
-            })
+            .filter(|(_, sb)| filter.state.as_ref().is_none_or(|s| s.state == sb.state()))
             .map(|(id, sb)| api::PodSandbox {
                 id: id.clone(),
                 metadata: sb.config.metadata.clone(),
-                state: sandbox_state(sb.ready),
+                state: sb.state(),
                 created_at: sb.created_at,
                 labels: sb.config.labels.clone(),
                 annotations: sb.config.annotations.clone(),
