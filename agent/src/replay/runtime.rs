@@ -475,15 +475,7 @@ impl RuntimeService for ReplayRuntime {
         Ok(st
             .objects
             .sandboxes_matching(&want)
-            .map(|(id, sb)| api::PodSandbox {
-                id: id.clone(),
-                metadata: sb.config.metadata.clone(),
-                state: sb.state(),
-                created_at: sb.created_at,
-                labels: sb.config.labels.clone(),
-                annotations: sb.config.annotations.clone(),
-                runtime_handler: String::new(),
-            })
+            .map(|(id, sb)| sb.listed(id))
             .collect())
     }
 

@@ -54,6 +54,19 @@ impl Sandbox {
         }
     }
 
+    /// As ListPodSandbox lists it.
+    pub fn listed(&self, id: &str) -> api::PodSandbox {
+        api::PodSandbox {
+            id: id.to_string(),
+            metadata: self.config.metadata.clone(),
+            state: self.state(),
+            created_at: self.created_at,
+            labels: self.config.labels.clone(),
+            annotations: self.config.annotations.clone(),
+            runtime_handler: String::new(),
+        }
+    }
+
     /// Its CRI status, as PodSandboxStatus answers it.
     pub fn status(&self, id: &str) -> api::PodSandboxStatus {
         let namespaces = self

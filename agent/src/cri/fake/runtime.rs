@@ -167,15 +167,7 @@ impl RuntimeService for FakeRuntime {
             .sandboxes_matching(&filter.label_selector)
             .filter(|(id, _)| filter.id.is_empty() || **id == filter.id)
             .filter(|(_, sb)| filter.state.as_ref().is_none_or(|s| s.state == sb.state()))
-            .map(|(id, sb)| api::PodSandbox {
-                id: id.clone(),
-                metadata: sb.config.metadata.clone(),
-                state: sb.state(),
-                created_at: sb.created_at,
-                labels: sb.config.labels.clone(),
-                annotations: sb.config.annotations.clone(),
-                runtime_handler: String::new(),
-            })
+            .map(|(id, sb)| sb.listed(id))
             .collect())
     }
 
