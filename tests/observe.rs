@@ -1,51 +1,19 @@
 //! `podtrace observe` beside other CRI clients on the lab: a kubelet-like client built on
 //! the official CRI protos (`cri-pod-client`) and a second podtrace each create pods while
 //! the observer records. Every pod gets its own kernel stages and the runtime's times,
-//! none attributed to another pod, every call the observer made only reads (a recording
-//! proxy between it and the runtime keeps them), and replay refuses the observed trace.
-
-use std::process::Command;
+//! none attributed to another pod, both while they run (the observer's API) and in its
+//! trace; every call the observer made only reads (a recording proxy between it and the
+//! runtime keeps them), and replay refuses the observed trace.
 
 use podtrace::timeline::{PodTimeline, StageSource, Timeline};
 use podtrace::trace::read_trace;
 use podtrace_tests::cri_proxy::CriProxy;
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{Observer, cri_pod_client};
-use podtrace_tests::{Scratch, podtrace, require_lab, stderr, stdout};
+use podtrace_tests::observer::{ClientRun, Observer};
+use podtrace_tests::otlp::reconnect_runtime_exporter;
+use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
-
-/// `cri-pod-client run`: pods created as a kubelet creates them, one JSON line each.
-fn client_pods(prefix: &str, n: usize) -> Vec<Value> {
-    let socket = podtrace_tests::lab().cri_socket();
-    let out = Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
-        .arg("--cri")
-        .arg(format!("unix://{}", socket.display()))
-        .args([
-            "run",
-            "--pods",
-            &n.to_string(),
-            "--prefix",
-            prefix,
-            "--image",
-        ])
-        .arg(IMAGE_APP)
-        .args(["--hold-seconds", "1"])
-        .output()
-        .expect("cri-pod-client runs");
-    assert!(
-        out.status.success(),
-        "cri-pod-client: {}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let pods: Vec<Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line per pod"))
-        .collect();
-    assert_eq!(pods.len(), n, "{}", stdout(&out));
-    pods
-}
 
 fn waterfall(p: &PodTimeline) -> String {
     p.stages
@@ -115,6 +83,40 @@ fn assert_observed(t: &Timeline, uid: &str, sandbox: &str, container: &str) {
     assert!(p.stage("admitted").is_none() && p.stage("sandbox_requested").is_none());
 }
 
+/// The runtime's network setup inside RunPodSandbox and its task's start inside
+/// StartContainer, from its own spans.
+fn has_runtime_stages(p: &PodTimeline) -> bool {
+    p.stage("runtime:network_setup").is_some()
+        && p.stages
+            .iter()
+            .any(|s| s.stage.starts_with("runtime:task_start"))
+}
+
+fn assert_runtime_stages(p: &PodTimeline, sandbox: &str) {
+    assert!(
+        has_runtime_stages(p),
+        "{}: no runtime stages\n{}",
+        p.name,
+        waterfall(p)
+    );
+    let net = p.stage("runtime:network_setup").unwrap();
+    assert_eq!(net.source, StageSource::Runtime);
+    assert_eq!(net.sandbox_id.as_deref(), Some(sandbox), "{net:?}");
+    // At the time the kernel saw the CNI plugins run (the runtime's clock and the
+    // kernel's are two clocks: overlapping, not nested to the nanosecond).
+    let add = p.stage("cni_add").unwrap();
+    assert!(
+        net.start_ns < add.end_ns && add.start_ns < net.end_ns,
+        "{}: network setup {}..{} is not at the CNI ADD {}..{}\n{}",
+        p.name,
+        net.start_ns,
+        net.end_ns,
+        add.start_ns,
+        add.end_ns,
+        waterfall(p)
+    );
+}
+
 #[test]
 fn the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_nothing() {
     beside_two_clients(Learn::Auto);
@@ -141,30 +143,104 @@ fn beside_two_clients(learn: Learn) {
     let trace = scratch.path().join("observed.jsonl");
     // The observer reaches the runtime only through a proxy that keeps every method.
     let proxy = CriProxy::start(&podtrace_tests::lab().cri_socket(), scratch.path());
-    let extra: &[&str] = match learn {
-        Learn::Auto => &[],
-        Learn::Polling => &["--cri-events", "poll"],
-    };
-    let observer = Observer::start(&trace, &probes, &proxy.endpoint(), extra);
+    // containerd 2.x traces the CRI calls sent with a sampled context: the client sends
+    // one, as a kubelet with tracing on does, and the observer receives the spans.
+    let runtime_spans = learn == Learn::Auto && runtime_version().0 >= 2;
+    let mut extra: Vec<&str> = Vec::new();
+    match learn {
+        Learn::Auto => {}
+        Learn::Polling => extra.extend(["--cri-events", "poll"]),
+    }
+    if runtime_spans {
+        reconnect_runtime_exporter();
+        extra.extend(["--runtime-otlp-listen", xtask::lab::RUNTIME_OTLP_ADDR]);
+    }
+    let observer = Observer::start(&trace, &probes, &proxy.endpoint(), &extra);
 
-    // A second podtrace as one client, the CRI-protos client as the other, at once.
+    // A second podtrace as one client, the CRI-protos client as the other, at once. The
+    // client holds its pods until told to tear them down.
     let manifest = scratch.manifest(
         "pt.yaml",
         &format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: observed-by-podtrace}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"
         ),
     );
-    let run = {
-        let scratch = &scratch;
-        let manifest = manifest.clone();
-        std::thread::scope(|s| {
-            let run = s.spawn(move || scratch.run(&[&manifest], &["--cleanup", "--no-ebpf"]));
-            let pods = client_pods("observed", 5);
-            (run.join().unwrap(), pods)
-        })
-    };
-    let ((out, doc), client) = run;
+    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let mut client_args = vec![
+        "--pods",
+        "5",
+        "--prefix",
+        "observed",
+        "--image",
+        IMAGE_APP,
+        "--hold-seconds",
+        "900",
+    ];
+    if runtime_spans {
+        client_args.push("--trace-calls");
+    }
+    let client_run = ClientRun::spawn(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, &client_args);
+    let (out, doc) = scratch.run(&[&manifest], &["--cleanup", "--no-ebpf"]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
+    let client = client_run.pods(5);
+    for p in &client {
+        assert_eq!(p["ok"], true, "the client's pod did not start: {p}");
+    }
+
+    // While they run, the observer's API shows them: as the runtime runs them
+    // (`podtrace pods`), and their timelines so far (`podtrace timeline --live`).
+    let uid = |p: &Value| p["uid"].as_str().unwrap().to_string();
+    let listed = observer.wait_api(&["pods"], "the client's pods running, with IPs", |l| {
+        client.iter().all(|p| {
+            l["items"].as_array().into_iter().flatten().any(|item| {
+                item["metadata"]["uid"] == p["uid"]
+                    && item["status"]["podIP"].is_string()
+                    && item["status"]["containerStatuses"][0]["state"]["running"].is_object()
+            })
+        })
+    });
+    for item in listed["items"].as_array().unwrap() {
+        if client.iter().any(|p| item["metadata"]["uid"] == p["uid"]) {
+            assert_eq!(item["status"]["phase"], "Running", "{item:#}");
+            assert_eq!(item["metadata"]["namespace"], "default", "{item:#}");
+        }
+    }
+    let live = observer.wait_api(
+        &["timeline", "--live"],
+        if runtime_spans {
+            "the client's pods with their first exec, Running and the runtime's spans"
+        } else {
+            "the client's pods with their first exec and Running"
+        },
+        |t| {
+            let t: Timeline = serde_json::from_value(t.clone()).unwrap_or_default();
+            client.iter().all(|p| {
+                t.pods.iter().any(|tp| {
+                    tp.uid == uid(p)
+                        && tp.stage("running").is_some()
+                        && tp.stage("app_first_exec:app").is_some()
+                        && (!runtime_spans || has_runtime_stages(tp))
+                })
+            })
+        },
+    );
+    let live: Timeline = serde_json::from_value(live).unwrap();
+    for p in &client {
+        assert_observed(
+            &live,
+            p["uid"].as_str().unwrap(),
+            p["sandbox_id"].as_str().unwrap(),
+            p["container_id"].as_str().unwrap(),
+        );
+    }
+    if runtime_spans {
+        for p in &client {
+            let tp = live.pods.iter().find(|tp| tp.uid == uid(p)).unwrap();
+            assert_runtime_stages(tp, p["sandbox_id"].as_str().unwrap());
+        }
+    }
+    let torn_down = client_run.stop();
+    assert!(torn_down.success(), "cri-pod-client tore down: {torn_down}");
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
     // It changed nothing: every call it made only reads.
@@ -238,6 +314,16 @@ fn beside_two_clients(learn: Learn) {
             p["uid"].as_str().unwrap(),
             p["sandbox_id"].as_str().unwrap(),
             p["container_id"].as_str().unwrap(),
+        );
+        if runtime_spans {
+            let tp = t.pods.iter().find(|tp| tp.uid == uid(p)).unwrap();
+            assert_runtime_stages(tp, p["sandbox_id"].as_str().unwrap());
+        }
+    }
+    if runtime_spans {
+        assert!(
+            observed.sources.iter().any(|s| s == "runtime_spans"),
+            "{observed:?}"
         );
     }
     let mine = &doc["pods"][0];

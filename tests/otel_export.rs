@@ -12,8 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use podtrace_tests::agent::{Agent, metric, phase};
-use podtrace_tests::otlp::{ReceivedSpan, Receiver};
-use podtrace_tests::{podtrace, require_lab, stderr};
+use podtrace_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
+use podtrace_tests::{podtrace, require_lab, runtime_version, stderr};
 
 use xtask::lab::IMAGE_APP as APP;
 /// Used by no other test of the modern node's suite: its pull here is a real one.
@@ -70,31 +70,6 @@ fn one<'a>(
     found[0]
 }
 
-/// The runtime's version as `cri info` reports it (`1.7.24~ds1`: 1, 7).
-fn runtime_version() -> (u32, u32) {
-    let out = podtrace(&["cri", "info"]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let version = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("runtime:"))
-        .unwrap_or_default()
-        .to_string();
-    let numbers: Vec<u32> = version
-        .split_whitespace()
-        .last()
-        .unwrap_or_default()
-        .split(|c: char| !c.is_ascii_digit())
-        .take(2)
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    eprintln!("runtime: {version:?}");
-    match numbers.as_slice() {
-        [major, minor, ..] => (*major, *minor),
-        [major] => (*major, 0),
-        [] => (0, 0),
-    }
-}
-
 /// True when the runtime exports spans of its own on this lab: containerd from 1.7 (the
 /// modern node's is configured for it, and the host lab's 2.x); Debian's 1.6 build on
 /// the host lab has no tracing plugin.
@@ -109,40 +84,6 @@ fn runtime_traces_cri_calls() -> bool {
     runtime_version().0 >= 2
 }
 
-/// Restarts the modern node's containerd now that the receiver listens. Its exporter's
-/// gRPC connection has been failing since boot (nothing listened on the lab's OTLP
-/// address during the tests before this one), and gRPC waits up to 120 s between
-/// reconnection attempts by then, longer than the exporter keeps a batch: the spans of
-/// the pull below would be dropped. A restarted containerd connects on its first export.
-/// Its containers and shims keep running; systemd's restart returns once it is ready
-/// (`Type=notify`), and the CRI socket is checked besides.
-fn reconnect_runtime_exporter() {
-    // The unit serving the node's socket: the compatibility suite runs containerd 1.7 as
-    // a unit of its own, which `containerd.service` conflicts with.
-    let unit = match std::env::var("PODTRACE_NODE_RUNTIME").as_deref() {
-        Ok("1.7") => "containerd-1.7",
-        _ => "containerd",
-    };
-    let out = std::process::Command::new("systemctl")
-        .args(["restart", unit])
-        .output()
-        .expect("systemctl");
-    assert!(
-        out.status.success(),
-        "systemctl restart {unit}: {}",
-        stderr(&out)
-    );
-    // Ready for systemd is ready for CRI too; checked rather than assumed, within 30 s.
-    let start = std::time::Instant::now();
-    while !podtrace(&["cri", "info"]).status.success() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "containerd did not answer CRI in 30 s after its restart"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same() {
     require_lab();
@@ -152,8 +93,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     // The modern node's containerd is a systemd unit whose exporter has been failing
     // since boot; the host lab's is the lab's own process, left alone (the other tests
     // of this binary use it at the same time).
-    let systemd_node = std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd");
-    if traces && systemd_node {
+    if traces {
         reconnect_runtime_exporter();
     }
     let trace_dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@
 use podtrace::timeline::build;
 use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
-use podtrace_tests::observer::{Observer, cri_pod_client};
+use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
 use podtrace_tests::{Scratch, lab, pod, podtrace_bin, stderr, stdout};
 use xtask::lab::{LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
 
@@ -124,34 +124,60 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
 
     // The same failure in another client's pod, as `podtrace observe` sees it: the
     // CRI-protos client retries the sandbox as a kubelet's pod worker does while the
-    // observer records, and diagnose names the plugin from the kernel's view alone.
+    // observer records, and diagnose names the plugin from the kernel's view alone:
+    // live, from the observer while the client still retries, and from the trace after.
     let observed = scratch.path().join("observed.jsonl");
-    let observer = Observer::start(
-        &observed,
-        &probes,
-        &format!("unix://{}", lab.0.cri_socket().display()),
-        &[],
-    );
-    let client = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
-        .arg("--cri")
-        .arg(format!("unix://{}", lab.0.cri_socket().display()))
-        .args([
-            "run",
+    let cri = format!("unix://{}", lab.0.cri_socket().display());
+    let observer = Observer::start(&observed, &probes, &cri, &[]);
+    let client = ClientRun::spawn(
+        env!("CARGO_BIN_EXE_cri-pod-client"),
+        &cri,
+        &[
             "--pods",
             "1",
             "--prefix",
             "observed-fails",
             "--image",
-        ])
-        .arg(xtask::lab::IMAGE_APP)
-        .args(["--retry-sandbox-every", "300", "--retry-for-seconds", "3"])
-        .output()
-        .expect("cri-pod-client runs");
-    assert!(
-        !client.status.success(),
-        "the client's pod ran: {}",
-        stdout(&client)
+            xtask::lab::IMAGE_APP,
+            "--retry-sandbox-every",
+            "300",
+            // Longer than the test waits: it is killed once the verdict is in.
+            "--retry-for-seconds",
+            "900",
+        ],
     );
+    let live = observer.wait_api(
+        &["diagnose", "--live"],
+        "the client's pod failing at tuning, retried",
+        |d| observed_verdict(d).is_some_and(|(_, n)| n >= 2),
+    );
+    let (v, _) = observed_verdict(&live).unwrap();
+    assert_eq!(v["cause"], "cni_plugin_failed", "{live:#}");
+    assert_eq!(v["stage"], "cni_plugin:tuning", "{live:#}");
+    // The node's IPAM state as the observer reads it when asked: the runtime ran the DEL
+    // after each failed ADD, so no attempt still holds an address.
+    let evidence: Vec<&str> = v["evidence"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e.starts_with("IPAM now: host-local's store for network")),
+        "{live:#}"
+    );
+    assert!(
+        evidence.contains(&"IPAM now: none of the pod's sandbox attempts holds an address"),
+        "{live:#}"
+    );
+    client.kill();
+    let cleanup = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
+        .args(["--cri", &cri, "cleanup", "--prefix", "observed-fails"])
+        .output()
+        .expect("cri-pod-client cleanup runs");
+    assert!(cleanup.status.success(), "{}", stderr(&cleanup));
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
     let out = std::process::Command::new(podtrace_bin())
@@ -160,28 +186,30 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
         .expect("podtrace diagnose");
     let d: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}): {}", stderr(&out)));
-    let p = d["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["name"] == "observed-fails-0")
+    let (v, n) = observed_verdict(&d)
         .unwrap_or_else(|| panic!("the client's pod is not in the diagnosis: {d:#}"));
-    let v = &p["verdict"];
-    assert_eq!(v["cause"], "cni_plugin_failed", "{p:#}");
-    assert_eq!(v["stage"], "cni_plugin:tuning", "{p:#}");
-    let attempts = v["evidence"][0].as_str().unwrap_or_default();
-    let n: usize = attempts
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(
-        n >= 2 && attempts.contains("sandbox attempts the kernel saw"),
-        "the client retried: {p:#}"
-    );
+    assert_eq!(v["cause"], "cni_plugin_failed", "{d:#}");
+    assert_eq!(v["stage"], "cni_plugin:tuning", "{d:#}");
+    assert!(n >= 2, "the client retried: {d:#}");
 
     let paths = lab.0.clone();
     drop(lab);
     let left = before.diff(&snapshot_residue(&paths));
     assert!(left.is_empty(), "down left behind:\n{}", left.join("\n"));
+}
+
+/// The verdict on the CRI-protos client's failing pod in a diagnosis, and how many
+/// sandbox attempts its evidence counts.
+fn observed_verdict(d: &serde_json::Value) -> Option<(&serde_json::Value, usize)> {
+    let p = d["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == "observed-fails-0")?;
+    let v = &p["verdict"];
+    let attempts = v["evidence"][0].as_str()?;
+    if !attempts.contains(" the kernel saw") {
+        return None;
+    }
+    let n = attempts.split_whitespace().next()?.parse().ok()?;
+    Some((v, n))
 }

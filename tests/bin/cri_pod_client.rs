@@ -75,6 +75,10 @@ struct RunArgs {
     retry_sandbox_every: Option<u64>,
     #[arg(long, default_value_t = 60)]
     retry_for_seconds: u64,
+    /// Send each pod's calls with a sampled trace context of its own, as kubelet does with
+    /// tracing on (one trace per pod).
+    #[arg(long)]
+    trace_calls: bool,
 }
 
 #[derive(Clone)]
@@ -83,6 +87,9 @@ struct Cri {
     img: ImageServiceClient<Channel>,
     driver: CgroupDriver,
     cgroup_root: String,
+    /// The W3C `traceparent` every call carries (`run --trace-calls`): kubelet with its
+    /// tracing on sends its span's context, sampled, so the runtime traces the call.
+    traceparent: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 /// One CRI call with kubelet's deadline (sent as `grpc-timeout`, enforced by tonic's
@@ -92,6 +99,9 @@ macro_rules! call {
     ($cri:ident . $svc:ident . $method:ident ($msg:expr), $what:expr $(, $timeout:expr)?) => {{
         let mut request = tonic::Request::new($msg);
         request.set_timeout(CALL_TIMEOUT);
+        if let Some(tp) = &$cri.traceparent {
+            request.metadata_mut().insert("traceparent", tp.clone());
+        }
         $(request.set_timeout($timeout);)?
         let result = $cri.$svc.$method(request).await;
         result.map(tonic::Response::into_inner).map_err(|s| {
@@ -128,6 +138,7 @@ async fn connect(endpoint: &str, cgroup_root: &str) -> anyhow::Result<Cri> {
         img: ImageServiceClient::new(channel),
         driver: CgroupDriver::Cgroupfs,
         cgroup_root: cgroup_root.into(),
+        traceparent: None,
     };
     let version = VersionRequest {
         version: "v1".into(),
@@ -257,6 +268,9 @@ struct Pod {
     sandbox_id: Option<String>,
     container_id: Option<String>,
     error: Option<String>,
+    /// From its first call to StartContainer's return: the pod's time to Running as
+    /// this client sees it.
+    run_ms: Option<f64>,
 }
 
 /// kubelet's generatePodSandboxConfig for a static BestEffort pod with default settings.
@@ -431,13 +445,29 @@ fn report(out: &Mutex<Option<std::fs::File>>, pod: &Pod) {
     let line = json!({
         "name": pod.name, "namespace": NAMESPACE, "uid": pod.uid,
         "sandbox_id": pod.sandbox_id, "container_id": pod.container_id,
-        "ok": pod.error.is_none(), "error": pod.error,
+        "ok": pod.error.is_none(), "error": pod.error, "run_ms": pod.run_ms,
     });
     let mut file = out.lock().unwrap();
     println!("{line}");
     if let Some(f) = file.as_mut() {
         let _ = writeln!(f, "{line}").and_then(|_| f.flush());
     }
+}
+
+/// A random (v4) UUID from the kernel.
+fn random_uuid() -> anyhow::Result<String> {
+    let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .context("reading /proc/sys/kernel/random/uuid")?;
+    Ok(uuid.trim().to_string())
+}
+
+/// A sampled W3C trace context with a random trace ID and parent span ID.
+fn traceparent() -> anyhow::Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> {
+    let trace = random_uuid()?.replace('-', "");
+    let span = &random_uuid()?.replace('-', "")[..16];
+    format!("00-{trace}-{span}-01")
+        .parse()
+        .context("a traceparent header")
 }
 
 async fn run(cri: Cri, args: RunArgs) -> anyhow::Result<bool> {
@@ -460,13 +490,17 @@ async fn run(cri: Cri, args: RunArgs) -> anyhow::Result<bool> {
                 ..Default::default()
             };
             // A new UID per pod, random (v4) as the API server's, from the kernel.
-            let result = match std::fs::read_to_string("/proc/sys/kernel/random/uuid") {
-                Ok(uid) => {
-                    pod.uid = uid.trim().to_string();
-                    start_pod(&mut cri, &args, &mut pod).await
+            let result = async {
+                pod.uid = random_uuid().with_context(|| format!("a UID for pod {}", pod.name))?;
+                if args.trace_calls {
+                    cri.traceparent = Some(traceparent()?);
                 }
-                Err(e) => Err(anyhow!("reading a UID for pod {}: {e}", pod.name)),
-            };
+                let started = Instant::now();
+                start_pod(&mut cri, &args, &mut pod).await?;
+                pod.run_ms = Some(started.elapsed().as_secs_f64() * 1e3);
+                anyhow::Ok(())
+            }
+            .await;
             pod.error = result.err().map(|e| format!("{e:#}"));
             report(&out, &pod);
             pod

@@ -261,3 +261,28 @@ pub fn documents(text: &str) -> Vec<String> {
 pub fn document_file(stem: &str, n: usize) -> String {
     format!("{stem}-{n:02}.yaml")
 }
+
+/// The runtime's version as `cri info` reports it (`1.7.24~ds1`: 1, 7).
+pub fn runtime_version() -> (u32, u32) {
+    let out = podtrace(&["cri", "info"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let version = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("runtime:"))
+        .unwrap_or_default()
+        .to_string();
+    let numbers: Vec<u32> = version
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    eprintln!("runtime: {version:?}");
+    match numbers.as_slice() {
+        [major, minor, ..] => (*major, *minor),
+        [major] => (*major, 0),
+        [] => (0, 0),
+    }
+}

@@ -1,11 +1,13 @@
-//! `podtrace observe` in the background for a test, and the kubelet-like CRI client the
-//! observe tests drive pods with.
+//! `podtrace observe` in the background for a test, its API, and the kubelet-like CRI
+//! client the observe tests drive pods with.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::podtrace_bin;
 
@@ -13,19 +15,29 @@ use crate::podtrace_bin;
 /// bound only keeps a hung observer from hanging the suite.
 const OBSERVER_UP: Duration = Duration::from_secs(300);
 
+/// How long a pod may take to show in the observer's API once its client reported it: a
+/// bound for a hung observer only, long enough for the loaded emulated guest.
+pub const API_SHOWS: Duration = Duration::from_secs(300);
+
 /// The observer in the background, started and waited for on its own word.
 pub struct Observer {
     child: Child,
     /// Its stderr lines after the start line.
     lines: mpsc::Receiver<String>,
+    /// Its API socket, beside the trace.
+    socket: PathBuf,
 }
 
 impl Observer {
-    /// `podtrace observe` with `extra` flags, once it says it is observing.
+    /// `podtrace observe` with `extra` flags, once it says it is observing. Its API is on
+    /// a socket of its own beside the trace.
     pub fn start(trace: &Path, probes: &Path, cri: &str, extra: &[&str]) -> Observer {
+        let socket = trace.with_extension("sock");
         let mut child = Command::new(podtrace_bin())
             .args(["observe", "--cri", cri, "--trace"])
             .arg(trace)
+            .arg("--api-socket")
+            .arg(&socket)
             .args(extra)
             .arg("--probes")
             .arg(probes)
@@ -54,7 +66,46 @@ impl Observer {
                 Err(e) => panic!("podtrace observe did not say it was observing: {e}"),
             }
         }
-        Observer { child, lines }
+        Observer {
+            child,
+            lines,
+            socket,
+        }
+    }
+
+    /// `podtrace <args> --api-socket <its socket> -o json` against the running observer.
+    pub fn api(&self, args: &[&str]) -> Value {
+        let out = Command::new(podtrace_bin())
+            .args(args)
+            .arg("--api-socket")
+            .arg(&self.socket)
+            .args(["-o", "json"])
+            .output()
+            .expect("podtrace runs");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "podtrace {args:?} against the observer printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// Asks the observer's API (`podtrace <args>`) until `done` holds of the answer, then
+    /// returns it; panics with the last answer after [`API_SHOWS`].
+    pub fn wait_api(&self, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let started = Instant::now();
+        loop {
+            let answer = self.api(args);
+            if done(&answer) {
+                return answer;
+            }
+            assert!(
+                started.elapsed() < API_SHOWS,
+                "the observer's API (podtrace {args:?}) did not show {what} in {API_SHOWS:?}: {answer:#}"
+            );
+            // Between two asks: each builds every pod's timeline.
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// SIGTERM, then the exit status and what it printed last.
@@ -63,6 +114,68 @@ impl Observer {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let status = self.child.wait().expect("the observer exits");
         (status, self.lines.try_iter().collect())
+    }
+}
+
+/// `cri-pod-client run` in the background: its pods, one JSON line each as it reports
+/// them, until it is told to tear them down.
+pub struct ClientRun {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl ClientRun {
+    /// `cri-pod-client --cri <cri> run <args>`; `built` as for [`cri_pod_client`].
+    pub fn spawn(built: &str, cri: &str, args: &[&str]) -> ClientRun {
+        let mut child = Command::new(cri_pod_client(built))
+            .arg("--cri")
+            .arg(cri)
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cri-pod-client starts");
+        let (tx, lines) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        ClientRun { child, lines }
+    }
+
+    /// The first `n` pods it reports, as it reports them (each once its containers run or
+    /// it gave up on it). The bound is for a hung client only.
+    pub fn pods(&self, n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|_| {
+                let line = self
+                    .lines
+                    .recv_timeout(API_SHOWS)
+                    .unwrap_or_else(|e| panic!("cri-pod-client reported no pod: {e}"));
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("cri-pod-client printed {line:?}: {e}"))
+            })
+            .collect()
+    }
+
+    /// SIGKILL, for a client retrying a pod that will never start (it tears nothing
+    /// down: `cri-pod-client cleanup` does).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM (it tears its pods down), then its exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("cri-pod-client exits")
     }
 }
 

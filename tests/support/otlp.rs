@@ -191,3 +191,45 @@ impl Drop for Receiver {
         self.stop();
     }
 }
+
+/// On the modern node (containerd a systemd unit), restarts containerd now that a
+/// receiver listens on the lab's OTLP address; elsewhere (the host lab's containerd is
+/// the lab's own process, which other tests use at the same time) does nothing.
+///
+/// The modern node's containerd exporter's gRPC connection has been failing since boot
+/// (nothing listened on the lab's OTLP address during the tests before), and gRPC waits
+/// up to 120 s between reconnection attempts by then, longer than the exporter keeps a
+/// batch: the test's spans would be dropped. A restarted containerd connects on its first
+/// export.
+/// Its containers and shims keep running; systemd's restart returns once it is ready
+/// (`Type=notify`), and the CRI socket is checked besides.
+pub fn reconnect_runtime_exporter() {
+    let systemd_node = std::fs::read_to_string("/proc/1/comm").is_ok_and(|c| c.trim() == "systemd");
+    if !systemd_node {
+        return;
+    }
+    // The unit serving the node's socket: the compatibility suite runs containerd 1.7 as
+    // a unit of its own, which `containerd.service` conflicts with.
+    let unit = match std::env::var("PODTRACE_NODE_RUNTIME").as_deref() {
+        Ok("1.7") => "containerd-1.7",
+        _ => "containerd",
+    };
+    let out = std::process::Command::new("systemctl")
+        .args(["restart", unit])
+        .output()
+        .expect("systemctl");
+    assert!(
+        out.status.success(),
+        "systemctl restart {unit}: {}",
+        crate::stderr(&out)
+    );
+    // Ready for systemd is ready for CRI too; checked rather than assumed, within 30 s.
+    let start = std::time::Instant::now();
+    while !crate::podtrace(&["cri", "info"]).status.success() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "containerd did not answer CRI in 30 s after its restart"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,21 +1,35 @@
 //! `podtrace observe`: record the pods another CRI client runs, with the probes, as a
 //! trace in `run`'s format marked as observed. It calls no mutating CRI method and
-//! touches no cgroup; its only outputs are the trace and what it prints.
+//! touches no cgroup; its only outputs are the trace, what it prints, and its API
+//! (`podtrace pods`, `timeline` and `diagnose --live` read it while it runs).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::CriArgs;
 use super::kernel_events::EbpfArgs;
 use crate::ebpf::now_ktime_ns;
-use crate::observe::{EventsMode, ObserveConfig, RuntimeView, Watcher, observe, use_stream};
+use crate::observe::ipam::{IpamStore, add_evidence};
+use crate::observe::{
+    EventsMode, ObserveConfig, ObservedPods, ObservedSpans, RuntimeView, Watcher, observe,
+    use_stream,
+};
+use crate::otel::{ClockAnchor, ReceiverStats, RuntimeReceiver};
+use crate::syncloop::StatusStore;
+use crate::syncloop::api;
 use crate::syncloop::clock::wall_now;
-use crate::timeline::KernelFilter;
-use crate::trace::{Footer, Header, ObservedHeader, SCHEMA_VERSION, TraceRecord, TraceWriter};
+use crate::timeline::{Collector, KernelFilter};
+use crate::trace::{
+    Footer, Header, ObservedFooter, ObservedHeader, SCHEMA_VERSION, TraceRecord, TraceWriter,
+};
 
 /// Between lists beside the event stream.
 const RELIST: Duration = Duration::from_secs(1);
+/// How long the runtime's OTLP receiver may take to finish the requests under way at the
+/// end.
+const RECEIVER_CLOSE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ObserveArgs {
@@ -37,6 +51,21 @@ pub struct ObserveArgs {
     /// The node's name in the trace. Default: the host name.
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
+    /// The socket to serve the observer's API on: the pods as the runtime shows them,
+    /// their timelines and diagnoses so far (`podtrace pods`, `podtrace timeline`,
+    /// `podtrace diagnose --live`).
+    #[arg(long, default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
+    pub api_socket: PathBuf,
+    /// Serve no API.
+    #[arg(long, conflicts_with = "api_socket")]
+    pub no_api: bool,
+    /// Receive the container runtime's own spans over OTLP/gRPC here (off by default):
+    /// 127.0.0.1:PORT, [::1]:PORT or a unix socket path. Point the runtime's
+    /// OTEL_EXPORTER_OTLP_ENDPOINT at it. A span is a pod's when its trace names the pod
+    /// (containerd's `sandbox.name`, `container.name`, or an ID the observer saw); its
+    /// work becomes the pod's `runtime:*` stages.
+    #[arg(long, value_name = "ADDR")]
+    pub runtime_otlp_listen: Option<String>,
     /// Do not load the kernel probes: the runtime's view only.
     #[arg(long, conflicts_with = "require_ebpf")]
     pub no_ebpf: bool,
@@ -50,6 +79,18 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     let (mut sigint, mut sigterm) = match super::stop_signals() {
         Ok(s) => s,
         Err(code) => return code,
+    };
+    let runtime_otlp = match args
+        .runtime_otlp_listen
+        .as_deref()
+        .map(crate::otel::parse_listen)
+        .transpose()
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
     };
     let client = match args.cri.connect().await {
         Ok(c) => c,
@@ -87,7 +128,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     }
     let mut ebpf = args.ebpf.clone();
     if ebpf.cni_bin_dir.is_none() {
-        ebpf.cni_bin_dir = shape.and_then(|s| s.cni_bin_dirs.first().cloned());
+        ebpf.cni_bin_dir = shape.as_ref().and_then(|s| s.cni_bin_dirs.first().cloned());
     }
     let started = if args.no_ebpf {
         None
@@ -100,35 +141,18 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     if started.is_some() {
         sources.insert(0, "kernel".to_string());
     }
+    if runtime_otlp.is_some() {
+        sources.push("runtime_spans".to_string());
+    }
     let (started_wall_ns, started_ns) = (wall_now(), now_ktime_ns());
-    let node = args.node_name.clone().unwrap_or_else(|| {
-        nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "localhost".into())
-            .to_lowercase()
-    });
-    let header = Header {
-        schema_version: SCHEMA_VERSION,
-        podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
-        node,
-        kernel: nix::sys::utsname::uname()
-            .map(|u| u.release().to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        runtime_name: version.runtime_name.clone(),
-        runtime_version: version.runtime_version.clone(),
-        config: serde_json::json!({
-            "mode": "observe",
-            "cri_events": sources.iter().any(|s| s == "cri:events"),
-            "poll_ms": args.poll_ms,
-        }),
-        started_wall_ns,
-        started_ns,
-        observed: Some(ObservedHeader {
-            sources: sources.clone(),
-            poll_ms: stream.is_err().then_some(args.poll_ms),
-        }),
-    };
+    let header = observed_header(
+        &args,
+        &version,
+        &sources,
+        stream.is_err(),
+        (started_wall_ns, started_ns),
+    );
+    let header_copy = header.clone();
     let writer = match TraceWriter::create(&args.trace, header).await {
         Ok(w) => w,
         Err(e) => {
@@ -136,17 +160,62 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
-    let sink = writer.sink();
+    // Every record goes to the trace and to what the API answers from.
+    let collector = Arc::new(Collector::new());
+    collector.push(&TraceRecord::Header(header_copy));
+    let out = Outputs {
+        sink: writer.sink(),
+        collector: collector.clone(),
+    };
+    let store = Arc::new(StatusStore::default());
+    let server = if args.no_api {
+        None
+    } else {
+        let state = api_state(store.clone(), collector.clone(), shape.as_ref());
+        match api::serve(&args.api_socket, state) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                eprintln!("podtrace: {e} (--api-socket, or --no-api)");
+                return ExitCode::from(super::EXIT_BAD_INPUT);
+            }
+        }
+    };
+    let spans = Arc::new(ObservedSpans::new());
+    let span_stats = ReceiverStats::default();
+    let anchor = ClockAnchor {
+        wall_ns: started_wall_ns,
+        mono_ns: started_ns,
+    };
+    let receiver = match runtime_otlp {
+        Some(listen) => {
+            let out = out.clone();
+            let deliver = Arc::new(move |kept: Vec<crate::otel::RuntimeSpan>| {
+                for s in kept {
+                    out.send(TraceRecord::RuntimeSpan(Box::new(s)));
+                }
+            });
+            let keeper = spans.clone();
+            match RuntimeReceiver::start(listen, keeper, anchor, span_stats.clone(), deliver).await
+            {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("podtrace: {e}");
+                    return ExitCode::from(super::EXIT_BAD_INPUT);
+                }
+            }
+        }
+        None => None,
+    };
     let (probes, forwarder) = match started {
         Some((probes, mut events)) => {
-            let sink = sink.clone();
+            let out = out.clone();
             let forwarder = crate::event_thread::spawn(async move {
                 let mut filter = KernelFilter::new();
                 let mut keep = Vec::new();
                 while let Some(e) = events.recv().await {
                     filter.offer(e, &mut keep);
                     for e in keep.drain(..) {
-                        sink.send(TraceRecord::Kernel(e));
+                        out.send(TraceRecord::Kernel(e));
                     }
                 }
             });
@@ -154,8 +223,13 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         }
         None => (None, None),
     };
+    let api_note = if args.no_api {
+        String::new()
+    } else {
+        format!(", API on {}", args.api_socket.display())
+    };
     eprintln!(
-        "podtrace: observing {} {} ({}) into {}",
+        "podtrace: observing {} {} ({}) into {}{api_note}",
         version.runtime_name,
         version.runtime_version,
         sources.join(", "),
@@ -180,19 +254,42 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         poll: Duration::from_millis(args.poll_ms),
         relist: RELIST,
     };
-    let observed = sink.clone();
+    let observed = out.clone();
+    let mut pods = ObservedPods::new(store, started_wall_ns, started_ns);
+    let learner = spans.clone();
     let summary = observe(
         &view,
         stream.is_ok(),
         config,
         &mut watcher,
         now_ktime_ns,
-        move |r| observed.send(TraceRecord::Observed(r)),
+        move |r| {
+            pods.apply(&r);
+            learner.learn(&r);
+            observed.send(TraceRecord::Observed(r));
+        },
         stop,
     )
     .await;
+    if let Some(server) = server {
+        server.abort();
+        let _ = server.await;
+    }
+    // The runtime's last batch may still be on its way (containerd sends every few
+    // seconds); what comes after this is not taken.
+    if let Some(r) = receiver {
+        r.stop(RECEIVER_CLOSE).await;
+        spans.drop_held(&span_stats);
+        eprintln!(
+            "podtrace: the runtime sent {} spans; {} were of no pod observed, {} malformed",
+            span_stats.received(),
+            span_stats.dropped("unknown_pod"),
+            span_stats.dropped("malformed")
+        );
+    }
     let mut footer = Footer {
         ebpf: probes.is_some(),
+        observed: Some(observed_footer(&summary, stream.is_ok(), &span_stats)),
         ..Footer::default()
     };
     if let Some(probes) = probes {
@@ -227,4 +324,106 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The trace's header: the node, the runtime, and what the trace was observed from.
+fn observed_header(
+    args: &ObserveArgs,
+    version: &crate::cri::api::VersionResponse,
+    sources: &[String],
+    polling: bool,
+    (started_wall_ns, started_ns): (i64, u64),
+) -> Header {
+    let node = args.node_name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into())
+            .to_lowercase()
+    });
+    Header {
+        schema_version: SCHEMA_VERSION,
+        podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        node,
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        runtime_name: version.runtime_name.clone(),
+        runtime_version: version.runtime_version.clone(),
+        config: serde_json::json!({
+            "mode": "observe",
+            "cri_events": !polling,
+            "poll_ms": args.poll_ms,
+        }),
+        started_wall_ns,
+        started_ns,
+        observed: Some(ObservedHeader {
+            sources: sources.to_vec(),
+            poll_ms: polling.then_some(args.poll_ms),
+        }),
+    }
+}
+
+/// What the API answers from, with the node's IPAM state read for each diagnosis asked
+/// for: the store of the network the runtime's CNI configuration names.
+fn api_state(
+    store: Arc<StatusStore>,
+    collector: Arc<Collector>,
+    shape: Option<&crate::cri::NodeShape>,
+) -> api::ApiState {
+    let mut state = api::ApiState::new(store, collector.clone());
+    let ipam = shape
+        .and_then(|s| s.cni_conf_dir.as_deref())
+        .and_then(|d| IpamStore::of_conf_dir(std::path::Path::new(d)));
+    if let Some(ipam) = ipam {
+        state.enrich = Some(Arc::new(move |d| {
+            let Ok(held) = ipam.held() else {
+                return;
+            };
+            let timeline = collector.timeline();
+            let attempts = |uid: &str| {
+                timeline
+                    .pods
+                    .iter()
+                    .find(|p| p.uid == uid)
+                    .map(|p| p.sandbox_ids.clone())
+                    .unwrap_or_default()
+            };
+            add_evidence(d, &ipam, &held, &attempts);
+        }));
+    }
+    state
+}
+
+/// What the observer missed on the runtime's side, for the footer.
+fn observed_footer(
+    summary: &crate::observe::ObserveSummary,
+    streamed: bool,
+    spans: &ReceiverStats,
+) -> ObservedFooter {
+    ObservedFooter {
+        stream_missed: summary.stream_missed,
+        stream_ended: summary.polling_because.clone().filter(|_| streamed),
+        runtime_spans_received: spans.received(),
+        runtime_spans_dropped: ["unknown_pod", "malformed"]
+            .into_iter()
+            .map(|r| (r.to_string(), spans.dropped(r)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        runtime_errors: summary.runtime_errors.values().sum(),
+    }
+}
+
+/// Where every record goes: the trace, and the collector the API answers from.
+#[derive(Clone)]
+struct Outputs {
+    sink: crate::trace::TraceSink,
+    collector: Arc<Collector>,
+}
+
+impl Outputs {
+    fn send(&self, record: TraceRecord) {
+        self.collector.push(&record);
+        self.sink.send(record);
+    }
 }

@@ -184,7 +184,8 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let code = if args.until_ready {
         until_ready(&args, &node, &store, &tx).await
     } else {
-        match crate::syncloop::api::serve(&args.api_socket, store.clone(), recorder.collector()) {
+        let api = crate::syncloop::api::ApiState::new(store.clone(), recorder.collector());
+        match crate::syncloop::api::serve(&args.api_socket, api) {
             Ok(server) => {
                 let trimmer = tokio::spawn(super::malloc::trim_every(super::malloc::TRIM_PERIOD));
                 let code = serve(&args, &node, &tx).await;

@@ -1,5 +1,5 @@
-//! The arguments of commands that read either a trace file or the running agent
-//! (`timeline`, `diagnose`).
+//! The arguments of commands that read either a trace file or the running agent or
+//! observer (`timeline`, `diagnose`).
 
 use std::path::PathBuf;
 
@@ -8,9 +8,14 @@ use crate::syncloop::api;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceOrAgentArgs {
-    /// A trace written by `podtrace run --trace`. Without it, the running agent.
+    /// A trace written by `podtrace run --trace` or `podtrace observe`. Without it, the
+    /// running agent or observer, as with --live.
     #[arg(value_name = "TRACE")]
     pub trace: Option<PathBuf>,
+    /// Ask the running agent or observer (at --api-socket) about the pods as they are
+    /// now, a pod still being retried included.
+    #[arg(long, conflicts_with = "trace")]
+    pub live: bool,
     /// Only this pod: a name, namespace/name, or UID.
     #[arg(long, value_name = "NAME")]
     pub pod: Option<String>,

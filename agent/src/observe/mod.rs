@@ -6,15 +6,22 @@
 //!
 //! [`watch`] is the pure part: from statuses to the records of what changed.
 //! [`observer`] is the loop around it, and [`runtime_view`] the only way it reaches the
-//! runtime: a view with the reading calls and nothing else.
+//! runtime: a view with the reading calls and nothing else. [`observed_pods`] folds what
+//! it saw into the pods its API serves; [`runtime_spans`] ties the runtime's spans to
+//! those pods; [`ipam`] reads the node's IPAM store for `diagnose --live`.
 
+pub mod ipam;
+pub mod observed_pods;
 pub mod observer;
+pub mod runtime_spans;
 pub mod runtime_view;
 pub mod watch;
 
 #[cfg(test)]
 mod tests;
 
+pub use observed_pods::ObservedPods;
 pub use observer::{EventsMode, ObserveConfig, ObserveSummary, observe, on_event, use_stream};
+pub use runtime_spans::ObservedSpans;
 pub use runtime_view::RuntimeView;
 pub use watch::Watcher;

@@ -75,6 +75,8 @@ pub struct ObserveSummary {
     pub events_before_start: u64,
     /// The runtime's errors, by message, with how often each came.
     pub runtime_errors: BTreeMap<String, u64>,
+    /// Changes the event stream was on for but never delivered: a list found them.
+    pub stream_missed: u64,
 }
 
 /// Observes until `stop` resolves. `now` is the trace's clock.
@@ -90,12 +92,14 @@ pub async fn observe(
     let mut summary = ObserveSummary::default();
     let mut emit = |r: ObservedRecord, summary: &mut ObserveSummary| {
         summary.records += 1;
+        summary.stream_missed += u64::from(r.stream_missed);
         summary.pods.insert(r.pod_key().to_string());
         sink(r);
     };
     let mut events: Option<mpsc::UnboundedReceiver<StreamMsg>> = stream.then(|| view.events());
     let mut pending = BTreeSet::new();
     let mut tick = ticker(if stream { config.relist } else { config.poll });
+    let mut looked = false;
     tokio::pin!(stop);
     loop {
         let next = async {
@@ -133,7 +137,10 @@ pub async fn observe(
                 }
             },
             _ = tick.tick() => {
-                let holding = events.is_some();
+                // The first look sums up what is there; from then on, with the stream
+                // on, a change is first left for the stream.
+                let holding = events.is_some() && looked;
+                looked = true;
                 match relist(view, watcher, &now, holding.then_some(&mut pending)).await {
                     Ok(records) => records.into_iter().for_each(|r| emit(r, &mut summary)),
                     Err(e) => {
@@ -205,6 +212,14 @@ pub fn on_event(
     out
 }
 
+/// Marks `records` as changes the event stream missed, when it did.
+fn stream_missed(mut records: Vec<ObservedRecord>, missed: bool) -> Vec<ObservedRecord> {
+    for r in &mut records {
+        r.stream_missed = missed;
+    }
+    records
+}
+
 /// One look at every sandbox and container. With `pending` (the event stream is on), a
 /// change is first left for the stream, which carries the runtime's own time for it, and
 /// recorded from the list only if it is still unrecorded at the next look.
@@ -228,8 +243,13 @@ async fn relist(
         if !watcher.sandbox_changed(&sb.id, sb.state) || hold(&sb.id, &mut pending) {
             continue;
         }
+        // Past the hold with the stream on: the stream had a look's time and missed it.
+        let missed = pending.is_some();
         if let Some(st) = view.sandbox_status(&sb.id).await? {
-            out.extend(watcher.sandbox(now(), via, &st, None));
+            out.extend(stream_missed(
+                watcher.sandbox(now(), via, &st, None),
+                missed,
+            ));
         }
         if let Some(p) = pending.as_mut() {
             p.remove(&sb.id);
@@ -242,13 +262,18 @@ async fn relist(
         if !watcher.container_changed(&c.id, c.state) || hold(&c.id, &mut pending) {
             continue;
         }
+        let missed = pending.is_some();
         if !watcher.knows_sandbox(&c.pod_sandbox_id)
             && let Some(st) = view.sandbox_status(&c.pod_sandbox_id).await?
         {
-            out.extend(watcher.sandbox(now(), via, &st, None));
+            out.extend(stream_missed(
+                watcher.sandbox(now(), via, &st, None),
+                missed,
+            ));
         }
         if let Some(st) = view.container_status(&c.id).await? {
-            out.extend(watcher.container(now(), via, &st, &c.pod_sandbox_id));
+            let records = watcher.container(now(), via, &st, &c.pod_sandbox_id);
+            out.extend(stream_missed(records, missed));
         }
         if let Some(p) = pending.as_mut() {
             p.remove(&c.id);

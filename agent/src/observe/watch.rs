@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::runtime_spans::is_uid;
 use crate::cri::api;
 use crate::trace::{Observation, ObservedRecord, ObservedVia};
 
@@ -23,15 +24,6 @@ struct PodRef {
     name: String,
     /// Set when the labels do not name a pod: it is then known by its sandbox ID.
     note: String,
-}
-
-/// A pod UID as the API writes it: 36 characters, hex digits and dashes (8-4-4-4-12).
-fn is_uid(s: &str) -> bool {
-    s.len() == 36
-        && s.char_indices().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => c == '-',
-            _ => c.is_ascii_hexdigit(),
-        })
 }
 
 impl PodRef {
@@ -171,6 +163,7 @@ impl Watcher {
             ip: String::new(),
             exit_code: None,
             before_start: false,
+            stream_missed: false,
             note: String::new(),
         }
     }

@@ -133,7 +133,7 @@ impl ReceiverStats {
             })
             .get()
     }
-    fn drop_span(&self, reason: &str) {
+    pub fn drop_span(&self, reason: &str) {
         self.dropped
             .get_or_create(&Reason {
                 reason: reason.into(),
@@ -151,6 +151,31 @@ impl ReceiverStats {
 
 /// Where kept spans go: one call per request, with that request's spans.
 pub type Deliver = Arc<dyn Fn(Vec<RuntimeSpan>) + Send + Sync>;
+
+/// Which pod each received span belongs to, and so which spans are kept: `run` ties a
+/// span to a pod by its trace ID ([`TraceGate`]: podtrace derives its pods' trace IDs);
+/// `observe` by what the runtime's spans say of the pod (`observe::runtime_spans`).
+pub trait KeepSpans: Send + Sync + 'static {
+    /// The spans of `request` to keep, read onto the trace's clock; the rest counted in
+    /// `stats`. A keeper may hold spans back and hand them out with a later request's.
+    fn keep(
+        &self,
+        request: &ExportTraceServiceRequest,
+        anchor: ClockAnchor,
+        stats: &ReceiverStats,
+    ) -> Vec<RuntimeSpan>;
+}
+
+impl KeepSpans for TraceGate {
+    fn keep(
+        &self,
+        request: &ExportTraceServiceRequest,
+        anchor: ClockAnchor,
+        stats: &ReceiverStats,
+    ) -> Vec<RuntimeSpan> {
+        take(request, self, anchor, stats)
+    }
+}
 
 /// The spans of one request the agent keeps: those in a known pod's trace, read onto
 /// the trace's clock. The rest are counted.
@@ -189,7 +214,7 @@ pub fn take(
 }
 
 struct Intake {
-    gate: Arc<TraceGate>,
+    keeper: Arc<dyn KeepSpans>,
     anchor: ClockAnchor,
     stats: ReceiverStats,
     deliver: Deliver,
@@ -201,7 +226,9 @@ impl TraceService for Intake {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let spans = take(request.get_ref(), &self.gate, self.anchor, &self.stats);
+        let spans = self
+            .keeper
+            .keep(request.get_ref(), self.anchor, &self.stats);
         if !spans.is_empty() {
             (self.deliver)(spans);
         }
@@ -272,11 +299,11 @@ pub struct RuntimeReceiver {
 }
 
 impl RuntimeReceiver {
-    /// Binds `listen` and serves until [`RuntimeReceiver::stop`]. Kept spans go to
-    /// `deliver`.
+    /// Binds `listen` and serves until [`RuntimeReceiver::stop`]. The spans `keeper`
+    /// keeps go to `deliver`.
     pub async fn start(
         listen: Listen,
-        gate: Arc<TraceGate>,
+        keeper: Arc<dyn KeepSpans>,
         anchor: ClockAnchor,
         stats: ReceiverStats,
         deliver: Deliver,
@@ -286,7 +313,7 @@ impl RuntimeReceiver {
             problem: e.to_string(),
         };
         let intake = Intake {
-            gate,
+            keeper,
             anchor,
             stats: stats.clone(),
             deliver,

@@ -2,7 +2,7 @@
 //! gives every pod's record (API status, first seen, events); `GET /events` every pod's
 //! events; `GET /timeline` every pod's stage timeline; `GET /diagnose` every pod's
 //! verdict. `podtrace pods`, `podtrace events`, `podtrace timeline` and `podtrace
-//! diagnose` read it.
+//! diagnose` read it. `podtrace observe` serves the same, of the pods it observes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -36,12 +36,30 @@ pub enum ApiError {
     },
 }
 
+/// Adds to a diagnosis what only the serving process can read at the moment it is asked
+/// (the observer: the node's IPAM store).
+pub type Enrich = Arc<dyn Fn(&mut crate::diagnose::Diagnosis) + Send + Sync>;
+
+/// What the API answers from.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Arc<StatusStore>,
+    pub timeline: Arc<Collector>,
+    pub enrich: Option<Enrich>,
+}
+
+impl ApiState {
+    pub fn new(store: Arc<StatusStore>, timeline: Arc<Collector>) -> ApiState {
+        ApiState {
+            store,
+            timeline,
+            enrich: None,
+        }
+    }
+}
+
 /// Binds the socket (root-only) and serves until the task is dropped.
-pub fn serve(
-    path: &Path,
-    store: Arc<StatusStore>,
-    timeline: Arc<Collector>,
-) -> Result<tokio::task::JoinHandle<()>, ApiError> {
+pub fn serve(path: &Path, state: ApiState) -> Result<tokio::task::JoinHandle<()>, ApiError> {
     let io = |source| ApiError::Io {
         path: path.to_path_buf(),
         source,
@@ -67,19 +85,19 @@ pub fn serve(
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            tokio::spawn(serve_connection(stream, store.clone(), timeline.clone()));
+            tokio::spawn(serve_connection(stream, state.clone()));
         }
     }))
 }
 
 /// Answers the requests of one connection until the client closes it or sends what is
 /// not HTTP/1.
-pub async fn serve_connection<IO>(io: IO, store: Arc<StatusStore>, timeline: Arc<Collector>)
+pub async fn serve_connection<IO>(io: IO, state: ApiState)
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let response = handle(&store, &timeline, req.method(), req.uri().path());
+        let response = handle(&state, req.method(), req.uri().path());
         async move { Ok::<_, std::convert::Infallible>(response) }
     });
     let _ = hyper::server::conn::http1::Builder::new()
@@ -105,12 +123,8 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
     resp
 }
 
-fn handle(
-    store: &StatusStore,
-    timeline: &Collector,
-    method: &Method,
-    path: &str,
-) -> Response<Full<Bytes>> {
+fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let (store, timeline) = (&state.store, &state.timeline);
     match (method, path) {
         (&Method::GET, "/pods") => {
             json(StatusCode::OK, serde_json::json!({ "pods": store.list() }))
@@ -133,7 +147,10 @@ fn handle(
         }
         (&Method::GET, "/diagnose") => {
             let node_ip = store.list().into_iter().find_map(|p| p.status.host_ip);
-            let diagnosis = crate::diagnose::diagnose(&timeline.records(), node_ip.as_deref());
+            let mut diagnosis = crate::diagnose::diagnose(&timeline.records(), node_ip.as_deref());
+            if let Some(enrich) = &state.enrich {
+                enrich(&mut diagnosis);
+            }
             match serde_json::to_value(diagnosis) {
                 Ok(v) => json(StatusCode::OK, v),
                 Err(e) => json(
@@ -161,7 +178,7 @@ pub async fn get(socket: &Path, path: &str) -> Result<serde_json::Value, String>
     use http_body_util::BodyExt;
     let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         format!(
-            "agent API {}: {e} (is `podtrace run` running?)",
+            "agent API {}: {e} (is `podtrace run` or `podtrace observe` running?)",
             socket.display()
         )
     })?;

@@ -25,7 +25,10 @@ use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::otel::RuntimeSpan;
-use crate::trace::{PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord};
+use crate::trace::{
+    Header, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord,
+    TraceRecord,
+};
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
 /// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,
@@ -39,6 +42,9 @@ const MAX_WAITS: usize = 4_096;
 const MAX_KERNEL: usize = 50_000;
 /// A pod's start leaves a few dozen runtime spans when the runtime traces.
 const MAX_RUNTIME_SPANS: usize = 20_000;
+/// An observed pod's start is a handful of changes (its sandbox, each container's create,
+/// start and exit).
+const MAX_OBSERVED: usize = 20_000;
 /// State-reading calls kept per pod, sandbox and container.
 pub const OBSERVATIONS_KEPT: u32 = 4;
 /// Keys counted for [`OBSERVATIONS_KEPT`]; beyond this the counts start over.
@@ -60,6 +66,11 @@ struct Kept {
     waits: Chunks<PodWaitRecord>,
     kernel: Chunks<KernelEvent>,
     runtime: Chunks<RuntimeSpan>,
+    /// What `podtrace observe` saw of another client's pods.
+    observed: Chunks<ObservedRecord>,
+    /// An observer's header: it marks the records as observed, for the builder and
+    /// `diagnose`.
+    observed_header: Option<Header>,
     observations: HashMap<String, u32>,
     last_status: Option<crate::cri::ResponseFields>,
     /// Every pod the kept records name, by UID.
@@ -144,6 +155,7 @@ impl Kept {
                 f.contains(&c.pod_uid) || f.contains(&c.sandbox_id) || f.contains(&c.container_id)
             }
             TraceRecord::RuntimeSpan(s) => f.contains(&s.pod_uid),
+            TraceRecord::Observed(o) => f.contains(o.pod_key()),
             _ => false,
         }
     }
@@ -158,6 +170,8 @@ impl Default for Kept {
             waits: Chunks::new(MAX_WAITS),
             kernel: Chunks::new(MAX_KERNEL),
             runtime: Chunks::new(MAX_RUNTIME_SPANS),
+            observed: Chunks::new(MAX_OBSERVED),
+            observed_header: None,
             observations: HashMap::new(),
             last_status: None,
             marks: HashMap::new(),
@@ -177,6 +191,9 @@ struct Frozen {
     waits: Snapshot<PodWaitRecord>,
     kernel: Snapshot<KernelEvent>,
     runtime: Snapshot<RuntimeSpan>,
+    observed: Snapshot<ObservedRecord>,
+    /// The records are an observer's (the pods are another client's).
+    observing: bool,
 }
 
 impl Frozen {
@@ -188,6 +205,8 @@ impl Frozen {
             waits: kept.waits.snapshot(),
             kernel: kept.kernel.snapshot(),
             runtime: kept.runtime.snapshot(),
+            observed: kept.observed.snapshot(),
+            observing: kept.observed_header.is_some(),
         }
     }
 
@@ -202,8 +221,13 @@ impl Frozen {
             .chain(self.waits.iter().map(Ref::Wait))
             .chain(self.kernel.iter().map(Ref::Kernel))
             .chain(self.runtime.iter().map(Ref::RuntimeSpan))
+            .chain(self.observed.iter().map(Ref::Observed))
             .enumerate();
-        Index::of(refs)
+        let mut index = Index::of(refs);
+        if self.observing {
+            index.learn_cni_pods();
+        }
+        index
     }
 
     fn timeline(&self, wanted: &dyn Fn(&str) -> bool) -> Timeline {
@@ -261,6 +285,13 @@ impl Collector {
             }
             TraceRecord::Kernel(e) => kept.kernel.push(kept_kernel_event(e)),
             TraceRecord::RuntimeSpan(s) => kept.runtime.push((**s).clone()),
+            TraceRecord::Observed(o) => {
+                kept.mark(o.pod_key(), o.at_ns).desired = o.what != Observation::SandboxRemoved;
+                kept.observed.push(o.clone())
+            }
+            TraceRecord::Header(h) if h.observed.is_some() => {
+                kept.observed_header = Some(h.clone())
+            }
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
@@ -280,11 +311,8 @@ impl Collector {
                 }
                 kept.calls.push(c.clone());
             }
-            // The status store holds the latest status; the builder reads none. The
-            // agent's own pods are never observed ones: `observe` builds its timelines
-            // from the trace it writes.
+            // The status store holds the latest status; the builder reads none.
             TraceRecord::Header(_)
-            | TraceRecord::Observed(_)
             | TraceRecord::Status(_)
             | TraceRecord::Stage(_)
             | TraceRecord::Footer(_) => return,
@@ -292,16 +320,24 @@ impl Collector {
         kept.generation += 1;
     }
 
-    /// Everything kept, each kind in the order it arrived.
+    /// Everything kept, each kind in the order it arrived (an observer's header first).
     pub fn records(&self) -> Vec<TraceRecord> {
         let kept = self.lock();
-        let len = kept.pods.len()
+        let len = usize::from(kept.observed_header.is_some())
+            + kept.observed.len()
+            + kept.pods.len()
             + kept.calls.len()
             + kept.events.len()
             + kept.waits.len()
             + kept.kernel.len()
             + kept.runtime.len();
         let mut out = Vec::with_capacity(len);
+        out.extend(
+            kept.observed_header
+                .iter()
+                .cloned()
+                .map(TraceRecord::Header),
+        );
         out.extend(kept.pods.iter().cloned().map(TraceRecord::Pod));
         out.extend(kept.calls.iter().cloned().map(TraceRecord::Cri));
         out.extend(kept.events.iter().cloned().map(TraceRecord::Event));
@@ -313,6 +349,7 @@ impl Collector {
                 .cloned()
                 .map(|s| TraceRecord::RuntimeSpan(Box::new(s))),
         );
+        out.extend(kept.observed.iter().cloned().map(TraceRecord::Observed));
         out
     }
 
@@ -415,6 +452,7 @@ impl Collector {
         kept.events.retain(|_, e| !gone.contains(&e.pod_uid));
         kept.waits.retain(|_, w| !gone.contains(&w.pod_uid));
         kept.runtime.retain(|_, s| !gone.contains(&s.pod_uid));
+        kept.observed.retain(|_, o| !gone.contains(o.pod_key()));
         if !revived {
             let shift = (kept.kernel.popped() - popped) as usize;
             kept.kernel
@@ -466,6 +504,7 @@ impl Collector {
                 ("wait", kept.waits.popped()),
                 ("kernel", kept.kernel.popped()),
                 ("runtime_span", kept.runtime.popped()),
+                ("observed", kept.observed.popped()),
             ],
         }
     }
@@ -491,7 +530,7 @@ pub struct CollectorStats {
     /// Of those, the ones forgotten before their retention ended, at the bound.
     pub forgotten_early: u64,
     /// Records dropped at each kind's cap, oldest first, by record kind.
-    pub evicted: [(&'static str, u64); 6],
+    pub evicted: [(&'static str, u64); 7],
 }
 
 /// A pod change as kept: of a removal, the builder and `diagnose` read only which pod

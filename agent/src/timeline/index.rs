@@ -95,7 +95,7 @@ impl<'a> Index<'a> {
     /// `K8S_POD_*` arguments the runtime passes them: a pod whose every RunPodSandbox
     /// failed has no sandbox the runtime kept, so nothing else names it. (In a trace of
     /// podtrace's own pods, another client's pods stay out.)
-    fn learn_cni_pods(&mut self) {
+    pub(super) fn learn_cni_pods(&mut self) {
         for (_, e) in &self.kernel {
             let KernelEvent::CniExec(c) = e else {
                 continue;

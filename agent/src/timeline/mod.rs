@@ -57,12 +57,31 @@ pub fn from_records(records: &[TraceRecord]) -> Timeline {
         _ => false,
     });
     if has_inputs {
-        return build(records);
+        let mut timeline = build(records);
+        note_losses(&mut timeline, records);
+        return timeline;
     }
     Timeline::from_stages(records.iter().filter_map(|r| match r {
         TraceRecord::Stage(v) => serde_json::from_value::<Stage>(v.clone()).ok(),
         _ => None,
     }))
+}
+
+/// Says on every pod what the recording lost: kernel events the probes dropped (any
+/// pod's stage may be among them: the loss names no pod).
+fn note_losses(timeline: &mut Timeline, records: &[TraceRecord]) {
+    let lost = records.iter().rev().find_map(|r| match r {
+        TraceRecord::Footer(f) => Some(f.lost_events),
+        _ => None,
+    });
+    if let Some(lost @ 1..) = lost {
+        for p in &mut timeline.pods {
+            p.notes.push(format!(
+                "the probes lost {lost} kernel events in this recording: a kernel stage of \
+                 this pod may be missing"
+            ));
+        }
+    }
 }
 
 /// The timeline of the pods `wanted` picks by UID: attribution walks every event, but

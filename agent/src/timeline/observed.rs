@@ -37,6 +37,13 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
             return ids;
         }
+        let missed = observed.iter().filter(|o| o.stream_missed).count();
+        if missed > 0 {
+            self.notes.push(format!(
+                "the runtime's event stream missed {missed} of its changes: a list found them, \
+                 up to a relist late"
+            ));
+        }
         // A pod the observer found already there: its startup happened unseen, so it has
         // no pod_seen and no running, only what the runtime and kernel still report.
         let before_start = observed

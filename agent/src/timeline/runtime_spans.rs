@@ -125,6 +125,80 @@ pub fn attribute(calls: &[&CriCall], spans: &[&RuntimeSpan]) -> Vec<Option<usize
         .collect()
 }
 
+/// The CRI method a runtime's server span is the handling of (`runtime.v1.RuntimeService/
+/// RunPodSandbox`, `runtime.v1.ImageService/PullImage`), if it is one.
+fn server_method(s: &RuntimeSpan) -> Option<&str> {
+    if s.kind != "server" {
+        return None;
+    }
+    let (service, method) = s.name.rsplit_once('/')?;
+    service.starts_with("runtime.v1.").then_some(method)
+}
+
+/// For a pod podtrace did not run (an observed one), the calls its runtime spans are
+/// under: the runtime's own server span of each CRI call stands for the call, with the
+/// sandbox and container it names. Returns the calls, in the order they started, and for
+/// each span the call whose server span it is or its chain of parents reaches.
+pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec<Option<usize>>) {
+    let mut servers: Vec<&RuntimeSpan> = spans
+        .iter()
+        .copied()
+        .filter(|s| server_method(s).is_some())
+        .collect();
+    servers.sort_by_key(|s| (s.start_ns, s.end_ns));
+    let text = |s: &RuntimeSpan, k: &str| {
+        s.attributes
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let calls: Vec<CriCall> = servers
+        .iter()
+        .map(|s| CriCall {
+            method: server_method(s).unwrap_or_default().to_string(),
+            pod_uid: pod_uid.to_string(),
+            // containerd's `container.name` is `<container>_<pod>_<namespace>_<uid>_<n>`.
+            container: text(s, "container.name")
+                .split('_')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            attempt: 0,
+            sandbox_id: text(s, "sandbox.id"),
+            container_id: text(s, "container.id"),
+            image: String::new(),
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+            code: if s.ok() { "OK" } else { "Unknown" }.into(),
+            message: s.status_message.clone(),
+            response: crate::cri::ResponseFields::new(),
+            traced: true,
+        })
+        .collect();
+    let call_of: HashMap<&str, usize> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.span_id.as_str(), i))
+        .collect();
+    let span_of: HashMap<&str, &RuntimeSpan> =
+        spans.iter().map(|s| (s.span_id.as_str(), *s)).collect();
+    let tied = spans
+        .iter()
+        .map(|s| {
+            let mut cur = *s;
+            for _ in 0..MAX_DEPTH {
+                if let Some(&c) = call_of.get(cur.span_id.as_str()) {
+                    return Some(c);
+                }
+                cur = span_of.get(cur.parent_span_id.as_str())?;
+            }
+            None
+        })
+        .collect();
+    (calls, tied)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -841,9 +841,22 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         if spans.is_empty() {
             return;
         }
-        let tied = runtime_spans::attribute(&self.calls, spans);
+        // An observed pod has no call of podtrace's: the runtime's server spans stand in.
+        let (servers, server_tied) = if self.calls.is_empty() {
+            runtime_spans::server_calls(self.uid, spans)
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let (calls, tied): (Vec<&CriCall>, Vec<Option<usize>>) = if self.calls.is_empty() {
+            (servers.iter().collect(), server_tied)
+        } else {
+            (
+                self.calls.clone(),
+                runtime_spans::attribute(&self.calls, spans),
+            )
+        };
         let mut made = Vec::new();
-        for (i, call) in self.calls.iter().enumerate() {
+        for (i, call) in calls.iter().enumerate() {
             let mine: Vec<&crate::otel::RuntimeSpan> = spans
                 .iter()
                 .zip(&tied)
@@ -860,6 +873,8 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                     .find(|s| s.kind() == "image_pull" && s.start_ns == call.start_ns)
                     .and_then(|s| s.container.clone())
                     .unwrap_or_default()
+            } else if call.container.is_empty() && !call.container_id.is_empty() {
+                self.observed_container_name(&call.container_id)
             } else {
                 call.container.clone()
             };
@@ -879,6 +894,18 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
         }
         self.stages.extend(made);
+    }
+}
+
+impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
+    /// The name an observer recorded for a container of this pod; empty if none.
+    fn observed_container_name(&self, container_id: &str) -> String {
+        self.index
+            .observed_of(self.uid)
+            .iter()
+            .find(|o| o.container_id == container_id && !o.container.is_empty())
+            .map(|o| o.container.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -1070,6 +1070,7 @@ fn observed_run() -> Vec<TraceRecord> {
         .into(),
         exit_code: None,
         before_start: false,
+        stream_missed: false,
         note: String::new(),
     };
     records.push(TraceRecord::Observed(report(
@@ -1162,6 +1163,7 @@ fn an_observed_sandbox_without_kubelets_labels_is_its_own_pod_by_its_id() {
             ip: String::new(),
             exit_code: None,
             before_start: false,
+            stream_missed: false,
             note: "no io.kubernetes.pod.uid label: shown by its sandbox ID".into(),
         })
     };
@@ -1205,5 +1207,155 @@ fn a_pod_already_there_when_the_observer_started_has_no_made_up_startup() {
     assert!(
         p.stage("container_started:app").is_some(),
         "what was seen stays"
+    );
+}
+
+/// The runtime's spans of an observed pod: no call of podtrace's above them, so the
+/// runtime's server span of each call stands for it.
+#[test]
+fn an_observed_pods_runtime_spans_hang_inside_the_runtimes_server_spans() {
+    use crate::otel::RuntimeSpan;
+    use crate::otel::runtime_span::RuntimeSpanEvent;
+    let span = |id: &str, parent: &str, name: &str, kind: &str, start: u64, end: u64| RuntimeSpan {
+        pod_uid: UID.into(),
+        trace_id: "ab".repeat(16),
+        span_id: id.repeat(8),
+        parent_span_id: parent.repeat(8),
+        name: name.into(),
+        kind: kind.into(),
+        start_ns: start * MS,
+        end_ns: end * MS,
+        attributes: Default::default(),
+        events: Vec::new(),
+        status: "unset".into(),
+        status_message: String::new(),
+        scope: String::new(),
+        scope_version: String::new(),
+        resource: Default::default(),
+    };
+    let mut run_sandbox = span(
+        "01",
+        "ee",
+        "runtime.v1.RuntimeService/RunPodSandbox",
+        "server",
+        20,
+        148,
+    );
+    run_sandbox
+        .attributes
+        .insert("sandbox.id".into(), SANDBOX.into());
+    run_sandbox.events.push(RuntimeSpanEvent {
+        name: "setup pod network".into(),
+        at_ns: 60 * MS,
+        attributes: Default::default(),
+    });
+    let mut start = span(
+        "02",
+        "ee",
+        "runtime.v1.RuntimeService/StartContainer",
+        "server",
+        180,
+        238,
+    );
+    start
+        .attributes
+        .insert("container.id".into(), CONTAINER.into());
+    let spans = [
+        run_sandbox,
+        span("03", "01", "metadata.sandbox.Create", "internal", 90, 92),
+        span("04", "01", "metadata.sandbox.Update", "internal", 120, 122),
+        start,
+        span("05", "02", "task.Start", "internal", 200, 230),
+        // Under a span no one sent: not a stage.
+        span("06", "0f", "task.Start", "internal", 300, 310),
+    ];
+    let mut records = observed_run();
+    records.extend(
+        spans
+            .into_iter()
+            .map(|s| TraceRecord::RuntimeSpan(Box::new(s))),
+    );
+    let t = build(&records);
+    let p = &t.pods[0];
+    let net = p.stage("runtime:network_setup").expect("network setup");
+    assert_eq!((net.start_ns, net.end_ns), (60 * MS, 122 * MS));
+    assert_eq!(net.sandbox_id.as_deref(), Some(SANDBOX));
+    assert_eq!(net.source, StageSource::Runtime);
+    // The container's name comes from what the observer recorded of its ID.
+    let task = p.stage("runtime:task_start:app").expect("task start");
+    assert_eq!((task.start_ns, task.end_ns), (200 * MS, 230 * MS));
+    assert_eq!(
+        p.stages
+            .iter()
+            .filter(|s| s.stage.starts_with("runtime:task_start"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn changes_the_event_stream_missed_and_lost_kernel_events_are_said_on_the_pod() {
+    let mut records = observed_run();
+    for r in &mut records {
+        if let TraceRecord::Observed(o) = r
+            && o.what == crate::trace::Observation::ContainerStarted
+        {
+            o.stream_missed = true;
+        }
+    }
+    records.push(TraceRecord::Footer(crate::trace::Footer {
+        lost_events: 7,
+        ..Default::default()
+    }));
+    let t = from_records(&records);
+    let notes = &t.pods[0].notes;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("event stream missed 1 of its changes")),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.contains("lost 7 kernel events")),
+        "{notes:?}"
+    );
+}
+
+/// The observer's live API builds its timeline from a collector: it keeps observed
+/// records and the observed header, and gives the same timeline as the trace.
+#[test]
+fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
+    let mut records = observed_run();
+    let header = TraceRecord::Header(crate::trace::Header {
+        schema_version: crate::trace::SCHEMA_VERSION,
+        podtrace_version: "0".into(),
+        node: "n".into(),
+        kernel: "k".into(),
+        runtime_name: "containerd".into(),
+        runtime_version: "2.1.0".into(),
+        config: serde_json::json!({}),
+        started_wall_ns: 0,
+        started_ns: 0,
+        observed: Some(crate::trace::ObservedHeader {
+            sources: vec!["kernel".into(), "cri:events".into()],
+            poll_ms: None,
+        }),
+    });
+    records.insert(0, header);
+    let c = Collector::new();
+    for r in &records {
+        c.push(r);
+    }
+    assert_eq!(c.timeline(), build(&records));
+    let kept = c.records();
+    assert!(
+        matches!(&kept[0], TraceRecord::Header(h) if h.observed.is_some()),
+        "the observed header comes first"
+    );
+    assert_eq!(
+        kept.iter()
+            .filter(|r| matches!(r, TraceRecord::Observed(_)))
+            .count(),
+        3
     );
 }

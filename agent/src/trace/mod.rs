@@ -10,7 +10,8 @@ mod writer;
 
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
-    Footer, Header, Observation, ObservedHeader, ObservedRecord, ObservedVia, PodEventRecord,
-    PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION, TraceRecord, redact_pod,
+    Footer, Header, Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
+    PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION,
+    TraceRecord, redact_pod,
 };
 pub use writer::{QUEUE_RECORDS, SYNC_EVERY, TraceSink, TraceWriter, WriterStats};

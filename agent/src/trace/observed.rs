@@ -85,6 +85,10 @@ pub struct ObservedRecord {
     /// What about the labels needs saying (missing, malformed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+    /// The runtime's event stream was on but never delivered this change: a list found
+    /// it, up to a relist late, and without the runtime's time where its status has none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream_missed: bool,
 }
 
 impl ObservedRecord {
@@ -115,4 +119,24 @@ pub struct ObservedHeader {
     /// How often the runtime's lists were read when there was no event stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_ms: Option<u64>,
+}
+
+/// What `podtrace observe` could not see, for the trace's footer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedFooter {
+    /// Changes the event stream never delivered, found by a list instead.
+    #[serde(default)]
+    pub stream_missed: u64,
+    /// Why the event stream ended before the observer did (it polled from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_ended: Option<String>,
+    /// The runtime's spans received (`--runtime-otlp-listen`), and those dropped by
+    /// reason (`unknown_pod`: their trace named no pod the observer saw; `malformed`).
+    #[serde(default)]
+    pub runtime_spans_received: u64,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub runtime_spans_dropped: std::collections::BTreeMap<String, u64>,
+    /// Looks at the runtime that failed (each retried at the next period).
+    #[serde(default)]
+    pub runtime_errors: u64,
 }

@@ -12,7 +12,9 @@ use crate::ebpf::KernelEvent;
 use crate::kuberuntime::PodEvent;
 use crate::kuberuntime::event::PodWait;
 
-pub use super::observed::{Observation, ObservedHeader, ObservedRecord, ObservedVia};
+pub use super::observed::{
+    Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
+};
 
 /// The schema version this podtrace writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -114,6 +116,9 @@ pub struct Footer {
     /// Records dropped because the writer fell too far behind (its queue was full).
     #[serde(default)]
     pub dropped_records: u64,
+    /// An observed trace's losses on the runtime's side (`podtrace observe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<super::observed::ObservedFooter>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

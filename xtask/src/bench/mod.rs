@@ -9,6 +9,7 @@ mod fuzzing;
 mod machine;
 mod many_pods;
 mod memory;
+mod observer_cost;
 mod otlp;
 mod probe_overhead;
 mod replay_speed;
@@ -31,7 +32,8 @@ use crate::workspace;
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
     /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing, 9 startup
-    /// explained, 10 OTLP collector away, 11 250 pods at once); default all.
+    /// explained, 10 OTLP collector away, 11 250 pods at once, 12 observer cost); default
+    /// all. A run of some keeps the other benchmarks' sections of BENCHMARKS.md.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -86,6 +88,7 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (9, "startup explained"),
     (10, "OTLP collector away"),
     (11, "250 pods at once"),
+    (12, "observer cost"),
 ];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -156,6 +159,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             9 => with_lab(|| shares::run_all(&bin, &dir)),
             10 => with_lab(|| otlp::run(&bin, &dir)),
             11 => with_lab(|| many_pods::run(&bin, &dir)),
+            12 => with_lab(|| observer_cost::run(&bin, &dir)),
             _ => continue,
         };
         match outcome {
@@ -174,6 +178,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         report(&machine, &outcomes, &failures, false)?;
     }
     let (samples_path, copy) = report(&machine, &outcomes, &failures, true)?;
+    if !args.only.is_empty() {
+        merge_into_previous(&command, &outcomes)?;
+    }
     println!(
         "wrote {}",
         workspace::root().join("BENCHMARKS.md").display()
@@ -273,6 +280,102 @@ fn write_report(
     Ok((samples_path, copy))
 }
 
+/// After a run of some benchmarks (`--only`): BENCHMARKS.md as it was in git, with this
+/// run's summary rows and sections in place of theirs, each section saying which run it
+/// came from. Without a committed BENCHMARKS.md, the partial report stands.
+fn merge_into_previous(command: &str, outcomes: &[Outcome]) -> anyhow::Result<()> {
+    let path = workspace::root().join("BENCHMARKS.md");
+    let committed = std::process::Command::new("git")
+        .args(["show", "HEAD:BENCHMARKS.md"])
+        .current_dir(workspace::root())
+        .output()
+        .context("git show HEAD:BENCHMARKS.md")?;
+    if !committed.status.success() {
+        return Ok(());
+    }
+    let old = String::from_utf8_lossy(&committed.stdout).to_string();
+    let merged = merge_report(&old, command, outcomes);
+    std::fs::write(&path, merged).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `old` with `outcomes`' rows and sections in place (see [`merge_into_previous`]).
+fn merge_report(old: &str, command: &str, outcomes: &[Outcome]) -> String {
+    let (head, rest) = old.split_once("\n## Summary\n").unwrap_or((old, ""));
+    let mut rows: std::collections::BTreeMap<u8, String> = Default::default();
+    let mut sections: std::collections::BTreeMap<u8, String> = Default::default();
+    let number = |line: &str, prefix: &str| -> Option<u8> {
+        line.strip_prefix(prefix)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let mut current: Option<u8> = None;
+    for line in rest.lines() {
+        // The summary table comes before the first section.
+        if current.is_none()
+            && let Some(n) = number(line, "| ")
+        {
+            rows.insert(n, line.to_string());
+            continue;
+        }
+        if line.starts_with("## ") {
+            current = number(line, "## ");
+        }
+        if let Some(n) = current {
+            let s = sections.entry(n).or_default();
+            s.push_str(line);
+            s.push('\n');
+        }
+    }
+    for o in outcomes {
+        rows.insert(o.number, summary_row(o));
+        let mut s = section(o);
+        s = s.replacen(
+            "\n\n",
+            &format!("\n\nRun again on its own: `{command}`.\n\n"),
+            1,
+        );
+        sections.insert(o.number, s);
+    }
+    let head = head.replace(
+        "every figure below comes from that one run.",
+        "every figure below comes from that one run, except the sections that say they were run again on their own.",
+    );
+    let mut out = head.trim_end().to_string();
+    out.push_str("\n\n## Summary\n\n| # | benchmark | goal | result |\n|---|---|---|---|\n");
+    for r in rows.values() {
+        out.push_str(r);
+        out.push('\n');
+    }
+    for s in sections.values() {
+        out.push('\n');
+        out.push_str(s.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn summary_row(o: &Outcome) -> String {
+    format!(
+        "| {} | {} | {} | {} |",
+        o.number, o.title, o.goal, o.verdict
+    )
+}
+
+/// One benchmark's section: its heading, method, figures and result.
+fn section(o: &Outcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## {}. {}\n", o.number, o.title);
+    let _ = writeln!(s, "{}\n", o.method);
+    let _ = writeln!(s, "| figure | value |\n|---|---|");
+    for f in &o.figures {
+        let _ = writeln!(s, "| {} | {} |", f.name, f.value);
+    }
+    let _ = writeln!(s, "\nGoal: {}. Result: {}.", o.goal, o.verdict);
+    s
+}
+
 fn build_release() -> anyhow::Result<PathBuf> {
     let mut cmd = workspace::cargo();
     cmd.args([
@@ -313,20 +416,10 @@ fn render(
     let _ = writeln!(s, "\n## Summary\n");
     let _ = writeln!(s, "| # | benchmark | goal | result |\n|---|---|---|---|");
     for o in outcomes {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {} | {} |",
-            o.number, o.title, o.goal, o.verdict
-        );
+        let _ = writeln!(s, "{}", summary_row(o));
     }
     for o in outcomes {
-        let _ = writeln!(s, "\n## {}. {}\n", o.number, o.title);
-        let _ = writeln!(s, "{}\n", o.method);
-        let _ = writeln!(s, "| figure | value |\n|---|---|");
-        for f in &o.figures {
-            let _ = writeln!(s, "| {} | {} |", f.name, f.value);
-        }
-        let _ = writeln!(s, "\nGoal: {}. Result: {}.", o.goal, o.verdict);
+        let _ = write!(s, "\n{}", section(o));
     }
     let missing: Vec<String> = BENCHMARKS
         .iter()
@@ -346,4 +439,54 @@ fn render(
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(number: u8, verdict: &str) -> Outcome {
+        Outcome {
+            number,
+            title: "t",
+            method: "how".into(),
+            figures: vec![Figure::new("8 pods", "1 ms".into())],
+            goal: "g".into(),
+            verdict: verdict.into(),
+            samples: json!({}),
+        }
+    }
+
+    #[test]
+    fn a_run_of_some_benchmarks_replaces_only_their_rows_and_sections() {
+        let old = render(
+            "cargo xtask bench",
+            &machine::describe(),
+            10.0,
+            &[outcome(1, "old one"), outcome(2, "old two")],
+            &[],
+            true,
+        );
+        let merged = merge_report(
+            &old,
+            "cargo xtask bench --only 2",
+            &[outcome(2, "new two"), outcome(12, "new twelve")],
+        );
+        assert!(merged.contains("| 1 | t | g | old one |"), "{merged}");
+        assert!(merged.contains("| 2 | t | g | new two |"), "{merged}");
+        assert!(!merged.contains("old two"), "{merged}");
+        assert!(merged.contains("| 12 | t | g | new twelve |"), "{merged}");
+        // Figure rows stay in their sections, never taken for summary rows.
+        assert_eq!(merged.matches("| 8 pods | 1 ms |").count(), 3, "{merged}");
+        let one = merged.find("## 1. t").unwrap();
+        let two = merged.find("## 2. t").unwrap();
+        let twelve = merged.find("## 12. t").unwrap();
+        assert!(one < two && two < twelve, "{merged}");
+        assert_eq!(
+            merged.matches("Run again on its own").count(),
+            2,
+            "{merged}"
+        );
+        assert!(merged.contains("except the sections"), "{merged}");
+    }
 }

@@ -1,0 +1,217 @@
+//! Benchmark 12: what `podtrace observe` costs the pods of the client it watches. The
+//! test suite's kubelet-like CRI client (`cri-pod-client`, the official CRI protos, kubelet's
+//! calls and labels) starts the same pods at once with and without an observer running
+//! beside it (probes loaded, the runtime's event stream, its API served), the two arms
+//! alternating in ABBA order round by round. Each pod's time to Running is the client's
+//! own: from its first call to StartContainer's return.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use super::stats::{ci_text, percentile};
+use super::{Figure, Outcome};
+use crate::lab::{IMAGE_APP, LabPaths};
+use crate::workspace;
+
+/// Pods per round and arm, created at once.
+const PODS: usize = 4;
+/// Rounds; each runs both arms.
+pub const ROUNDS: usize = 24;
+/// Between arms: the runtime's cleanup of the last arm's pods (shims exiting, snapshots
+/// removed) would otherwise land on the next arm's start.
+const SETTLE: Duration = Duration::from_secs(2);
+/// Loading the probes; a bound for a hung observer only.
+const OBSERVER_UP: Duration = Duration::from_secs(120);
+/// The goal: p50 without the observer / p50 with it.
+const GOAL: f64 = 0.99;
+
+fn build_client() -> anyhow::Result<PathBuf> {
+    let mut cmd = workspace::cargo();
+    cmd.args([
+        "build",
+        "--release",
+        "--package",
+        "podtrace-tests",
+        "--bin",
+        "cri-pod-client",
+    ]);
+    workspace::run(&mut cmd, "cargo build --release --bin cri-pod-client")?;
+    Ok(workspace::target_dir()
+        .join("release")
+        .join("cri-pod-client"))
+}
+
+/// `podtrace observe` in the background, once it says it observes.
+struct Observer(Child);
+
+impl Observer {
+    fn start(bin: &Path, dir: &Path, round: usize) -> anyhow::Result<Observer> {
+        let mut child = Command::new(bin)
+            .arg("observe")
+            .arg("--trace")
+            .arg(dir.join(format!("observed-{round}.jsonl")))
+            .arg("--api-socket")
+            .arg(dir.join("observer.sock"))
+            .arg("--cri")
+            .arg(format!(
+                "unix://{}",
+                LabPaths::from_env().cri_socket().display()
+            ))
+            .arg("--require-ebpf")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting podtrace observe")?;
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().context("the observer's stderr")?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut said = Vec::new();
+        loop {
+            match rx.recv_timeout(OBSERVER_UP) {
+                Ok(line) if line.contains("podtrace: observing ") => break,
+                Ok(line) => said.push(line),
+                Err(e) => {
+                    let _ = child.kill();
+                    bail!("podtrace observe did not start ({e}): {}", said.join("\n"));
+                }
+            }
+        }
+        // The rest of what it says is not read: drain it so it never blocks.
+        std::thread::spawn(move || for _ in rx {});
+        Ok(Observer(child))
+    }
+
+    fn stop(mut self) -> anyhow::Result<()> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let status = self.0.wait().context("waiting for podtrace observe")?;
+        anyhow::ensure!(status.success(), "podtrace observe exited {status}");
+        Ok(())
+    }
+}
+
+/// One arm of a round: the client's pods at once, their times to Running in ms.
+fn pods(client: &Path, round: usize, arm: &str) -> anyhow::Result<Vec<f64>> {
+    let out = Command::new(client)
+        .arg("--cri")
+        .arg(format!(
+            "unix://{}",
+            LabPaths::from_env().cri_socket().display()
+        ))
+        .args(["run", "--pods", &PODS.to_string(), "--prefix"])
+        .arg(format!("bench-{arm}-{round}"))
+        .args(["--image", IMAGE_APP])
+        .output()
+        .context("running cri-pod-client")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    anyhow::ensure!(
+        out.status.success(),
+        "cri-pod-client failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ms: Vec<f64> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|p| p["run_ms"].as_f64())
+        .collect();
+    anyhow::ensure!(
+        ms.len() == PODS,
+        "{} of {PODS} pods timed: {text}",
+        ms.len()
+    );
+    Ok(ms)
+}
+
+pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let client = build_client()?;
+    let dir = dir.join("observer");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Untimed: the image's pull and the first probes' load.
+    pods(&client, 0, "warm")?;
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        // ABBA: the arm that goes first alternates by pairs of rounds.
+        let observer_first = round % 4 == 2 || round % 4 == 3;
+        for observed in [observer_first, !observer_first] {
+            eprintln!(
+                "bench: 12. round {round} of {ROUNDS}: {}",
+                if observed { "observed" } else { "alone" }
+            );
+            if observed {
+                let observer = Observer::start(bin, &dir, round)?;
+                with.extend(pods(&client, round, "observed")?);
+                observer.stop()?;
+            } else {
+                without.extend(pods(&client, round, "alone")?);
+            }
+            std::thread::sleep(SETTLE);
+        }
+    }
+    let (p50_without, p50_with) = (percentile(&without, 50.0), percentile(&with, 50.0));
+    let ratio = p50_without / p50_with;
+    let per_round =
+        |arm: &[f64]| -> Vec<f64> { arm.chunks(PODS).map(|r| percentile(r, 50.0)).collect() };
+    let ratios: Vec<f64> = per_round(&without)
+        .iter()
+        .zip(per_round(&with))
+        .map(|(a, b)| a / b)
+        .collect();
+    let figures = vec![
+        Figure::new(
+            "time to Running p50: alone / observed",
+            format!("{p50_without:.1} ms / {p50_with:.1} ms"),
+        ),
+        Figure::new(
+            "time to Running p90: alone / observed",
+            format!(
+                "{:.1} ms / {:.1} ms",
+                percentile(&without, 90.0),
+                percentile(&with, 90.0)
+            ),
+        ),
+        Figure::new("p50 ratio: alone / observed", format!("{ratio:.3}")),
+        Figure::new(
+            "round ratios (each round's p50s), median and 95% CI",
+            ci_text(&ratios),
+        ),
+    ];
+    let verdict = if ratio >= GOAL {
+        format!("met: p50 ratio {ratio:.3}")
+    } else {
+        format!(
+            "missed: p50 ratio {ratio:.3} is {:.3} short of {GOAL}",
+            GOAL - ratio
+        )
+    };
+    Ok(Outcome {
+        number: 12,
+        title: "observer cost",
+        method: format!(
+            "{ROUNDS} rounds of {PODS} one-container `sleep` pods created at once by the test \
+             suite's kubelet-like CRI client (`cri-pod-client`: the official CRI protos, \
+             kubelet's labels and call order), image present, in two arms alternating in \
+             ABBA order: alone, and with `podtrace observe --require-ebpf` running beside \
+             it (probes loaded, the runtime's event stream, relists every second, its API \
+             served), started before and stopped after the arm. Each pod's time to Running \
+             is the client's: from its first call to StartContainer's return. One untimed \
+             warm-up round first."
+        ),
+        figures,
+        goal: format!("p50 time to Running alone / observed ≥ {GOAL}"),
+        verdict,
+        samples: json!({ "alone_ms": without, "observed_ms": with }),
+    })
+}
