@@ -36,8 +36,6 @@ use crate::cri::{CriClient, CriError, Endpoint, Timeouts};
 /// Exit code for bad input: an unusable endpoint, unreadable manifests.
 pub const EXIT_BAD_INPUT: u8 = 2;
 
-/// The error for a `--pod`/POD argument that names no pod: it lists the pods there are,
-/// since a static pod runs under its node's name (`web` in a manifest is `web-<node>`).
 /// SIGINT and SIGTERM, which end a command that runs until stopped; a one-line error
 /// and the exit code when they cannot be handled.
 fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal), ExitCode> {
@@ -54,6 +52,19 @@ fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::S
     }
 }
 
+/// `--runtime-otlp-listen`, read; a one-line error and exit code 2 when it is not an
+/// address the receiver may listen on.
+fn runtime_otlp_listen(flag: Option<&str>) -> Result<Option<crate::otel::Listen>, ExitCode> {
+    flag.map(crate::otel::parse_listen)
+        .transpose()
+        .map_err(|e| {
+            eprintln!("podtrace: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        })
+}
+
+/// The error for a `--pod`/POD argument that names no pod: it lists the pods there are,
+/// since a static pod runs under its node's name (`web` in a manifest is `web-<node>`).
 fn no_such_pod(query: &str, place: &str, pods: impl IntoIterator<Item = String>) -> String {
     const SHOWN: usize = 10;
     let pods: Vec<String> = pods.into_iter().collect();

@@ -80,17 +80,9 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let runtime_otlp = match args
-        .runtime_otlp_listen
-        .as_deref()
-        .map(crate::otel::parse_listen)
-        .transpose()
-    {
+    let runtime_otlp = match super::runtime_otlp_listen(args.runtime_otlp_listen.as_deref()) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("podtrace: {e}");
-            return ExitCode::from(super::EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let client = match args.cri.connect().await {
         Ok(c) => c,

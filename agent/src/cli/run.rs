@@ -36,17 +36,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
-    let runtime_otlp = match args
-        .runtime_otlp_listen
-        .as_deref()
-        .map(crate::otel::parse_listen)
-        .transpose()
-    {
+    let runtime_otlp = match super::runtime_otlp_listen(args.runtime_otlp_listen.as_deref()) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("podtrace: {e}");
-            return ExitCode::from(EXIT_BAD_INPUT);
-        }
+        Err(code) => return code,
     };
     let mut cfg = args.node.runtime_config();
     let mut settings = args.kubelet.settings();

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 
-use crate::otel::receiver::{KeepSpans, ReceiverStats};
+use crate::otel::receiver::{KeepSpans, ReceiverStats, each_span};
 use crate::otel::runtime_span::{self, Attributes, Malformed};
 use crate::otel::{ClockAnchor, RuntimeSpan};
 use crate::trace::{Observation, ObservedRecord};
@@ -137,19 +137,15 @@ impl ObservedSpans {
     ) -> Vec<RuntimeSpan> {
         let mut st = self.lock();
         let mut fresh = Vec::new();
-        for rs in &request.resource_spans {
-            let resource =
-                runtime_span::attributes(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes));
-            for ss in &rs.scope_spans {
-                for span in &ss.spans {
-                    stats.received.inc();
-                    match runtime_span::from_otlp(span, ss.scope.as_ref(), &resource, "", anchor) {
-                        Ok(s) => fresh.push(s),
-                        Err(Malformed::Ids | Malformed::Times) => stats.drop_span("malformed"),
-                    }
-                }
-            }
-        }
+        each_span(
+            request,
+            stats,
+            |span, scope, resource| match runtime_span::from_otlp(span, scope, resource, "", anchor)
+            {
+                Ok(s) => fresh.push(s),
+                Err(Malformed::Ids | Malformed::Times) => stats.drop_span("malformed"),
+            },
+        );
         // First what this request's spans say of their traces' pods, then every span,
         // held ones included, placed by its trace.
         for s in &fresh {

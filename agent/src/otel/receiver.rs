@@ -186,31 +186,47 @@ pub fn take(
     stats: &ReceiverStats,
 ) -> Vec<RuntimeSpan> {
     let mut out = Vec::new();
+    each_span(request, stats, |span, scope, resource| {
+        let pod = <[u8; 16]>::try_from(span.trace_id.as_slice())
+            .ok()
+            .and_then(|t| gate.pod_of_trace(&t));
+        let Some(pod) = pod else {
+            stats.drop_span(if span.trace_id.len() == 16 {
+                "unknown_pod"
+            } else {
+                "malformed"
+            });
+            return;
+        };
+        match runtime_span::from_otlp(span, scope, resource, &pod, anchor) {
+            Ok(s) => out.push(s),
+            Err(Malformed::Ids | Malformed::Times) => stats.drop_span("malformed"),
+        }
+    });
+    out
+}
+
+/// Calls `f` with every span of `request`, its scope and its resource's attributes,
+/// counting each as received.
+pub fn each_span(
+    request: &ExportTraceServiceRequest,
+    stats: &ReceiverStats,
+    mut f: impl FnMut(
+        &opentelemetry_proto::tonic::trace::v1::Span,
+        Option<&opentelemetry_proto::tonic::common::v1::InstrumentationScope>,
+        &runtime_span::Attributes,
+    ),
+) {
     for rs in &request.resource_spans {
         let resource =
             runtime_span::attributes(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes));
         for ss in &rs.scope_spans {
             for span in &ss.spans {
                 stats.received.inc();
-                let pod = <[u8; 16]>::try_from(span.trace_id.as_slice())
-                    .ok()
-                    .and_then(|t| gate.pod_of_trace(&t));
-                let Some(pod) = pod else {
-                    stats.drop_span(if span.trace_id.len() == 16 {
-                        "unknown_pod"
-                    } else {
-                        "malformed"
-                    });
-                    continue;
-                };
-                match runtime_span::from_otlp(span, ss.scope.as_ref(), &resource, &pod, anchor) {
-                    Ok(s) => out.push(s),
-                    Err(Malformed::Ids | Malformed::Times) => stats.drop_span("malformed"),
-                }
+                f(span, ss.scope.as_ref(), &resource);
             }
         }
     }
-    out
 }
 
 struct Intake {
