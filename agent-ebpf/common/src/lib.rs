@@ -86,6 +86,10 @@ pub mod names {
     pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
     /// Byte offset of `task_struct.comm`.
     pub const TASK_COMM_OFFSET: &str = "TASK_COMM_OFFSET";
+    /// Non-zero (the default): the exec or exit of a process of pod work wakes the
+    /// reader at once. Zero: it waits for the reader's next drain like any other event,
+    /// for a consumer that acts on nothing at once (`observe`).
+    pub const WAKE_FOR_POD_WORK: &str = "WAKE_FOR_POD_WORK";
 }
 
 /// What an event is. The discriminant is the header's `kind` and the index into the

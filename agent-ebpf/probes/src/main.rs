@@ -8,7 +8,8 @@
 //! and the reader drains the ring on a short timer anyway. Only a record that takes the
 //! unread data past another eighth of the ring forces a wakeup, so a burst is read
 //! long before the ring fills, and so does the exec or exit of a process of pod work,
-//! which the agent shows at once.
+//! which the agent shows at once (unless user space turned that off for a consumer that
+//! acts on nothing at once).
 //!
 //! Field offsets of the tracepoints are their `format` files' (stable ABI). Offsets
 //! into kernel structs are not: user space resolves them from the running kernel's BTF
@@ -41,6 +42,11 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 #[map(name = "LOST")]
 static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::COUNT, 0);
+
+/// Set by user space before load (`names::WAKE_FOR_POD_WORK`): whether an urgent event
+/// wakes the reader.
+#[unsafe(no_mangle)]
+static WAKE_FOR_POD_WORK: u32 = 1;
 
 /// A reserved event and how to submit it.
 #[must_use = "the verifier requires a reserved entry to be submitted"]
@@ -89,6 +95,9 @@ fn reserve_waking<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<
     // mark; the reader's timer drains the ring regardless.
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     let ring_size = EVENTS.query(BPF_RB_RING_SIZE as u64);
+    // SAFETY: a valid static; volatile so the loader's patched value is read.
+    let wake_for_pod_work = unsafe { core::ptr::read_volatile(&WAKE_FOR_POD_WORK) } != 0;
+    let urgent = urgent && wake_for_pod_work;
     let flags = if urgent || wakeup_due(avail, ringbuf_record_bytes(size_of::<T>()), ring_size) {
         BPF_RB_FORCE_WAKEUP
     } else {

@@ -75,7 +75,12 @@ impl EbpfArgs {
     /// Starts the probes, or says once why they cannot run. `Ok(None)`: continue
     /// without kernel events. `Err`: the message is out; exit with the code.
     pub fn start(&self) -> Result<Option<Started>, ExitCode> {
-        let started = KernelProbes::start(self.probe_config());
+        self.start_with(self.probe_config())
+    }
+
+    /// [`EbpfArgs::start`] with `config`, made from [`EbpfArgs::probe_config`].
+    pub fn start_with(&self, config: ProbeConfig) -> Result<Option<Started>, ExitCode> {
+        let started = KernelProbes::start(config);
         // Loading parsed the kernel's BTF twice (offsets, relocations): give that back.
         super::malloc::trim();
         match started {

@@ -27,6 +27,11 @@ use crate::trace::{
 
 /// Between lists beside the event stream.
 const RELIST: Duration = Duration::from_secs(1);
+/// How often the kernel's events are read while they flow. The observer acts on none of
+/// them (each carries the kernel's time), so it reads ten times less often than the
+/// agent and is never woken for one: at 4 pods created at once, the agent's pace cost it
+/// a thread wakeup or more per event, most of its CPU time.
+const READ_PERIOD: Duration = Duration::from_millis(100);
 /// How long the runtime's OTLP receiver may take to finish the requests under way at the
 /// end.
 const RECEIVER_CLOSE: Duration = Duration::from_secs(2);
@@ -84,135 +89,56 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
-    let client = match args.cri.connect().await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("podtrace: {e}");
-            return ExitCode::FAILURE;
-        }
+    let runtime = match Runtime::connect(&args).await {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let shape = crate::cri::NodeShape::detect(&client, None, false)
-        .await
-        .ok();
-    let view = RuntimeView::new(client);
-    let version = match view.version().await {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("podtrace: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let stream = use_stream(
-        args.cri_events,
-        &version.runtime_name,
-        &version.runtime_version,
-    );
-    let mut sources = Vec::new();
-    match &stream {
-        Ok(()) => sources.push("cri:events".to_string()),
-        Err(why) => {
-            eprintln!(
-                "podtrace: polling the runtime every {} ms: {why}",
-                args.poll_ms
-            );
-            sources.push("cri:polling".to_string());
-        }
-    }
-    let mut ebpf = args.ebpf.clone();
-    if ebpf.cni_bin_dir.is_none() {
-        ebpf.cni_bin_dir = shape.as_ref().and_then(|s| s.cni_bin_dirs.first().cloned());
-    }
     let started = if args.no_ebpf {
         None
     } else {
-        match ebpf.start() {
+        let mut ebpf = args.ebpf.clone();
+        if ebpf.cni_bin_dir.is_none() {
+            ebpf.cni_bin_dir = runtime.cni_bin_dir();
+        }
+        match ebpf.start_with(observer_probes(&ebpf)) {
             Ok(s) => s,
             Err(code) => return code,
         }
     };
-    if started.is_some() {
-        sources.insert(0, "kernel".to_string());
-    }
-    if runtime_otlp.is_some() {
-        sources.push("runtime_spans".to_string());
-    }
-    let (started_wall_ns, started_ns) = (wall_now(), now_ktime_ns());
+    let sources = sources(&runtime, started.is_some(), runtime_otlp.is_some());
+    let anchor = ClockAnchor {
+        wall_ns: wall_now(),
+        mono_ns: now_ktime_ns(),
+    };
     let header = observed_header(
         &args,
-        &version,
+        &runtime.version,
         &sources,
-        stream.is_err(),
-        (started_wall_ns, started_ns),
+        runtime.stream.is_err(),
+        (anchor.wall_ns, anchor.mono_ns),
     );
-    let header_copy = header.clone();
-    let writer = match TraceWriter::create(&args.trace, header).await {
+    let (writer, out) = match open_trace(&args, header).await {
         Ok(w) => w,
-        Err(e) => {
-            eprintln!("podtrace: --trace {}: {e}", args.trace.display());
-            return ExitCode::from(super::EXIT_BAD_INPUT);
-        }
-    };
-    // Every record goes to the trace and to what the API answers from.
-    let collector = Arc::new(Collector::new());
-    collector.push(&TraceRecord::Header(header_copy));
-    let out = Outputs {
-        sink: writer.sink(),
-        collector: collector.clone(),
+        Err(code) => return code,
     };
     let store = Arc::new(StatusStore::default());
-    let server = if args.no_api {
-        None
-    } else {
-        let state = api_state(store.clone(), collector.clone(), shape.as_ref());
-        match api::serve(&args.api_socket, state) {
-            Ok(server) => Some(server),
-            Err(e) => {
-                eprintln!("podtrace: {e} (--api-socket, or --no-api)");
-                return ExitCode::from(super::EXIT_BAD_INPUT);
-            }
-        }
+    let server = match serve_api(&args, &store, &out, runtime.shape.as_ref()) {
+        Ok(s) => s,
+        Err(code) => return code,
     };
     let spans = Arc::new(ObservedSpans::new());
     let span_stats = ReceiverStats::default();
-    let anchor = ClockAnchor {
-        wall_ns: started_wall_ns,
-        mono_ns: started_ns,
-    };
     let receiver = match runtime_otlp {
         Some(listen) => {
-            let out = out.clone();
-            let deliver = Arc::new(move |kept: Vec<crate::otel::RuntimeSpan>| {
-                for s in kept {
-                    out.send(TraceRecord::RuntimeSpan(Box::new(s)));
-                }
-            });
-            let keeper = spans.clone();
-            match RuntimeReceiver::start(listen, keeper, anchor, span_stats.clone(), deliver).await
-            {
+            match receive_runtime_spans(listen, &out, &spans, anchor, &span_stats).await {
                 Ok(r) => Some(r),
-                Err(e) => {
-                    eprintln!("podtrace: {e}");
-                    return ExitCode::from(super::EXIT_BAD_INPUT);
-                }
+                Err(code) => return code,
             }
         }
         None => None,
     };
     let (probes, forwarder) = match started {
-        Some((probes, mut events)) => {
-            let out = out.clone();
-            let forwarder = crate::event_thread::spawn(async move {
-                let mut filter = KernelFilter::new();
-                let mut keep = Vec::new();
-                while let Some(e) = events.recv().await {
-                    filter.offer(e, &mut keep);
-                    for e in keep.drain(..) {
-                        out.send(TraceRecord::Kernel(e));
-                    }
-                }
-            });
-            (Some(probes), Some(forwarder))
-        }
+        Some((probes, events)) => (Some(probes), Some(forward_kernel_events(events, &out))),
         None => (None, None),
     };
     let api_note = if args.no_api {
@@ -222,13 +148,13 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     };
     eprintln!(
         "podtrace: observing {} {} ({}) into {}{api_note}",
-        version.runtime_name,
-        version.runtime_version,
+        runtime.version.runtime_name,
+        runtime.version.runtime_version,
         sources.join(", "),
         args.trace.display()
     );
     let deadline = args.duration.map(|s| Duration::from_secs_f64(s.max(0.0)));
-    let stop = async {
+    let stop = async move {
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep(d).await,
@@ -241,17 +167,17 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
             _ = sigterm.recv() => {},
         }
     };
-    let mut watcher = Watcher::new(started_wall_ns, started_ns);
+    let mut watcher = Watcher::new(anchor.wall_ns, anchor.mono_ns);
     let config = ObserveConfig {
         poll: Duration::from_millis(args.poll_ms),
         relist: RELIST,
     };
     let observed = out.clone();
-    let mut pods = ObservedPods::new(store, started_wall_ns, started_ns);
+    let mut pods = ObservedPods::new(store, anchor.wall_ns, anchor.mono_ns);
     let learner = spans.clone();
     let summary = observe(
-        &view,
-        stream.is_ok(),
+        &runtime.view,
+        runtime.stream.is_ok(),
         config,
         &mut watcher,
         now_ktime_ns,
@@ -281,7 +207,11 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     }
     let mut footer = Footer {
         ebpf: probes.is_some(),
-        observed: Some(observed_footer(&summary, stream.is_ok(), &span_stats)),
+        observed: Some(observed_footer(
+            &summary,
+            runtime.stream.is_ok(),
+            &span_stats,
+        )),
         ..Footer::default()
     };
     if let Some(probes) = probes {
@@ -290,6 +220,169 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     if let Some(f) = forwarder {
         let _ = f.await;
     }
+    finish(&args, writer, footer, &summary).await
+}
+
+/// The runtime as the observer sees it, and how it learns of its changes.
+struct Runtime {
+    view: RuntimeView,
+    version: crate::cri::api::VersionResponse,
+    shape: Option<crate::cri::NodeShape>,
+    /// The event stream, or why the runtime is polled instead.
+    stream: Result<(), String>,
+}
+
+impl Runtime {
+    /// Connects, asks the runtime what it is, and decides between its event stream and
+    /// polling (said once when polling).
+    async fn connect(args: &ObserveArgs) -> Result<Runtime, ExitCode> {
+        let client = args.cri.connect().await.map_err(|e| {
+            eprintln!("podtrace: {e}");
+            ExitCode::FAILURE
+        })?;
+        let shape = crate::cri::NodeShape::detect(&client, None, false)
+            .await
+            .ok();
+        let view = RuntimeView::new(client);
+        let version = view.version().await.map_err(|e| {
+            eprintln!("podtrace: {e}");
+            ExitCode::FAILURE
+        })?;
+        let stream = use_stream(
+            args.cri_events,
+            &version.runtime_name,
+            &version.runtime_version,
+        );
+        if let Err(why) = &stream {
+            eprintln!(
+                "podtrace: polling the runtime every {} ms: {why}",
+                args.poll_ms
+            );
+        }
+        Ok(Runtime {
+            view,
+            version,
+            shape,
+            stream,
+        })
+    }
+
+    /// Where the runtime runs its CNI plugins, as it says.
+    fn cni_bin_dir(&self) -> Option<String> {
+        self.shape
+            .as_ref()
+            .and_then(|s| s.cni_bin_dirs.first().cloned())
+    }
+}
+
+/// What the trace is observed from, for its header.
+fn sources(runtime: &Runtime, kernel: bool, runtime_spans: bool) -> Vec<String> {
+    let mut sources = Vec::new();
+    if kernel {
+        sources.push("kernel".to_string());
+    }
+    sources.push(
+        match runtime.stream {
+            Ok(()) => "cri:events",
+            Err(_) => "cri:polling",
+        }
+        .to_string(),
+    );
+    if runtime_spans {
+        sources.push("runtime_spans".to_string());
+    }
+    sources
+}
+
+/// The trace file, with `header` written, and where every record goes from here on.
+async fn open_trace(
+    args: &ObserveArgs,
+    header: Header,
+) -> Result<(TraceWriter, Outputs), ExitCode> {
+    let header_copy = header.clone();
+    let writer = TraceWriter::create(&args.trace, header)
+        .await
+        .map_err(|e| {
+            eprintln!("podtrace: --trace {}: {e}", args.trace.display());
+            ExitCode::from(super::EXIT_BAD_INPUT)
+        })?;
+    let collector = Arc::new(Collector::new());
+    collector.push(&TraceRecord::Header(header_copy));
+    let out = Outputs {
+        sink: writer.sink(),
+        collector,
+    };
+    Ok((writer, out))
+}
+
+/// The observer's API on `--api-socket`, unless `--no-api`.
+fn serve_api(
+    args: &ObserveArgs,
+    store: &Arc<StatusStore>,
+    out: &Outputs,
+    shape: Option<&crate::cri::NodeShape>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ExitCode> {
+    if args.no_api {
+        return Ok(None);
+    }
+    let state = api_state(store.clone(), out.collector.clone(), shape);
+    match api::serve(&args.api_socket, state) {
+        Ok(server) => Ok(Some(server)),
+        Err(e) => {
+            eprintln!("podtrace: {e} (--api-socket, or --no-api)");
+            Err(ExitCode::from(super::EXIT_BAD_INPUT))
+        }
+    }
+}
+
+/// The receiver of the runtime's own spans: those of an observed pod go to the trace.
+async fn receive_runtime_spans(
+    listen: crate::otel::Listen,
+    out: &Outputs,
+    spans: &Arc<ObservedSpans>,
+    anchor: ClockAnchor,
+    stats: &ReceiverStats,
+) -> Result<RuntimeReceiver, ExitCode> {
+    let out = out.clone();
+    let deliver = Arc::new(move |kept: Vec<crate::otel::RuntimeSpan>| {
+        for s in kept {
+            out.send(TraceRecord::RuntimeSpan(Box::new(s)));
+        }
+    });
+    RuntimeReceiver::start(listen, spans.clone(), anchor, stats.clone(), deliver)
+        .await
+        .map_err(|e| {
+            eprintln!("podtrace: {e}");
+            ExitCode::from(super::EXIT_BAD_INPUT)
+        })
+}
+
+/// Hands the probes' events to the trace, past the filter `run` uses, on the event
+/// thread; ends when the probes stop.
+fn forward_kernel_events(
+    mut events: crate::ebpf::EventReceiver,
+    out: &Outputs,
+) -> tokio::task::JoinHandle<()> {
+    let out = out.clone();
+    crate::event_thread::spawn(async move {
+        let mut filter = KernelFilter::new();
+        let mut keep = Vec::new();
+        while let Some(e) = events.recv().await {
+            filter.offer(e, &mut keep);
+            for e in keep.drain(..) {
+                out.send(TraceRecord::Kernel(e));
+            }
+        }
+    })
+}
+
+/// Writes the footer and says what was observed; a trace that lost records fails.
+async fn finish(
+    args: &ObserveArgs,
+    writer: TraceWriter,
+    mut footer: Footer,
+    summary: &crate::observe::ObserveSummary,
+) -> ExitCode {
     footer.ended_ns = now_ktime_ns();
     let stats = writer.stats();
     if let Err(e) = writer.finish(footer).await {
@@ -316,6 +409,18 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The probes as the observer runs them: every program attached all the time, the pods'
+/// processes only (the node's own execs and exits are dropped in the kernel: an observer
+/// times pods, and the agent's context around its own pod work means nothing here), and
+/// no wakeup for any event.
+fn observer_probes(ebpf: &EbpfArgs) -> crate::ebpf::ProbeConfig {
+    let mut config = ebpf.probe_config();
+    config.node_processes = false;
+    config.wake_for_pod_work = false;
+    config.read_period = READ_PERIOD;
+    config
 }
 
 /// The trace's header: the node, the runtime, and what the trace was observed from.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
@@ -20,7 +21,7 @@ use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
 use super::object::ProbesObject;
-use super::pace::ReadPace;
+use super::pace::{POLL_PERIOD, ReadPace};
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
 
 /// Where tracefs may be mounted, in the order aya looks.
@@ -129,6 +130,17 @@ pub struct ProbeConfig {
     pub clone_netns: bool,
     /// When the network-namespace programs are attached.
     pub netns_attach: NetnsAttach,
+    /// Report the node's own processes' execs and exits as context around pod work:
+    /// always with [`NetnsAttach::Always`], while the gate is held with
+    /// [`NetnsAttach::OnDemand`]. Off: never; the probes drop them in the kernel.
+    pub node_processes: bool,
+    /// Whether the exec or exit of a process of pod work wakes the reader at once (for
+    /// the agent, which shows a container running or terminated as soon as it reads
+    /// it). Off: such events wait for the reader's next drain like the rest.
+    pub wake_for_pod_work: bool,
+    /// How often the reader drains the ring while events flow (it backs off to eight
+    /// times this while the ring stays empty).
+    pub read_period: Duration,
 }
 
 impl ProbeConfig {
@@ -142,6 +154,9 @@ impl ProbeConfig {
             ebpf_log: None,
             clone_netns: false,
             netns_attach: NetnsAttach::Always,
+            node_processes: true,
+            wake_for_pod_work: true,
+            read_period: POLL_PERIOD,
         }
     }
 }
@@ -242,6 +257,12 @@ impl KernelProbes {
             )
             // Optional too: without it the probes read the comm through the helper.
             .set_global(names::TASK_COMM_OFFSET, &offsets.task_comm, false)
+            // Optional: an older object always wakes for pod work.
+            .set_global(
+                names::WAKE_FOR_POD_WORK,
+                &u32::from(config.wake_for_pod_work),
+                false,
+            )
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .set_max_entries(names::TRACKED, tracked_entries(read_pid_max()))
             .load(&data)
@@ -258,7 +279,10 @@ impl KernelProbes {
 
         write_filters(&mut ebpf, &cgroup_prefixes, &cni_bin_dir)?;
         // With the gate, the node's own processes are reported only while it is held.
-        set_node_processes(&mut ebpf, config.netns_attach == NetnsAttach::Always)?;
+        set_node_processes(
+            &mut ebpf,
+            config.node_processes && config.netns_attach == NetnsAttach::Always,
+        )?;
         if let Some(logger) = config.ebpf_log {
             aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger).map_err(|source| {
                 EbpfError::Log {
@@ -273,13 +297,13 @@ impl KernelProbes {
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
         let (tx, rx) = channel(config.channel_capacity);
         let (stop_tx, stop_rx) = oneshot::channel();
-        let pace = ReadPace::new();
+        let pace = ReadPace::with_period(config.read_period);
         // On the event thread: a ring that turned readable is drained at once, whatever
         // the rest of the agent is doing.
         let reader = crate::event_thread::spawn(read_events(ring, tx, stop_rx, pace.clone()));
         let ebpf = Arc::new(Mutex::new(ebpf));
         let gate = (config.netns_attach == NetnsAttach::OnDemand)
-            .then(|| NetnsGate::new(ebpf.clone(), gated));
+            .then(|| NetnsGate::new(ebpf.clone(), gated, config.node_processes));
         Ok((
             KernelProbes {
                 ebpf,

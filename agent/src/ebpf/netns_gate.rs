@@ -33,6 +33,8 @@ pub struct NetnsGate {
 struct GateState {
     ebpf: Arc<Mutex<Ebpf>>,
     programs: Vec<&'static ProgramSpec>,
+    /// Whether the node's own processes are reported while open (off: never).
+    node_processes: bool,
     holders: usize,
     /// Held, or idle for less than the linger: the node's own processes are reported.
     open: bool,
@@ -64,11 +66,16 @@ impl NetnsGate {
     /// A gate over `programs` of `ebpf`, loaded but not attached. Starts the task that
     /// detaches them when idle; it ends with the last clone of the gate. Must run inside
     /// a tokio runtime.
-    pub(super) fn new(ebpf: Arc<Mutex<Ebpf>>, programs: Vec<&'static ProgramSpec>) -> NetnsGate {
+    pub(super) fn new(
+        ebpf: Arc<Mutex<Ebpf>>,
+        programs: Vec<&'static ProgramSpec>,
+        node_processes: bool,
+    ) -> NetnsGate {
         let gate = NetnsGate {
             state: Arc::new(Mutex::new(GateState {
                 ebpf,
                 programs,
+                node_processes,
                 holders: 0,
                 open: false,
                 links: Vec::new(),
@@ -173,6 +180,9 @@ impl GateState {
     /// Reports the node's own execs and exits, or stops. A failure is logged: the probes
     /// then keep reporting what they did, which costs the node, not correctness.
     fn set_node_processes(&mut self, on: bool) {
+        if !self.node_processes {
+            return;
+        }
         let mut ebpf = self.ebpf.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = set_node_processes(&mut ebpf, on) {
             tracing::warn!(

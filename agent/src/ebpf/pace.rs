@@ -30,21 +30,47 @@ pub const HURRY_PERIOD: Duration = Duration::from_millis(1);
 /// 12 times a second rather than 100.
 pub const IDLE_PERIOD: Duration = Duration::from_millis(80);
 
+/// [`IDLE_PERIOD`] as a multiple of [`POLL_PERIOD`], which holds for any period.
+const IDLE_BACKOFF: u32 = (IDLE_PERIOD.as_millis() / POLL_PERIOD.as_millis()) as u32;
+
 /// Shared between the reader and whoever waits for events; cloning shares it.
 #[derive(Clone, Default)]
 pub struct ReadPace {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     hurry_until: Mutex<Option<Instant>>,
     changed: Notify,
+    /// The period while events flow; an idle reader backs off to
+    /// [`IDLE_PERIOD`]` / `[`POLL_PERIOD`] times it.
+    period: Duration,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            hurry_until: Mutex::new(None),
+            changed: Notify::new(),
+            period: POLL_PERIOD,
+        }
+    }
 }
 
 impl ReadPace {
     pub fn new() -> ReadPace {
         ReadPace::default()
+    }
+
+    /// Drains every `period` (at least [`HURRY_PERIOD`]) while events flow instead of
+    /// [`POLL_PERIOD`]: for a consumer that acts on nothing at once, fewer wakeups.
+    pub fn with_period(period: Duration) -> ReadPace {
+        ReadPace {
+            inner: Arc::new(Inner {
+                period: period.max(HURRY_PERIOD),
+                ..Inner::default()
+            }),
+        }
     }
 
     /// Drain every [`HURRY_PERIOD`] for the next `limit` (or until [`ReadPace::relax`]).
@@ -72,9 +98,13 @@ impl ReadPace {
     pub fn period_after(&self, empty: u32) -> Duration {
         match *self.lock() {
             Some(until) if until > Instant::now() => HURRY_PERIOD,
-            _ => POLL_PERIOD
-                .saturating_mul(1 << empty.min(16))
-                .min(IDLE_PERIOD),
+            _ => {
+                let idle = self.inner.period.saturating_mul(IDLE_BACKOFF);
+                self.inner
+                    .period
+                    .saturating_mul(1 << empty.min(16))
+                    .min(idle)
+            }
         }
     }
 
@@ -122,5 +152,14 @@ mod tests {
         );
         pace.hurry_for(Duration::from_millis(50));
         assert_eq!(pace.period_after(1000), HURRY_PERIOD);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_longer_period_backs_off_in_the_same_proportion() {
+        let pace = ReadPace::with_period(Duration::from_millis(100));
+        let ms = |empty| pace.period_after(empty).as_millis();
+        assert_eq!([ms(0), ms(1), ms(3), ms(1000)], [100, 200, 800, 800]);
+        pace.hurry_for(Duration::from_millis(50));
+        assert_eq!(pace.period(), HURRY_PERIOD, "hurrying still wins");
     }
 }
