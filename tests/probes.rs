@@ -17,7 +17,7 @@ use podtrace::prober::action::{ExecError, probe_exec, probe_tcp};
 use podtrace::prober::{
     ProbeKind, ProbeManager, ProbeOutcome, ProbeResult, ProbeSpec, ProbeUpdate, now_ns, run_probe,
 };
-use podtrace::syncloop::queues::{self, Queue, QueueStats};
+use podtrace::queues::{self, Queue, QueueStats};
 use podtrace_tests::{Scratch, lab_cri, pod, require_lab, stderr};
 use tokio::sync::mpsc;
 

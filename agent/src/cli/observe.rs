@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::CriArgs;
 use super::kernel_events::EbpfArgs;
+use crate::clock::wall_now;
 use crate::ebpf::now_ktime_ns;
 use crate::observe::ipam::{IpamStore, add_evidence};
 use crate::observe::{
@@ -19,7 +20,6 @@ use crate::observe::{
 use crate::otel::{ClockAnchor, ReceiverStats, RuntimeReceiver};
 use crate::syncloop::StatusStore;
 use crate::syncloop::api;
-use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, ObservedFooter, ObservedHeader, SCHEMA_VERSION, TraceRecord, TraceWriter,

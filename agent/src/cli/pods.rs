@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use super::output::Output;
 use super::pod_printer::{api_pod, pod_list, pod_row};
+use crate::clock::wall_now;
 use crate::syncloop::api;
-use crate::syncloop::clock::wall_now;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::kernel_events::EbpfArgs;
 use super::start_feed::{KernelExitObserver, StartFeed, StartObserver};
+use crate::clock::wall_now;
 use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
@@ -19,7 +20,6 @@ use crate::otel::{
     ClockAnchor, ExportQueue, Listen, LiveExport, RuntimeReceiver, RuntimeSpan, TraceGate,
 };
 use crate::syncloop::StatusStore;
-use crate::syncloop::clock::wall_now;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,

@@ -24,7 +24,7 @@ use crate::kubelet::node_admission::NodeFacts;
 use crate::kubelet::observed_exit::with_observed_exit;
 use crate::kubelet::observed_start::with_observed_start;
 use crate::kuberuntime::labels;
-use crate::syncloop::queues;
+use crate::queues;
 use crate::syncloop::{Kubelet, StatusStore};
 
 pub async fn run(args: RunArgs) -> ExitCode {

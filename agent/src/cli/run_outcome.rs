@@ -163,9 +163,7 @@ pub fn outcome_of(rec: &PodRecord) -> PodOutcome {
     } else {
         (st.reason.clone(), st.message.clone())
     };
-    let end = rec
-        .running_at
-        .unwrap_or_else(crate::syncloop::clock::wall_now);
+    let end = rec.running_at.unwrap_or_else(crate::clock::wall_now);
     PodOutcome {
         namespace: rec.namespace.clone(),
         name: rec.name.clone(),

@@ -107,7 +107,7 @@ pub fn watch(
     paths: Vec<PathBuf>,
     node_name: String,
 ) -> Result<mpsc::Receiver<PodUpdate>, notify::Error> {
-    let (tx, rx) = mpsc::channel(crate::syncloop::queues::Queue::PodUpdates.capacity());
+    let (tx, rx) = mpsc::channel(crate::queues::Queue::PodUpdates.capacity());
     // File events only say "look again": any number of them is one stored wakeup.
     let kick = Arc::new(tokio::sync::Notify::new());
     let kicker = kick.clone();

@@ -6,72 +6,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
-
 use super::service::CriResult;
 use super::{ImageService, RuntimeService, api};
-use crate::ebpf::now_ktime_ns;
-
-/// A call's response fields by name, in name order (as a map in JSON). A sorted list:
-/// a call has one to three, and a tree would allocate a node of eleven slots for each,
-/// which over a long trace's calls is most of the memory reading it takes.
-pub type ResponseFields = litemap::LiteMap<String, String>;
-
-/// One CRI call as it happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CriCall {
-    /// The CRI method, e.g. `RunPodSandbox`.
-    pub method: String,
-    /// The pod the call was for; empty for node-level calls (Version, Status, lists).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub pod_uid: String,
-    /// The container (by name) the call was for; empty for sandbox-level calls.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub container: String,
-    /// The sandbox or container attempt the call was for.
-    #[serde(default)]
-    pub attempt: u32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub sandbox_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub container_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub image: String,
-    /// CLOCK_MONOTONIC ns at the call's start and end.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// `OK`, or the gRPC status code's name.
-    pub code: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    /// The response fields that matter (pod IP, image ref, container state, exit code).
-    #[serde(default, skip_serializing_if = "ResponseFields::is_empty")]
-    pub response: ResponseFields,
-    /// The call went to the runtime with a sampled `traceparent`: its span is exported,
-    /// and a tracing runtime's spans for it hang under that span.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub traced: bool,
-}
-
-impl CriCall {
-    pub fn ok(&self) -> bool {
-        self.code == "OK"
-    }
-
-    /// Calls that only read state: frequent, and not stages of a pod's startup.
-    pub fn is_observation(&self) -> bool {
-        matches!(
-            self.method.as_str(),
-            "Version"
-                | "Status"
-                | "ListPodSandbox"
-                | "ListContainers"
-                | "PodSandboxStatus"
-                | "ContainerStatus"
-                | "ImageStatus"
-        )
-    }
-}
+use crate::clock::now_ktime_ns;
+use podtrace_core::record::ids::traceparent;
+pub use podtrace_core::record::{CriCall, ResponseFields};
 
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;
@@ -160,7 +99,7 @@ impl<R> Recording<R> {
         // The call's span, as a trace export will name it, goes to the runtime with it:
         // sampled only when that span will be exported.
         call.traced = !call.pod_uid.is_empty() && self.sink.sampled(&call);
-        let traceparent = crate::otel::ids::traceparent(&call);
+        let traceparent = traceparent(&call);
         let result = super::trace_context::with_traceparent(Some(traceparent), fut).await;
         call.end_ns = now_ktime_ns();
         match &result {
@@ -315,7 +254,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         let mut c = call("ListPodSandbox");
         if let Some(uid) = filter
             .as_ref()
-            .and_then(|f| f.label_selector.get(crate::kuberuntime::labels::POD_UID))
+            .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
         {
             c.pod_uid = uid.clone();
         }
@@ -411,7 +350,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         let mut c = call("ListContainers");
         if let Some(uid) = filter
             .as_ref()
-            .and_then(|f| f.label_selector.get(crate::kuberuntime::labels::POD_UID))
+            .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
         {
             c.pod_uid = uid.clone();
         }
@@ -443,7 +382,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
                     }
                     let uid = st
                         .labels
-                        .get(crate::kuberuntime::labels::POD_UID)
+                        .get(crate::kubelet::labels::POD_UID)
                         .cloned()
                         .unwrap_or_default();
                     c.pod_uid = uid.clone();

@@ -16,7 +16,6 @@
 //! yields an error whose [`EbpfError::is_unavailable`] is true: say so once and go on.
 
 pub mod btf;
-mod comm;
 mod error;
 pub mod event;
 #[cfg(test)]
@@ -28,9 +27,8 @@ mod pace;
 mod reader;
 
 pub use btf::KernelOffsets;
-pub use comm::Comm;
 pub use error::EbpfError;
-pub use event::{Cgroup, CniExec, DecodeError, EventMeta, KernelEvent, NetnsCall};
+pub use event::{Cgroup, CniExec, Comm, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelProbes, LostEvents,
     NetnsAttach, ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
@@ -40,31 +38,4 @@ pub use object::{ObjectSource, ProbesObject};
 pub use pace::ReadPace;
 pub use reader::EventReceiver;
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns()`, so a time taken
-/// here and a kernel event's `ktime_ns` are on one timeline.
-pub fn now_ktime_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available on Linux");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_ktime_clock_is_monotonic_and_matches_std_instant() {
-        // std's Instant is CLOCK_MONOTONIC on Linux: the two advance together.
-        let a = now_ktime_ns();
-        let i = std::time::Instant::now();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let b = now_ktime_ns();
-        let elapsed = i.elapsed().as_nanos() as u64;
-        assert!(b > a);
-        assert!(
-            (b - a).abs_diff(elapsed) < 5_000_000,
-            "{} vs {elapsed}",
-            b - a
-        );
-    }
-}
+pub use crate::clock::now_ktime_ns;

@@ -17,7 +17,7 @@ use crate::cri::CriCall;
 use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
 use crate::kuberuntime::event::WaitKind;
 use crate::otel::{ExportStats, ReceiverStats};
-use crate::syncloop::queues::{Queue as SyncLoopQueue, QueueStats};
+use crate::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
 use crate::trace::PodWaitRecord;
 
@@ -856,7 +856,7 @@ mod tests {
 
     #[tokio::test]
     async fn full_sync_loop_queues_show_as_waits_and_pleg_discards() {
-        use crate::syncloop::queues::{self, Queue};
+        use crate::queues::{self, Queue};
         let m = Metrics::new();
         let stats = std::sync::Arc::new(QueueStats::default());
         assert!(m.encode().contains("kubelet_pleg_discard_events_total 0"));

@@ -1,20 +1,20 @@
 //! Pod startups as OpenTelemetry traces, over OTLP/gRPC.
 //!
 //! - `spans.rs`: the span model, pure: a pod's timeline and CRI calls as spans.
-//! - `ids.rs`: trace and span IDs derived from what the trace records, and the
-//!   `traceparent` each CRI call carries to the runtime.
+//! - `ids`: trace and span IDs derived from what the trace records, and the
+//!   `traceparent` each CRI call carries to the runtime (in the core, with the records).
 //! - `sdk.rs`: the model as the SDK's span data, the exporter, the endpoint's checks.
 //! - `queue.rs`: the bounded export queue and its sending task; drops are counted.
 //! - `live.rs`: the agent exports each pod once its startup is over.
 //! - `gate.rs`: which CRI calls carry a sampled trace context to the runtime.
 //! - `export.rs`: spans of recorded traces (`podtrace export`).
-//! - `runtime_span.rs`: a span the container runtime sent, as the trace keeps it.
+//! - `runtime_span.rs`: a span the container runtime sent, from OTLP and back (the record
+//!   itself is the core's).
 //! - `receiver.rs`: the OTLP/gRPC receiver of the runtime's spans.
 
 mod error;
 mod export;
 mod gate;
-pub mod ids;
 mod live;
 mod queue;
 pub mod receiver;
@@ -29,6 +29,7 @@ pub use error::OtelError;
 pub use export::{runtime_batches, trace_spans};
 pub use gate::TraceGate;
 pub use live::LiveExport;
+pub use podtrace_core::record::ids;
 pub use queue::{ExportQueue, ExportStats};
 pub use receiver::{Listen, ReceiverStats, RuntimeReceiver, parse_listen};
 pub use runtime_span::RuntimeSpan;

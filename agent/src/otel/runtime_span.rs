@@ -4,7 +4,6 @@
 //! export can forward it to the collector as the runtime sent it, and the timeline can
 //! make stages of it.
 
-use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
 use opentelemetry::trace::{
@@ -15,74 +14,9 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue as ProtoKeyValue
 use opentelemetry_proto::tonic::trace::v1::Span as ProtoSpan;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
-use serde::{Deserialize, Serialize};
 
 use super::sdk::ClockAnchor;
-
-/// Attributes by key; values as JSON (strings, numbers, booleans, arrays).
-pub type Attributes = BTreeMap<String, serde_json::Value>;
-
-/// One span of the runtime's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RuntimeSpan {
-    /// The pod whose trace the span is in.
-    pub pod_uid: String,
-    /// Lower-case hex: 32 digits, 16 digits, and the parent's 16 (empty for a root).
-    pub trace_id: String,
-    pub span_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub parent_span_id: String,
-    pub name: String,
-    /// `internal`, `server`, `client`, `producer`, `consumer` or `unspecified`.
-    pub kind: String,
-    /// On the trace's clock (CLOCK_MONOTONIC), placed by the run's clock anchor.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
-    pub attributes: Attributes,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<RuntimeSpanEvent>,
-    /// `unset`, `ok` or `error`.
-    #[serde(default = "unset")]
-    pub status: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub status_message: String,
-    /// The instrumentation scope (`go.opentelemetry.io/.../otelgrpc`, `containerd`, ...).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub scope: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub scope_version: String,
-    /// The resource's attributes (`service.name` = `containerd`, ...).
-    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
-    pub resource: Attributes,
-}
-
-fn unset() -> String {
-    "unset".into()
-}
-
-/// A point in a runtime span (containerd's `setup pod network`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RuntimeSpanEvent {
-    pub name: String,
-    pub at_ns: u64,
-    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
-    pub attributes: Attributes,
-}
-
-impl RuntimeSpan {
-    /// The service that sent it (`containerd`), from its resource.
-    pub fn service(&self) -> &str {
-        self.resource
-            .get("service.name")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("")
-    }
-
-    pub fn ok(&self) -> bool {
-        self.status != "error"
-    }
-}
+pub use podtrace_core::record::{Attributes, RuntimeSpan, RuntimeSpanEvent};
 
 /// Why a received span cannot be kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

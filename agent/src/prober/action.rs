@@ -11,7 +11,7 @@ use super::http;
 use super::spec::{ProbeAction, ProbeSpec};
 use super::state::ProbeResult;
 use crate::cri::{CriError, RuntimeService};
-use crate::kuberuntime::container::expand_env_refs;
+use crate::kubelet::expansion::expand_env_refs;
 
 /// How much of a probe's output is kept: kubelet reads at most 10 KiB of exec output and of
 /// an HTTP body, so a chatty probe cannot grow memory.

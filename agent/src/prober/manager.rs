@@ -18,7 +18,7 @@ use super::action::run_probe_with_retries;
 use super::spec::{ProbeError, ProbeKind, ProbeSpec};
 use super::state::{ProbeResult, ProbeWorker, container_started, probe_allowed};
 use crate::cri::RuntimeService;
-use crate::syncloop::queues::{self, Full};
+use crate::queues::{self, Full};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 

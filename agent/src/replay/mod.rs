@@ -16,11 +16,11 @@ use tokio::sync::watch;
 pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
 pub use runtime::{Divergence, ReplayRuntime};
 
+use crate::clock::{install_virtual, uninstall_virtual};
 use crate::config::source::PodUpdate;
 use crate::cri::CriCall;
 use crate::kubelet::admission::NodeAllocatable;
 use crate::kuberuntime::{HostDns, RuntimeConfig};
-use crate::syncloop::clock::{install_virtual, uninstall_virtual};
 use crate::syncloop::{Kubelet, KubeletSettings};
 use crate::trace::{PodOp, Trace, TraceRecord};
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
+use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
 use crate::cri::{CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api};
-use crate::syncloop::clock::{instant_at, mono_now, wall_now};
 
 /// What the recording could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -719,7 +719,7 @@ impl ImageService for ReplayRuntime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::syncloop::clock::{install_virtual, uninstall_virtual};
+    use crate::clock::{install_virtual, uninstall_virtual};
 
     const MS: u64 = 1_000_000;
 

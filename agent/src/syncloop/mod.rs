@@ -9,12 +9,10 @@
 mod actuated;
 mod allocation;
 pub mod api;
-pub mod clock;
 mod housekeeping;
 mod pidfd_exit;
 mod pleg;
 mod pod_sync;
-pub mod queues;
 pub mod settings;
 mod shared;
 pub mod start_watch;
@@ -45,8 +43,8 @@ pub use settings::KubeletSettings;
 pub use shared::Shared;
 pub use status_store::{PodRecord, StatusStore};
 
-use clock::{instant_at, wall_now};
-use queues::{Queue, QueueStats};
+use crate::clock::{instant_at, wall_now};
+use crate::queues::{self, Queue, QueueStats};
 use worker_waits::WorkerWaits;
 
 struct WorkDone {

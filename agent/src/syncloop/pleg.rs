@@ -13,7 +13,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use super::queues::{self, Queue, QueueStats};
+use crate::queues::{self, Queue, QueueStats};
 
 use crate::cri::{RuntimeService, api};
 use crate::kubelet::observed_exit::exit_code_of_wait_status;

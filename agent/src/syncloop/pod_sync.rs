@@ -19,9 +19,9 @@ use crate::kuberuntime::{
     ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
 };
 
-use super::clock::{mono_now, wall_now};
 use super::pleg::Pleg;
 use super::shared::{Shared, lock};
+use crate::clock::{mono_now, wall_now};
 use crate::kubelet::RuntimePodStatus;
 use crate::kubelet::runtime_pod::ContainerState;
 use crate::prober::{ProbeManager, monotonic_from_wall_ns};

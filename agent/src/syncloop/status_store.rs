@@ -13,7 +13,7 @@ use crate::kubelet::runtime_pod::Nanos;
 use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait};
 use crate::kuberuntime::labels;
 
-use super::clock::wall_now;
+use crate::clock::wall_now;
 
 /// Events kept per pod; older ones are dropped first.
 const MAX_EVENTS_PER_POD: usize = 500;
@@ -126,7 +126,7 @@ impl StatusStore {
         else {
             return;
         };
-        let end_ns = super::clock::mono_now();
+        let end_ns = crate::clock::mono_now();
         let tap = self
             .wait_tap
             .lock()
@@ -209,7 +209,7 @@ impl StatusStore {
             rec.all_started_at = Some(wall_now());
         }
         if rec.status != status {
-            let at_ns = super::clock::mono_now();
+            let at_ns = crate::clock::mono_now();
             let tap = self
                 .status_tap
                 .lock()
@@ -242,7 +242,7 @@ impl StatusStore {
         }
         let stamped = StampedEvent {
             at: wall_now(),
-            at_ns: super::clock::mono_now(),
+            at_ns: crate::clock::mono_now(),
             event,
         };
         let (ns, name) = (rec.namespace.clone(), rec.name.clone());

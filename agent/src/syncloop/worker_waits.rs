@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::kuberuntime::event::{PodWait, WaitKind};
 
-use super::clock::mono_now;
 use super::status_store::StatusStore;
+use crate::clock::mono_now;
 
 #[derive(Debug, Default)]
 pub struct WorkerWaits {

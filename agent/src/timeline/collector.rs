@@ -24,11 +24,11 @@ use super::index::{Index, Ref};
 use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::otel::RuntimeSpan;
 use crate::trace::{
     Header, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord,
     TraceRecord,
 };
+use podtrace_core::record::RuntimeSpan;
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
 /// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,

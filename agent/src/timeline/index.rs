@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::ebpf::event::cni_args_value;
-use crate::otel::RuntimeSpan;
 use crate::trace::{
     Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord,
 };
+use podtrace_core::record::RuntimeSpan;
 
 /// A pod the agent ran.
 #[derive(Debug, Clone)]

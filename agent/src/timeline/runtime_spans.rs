@@ -32,7 +32,7 @@
 use std::collections::HashMap;
 
 use crate::cri::CriCall;
-use crate::otel::RuntimeSpan;
+use podtrace_core::record::RuntimeSpan;
 
 /// A step of the runtime's own work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,7 +106,7 @@ pub fn attribute(calls: &[&CriCall], spans: &[&RuntimeSpan]) -> Vec<Option<usize
         .iter()
         .enumerate()
         .filter(|(_, c)| c.traced)
-        .map(|(i, c)| (hex(&crate::otel::ids::call_span_id(c)), i))
+        .map(|(i, c)| (hex(&podtrace_core::record::ids::call_span_id(c)), i))
         .collect();
     let span_of: HashMap<&str, &RuntimeSpan> =
         spans.iter().map(|s| (s.span_id.as_str(), *s)).collect();
@@ -314,7 +314,7 @@ fn network_setup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::otel::runtime_span::RuntimeSpanEvent;
+    use podtrace_core::record::RuntimeSpanEvent;
 
     fn call(method: &str, start: u64, end: u64, traced: bool) -> CriCall {
         CriCall {
@@ -390,8 +390,8 @@ mod tests {
     fn a_span_belongs_to_the_call_its_chain_of_parents_reaches() {
         let run = call("RunPodSandbox", 100, 900, true);
         let untraced = call("PodSandboxStatus", 950, 960, false);
-        let run_id = hex(&crate::otel::ids::call_span_id(&run));
-        let status_id = hex(&crate::otel::ids::call_span_id(&untraced));
+        let run_id = hex(&podtrace_core::record::ids::call_span_id(&run));
+        let status_id = hex(&podtrace_core::record::ids::call_span_id(&untraced));
         let server = span(
             "01",
             &run_id,

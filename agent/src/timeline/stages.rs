@@ -857,7 +857,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         };
         let mut made = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            let mine: Vec<&crate::otel::RuntimeSpan> = spans
+            let mine: Vec<&podtrace_core::record::RuntimeSpan> = spans
                 .iter()
                 .zip(&tied)
                 .filter(|(_, t)| **t == Some(i))

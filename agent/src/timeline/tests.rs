@@ -1214,8 +1214,8 @@ fn a_pod_already_there_when_the_observer_started_has_no_made_up_startup() {
 /// runtime's server span of each call stands for it.
 #[test]
 fn an_observed_pods_runtime_spans_hang_inside_the_runtimes_server_spans() {
-    use crate::otel::RuntimeSpan;
-    use crate::otel::runtime_span::RuntimeSpanEvent;
+    use podtrace_core::record::RuntimeSpan;
+    use podtrace_core::record::RuntimeSpanEvent;
     let span = |id: &str, parent: &str, name: &str, kind: &str, start: u64, end: u64| RuntimeSpan {
         pod_uid: UID.into(),
         trace_id: "ab".repeat(16),

@@ -5,12 +5,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use podtrace_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan};
 use serde::{Deserialize, Serialize};
-
-use crate::cri::CriCall;
-use crate::ebpf::KernelEvent;
-use crate::kuberuntime::PodEvent;
-use crate::kuberuntime::event::PodWait;
 
 pub use super::observed::{
     Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
@@ -135,7 +131,7 @@ pub enum TraceRecord {
     Stage(serde_json::Value),
     /// A span the container runtime exported to the agent, under one of a pod's CRI
     /// calls (`podtrace run --runtime-otlp-listen`).
-    RuntimeSpan(Box<crate::otel::RuntimeSpan>),
+    RuntimeSpan(Box<RuntimeSpan>),
     /// A change of a sandbox or container another CRI client runs (`podtrace observe`).
     Observed(ObservedRecord),
     Footer(Footer),

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tokio::sync::watch;
 
 use crate::cri::api;
+use crate::kubelet::labels;
 use crate::kubelet::runtime_pod::Nanos;
-use crate::kuberuntime::labels;
 
 /// A sandbox as the runtime holds it: the config it was run with and its state.
 #[derive(Debug)]

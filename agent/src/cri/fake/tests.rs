@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::cri::service::CriResult;
 use crate::cri::{ImageService, RuntimeService};
-use crate::kuberuntime::labels;
+use crate::kubelet::labels;
 
 fn sandbox_config(uid: &str, attempt: u32) -> api::PodSandboxConfig {
     api::PodSandboxConfig {

@@ -10,7 +10,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::cri::CriCall;
+use super::CriCall;
 
 fn digest(parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Sha256::new();
@@ -122,7 +122,7 @@ mod tests {
             end_ns: start_ns + 5,
             code: "OK".into(),
             message: String::new(),
-            response: crate::cri::ResponseFields::new(),
+            response: crate::record::ResponseFields::new(),
             traced: false,
         }
     }

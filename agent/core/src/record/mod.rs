@@ -1,0 +1,18 @@
+//! What a trace records, as types shared by the agent that writes them and everything that
+//! reads them (timeline, report, diagnose, replay).
+
+mod comm;
+mod cri_call;
+pub mod ids;
+mod kernel_event;
+mod pod_event;
+mod runtime_span;
+
+pub use comm::Comm;
+pub use cri_call::{CriCall, ResponseFields};
+pub use kernel_event::{
+    Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall, RuntimeExec, cni_args_value, kind_name,
+    split_wait_status,
+};
+pub use pod_event::{EventType, PodEvent, PodWait, WaitKind};
+pub use runtime_span::{Attributes, RuntimeSpan, RuntimeSpanEvent};
