@@ -295,7 +295,20 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
         return None;
     }
     let failing = |id: &str| cni(id).into_iter().find(|s| !s.ok);
-    let failed = failing(last)?;
+    // The verdict rests on the last attempt a plugin failed in by exiting: a later one
+    // whose plugin has not exited is under way (the client still retries, or the
+    // recording stopped during it), not an explanation. Only when no plugin ever exited
+    // failing is one that never exited the cause (a plugin that hangs).
+    let exited_failing = |id: &str| {
+        cni(id)
+            .into_iter()
+            .find(|s| !s.ok && (s.exit_code.is_some() || s.signal.is_some()))
+    };
+    let failed = attempts
+        .iter()
+        .rev()
+        .find_map(|id| exited_failing(id))
+        .or_else(|| failing(last))?;
     let mut evidence = vec![format!(
         "{} sandbox attempt{} the kernel saw, none of them ready; the runtime kept none \
          (its error went to the client that asked)",

@@ -527,3 +527,34 @@ fn another_clients_pod_whose_sandboxes_keep_failing_is_named_from_the_kernels_vi
     }
     assert!(diagnose(&own, None).pods.is_empty());
 }
+
+#[test]
+fn an_attempt_under_way_leaves_the_verdict_on_the_last_one_that_failed() {
+    let first = "a1".repeat(32);
+    let second = "b2".repeat(32);
+    let mut r = observed_failing(&[&first]);
+    // The client's next attempt: bridge has started and not exited yet (the diagnosis is
+    // asked while the client retries, or the recording stopped during the attempt).
+    r.push(cni(300, 400, "ADD", "bridge", &second));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.as_str()),
+        (Cause::CniPluginFailed, "cni_plugin:tuning"),
+        "{p:#?}"
+    );
+    assert!(p.verdict.summary.contains("exited with code 1"), "{p:#?}");
+    assert!(
+        has(&p.verdict, &format!("sandbox {}", &second[..12]))
+            && has(&p.verdict, "did not exit while recorded"),
+        "the attempt under way is shown as such: {p:#?}"
+    );
+    // A plugin that never exits in any attempt is the cause itself.
+    let mut hung = vec![r[0].clone()];
+    hung.push(cni(20, 500, "ADD", "bridge", &first));
+    let p = one(&hung);
+    assert_eq!(p.verdict.stage, "cni_plugin:bridge", "{p:#?}");
+    assert!(
+        p.verdict.summary.contains("did not exit while recorded"),
+        "{p:#?}"
+    );
+}
