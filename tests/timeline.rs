@@ -45,7 +45,7 @@ fn calls<'t>(trace: &'t Trace, uid: &'t str, method: &'t str) -> Vec<&'t CriCall
         .records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Cri(c) if c.pod_uid == uid && c.method == method => Some(c),
+            TraceRecord::Cri(c) if c.pod_uid == uid && c.method.as_str() == method => Some(c),
             _ => None,
         })
         .collect()

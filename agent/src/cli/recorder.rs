@@ -12,7 +12,7 @@ use super::kernel_events::EbpfArgs;
 use super::start_feed::{KernelExitObserver, StartFeed, StartObserver};
 use crate::clock::wall_now;
 use crate::config::source::PodUpdate;
-use crate::cri::{CallHold, CallSink, CriCall, CriClient, RuntimeService};
+use crate::cri::{CallHold, CallSink, CriCall, CriClient, CriMethod, RuntimeService};
 use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
 use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
@@ -49,12 +49,12 @@ pub struct RecordSink {
 /// namespace: containerd's unshare and the CNI plugins' setns (RunPodSandbox; DEL in
 /// StopPodSandbox or RemovePodSandbox), runc's setns into the sandbox's namespace
 /// (CreateContainer, StartContainer). The namespace programs are attached around them.
-const NETNS_CALLS: [&str; 5] = [
-    "RunPodSandbox",
-    "StopPodSandbox",
-    "RemovePodSandbox",
-    "CreateContainer",
-    "StartContainer",
+const NETNS_CALLS: [CriMethod; 5] = [
+    CriMethod::RunPodSandbox,
+    CriMethod::StopPodSandbox,
+    CriMethod::RemovePodSandbox,
+    CriMethod::CreateContainer,
+    CriMethod::StartContainer,
 ];
 
 impl RecordSink {
@@ -114,7 +114,7 @@ impl CallSink for RecordSink {
         self.starts.call_began(call);
         let gate = self.netns.get()?;
         NETNS_CALLS
-            .contains(&call.method.as_str())
+            .contains(&call.method)
             .then(|| Box::new(gate.hold()) as CallHold)
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::output::ReplayOutput;
+use crate::cri::CriMethod;
 use crate::replay::{Tolerance, WhatIf, compare, replay};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -22,7 +23,7 @@ pub struct ReplayArgs {
     pub tolerance_pct: f64,
     /// What-if: scale a CRI method's recorded latency, e.g. PullImage=0.5 (repeatable).
     #[arg(long = "scale", value_name = "METHOD=FACTOR", value_parser = parse_scale)]
-    pub scale: Vec<(String, f64)>,
+    pub scale: Vec<(CriMethod, f64)>,
     /// What-if: pull images in parallel, at most N at once (0: no limit).
     #[arg(long, value_name = "N")]
     pub parallel_image_pulls: Option<usize>,
@@ -38,7 +39,7 @@ pub struct ReplayArgs {
     pub output: ReplayOutput,
 }
 
-fn parse_scale(s: &str) -> Result<(String, f64), String> {
+fn parse_scale(s: &str) -> Result<(CriMethod, f64), String> {
     let (m, f) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?} is not METHOD=FACTOR"))?;
@@ -48,7 +49,8 @@ fn parse_scale(s: &str) -> Result<(String, f64), String> {
     if !(f.is_finite() && f > 0.0) {
         return Err(format!("{s:?}: the factor must be a positive number"));
     }
-    Ok((m.to_string(), f))
+    let m: CriMethod = m.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((m, f))
 }
 
 pub fn run(args: &ReplayArgs) -> ExitCode {

@@ -10,7 +10,7 @@ use super::service::CriResult;
 use super::{ImageService, RuntimeService, api};
 use crate::clock::now_ktime_ns;
 use podtrace_core::record::ids::traceparent;
-pub use podtrace_core::record::{CriCall, ResponseFields};
+pub use podtrace_core::record::{CriCall, CriMethod, ResponseFields};
 
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;
@@ -120,9 +120,9 @@ impl<R> Recording<R> {
     }
 }
 
-fn call(method: &str) -> CriCall {
+fn call(method: CriMethod) -> CriCall {
     CriCall {
-        method: method.to_string(),
+        method,
         pod_uid: String::new(),
         container: String::new(),
         attempt: 0,
@@ -144,7 +144,7 @@ fn put(call: &mut CriCall, key: &str, value: impl ToString) {
 
 impl<R: RuntimeService> RuntimeService for Recording<R> {
     async fn version(&self) -> CriResult<api::VersionResponse> {
-        self.record(call("Version"), self.inner.version(), |v, c| {
+        self.record(call(CriMethod::Version), self.inner.version(), |v, c| {
             put(c, "runtime_name", &v.runtime_name);
             put(c, "runtime_version", &v.runtime_version);
         })
@@ -152,17 +152,21 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn status(&self, verbose: bool) -> CriResult<api::StatusResponse> {
-        self.record(call("Status"), self.inner.status(verbose), |v, c| {
-            for cond in v.status.iter().flat_map(|s| s.conditions.iter()) {
-                put(c, &cond.r#type, cond.status);
-                // Why a condition is false is what a diagnosis needs ("cni plugin not
-                // initialized"); a true one has nothing to say.
-                if !cond.status {
-                    put(c, &format!("{}_reason", cond.r#type), &cond.reason);
-                    put(c, &format!("{}_message", cond.r#type), &cond.message);
+        self.record(
+            call(CriMethod::Status),
+            self.inner.status(verbose),
+            |v, c| {
+                for cond in v.status.iter().flat_map(|s| s.conditions.iter()) {
+                    put(c, &cond.r#type, cond.status);
+                    // Why a condition is false is what a diagnosis needs ("cni plugin not
+                    // initialized"); a true one has nothing to say.
+                    if !cond.status {
+                        put(c, &format!("{}_reason", cond.r#type), &cond.reason);
+                        put(c, &format!("{}_message", cond.r#type), &cond.message);
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -170,7 +174,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         req: api::RunPodSandboxRequest,
     ) -> CriResult<api::RunPodSandboxResponse> {
-        let mut c = call("RunPodSandbox");
+        let mut c = call(CriMethod::RunPodSandbox);
         let meta = req
             .config
             .as_ref()
@@ -190,14 +194,14 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
-        let mut c = call("StopPodSandbox");
+        let mut c = call(CriMethod::StopPodSandbox);
         self.for_sandbox(pod_sandbox_id, &mut c);
         self.record(c, self.inner.stop_pod_sandbox(pod_sandbox_id), |_, _| {})
             .await
     }
 
     async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
-        let mut c = call("RemovePodSandbox");
+        let mut c = call(CriMethod::RemovePodSandbox);
         self.for_sandbox(pod_sandbox_id, &mut c);
         let ids = self.ids.clone();
         // Nothing names a removed sandbox or its containers again: what was learned of
@@ -219,7 +223,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         pod_sandbox_id: &str,
     ) -> CriResult<api::PodSandboxStatusResponse> {
-        let mut c = call("PodSandboxStatus");
+        let mut c = call(CriMethod::PodSandboxStatus);
         self.for_sandbox(pod_sandbox_id, &mut c);
         let ids = self.ids.clone();
         let id = pod_sandbox_id.to_string();
@@ -251,7 +255,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         filter: Option<api::PodSandboxFilter>,
     ) -> CriResult<Vec<api::PodSandbox>> {
-        let mut c = call("ListPodSandbox");
+        let mut c = call(CriMethod::ListPodSandbox);
         if let Some(uid) = filter
             .as_ref()
             .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
@@ -265,7 +269,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
-        let mut c = call("CreateContainer");
+        let mut c = call(CriMethod::CreateContainer);
         let meta = req
             .config
             .as_ref()
@@ -294,14 +298,14 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn start_container(&self, container_id: &str) -> CriResult<()> {
-        let mut c = call("StartContainer");
+        let mut c = call(CriMethod::StartContainer);
         self.for_container(container_id, &mut c);
         self.record(c, self.inner.start_container(container_id), |_, _| {})
             .await
     }
 
     async fn stop_container(&self, container_id: &str, timeout_seconds: i64) -> CriResult<()> {
-        let mut c = call("StopContainer");
+        let mut c = call(CriMethod::StopContainer);
         self.for_container(container_id, &mut c);
         put(&mut c, "timeout", timeout_seconds);
         self.record(
@@ -317,7 +321,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         container_id: &str,
         linux: api::LinuxContainerResources,
     ) -> CriResult<()> {
-        let mut c = call("UpdateContainerResources");
+        let mut c = call(CriMethod::UpdateContainerResources);
         self.for_container(container_id, &mut c);
         put(&mut c, "cpu_quota", linux.cpu_quota);
         put(&mut c, "cpu_shares", linux.cpu_shares);
@@ -331,7 +335,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn remove_container(&self, container_id: &str) -> CriResult<()> {
-        let mut c = call("RemoveContainer");
+        let mut c = call(CriMethod::RemoveContainer);
         self.for_container(container_id, &mut c);
         let ids = self.ids.clone();
         self.record(c, self.inner.remove_container(container_id), move |_, c| {
@@ -347,7 +351,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         filter: Option<api::ContainerFilter>,
     ) -> CriResult<Vec<api::Container>> {
-        let mut c = call("ListContainers");
+        let mut c = call(CriMethod::ListContainers);
         if let Some(uid) = filter
             .as_ref()
             .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
@@ -365,7 +369,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         container_id: &str,
         verbose: bool,
     ) -> CriResult<api::ContainerStatusResponse> {
-        let mut c = call("ContainerStatus");
+        let mut c = call(CriMethod::ContainerStatus);
         self.for_container(container_id, &mut c);
         let ids = self.ids.clone();
         let id = container_id.to_string();
@@ -405,7 +409,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         cmd: Vec<String>,
         timeout_seconds: i64,
     ) -> CriResult<api::ExecSyncResponse> {
-        let mut c = call("ExecSync");
+        let mut c = call(CriMethod::ExecSync);
         self.for_container(container_id, &mut c);
         self.record(
             c,
@@ -427,7 +431,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
 
 impl<R: ImageService> ImageService for Recording<R> {
     async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
-        let mut c = call("ImageStatus");
+        let mut c = call(CriMethod::ImageStatus);
         c.image = image.image.clone();
         self.record(c, self.inner.image_status(image), |v, c| {
             put(c, "present", v.is_some())
@@ -441,7 +445,7 @@ impl<R: ImageService> ImageService for Recording<R> {
         auth: Option<api::AuthConfig>,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> CriResult<String> {
-        let mut c = call("PullImage");
+        let mut c = call(CriMethod::PullImage);
         c.image = image.image.clone();
         if let Some(meta) = sandbox_config.as_ref().and_then(|s| s.metadata.as_ref()) {
             c.pod_uid = meta.uid.clone();

@@ -98,7 +98,7 @@ async fn every_call_for_a_pod_carries_its_own_spans_traceparent() {
     let (seen, calls) = start_a_pod(sink).await;
     assert_eq!(seen.len(), calls.len());
     for ((method, tp), call) in seen.iter().zip(&calls) {
-        assert_eq!(*method, call.method);
+        assert_eq!(*method, call.method.as_str());
         let tp = tp.as_deref().expect("every call carries a context");
         assert_eq!(tp, ids::traceparent(call), "{method}");
         if call.pod_uid.is_empty() {

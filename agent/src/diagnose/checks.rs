@@ -2,6 +2,8 @@
 //! evidence, or nothing. The order they are tried in (`findings`) is their importance:
 //! the first cause in the pipeline that stopped the pod is its verdict.
 
+use podtrace_core::record::CriMethod;
+
 use super::facts::{CniRun, Facts, PodFacts};
 use super::model::{Cause, Finding};
 use crate::cri::CriCall;
@@ -72,7 +74,7 @@ fn not_admitted(p: &PodFacts<'_>) -> Option<Finding> {
 
 /// The runtime said NetworkReady=false, so the network gate held the pod back.
 fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
-    if p.calls_named("RunPodSandbox").any(|c| c.ok()) || p.host_network() {
+    if p.calls_named(CriMethod::RunPodSandbox).any(|c| c.ok()) || p.host_network() {
         return None;
     }
     let gated: Vec<_> = p.events_named("NetworkNotReady").collect();
@@ -118,7 +120,7 @@ fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         )),
         _ => {}
     }
-    if p.calls_named("RunPodSandbox").next().is_none() {
+    if p.calls_named(CriMethod::RunPodSandbox).next().is_none() {
         evidence.push("no RunPodSandbox was called for the pod".into());
     }
     Some(finding(
@@ -171,7 +173,7 @@ fn plugin_run(p: &PodFacts<'_>, s: &Stage) -> String {
 /// The last RunPodSandbox failed: narrow down where, from the kernel's view of that
 /// attempt and the runtime's error text.
 fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
-    let runs: Vec<&CriCall> = p.calls_named("RunPodSandbox").collect();
+    let runs: Vec<&CriCall> = p.calls_named(CriMethod::RunPodSandbox).collect();
     let last = *runs.last()?;
     if last.ok() {
         return None;
@@ -384,7 +386,7 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         .filter(|e| e.event.message.contains(RESTARTING_FAILED))
         .collect();
     let mut by_starts: Vec<(String, usize)> = Vec::new();
-    for c in p.calls_named("StartContainer").filter(|c| c.ok()) {
+    for c in p.calls_named(CriMethod::StartContainer).filter(|c| c.ok()) {
         match by_starts.iter_mut().find(|(n, _)| *n == c.container) {
             Some((_, k)) => *k += 1,
             None => by_starts.push((c.container.clone(), 1)),
@@ -430,7 +432,7 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         ));
     }
     let exited = p
-        .calls_named("ContainerStatus")
+        .calls_named(CriMethod::ContainerStatus)
         .filter(|c| {
             c.container == container && c.response.get("state").map(String::as_str) == Some("2")
         })
@@ -471,7 +473,10 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
 
 /// Three or more sandboxes created, and the pod's IP changed between them.
 fn sandbox_recreated(p: &PodFacts<'_>) -> Option<Finding> {
-    let created: Vec<&CriCall> = p.calls_named("RunPodSandbox").filter(|c| c.ok()).collect();
+    let created: Vec<&CriCall> = p
+        .calls_named(CriMethod::RunPodSandbox)
+        .filter(|c| c.ok())
+        .collect();
     if created.len() < 3 {
         return None;
     }
@@ -585,7 +590,7 @@ fn gone_at(p: &PodFacts<'_>, id: &str, add: &CniRun) -> Option<(u64, &'static st
         .calls
         .iter()
         .find(|c| {
-            (c.method == "StopPodSandbox" || c.method == "RemovePodSandbox")
+            (c.method == CriMethod::StopPodSandbox || c.method == CriMethod::RemovePodSandbox)
                 && c.ok()
                 && c.sandbox_id == id
                 && c.end_ns >= add.at_ns
@@ -593,7 +598,7 @@ fn gone_at(p: &PodFacts<'_>, id: &str, add: &CniRun) -> Option<(u64, &'static st
         .map(|c| {
             (
                 c.end_ns,
-                if c.method == "StopPodSandbox" {
+                if c.method == CriMethod::StopPodSandbox {
                     "StopPodSandbox returned"
                 } else {
                     "RemovePodSandbox returned"
@@ -602,7 +607,7 @@ fn gone_at(p: &PodFacts<'_>, id: &str, add: &CniRun) -> Option<(u64, &'static st
         });
     // A sandbox the runtime never returned was torn down by the failed call itself.
     let failed = p
-        .calls_named("RunPodSandbox")
+        .calls_named(CriMethod::RunPodSandbox)
         .find(|c| !c.ok() && c.start_ns <= add.at_ns && add.at_ns <= c.end_ns)
         .map(|c| (c.end_ns, "RunPodSandbox failed and returned"));
     stopped.or(failed)

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use podtrace_core::record::CriMethod;
+
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::timeline::{PodTimeline, Stage, Timeline};
@@ -37,7 +39,7 @@ impl<'a> PodFacts<'a> {
             .unwrap_or(false)
     }
 
-    pub fn calls_named<'s>(&'s self, method: &'s str) -> impl Iterator<Item = &'a CriCall> + 's {
+    pub fn calls_named<'s>(&'s self, method: CriMethod) -> impl Iterator<Item = &'a CriCall> + 's {
         self.calls
             .iter()
             .copied()
@@ -120,7 +122,7 @@ impl<'a> Facts<'a> {
                         }
                     }
                 }
-                TraceRecord::Cri(c) if c.method == "Status" => status.push(c),
+                TraceRecord::Cri(c) if c.method == CriMethod::Status => status.push(c),
                 TraceRecord::Cri(c) if !c.pod_uid.is_empty() => {
                     calls.entry(c.pod_uid.as_str()).or_default().push(c);
                 }

@@ -52,7 +52,7 @@ fn pod_add(host_network: bool) -> TraceRecord {
 
 fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
     CriCall {
-        method: method.into(),
+        method: method.parse().expect("a CRI method"),
         pod_uid: UID.into(),
         container: String::new(),
         attempt: 0,

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use crate::cri::CriCall;
+use crate::cri::{CriCall, CriMethod};
 use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
 use crate::kuberuntime::event::WaitKind;
 use crate::otel::{ExportStats, ReceiverStats};
@@ -401,15 +401,15 @@ impl Metrics {
     pub fn observe_call(&self, call: &CriCall) {
         let secs = call.end_ns.saturating_sub(call.start_ns) as f64 / 1e9;
         let op = Operation {
-            operation_type: operation_type(&call.method),
+            operation_type: operation_type(call.method.as_str()),
         };
         self.runtime_ops.get_or_create(&op).observe(secs);
         self.runtime_ops_total.get_or_create(&op).inc();
         if !call.ok() {
             self.runtime_ops_errors.get_or_create(&op).inc();
         }
-        match call.method.as_str() {
-            "RunPodSandbox" => {
+        match call.method {
+            CriMethod::RunPodSandbox => {
                 let h = Handler {
                     runtime_handler: call
                         .response
@@ -419,7 +419,7 @@ impl Metrics {
                 };
                 self.run_podsandbox.get_or_create(&h).observe(secs);
             }
-            "PullImage" => {
+            CriMethod::PullImage => {
                 if call.ok() {
                     self.image_pull.observe(secs);
                 }
@@ -743,7 +743,7 @@ mod tests {
     fn calls_feed_kubelets_histograms() {
         let m = Metrics::new();
         let call = CriCall {
-            method: "RunPodSandbox".into(),
+            method: CriMethod::RunPodSandbox,
             pod_uid: "u".into(),
             container: String::new(),
             attempt: 0,
@@ -786,13 +786,23 @@ mod tests {
             op: crate::trace::PodOp::Add,
             pod: Box::new(pod),
         }));
-        let call = |method: &str, t: u64| CriCall {
-            method: method.into(),
+        let call = |method: CriMethod, t: u64| CriCall {
+            method,
             pod_uid: "u".into(),
-            container: if method == "RunPodSandbox" { "" } else { "app" }.into(),
+            container: if method == CriMethod::RunPodSandbox {
+                ""
+            } else {
+                "app"
+            }
+            .into(),
             attempt: 0,
             sandbox_id: "s".into(),
-            container_id: if method == "RunPodSandbox" { "" } else { "c" }.into(),
+            container_id: if method == CriMethod::RunPodSandbox {
+                ""
+            } else {
+                "c"
+            }
+            .into(),
             image: String::new(),
             start_ns: t,
             end_ns: t + 1,
@@ -812,15 +822,24 @@ mod tests {
                 })
                 .map(str::to_string)
         };
-        for (method, t) in [("RunPodSandbox", 10), ("CreateContainer", 20)] {
+        for (method, t) in [
+            (CriMethod::RunPodSandbox, 10),
+            (CriMethod::CreateContainer, 20),
+        ] {
             collector.push(&crate::trace::TraceRecord::Cri(call(method, t)));
         }
         m.observe_collector(&collector);
         assert_eq!(count(&m), None, "not Running yet");
-        collector.push(&crate::trace::TraceRecord::Cri(call("StartContainer", 30)));
+        collector.push(&crate::trace::TraceRecord::Cri(call(
+            CriMethod::StartContainer,
+            30,
+        )));
         m.observe_collector(&collector);
         m.observe_collector(&collector);
-        collector.push(&crate::trace::TraceRecord::Cri(call("StopContainer", 40)));
+        collector.push(&crate::trace::TraceRecord::Cri(call(
+            CriMethod::StopContainer,
+            40,
+        )));
         m.observe_collector(&collector);
         assert_eq!(count(&m).as_deref(), Some("1"));
     }
@@ -884,7 +903,7 @@ mod tests {
 
     fn pull(uid: &str, start_ns: u64, end_ns: u64, code: &str) -> CriCall {
         CriCall {
-            method: "PullImage".into(),
+            method: CriMethod::PullImage,
             pod_uid: uid.into(),
             container: "c".into(),
             attempt: 0,

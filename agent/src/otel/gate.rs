@@ -27,6 +27,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+use podtrace_core::record::CriMethod;
+
 use super::ids;
 use crate::cri::CriCall;
 use crate::trace::{PodOp, TraceRecord};
@@ -106,7 +108,7 @@ impl TraceGate {
             TraceRecord::Pod(p) if p.op != PodOp::Remove => self.observe_pod(&p.pod),
             // A deleted pod's startup is over: what follows is its teardown.
             TraceRecord::Pod(p) => self.mark_over(p.pod.metadata.uid.as_deref().unwrap_or("")),
-            TraceRecord::Cri(c) if c.method == "StartContainer" && c.ok() => {
+            TraceRecord::Cri(c) if c.method == CriMethod::StartContainer && c.ok() => {
                 if c.pod_uid.is_empty() || c.container.is_empty() {
                     return;
                 }
@@ -218,7 +220,7 @@ mod tests {
 
     fn call(uid: &str, method: &str, container: &str, code: &str) -> CriCall {
         CriCall {
-            method: method.into(),
+            method: method.parse().expect("a CRI method"),
             pod_uid: uid.into(),
             container: container.into(),
             attempt: 0,

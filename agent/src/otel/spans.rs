@@ -59,23 +59,6 @@ pub fn startup_end(pod: &PodTimeline) -> Option<u64> {
         .or_else(|| pod.stages.iter().map(|s| s.end_ns).max())
 }
 
-/// CRI methods of the image service; the rest are the runtime service's.
-const IMAGE_METHODS: [&str; 5] = [
-    "PullImage",
-    "ImageStatus",
-    "ListImages",
-    "RemoveImage",
-    "ImageFsInfo",
-];
-
-pub fn rpc_service(method: &str) -> &'static str {
-    if IMAGE_METHODS.contains(&method) {
-        "runtime.v1.ImageService"
-    } else {
-        "runtime.v1.RuntimeService"
-    }
-}
-
 /// gRPC's status code numbers, by the names the trace records.
 fn grpc_code(code: &str) -> Option<i64> {
     const CODES: [&str; 17] = [
@@ -211,11 +194,11 @@ fn call_span(
     root: [u8; 8],
     pod_attrs: &[(&'static str, Value)],
 ) -> PodSpan {
-    let service = rpc_service(&c.method);
+    let service = c.method.service();
     let mut attributes = pod_attrs.to_vec();
     attributes.push(("rpc.system", str("grpc")));
     attributes.push(("rpc.service", str(service)));
-    attributes.push(("rpc.method", str(&c.method)));
+    attributes.push(("rpc.method", str(c.method.as_str())));
     if let Some(code) = grpc_code(&c.code) {
         attributes.push(("rpc.grpc.status_code", Value::Int(code)));
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::export::cri_calls;
 use super::ids;
 use super::spans::{Kind, PodSpan, Value, pod_spans};
-use crate::cri::CriCall;
+use crate::cri::{CriCall, CriMethod};
 use crate::timeline::StageSource;
 use crate::trace::{TraceRecord, read_trace};
 
@@ -271,7 +271,7 @@ fn with_runtime_spans() -> (crate::trace::Trace, String) {
         }
         let (a, z) = (c.start_ns, c.end_ns);
         let d = (z - a) / 100;
-        if c.method == "RunPodSandbox" && spans.is_empty() {
+        if c.method == CriMethod::RunPodSandbox && spans.is_empty() {
             c.traced = true;
             let mut server = span(
                 &hex(&ids::call_span_id(c)),
@@ -291,7 +291,7 @@ fn with_runtime_spans() -> (crate::trace::Trace, String) {
             spans.push(span(&id, "metadata.sandbox.Update", a + 40 * d, a + 41 * d));
             spans.push(span(&id, "pull.Pull", a + 45 * d, a + 60 * d));
             spans.push(span(&id, "client.NewContainer", a + 62 * d, a + 65 * d));
-        } else if c.method == "StartContainer" && c.container == "app" && c.ok() {
+        } else if c.method == CriMethod::StartContainer && c.container == "app" && c.ok() {
             c.traced = true;
             let server = span(
                 &hex(&ids::call_span_id(c)),

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use podtrace_core::record::CriMethod;
+
 use super::{Divergence, Replayed};
 use crate::cri::CriCall;
 use crate::trace::{PodOp, Trace, TraceRecord};
@@ -46,7 +48,7 @@ pub struct Step {
     pub code: String,
     pub container: String,
     pub image: String,
-    pub method: String,
+    pub method: CriMethod,
 }
 
 impl fmt::Display for Step {
@@ -109,12 +111,12 @@ fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)
     let mut label = String::new();
     for c in calls {
         label.clear();
-        label.push_str(&c.method);
+        label.push_str(c.method.as_str());
         if !c.container.is_empty() {
             label.push(':');
             label.push_str(&c.container);
         }
-        if c.method == "PullImage" {
+        if c.method == CriMethod::PullImage {
             label.push(':');
             label.push_str(&c.image);
         }
@@ -163,7 +165,7 @@ struct StepRef<'a> {
     code: &'a str,
     container: &'a str,
     image: &'a str,
-    method: &'a str,
+    method: CriMethod,
 }
 
 impl StepRef<'_> {
@@ -173,17 +175,17 @@ impl StepRef<'_> {
             code: self.code.to_string(),
             container: self.container.to_string(),
             image: self.image.to_string(),
-            method: self.method.to_string(),
+            method: self.method,
         }
     }
 }
 
 fn step(c: &CriCall) -> StepRef<'_> {
     StepRef {
-        method: &c.method,
+        method: c.method,
         container: &c.container,
         attempt: c.attempt,
-        image: if c.method == "PullImage" {
+        image: if c.method == CriMethod::PullImage {
             &c.image
         } else {
             ""
@@ -195,7 +197,7 @@ fn step(c: &CriCall) -> StepRef<'_> {
 /// Calls that make up a pod's behaviour: state changes, not reads; exec probes are left
 /// out because their count follows a period, not a decision.
 fn compared(c: &CriCall) -> bool {
-    !c.is_observation() && c.method != "ExecSync"
+    !c.is_observation() && c.method != CriMethod::ExecSync
 }
 
 /// Time from the pod's ADD to the end of the first successful start of every container
@@ -204,7 +206,7 @@ fn startup(calls: &[&CriCall], added_ns: u64) -> Option<u64> {
     let mut first: BTreeMap<&str, u64> = BTreeMap::new();
     for c in calls
         .iter()
-        .filter(|c| c.method == "StartContainer" && c.ok())
+        .filter(|c| c.method == CriMethod::StartContainer && c.ok())
     {
         first.entry(c.container.as_str()).or_insert(c.end_ns);
     }
@@ -255,7 +257,7 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         let mut why = BTreeMap::new();
         for d in divergences.get(uid.as_str()).into_iter().flatten() {
             let s = StepRef {
-                method: &d.method,
+                method: d.method,
                 container: &d.container,
                 attempt: d.attempt,
                 image: &d.image,
@@ -482,7 +484,7 @@ mod tests {
             code: "OK".into(),
             container: "app".into(),
             image: "img".into(),
-            method: method.into(),
+            method: method.parse().expect("a CRI method"),
         }
     }
 

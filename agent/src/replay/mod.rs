@@ -18,7 +18,7 @@ pub use runtime::{Divergence, ReplayRuntime};
 
 use crate::clock::{install_virtual, uninstall_virtual};
 use crate::config::source::PodUpdate;
-use crate::cri::CriCall;
+use crate::cri::{CriCall, CriMethod};
 use crate::kubelet::admission::NodeAllocatable;
 use crate::kuberuntime::{HostDns, RuntimeConfig};
 use crate::syncloop::{Kubelet, KubeletSettings};
@@ -28,7 +28,7 @@ use crate::trace::{PodOp, Trace, TraceRecord};
 #[derive(Debug, Clone, Default)]
 pub struct WhatIf {
     /// Latency factor per CRI method: `PullImage=0.5` makes pulls twice as fast.
-    pub scale: BTreeMap<String, f64>,
+    pub scale: BTreeMap<CriMethod, f64>,
     /// Override the image puller: `Some(None)` parallel without limit, `Some(Some(n))`.
     pub max_parallel_image_pulls: Option<Option<usize>>,
     /// A deliberately changed decision, for proving the CI gate bites.

@@ -12,6 +12,8 @@ use std::time::Duration;
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
+use podtrace_core::record::CriMethod;
+
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
@@ -22,7 +24,7 @@ use crate::cri::{CriCall, CriError, ImageService, ListedContainerState, RuntimeS
 pub struct Divergence {
     /// Virtual monotonic time of the call.
     pub at_ns: u64,
-    pub method: String,
+    pub method: CriMethod,
     pub pod_uid: String,
     pub container: String,
     pub attempt: u32,
@@ -36,7 +38,7 @@ pub struct Divergence {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     pod_uid: String,
-    method: String,
+    method: CriMethod,
     container: String,
     attempt: u32,
     image: String,
@@ -46,11 +48,11 @@ impl Key {
     fn of(c: &CriCall) -> Key {
         Key {
             pod_uid: c.pod_uid.clone(),
-            method: c.method.clone(),
+            method: c.method,
             container: c.container.clone(),
             attempt: c.attempt,
             // Only pulls are told apart by image.
-            image: if c.method == "PullImage" {
+            image: if c.method == CriMethod::PullImage {
                 c.image.clone()
             } else {
                 String::new()
@@ -69,7 +71,7 @@ struct Facts {
     runtime: (String, String),
     /// Median recorded duration of each read-only method: reads take time too, and the
     /// reconciler makes several per sync.
-    read_ns: BTreeMap<String, u64>,
+    read_ns: BTreeMap<CriMethod, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -88,23 +90,7 @@ struct State {
 pub struct ReplayRuntime {
     state: Arc<Mutex<State>>,
     /// Latency factor per CRI method (what-if): 0.5 makes a call twice as fast.
-    scale: Arc<BTreeMap<String, f64>>,
-}
-
-fn is_mutation(method: &str) -> bool {
-    matches!(
-        method,
-        "RunPodSandbox"
-            | "StopPodSandbox"
-            | "RemovePodSandbox"
-            | "CreateContainer"
-            | "StartContainer"
-            | "StopContainer"
-            | "RemoveContainer"
-            | "UpdateContainerResources"
-            | "PullImage"
-            | "ExecSync"
-    )
+    scale: Arc<BTreeMap<CriMethod, f64>>,
 }
 
 impl ReplayRuntime {
@@ -113,12 +99,12 @@ impl ReplayRuntime {
         calls: &[&CriCall],
         runtime_name: &str,
         runtime_version: &str,
-        scale: BTreeMap<String, f64>,
+        scale: BTreeMap<CriMethod, f64>,
     ) -> ReplayRuntime {
         let mut st = State::default();
         // Sized up front: grown by doubling, the index rehashed every key several times
         // over a long trace.
-        let mutations = calls.iter().filter(|c| is_mutation(&c.method)).count();
+        let mutations = calls.iter().filter(|c| c.method.mutates()).count();
         st.pending = HashMap::with_capacity_and_hasher(mutations, FixedState::default());
         st.served = Vec::with_capacity(mutations);
         st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
@@ -128,14 +114,14 @@ impl ReplayRuntime {
         let mut stopped: BTreeSet<String> = BTreeSet::new();
         let mut image_seen: BTreeSet<String> = BTreeSet::new();
         for c in calls {
-            match c.method.as_str() {
-                "Status" if !network_seen => {
+            match c.method {
+                CriMethod::Status if !network_seen => {
                     network_seen = true;
                     let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
                     let message = c.response.get("NetworkReady_message").unwrap_or(&c.message);
                     st.facts.network_ready = (ready, message.clone());
                 }
-                "PodSandboxStatus" => {
+                CriMethod::PodSandboxStatus => {
                     if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty()) {
                         st.facts
                             .sandbox_ip
@@ -143,13 +129,13 @@ impl ReplayRuntime {
                             .or_insert_with(|| ip.clone());
                     }
                 }
-                "StartContainer" if c.ok() => {
+                CriMethod::StartContainer if c.ok() => {
                     started.insert(c.container_id.clone(), c.end_ns);
                 }
-                "StopContainer" => {
+                CriMethod::StopContainer => {
                     stopped.insert(c.container_id.clone());
                 }
-                "ContainerStatus" => {
+                CriMethod::ContainerStatus => {
                     let exited = c.response.get("state").is_some_and(|s| s == "2");
                     if exited
                         && !stopped.contains(&c.container_id)
@@ -166,18 +152,18 @@ impl ReplayRuntime {
                     }
                 }
                 // The first look at an image tells whether the node had it before the run.
-                "ImageStatus" if image_seen.insert(c.image.clone()) => {
+                CriMethod::ImageStatus if image_seen.insert(c.image.clone()) => {
                     let present = c.response.get("present").is_some_and(|p| p == "true");
                     if present {
                         st.facts.images_present.insert(c.image.clone());
                     }
                 }
-                "PullImage" => {
+                CriMethod::PullImage => {
                     image_seen.insert(c.image.clone());
                 }
                 _ => {}
             }
-            if is_mutation(&c.method) {
+            if c.method.mutates() {
                 // Most keys have one call: no room for more until a second comes.
                 st.pending
                     .entry(Key::of(c))
@@ -185,10 +171,10 @@ impl ReplayRuntime {
                     .push_back((*c).clone());
             }
         }
-        let mut reads: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
         for c in calls.iter().filter(|c| c.is_observation()) {
             reads
-                .entry(&c.method)
+                .entry(c.method)
                 .or_default()
                 .push(c.end_ns.saturating_sub(c.start_ns));
         }
@@ -196,7 +182,7 @@ impl ReplayRuntime {
             .into_iter()
             .map(|(m, mut v)| {
                 v.sort_unstable();
-                (m.to_string(), v[v.len() / 2])
+                (m, v[v.len() / 2])
             })
             .collect();
         st.images = st.facts.images_present.clone();
@@ -223,7 +209,7 @@ impl ReplayRuntime {
     fn take(&self, key: &Key) -> Result<CriCall, CriError> {
         let mut st = self.lock();
         if let Some(c) = st.pending.get_mut(key).and_then(|q| q.pop_front()) {
-            if key.method == "ExecSync" {
+            if key.method == CriMethod::ExecSync {
                 st.last_exec
                     .insert((key.pod_uid.clone(), key.container.clone()), c.clone());
             }
@@ -231,7 +217,7 @@ impl ReplayRuntime {
         }
         // Probes run on a period, so their count depends on how long a container lived;
         // past the recorded ones, an exec answers as the last one did.
-        if key.method == "ExecSync"
+        if key.method == CriMethod::ExecSync
             && let Some(c) = st
                 .last_exec
                 .get(&(key.pod_uid.clone(), key.container.clone()))
@@ -256,7 +242,7 @@ impl ReplayRuntime {
         );
         st.divergences.push(Divergence {
             at_ns: mono_now(),
-            method: key.method.clone(),
+            method: key.method,
             pod_uid: key.pod_uid.clone(),
             container: key.container.clone(),
             attempt: key.attempt,
@@ -294,9 +280,9 @@ impl ReplayRuntime {
     }
 
     /// A read takes its method's typical recorded time.
-    async fn read_delay(&self, method: &str) {
-        let base = self.lock().facts.read_ns.get(method).copied().unwrap_or(0);
-        let factor = self.scale.get(method).copied().unwrap_or(1.0);
+    async fn read_delay(&self, method: CriMethod) {
+        let base = self.lock().facts.read_ns.get(&method).copied().unwrap_or(0);
+        let factor = self.scale.get(&method).copied().unwrap_or(1.0);
         tokio::time::sleep(Duration::from_nanos((base as f64 * factor) as u64)).await;
     }
 
@@ -351,9 +337,9 @@ fn code_from_name(name: &str) -> tonic::Code {
     }
 }
 
-fn key(method: &str, pod_uid: &str, container: &str, attempt: u32) -> Key {
+fn key(method: CriMethod, pod_uid: &str, container: &str, attempt: u32) -> Key {
     Key {
-        method: method.into(),
+        method,
         pod_uid: pod_uid.into(),
         container: container.into(),
         attempt,
@@ -363,7 +349,7 @@ fn key(method: &str, pod_uid: &str, container: &str, attempt: u32) -> Key {
 
 impl RuntimeService for ReplayRuntime {
     async fn version(&self) -> CriResult<api::VersionResponse> {
-        self.read_delay("Version").await;
+        self.read_delay(CriMethod::Version).await;
         let (name, version) = self.lock().facts.runtime.clone();
         Ok(api::VersionResponse {
             version: "0.1.0".into(),
@@ -374,7 +360,7 @@ impl RuntimeService for ReplayRuntime {
     }
 
     async fn status(&self, _verbose: bool) -> CriResult<api::StatusResponse> {
-        self.read_delay("Status").await;
+        self.read_delay(CriMethod::Status).await;
         let (ready, message) = self.lock().facts.network_ready.clone();
         let cond = |t: &str, status: bool| api::RuntimeCondition {
             r#type: t.into(),
@@ -405,7 +391,10 @@ impl RuntimeService for ReplayRuntime {
         let config = req.config.unwrap_or_default();
         let meta = config.metadata.clone().unwrap_or_default();
         let rec = self
-            .answer(key("RunPodSandbox", &meta.uid, "", meta.attempt), |_| {})
+            .answer(
+                key(CriMethod::RunPodSandbox, &meta.uid, "", meta.attempt),
+                |_| {},
+            )
             .await?;
         let mut st = self.lock();
         let ip = st
@@ -432,7 +421,7 @@ impl RuntimeService for ReplayRuntime {
 
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let (uid, attempt) = self.ids_for_sandbox(id);
-        self.answer(key("StopPodSandbox", &uid, "", attempt), |_| {})
+        self.answer(key(CriMethod::StopPodSandbox, &uid, "", attempt), |_| {})
             .await?;
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -442,7 +431,7 @@ impl RuntimeService for ReplayRuntime {
 
     async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let (uid, attempt) = self.ids_for_sandbox(id);
-        self.answer(key("RemovePodSandbox", &uid, "", attempt), |_| {})
+        self.answer(key(CriMethod::RemovePodSandbox, &uid, "", attempt), |_| {})
             .await?;
         let mut st = self.lock();
         st.objects.remove_sandbox(id);
@@ -450,11 +439,11 @@ impl RuntimeService for ReplayRuntime {
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatusResponse> {
-        self.read_delay("PodSandboxStatus").await;
+        self.read_delay(CriMethod::PodSandboxStatus).await;
         let st = self.lock();
         let Some(sb) = st.objects.sandbox(id) else {
             return Err(CriError::Call {
-                method: "PodSandboxStatus",
+                method: CriMethod::PodSandboxStatus.as_str(),
                 code: tonic::Code::NotFound,
                 message: format!("sandbox {id} not found"),
             });
@@ -469,7 +458,7 @@ impl RuntimeService for ReplayRuntime {
         &self,
         filter: Option<api::PodSandboxFilter>,
     ) -> CriResult<Vec<api::PodSandbox>> {
-        self.read_delay("ListPodSandbox").await;
+        self.read_delay(CriMethod::ListPodSandbox).await;
         let want = filter.map(|f| f.label_selector).unwrap_or_default();
         let st = self.lock();
         Ok(st
@@ -485,7 +474,7 @@ impl RuntimeService for ReplayRuntime {
         let (uid, _) = self.ids_for_sandbox(&req.pod_sandbox_id);
         let rec = self
             .answer(
-                key("CreateContainer", &uid, &meta.name, meta.attempt),
+                key(CriMethod::CreateContainer, &uid, &meta.name, meta.attempt),
                 |_| {},
             )
             .await?;
@@ -517,7 +506,7 @@ impl RuntimeService for ReplayRuntime {
 
     async fn start_container(&self, id: &str) -> CriResult<()> {
         let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(key("StartContainer", &uid, &name, attempt), |_| {})
+        self.answer(key(CriMethod::StartContainer, &uid, &name, attempt), |_| {})
             .await?;
         self.lock().objects.start_container(id, wall_now());
         Ok(())
@@ -525,7 +514,7 @@ impl RuntimeService for ReplayRuntime {
 
     async fn stop_container(&self, id: &str, _timeout: i64) -> CriResult<()> {
         let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(key("StopContainer", &uid, &name, attempt), |_| {})
+        self.answer(key(CriMethod::StopContainer, &uid, &name, attempt), |_| {})
             .await?;
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -540,7 +529,7 @@ impl RuntimeService for ReplayRuntime {
     ) -> CriResult<()> {
         let (uid, name, attempt) = self.ids_for_container(id);
         self.answer(
-            key("UpdateContainerResources", &uid, &name, attempt),
+            key(CriMethod::UpdateContainerResources, &uid, &name, attempt),
             |_| {},
         )
         .await
@@ -549,8 +538,11 @@ impl RuntimeService for ReplayRuntime {
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {
         let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(key("RemoveContainer", &uid, &name, attempt), |_| {})
-            .await?;
+        self.answer(
+            key(CriMethod::RemoveContainer, &uid, &name, attempt),
+            |_| {},
+        )
+        .await?;
         self.lock().objects.remove_container(id);
         Ok(())
     }
@@ -559,7 +551,7 @@ impl RuntimeService for ReplayRuntime {
         &self,
         filter: Option<api::ContainerFilter>,
     ) -> CriResult<Vec<api::Container>> {
-        self.read_delay("ListContainers").await;
+        self.read_delay(CriMethod::ListContainers).await;
         let want = filter.map(|f| f.label_selector).unwrap_or_default();
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -588,7 +580,7 @@ impl RuntimeService for ReplayRuntime {
         filter: Option<api::ContainerFilter>,
         label: &str,
     ) -> CriResult<Vec<ListedContainerState>> {
-        self.read_delay("ListContainers").await;
+        self.read_delay(CriMethod::ListContainers).await;
         let want = filter.map(|f| f.label_selector).unwrap_or_default();
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -608,12 +600,12 @@ impl RuntimeService for ReplayRuntime {
         id: &str,
         _verbose: bool,
     ) -> CriResult<api::ContainerStatusResponse> {
-        self.read_delay("ContainerStatus").await;
+        self.read_delay(CriMethod::ContainerStatus).await;
         let mut st = self.lock();
         Self::advance(&mut st);
         let Some(c) = st.objects.container(id) else {
             return Err(CriError::Call {
-                method: "ContainerStatus",
+                method: CriMethod::ContainerStatus.as_str(),
                 code: tonic::Code::NotFound,
                 message: format!("container {id} not found"),
             });
@@ -646,7 +638,7 @@ impl RuntimeService for ReplayRuntime {
     ) -> CriResult<api::ExecSyncResponse> {
         let (uid, name, attempt) = self.ids_for_container(id);
         let rec = self
-            .answer(key("ExecSync", &uid, &name, attempt), |_| {})
+            .answer(key(CriMethod::ExecSync, &uid, &name, attempt), |_| {})
             .await?;
         Ok(api::ExecSyncResponse {
             exit_code: rec
@@ -688,7 +680,7 @@ impl RuntimeService for ReplayRuntime {
 
 impl ImageService for ReplayRuntime {
     async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
-        self.read_delay("ImageStatus").await;
+        self.read_delay(CriMethod::ImageStatus).await;
         let present = self.lock().images.contains(&image.image);
         Ok(present.then(|| api::Image {
             id: format!("replay:{}", image.image),
@@ -704,7 +696,7 @@ impl ImageService for ReplayRuntime {
     ) -> CriResult<String> {
         let meta = sandbox_config.and_then(|s| s.metadata).unwrap_or_default();
         let k = Key {
-            method: "PullImage".into(),
+            method: CriMethod::PullImage,
             pod_uid: meta.uid,
             container: String::new(),
             attempt: meta.attempt,
@@ -725,7 +717,7 @@ mod tests {
 
     fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         CriCall {
-            method: method.into(),
+            method: method.parse().expect("a CRI method"),
             pod_uid: "u".into(),
             container: if method.contains("Sandbox") {
                 String::new()

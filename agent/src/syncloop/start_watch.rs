@@ -14,6 +14,8 @@
 
 use std::collections::HashMap;
 
+use podtrace_core::record::CriMethod;
+
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::timeline::{cgroup_ids, is_runtime_helper_exec};
@@ -88,7 +90,7 @@ impl StartWatch {
 
     /// A CRI call began. True when it is a start to look for.
     pub fn call_began(&mut self, call: &CriCall) -> bool {
-        if call.method != "StartContainer" || call.container_id.is_empty() {
+        if call.method != CriMethod::StartContainer || call.container_id.is_empty() {
             return false;
         }
         if call.pod_uid.is_empty() || call.container.is_empty() {
@@ -109,7 +111,7 @@ impl StartWatch {
 
     /// A CRI call ended: a failed start is not looked for any more.
     pub fn call_ended(&mut self, call: &CriCall) {
-        if call.method == "StartContainer" && !call.ok() {
+        if call.method == CriMethod::StartContainer && !call.ok() {
             self.pending.remove(&call.container_id);
         }
     }
@@ -225,7 +227,7 @@ mod tests {
 
     fn start_call(t: u64, container_id: &str, code: &str) -> CriCall {
         CriCall {
-            method: "StartContainer".into(),
+            method: CriMethod::StartContainer,
             pod_uid: POD.into(),
             container: "app".into(),
             attempt: 2,

@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use podtrace_core::record::CriMethod;
+
 use super::chunks::{Chunks, Snapshot};
 use super::index::{Index, Ref};
 use super::model::Timeline;
@@ -295,7 +297,7 @@ impl Collector {
             // The runtime's status is node-wide and polled on every sync: keep an answer
             // only when it differs from the last one kept, so a diagnosis can still show
             // when NetworkReady turned false and why.
-            TraceRecord::Cri(c) if c.method == "Status" => {
+            TraceRecord::Cri(c) if c.method == CriMethod::Status => {
                 if kept.last_status.as_ref() == Some(&c.response) {
                     return;
                 }

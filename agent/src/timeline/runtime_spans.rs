@@ -31,6 +31,8 @@
 
 use std::collections::HashMap;
 
+use podtrace_core::record::CriMethod;
+
 use crate::cri::CriCall;
 use podtrace_core::record::RuntimeSpan;
 
@@ -126,13 +128,18 @@ pub fn attribute(calls: &[&CriCall], spans: &[&RuntimeSpan]) -> Vec<Option<usize
 }
 
 /// The CRI method a runtime's server span is the handling of (`runtime.v1.RuntimeService/
-/// RunPodSandbox`, `runtime.v1.ImageService/PullImage`), if it is one.
-fn server_method(s: &RuntimeSpan) -> Option<&str> {
+/// RunPodSandbox`, `runtime.v1.ImageService/PullImage`), if it is one podtrace knows (a
+/// kubelet also calls methods podtrace does not, such as ImageFsInfo: no call stands for
+/// those, and their spans stay unplaced like any other of no call).
+fn server_method(s: &RuntimeSpan) -> Option<CriMethod> {
     if s.kind != "server" {
         return None;
     }
     let (service, method) = s.name.rsplit_once('/')?;
-    service.starts_with("runtime.v1.").then_some(method)
+    if !service.starts_with("runtime.v1.") {
+        return None;
+    }
+    method.parse().ok()
 }
 
 /// For a pod podtrace did not run (an observed one), the calls its runtime spans are
@@ -155,8 +162,9 @@ pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec
     };
     let calls: Vec<CriCall> = servers
         .iter()
-        .map(|s| CriCall {
-            method: server_method(s).unwrap_or_default().to_string(),
+        .filter_map(|s| Some((s, server_method(s)?)))
+        .map(|(s, method)| CriCall {
+            method,
             pod_uid: pod_uid.to_string(),
             // containerd's `container.name` is `<container>_<pod>_<namespace>_<uid>_<n>`.
             container: text(s, "container.name")
@@ -248,7 +256,7 @@ pub fn call_stages(call: &CriCall, spans: &[&RuntimeSpan]) -> Vec<RuntimeStage> 
             });
         }
     }
-    if call.method == "RunPodSandbox" {
+    if call.method == CriMethod::RunPodSandbox {
         out.extend(sandbox_image_pull(spans, &clamp));
         out.extend(network_setup(spans, &clamp, hi));
     }
@@ -318,7 +326,7 @@ mod tests {
 
     fn call(method: &str, start: u64, end: u64, traced: bool) -> CriCall {
         CriCall {
-            method: method.into(),
+            method: method.parse().expect("a CRI method"),
             pod_uid: "uid".into(),
             container: String::new(),
             attempt: 0,

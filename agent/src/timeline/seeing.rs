@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ContainerStatus;
 use serde::Serialize;
 
+use podtrace_core::record::CriMethod;
+
 use super::attribution::{Rule, attribute};
 use super::ids::is_runtime_helper_exec;
 use super::index::Index;
@@ -132,7 +134,7 @@ pub fn seen_latencies(records: &[TraceRecord]) -> Seeing {
     let started_by_runtime: BTreeMap<&str, u64> = records
         .iter()
         .filter_map(|r| match r {
-            TraceRecord::Cri(c) if c.method == "StartContainer" && c.ok() => {
+            TraceRecord::Cri(c) if c.method == CriMethod::StartContainer && c.ok() => {
                 Some((c.container_id.as_str(), c.end_ns))
             }
             _ => None,

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use podtrace_core::record::CriMethod;
+
 use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
@@ -146,7 +148,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 sandboxes.push(o.sandbox_id.clone());
             }
         }
-        for call in self.calls_named("RunPodSandbox") {
+        for call in self.calls_named(CriMethod::RunPodSandbox) {
             let mut s = self.cri_stage("sandbox_requested".into(), call);
             if call.attempt > 0 {
                 s.detail = format!("attempt {}; {}", call.attempt, s.detail)
@@ -202,7 +204,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
     }
 
-    fn calls_named(&self, method: &str) -> std::vec::IntoIter<&'a CriCall> {
+    fn calls_named(&self, method: CriMethod) -> std::vec::IntoIter<&'a CriCall> {
         let calls: Vec<&'a CriCall> = self
             .calls
             .iter()
@@ -372,10 +374,10 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
         // Ready with its IP: the first status read after RunPodSandbox returned it.
         let created = self
-            .calls_named("RunPodSandbox")
+            .calls_named(CriMethod::RunPodSandbox)
             .find(|c| c.ok() && c.sandbox_id == id);
         if let Some(run) = created {
-            let status = self.calls_named("PodSandboxStatus").find(|c| {
+            let status = self.calls_named(CriMethod::PodSandboxStatus).find(|c| {
                 c.sandbox_id == id
                     && c.ok()
                     && c.start_ns >= run.end_ns
@@ -598,7 +600,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 out.push((c.name.clone(), c.image.clone().unwrap_or_default(), Some(c)));
             }
         }
-        for call in self.calls_named("CreateContainer") {
+        for call in self.calls_named(CriMethod::CreateContainer) {
             if !out.iter().any(|(n, _, _)| *n == call.container) {
                 out.push((call.container.clone(), call.image.clone(), None));
             }
@@ -618,7 +620,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             };
             let pulls: Vec<&CriCall> = {
                 let mut v = Vec::new();
-                for c in self.calls_named("PullImage") {
+                for c in self.calls_named(CriMethod::PullImage) {
                     if c.image != image || claimed.contains(&std::ptr::from_ref(c)) {
                         continue;
                     }
@@ -659,7 +661,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 self.stages.push(with(s));
             }
             let creates: Vec<&CriCall> = self
-                .calls_named("CreateContainer")
+                .calls_named(CriMethod::CreateContainer)
                 .filter(|c| c.container == name)
                 .collect();
             for create in creates {
@@ -683,7 +685,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                     self.stages.push(with_id(s));
                 }
                 let start = self
-                    .calls_named("StartContainer")
+                    .calls_named(CriMethod::StartContainer)
                     .find(|c| c.container_id == id);
                 if let Some(c) = start {
                     let s = self.cri_stage(format!("container_start:{name}"), c);
@@ -715,7 +717,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let name = format!("post_start:{}", c.name);
         if hook.exec.is_some()
             && let Some(call) = self
-                .calls_named("ExecSync")
+                .calls_named(CriMethod::ExecSync)
                 .find(|x| x.container_id == id && x.start_ns >= started.end_ns)
         {
             let mut s = self.cri_stage(name, call);
@@ -753,7 +755,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             Some(s) => s.containers.iter().map(|c| c.name.clone()).collect(),
             None => {
                 let mut v: Vec<String> = self
-                    .calls_named("CreateContainer")
+                    .calls_named(CriMethod::CreateContainer)
                     .map(|c| c.container.clone())
                     .collect();
                 v.dedup();
@@ -766,7 +768,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let mut last = 0;
         for name in &regular {
             let started = self
-                .calls_named("StartContainer")
+                .calls_named(CriMethod::StartContainer)
                 .find(|c| c.ok() && c.container == *name);
             match started {
                 Some(c) => last = last.max(c.end_ns),
@@ -787,7 +789,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let mut gated_by = "no readiness or startup probes: Ready once running";
         for c in &spec.containers {
             let Some(started) = self
-                .calls_named("StartContainer")
+                .calls_named(CriMethod::StartContainer)
                 .find(|x| x.ok() && x.container == c.name)
             else {
                 return;
@@ -815,7 +817,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 .and_then(|l| l.post_start.as_ref())
                 .is_some_and(|h| h.exec.is_some());
             let passed = self
-                .calls_named("ExecSync")
+                .calls_named(CriMethod::ExecSync)
                 .filter(|x| x.container_id == started.container_id && x.start_ns >= started.end_ns)
                 .skip(usize::from(hook))
                 .find(|x| x.ok() && x.response.get("exit_code").map(String::as_str) == Some("0"));
@@ -867,7 +869,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 continue;
             }
             // A pull names no container; its image_pull stage does.
-            let container = if call.container.is_empty() && call.method == "PullImage" {
+            let container = if call.container.is_empty() && call.method == CriMethod::PullImage {
                 self.stages
                     .iter()
                     .find(|s| s.kind() == "image_pull" && s.start_ns == call.start_ns)

@@ -99,7 +99,7 @@ fn mkdir(t: u64, hierarchy: i32, id: u64, path: &str) -> TraceRecord {
 
 fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
     CriCall {
-        method: method.into(),
+        method: method.parse().expect("a CRI method"),
         pod_uid: UID.into(),
         container: String::new(),
         attempt: 0,
@@ -170,7 +170,7 @@ fn run_in(last: &str, last_code: i32, dirs: [String; 3]) -> Vec<TraceRecord> {
     create.container_id = CONTAINER.into();
     create.image = "app:1".into();
     let mut start = create.clone();
-    start.method = "StartContainer".into();
+    start.method = crate::cri::CriMethod::StartContainer;
     start.image.clear();
     start.start_ns = 171 * MS;
     start.end_ns = 240 * MS;

@@ -248,7 +248,7 @@ async fn write_line<W: tokio::io::AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cri::CriCall;
+    use crate::cri::{CriCall, CriMethod};
 
     fn header() -> Header {
         Header {
@@ -267,7 +267,7 @@ mod tests {
 
     fn call(i: u64) -> TraceRecord {
         TraceRecord::Cri(CriCall {
-            method: "Version".into(),
+            method: CriMethod::Version,
             pod_uid: String::new(),
             container: String::new(),
             attempt: 0,

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::CriMethod;
+
 /// A call's response fields by name, in name order (as a map in JSON). A sorted list:
 /// a call has one to three, and a tree would allocate a node of eleven slots for each,
 /// which over a long trace's calls is most of the memory reading it takes.
@@ -13,7 +15,7 @@ pub type ResponseFields = litemap::LiteMap<String, String>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CriCall {
     /// The CRI method, e.g. `RunPodSandbox`.
-    pub method: String,
+    pub method: CriMethod,
     /// The pod the call was for; empty for node-level calls (Version, Status, lists).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pod_uid: String,
@@ -52,15 +54,6 @@ impl CriCall {
 
     /// Calls that only read state: frequent, and not stages of a pod's startup.
     pub fn is_observation(&self) -> bool {
-        matches!(
-            self.method.as_str(),
-            "Version"
-                | "Status"
-                | "ListPodSandbox"
-                | "ListContainers"
-                | "PodSandboxStatus"
-                | "ContainerStatus"
-                | "ImageStatus"
-        )
+        self.method.is_observation()
     }
 }

@@ -44,7 +44,7 @@ pub fn call_span_id(call: &CriCall) -> [u8; 8] {
     let d = digest(&[
         b"podtrace/cri",
         call.pod_uid.as_bytes(),
-        call.method.as_bytes(),
+        call.method.as_str().as_bytes(),
         call.container.as_bytes(),
         &call.attempt.to_le_bytes(),
         &call.start_ns.to_le_bytes(),
@@ -78,7 +78,7 @@ pub fn node_trace_id() -> [u8; 16] {
 fn node_call_span_id(call: &CriCall) -> [u8; 8] {
     let d = digest(&[
         b"podtrace/node-cri",
-        call.method.as_bytes(),
+        call.method.as_str().as_bytes(),
         &call.start_ns.to_le_bytes(),
     ]);
     nonzero(d[..8].try_into().expect("8 of 32 bytes"))
@@ -108,10 +108,11 @@ pub fn traceparent(call: &CriCall) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::CriMethod;
 
     fn call(uid: &str, start_ns: u64) -> CriCall {
         CriCall {
-            method: "RunPodSandbox".into(),
+            method: CriMethod::RunPodSandbox,
             pod_uid: uid.into(),
             container: String::new(),
             attempt: 0,

@@ -1,70 +1,7 @@
 //! The fake runtime's call log: every CRI call in the order it was made, each with the
 //! argument a test asserts on, so a test compares the log with a literal list.
 
-/// A CRI method, by its name in the CRI API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Method {
-    Version,
-    Status,
-    RunPodSandbox,
-    StopPodSandbox,
-    RemovePodSandbox,
-    PodSandboxStatus,
-    ListPodSandbox,
-    CreateContainer,
-    StartContainer,
-    StopContainer,
-    RemoveContainer,
-    UpdateContainerResources,
-    ListContainers,
-    ContainerStatus,
-    ExecSync,
-    ImageStatus,
-    PullImage,
-}
-
-impl Method {
-    /// The method's name as the CRI API (and `CriError`) spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Method::Version => "Version",
-            Method::Status => "Status",
-            Method::RunPodSandbox => "RunPodSandbox",
-            Method::StopPodSandbox => "StopPodSandbox",
-            Method::RemovePodSandbox => "RemovePodSandbox",
-            Method::PodSandboxStatus => "PodSandboxStatus",
-            Method::ListPodSandbox => "ListPodSandbox",
-            Method::CreateContainer => "CreateContainer",
-            Method::StartContainer => "StartContainer",
-            Method::StopContainer => "StopContainer",
-            Method::RemoveContainer => "RemoveContainer",
-            Method::UpdateContainerResources => "UpdateContainerResources",
-            Method::ListContainers => "ListContainers",
-            Method::ContainerStatus => "ContainerStatus",
-            Method::ExecSync => "ExecSync",
-            Method::ImageStatus => "ImageStatus",
-            Method::PullImage => "PullImage",
-        }
-    }
-
-    /// True for the calls that change the runtime's state (what a sync does, as opposed
-    /// to what it reads).
-    pub fn mutates(self) -> bool {
-        matches!(
-            self,
-            Method::RunPodSandbox
-                | Method::StopPodSandbox
-                | Method::RemovePodSandbox
-                | Method::CreateContainer
-                | Method::StartContainer
-                | Method::StopContainer
-                | Method::RemoveContainer
-                | Method::UpdateContainerResources
-                | Method::ExecSync
-                | Method::PullImage
-        )
-    }
-}
+pub use podtrace_core::record::CriMethod as Method;
 
 /// One call the fake runtime answered (or failed), with its salient argument: the pod and
 /// attempt of a sandbox being run, the sandbox or container it is about, the container's
