@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
+use super::kernel_events::EbpfArgs;
 use super::progress::Progress;
 use super::recorder::RunRecorder;
 use super::run_outcome::{PodOutcome, by_name, outcome_of, print_outcome, settled};
@@ -76,26 +77,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
         tracing::info!(%driver, %source, "cgroup driver");
         settings.cgroup_driver = driver;
     }
-    let mut ebpf_args = args.ebpf.clone();
-    let cni_source = if ebpf_args.cni_bin_dir.is_some() {
-        "--cni-bin-dir"
-    } else {
-        ebpf_args.cni_bin_dir = shape.cni_bin_dirs.first().cloned();
-        "the runtime's status info"
+    let ebpf_args = match with_cni_bin_dir(&args.ebpf, &shape) {
+        Ok(a) => a,
+        Err(code) => return code,
     };
-    if let Some(dir) = ebpf_args.cni_bin_dir.as_deref()
-        && !std::path::Path::new(dir).is_dir()
-    {
-        let said = if shape.cni_bin_dirs.is_empty() {
-            "says no CNI directory".to_string()
-        } else {
-            format!("says {}", shape.cni_bin_dirs.join(", "))
-        };
-        eprintln!(
-            "podtrace: the CNI plugin directory {dir} (from {cni_source}) does not exist; the runtime {said}"
-        );
-        return ExitCode::from(EXIT_BAD_INPUT);
-    }
     let node = cfg.node_name.clone();
     let mut config = run_config(&args, &settings);
     // The node's IP, so a diagnosis of a host-network pod can name it.
@@ -176,21 +161,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let code = if args.until_ready {
         until_ready(&args, &node, &store, &tx).await
     } else {
-        let api = crate::syncloop::api::ApiState::new(store.clone(), recorder.collector());
-        match crate::syncloop::api::serve(&args.api_socket, api) {
-            Ok(server) => {
-                let trimmer = tokio::spawn(super::malloc::trim_every(super::malloc::TRIM_PERIOD));
-                let code = serve(&args, &node, &tx).await;
-                trimmer.abort();
-                server.abort();
-                let _ = server.await;
-                code
-            }
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                ExitCode::from(EXIT_BAD_INPUT)
-            }
-        }
+        serve_with_api(&args, &node, &store, &recorder, &tx).await
     };
     let _ = stop_tx.send(true);
     let _ = agent.await;
@@ -199,6 +170,59 @@ pub async fn run(args: RunArgs) -> ExitCode {
         return finished;
     }
     code
+}
+
+/// The probes' arguments with the CNI plugin directory filled in from the runtime's
+/// status info unless `--cni-bin-dir` named one; a directory that does not exist is
+/// refused, saying where it came from and what the runtime says.
+fn with_cni_bin_dir(ebpf: &EbpfArgs, shape: &NodeShape) -> Result<EbpfArgs, ExitCode> {
+    let mut ebpf_args = ebpf.clone();
+    let cni_source = if ebpf_args.cni_bin_dir.is_some() {
+        "--cni-bin-dir"
+    } else {
+        ebpf_args.cni_bin_dir = shape.cni_bin_dirs.first().cloned();
+        "the runtime's status info"
+    };
+    if let Some(dir) = ebpf_args.cni_bin_dir.as_deref()
+        && !std::path::Path::new(dir).is_dir()
+    {
+        let said = if shape.cni_bin_dirs.is_empty() {
+            "says no CNI directory".to_string()
+        } else {
+            format!("says {}", shape.cni_bin_dirs.join(", "))
+        };
+        eprintln!(
+            "podtrace: the CNI plugin directory {dir} (from {cni_source}) does not exist; the runtime {said}"
+        );
+        return Err(ExitCode::from(EXIT_BAD_INPUT));
+    }
+    Ok(ebpf_args)
+}
+
+/// The long-running agent: its API served and its heap trimmed while it follows the
+/// manifests until stopped.
+async fn serve_with_api(
+    args: &RunArgs,
+    node: &str,
+    store: &Arc<StatusStore>,
+    recorder: &RunRecorder,
+    tx: &Forward<'_>,
+) -> ExitCode {
+    let api = crate::syncloop::api::ApiState::new(store.clone(), recorder.collector());
+    match crate::syncloop::api::serve(&args.api_socket, api) {
+        Ok(server) => {
+            let trimmer = tokio::spawn(super::malloc::trim_every(super::malloc::TRIM_PERIOD));
+            let code = serve(args, node, tx).await;
+            trimmer.abort();
+            server.abort();
+            let _ = server.await;
+            code
+        }
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
 }
 
 /// Hands config updates to the agent, recording them on the way.
@@ -392,39 +416,22 @@ async fn until_ready(
     if args.cleanup {
         progress.set_message("cleaning up");
         let _ = tx.send(PodUpdate::Remove(pods.clone())).await;
-        let grace = pods
-            .iter()
-            .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
-            .max()
-            .unwrap_or(30);
-        // The runtime tears pods down at its own pace (a CNI DEL each, serialized on the
-        // node's iptables lock), which on a loaded or emulated node is many times a quiet
-        // one's, and a status may not change for the whole of a slow StopPodSandbox. So
-        // the wait goes on while the pods make progress, and gives up only once nothing
-        // about them changed for the grace period and two minutes more: a hung runtime's
-        // bound, not a guess of its speed.
-        let stall = Duration::from_secs(grace as u64 + 120);
-        let mut limit = tokio::time::Instant::now() + stall;
-        loop {
-            let mut left = 0;
-            store.for_each(|r| left += usize::from(uids.contains(&r.uid)));
-            if left == 0 {
-                break;
-            }
-            tokio::select! {
-                _ = changes.changed() => limit = tokio::time::Instant::now() + stall,
-                _ = tokio::time::sleep_until(limit) => {
-                    eprintln!(
-                        "podtrace: cleanup: {left} pods still terminating, with no progress for {stall:?}"
-                    );
-                    cleanup_failed = true;
-                    break;
-                }
-            }
-        }
+        cleanup_failed = !removed(store, &uids, &mut changes, &pods).await;
     }
 
     progress.finish();
+    summarize(args, node, done, &errors, cleanup_failed)
+}
+
+/// Prints every pod's outcome (a line, or the JSON document) and the run's exit code:
+/// success only when every pod ran, every manifest was valid and the cleanup finished.
+fn summarize(
+    args: &RunArgs,
+    node: &str,
+    done: BTreeMap<String, PodOutcome>,
+    errors: &[crate::config::ManifestError],
+    cleanup_failed: bool,
+) -> ExitCode {
     let outcomes: Vec<PodOutcome> = {
         let mut v: Vec<PodOutcome> = done.into_values().collect();
         v.sort_by(by_name);
@@ -462,6 +469,45 @@ async fn until_ready(
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Waits until the store holds none of `uids` (the pods were removed); false when it gave
+/// up on a runtime that made no progress.
+async fn removed(
+    store: &Arc<StatusStore>,
+    uids: &BTreeSet<String>,
+    changes: &mut tokio::sync::watch::Receiver<u64>,
+    pods: &[Pod],
+) -> bool {
+    let grace = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
+        .max()
+        .unwrap_or(30);
+    // The runtime tears pods down at its own pace (a CNI DEL each, serialized on the
+    // node's iptables lock), which on a loaded or emulated node is many times a quiet
+    // one's, and a status may not change for the whole of a slow StopPodSandbox. So
+    // the wait goes on while the pods make progress, and gives up only once nothing
+    // about them changed for the grace period and two minutes more: a hung runtime's
+    // bound, not a guess of its speed.
+    let stall = Duration::from_secs(grace as u64 + 120);
+    let mut limit = tokio::time::Instant::now() + stall;
+    loop {
+        let mut left = 0;
+        store.for_each(|r| left += usize::from(uids.contains(&r.uid)));
+        if left == 0 {
+            return true;
+        }
+        tokio::select! {
+            _ = changes.changed() => limit = tokio::time::Instant::now() + stall,
+            _ = tokio::time::sleep_until(limit) => {
+                eprintln!(
+                    "podtrace: cleanup: {left} pods still terminating, with no progress for {stall:?}"
+                );
+                return false;
+            }
+        }
     }
 }
 

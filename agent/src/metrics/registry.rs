@@ -166,221 +166,207 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::default();
-        let runtime_ops = HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram);
-        let runtime_ops_total = Family::<Operation, Counter>::default();
-        let runtime_ops_errors = Family::<Operation, Counter>::default();
-        let run_podsandbox = HistFamily::<Handler>::new_with_constructor(ops as fn() -> Histogram);
-        let image_pull = ops();
-        let pod_worker = HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram);
-        let pod_start_sli = histogram(&POD_START_BUCKETS)();
-        let pod_start_total = histogram(&POD_START_BUCKETS)();
-        let first_network_pod_start_sli = Gauge::<f64, AtomicU64>::default();
-        let stage = HistFamily::<StageLabel>::new_with_constructor(stages as fn() -> Histogram);
-        let cni_plugin = HistFamily::<Plugin>::new_with_constructor(stages as fn() -> Histogram);
-        let lost = Family::<Kind, Counter>::default();
-        let kubelet = registry.sub_registry_with_prefix("kubelet");
+        let mut metrics = Metrics {
+            runtime_ops: HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram),
+            runtime_ops_total: Family::<Operation, Counter>::default(),
+            runtime_ops_errors: Family::<Operation, Counter>::default(),
+            run_podsandbox: HistFamily::<Handler>::new_with_constructor(ops as fn() -> Histogram),
+            image_pull: ops(),
+            pod_worker: HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram),
+            pod_start_sli: histogram(&POD_START_BUCKETS)(),
+            pod_start_total: histogram(&POD_START_BUCKETS)(),
+            first_network_pod_start_sli: Gauge::<f64, AtomicU64>::default(),
+            stage: HistFamily::<StageLabel>::new_with_constructor(stages as fn() -> Histogram),
+            cni_plugin: HistFamily::<Plugin>::new_with_constructor(stages as fn() -> Histogram),
+            lost: Family::<Kind, Counter>::default(),
+            pleg_discard: Counter::default(),
+            netns_attached: Gauge::default(),
+            netns_attaches: Counter::default(),
+            trace_unwritten: Counter::default(),
+            trace_dropped: Counter::default(),
+            timeline_evicted: Family::<Kind, Counter>::default(),
+            timeline_pods: Gauge::default(),
+            timeline_deleted_pods: Gauge::default(),
+            timeline_forgotten: Counter::default(),
+            timeline_forgotten_early: Counter::default(),
+            queue_waits: Family::<Queue, Counter>::default(),
+            otlp: ExportStats::default(),
+            runtime_otlp: ReceiverStats::default(),
+            registry: Registry::default(),
+            state: Mutex::new(State::default()),
+            timeline_seen: AtomicU64::new(0),
+        };
+        let mut registry = std::mem::take(&mut metrics.registry);
+        metrics.register_kubelets(registry.sub_registry_with_prefix("kubelet"));
+        metrics.register_podtraces(registry.sub_registry_with_prefix("podtrace"));
+        metrics.registry = registry;
+        metrics
+    }
+
+    /// kubelet's own metrics, by kubelet's names and help.
+    fn register_kubelets(&self, kubelet: &mut Registry) {
         kubelet.register(
             "runtime_operations_duration_seconds",
             "Duration in seconds of runtime operations, by operation type",
-            runtime_ops.clone(),
+            self.runtime_ops.clone(),
         );
         kubelet.register(
             "runtime_operations",
             "Cumulative number of runtime operations by operation type",
-            runtime_ops_total.clone(),
+            self.runtime_ops_total.clone(),
         );
         kubelet.register(
             "runtime_operations_errors",
             "Cumulative number of runtime operation errors by operation type",
-            runtime_ops_errors.clone(),
+            self.runtime_ops_errors.clone(),
         );
         kubelet.register(
             "run_podsandbox_duration_seconds",
             "Duration in seconds of the run_podsandbox operations, by RuntimeClass handler",
-            run_podsandbox.clone(),
+            self.run_podsandbox.clone(),
         );
         kubelet.register(
             "image_pull_duration_seconds",
             "Duration in seconds to pull an image",
-            image_pull.clone(),
+            self.image_pull.clone(),
         );
         kubelet.register(
             "pod_worker_duration_seconds",
             "Duration in seconds to sync a single pod, by operation type: create, update, sync or kill",
-            pod_worker.clone(),
+            self.pod_worker.clone(),
         );
         kubelet.register(
             "pod_start_sli_duration_seconds",
             "Duration in seconds from a pod's creation (first seen) until all its containers \
              were running, less the time spent pulling images and running init containers; \
              stateless pods only",
-            pod_start_sli.clone(),
+            self.pod_start_sli.clone(),
         );
         kubelet.register(
             "pod_start_total_duration_seconds",
             "Duration in seconds from a pod's creation (first seen) until all its containers \
              were running, image pulls and init containers included",
-            pod_start_total.clone(),
+            self.pod_start_total.clone(),
         );
         kubelet.register(
             "first_network_pod_start_sli_duration_seconds",
             "The pod start SLI of the first stateless pod not on the host's network",
-            first_network_pod_start_sli.clone(),
+            self.first_network_pod_start_sli.clone(),
         );
-        let pleg_discard = Counter::default();
         kubelet.register(
             "pleg_discard_events",
             "The number of discard events in PLEG (the relist found the sync loop's queue full)",
-            pleg_discard.clone(),
+            self.pleg_discard.clone(),
         );
-        let podtrace = registry.sub_registry_with_prefix("podtrace");
+    }
+
+    /// podtrace's metrics: stages, the probes' losses, the trace, the timeline, the
+    /// queues and the OTLP export and receiver.
+    fn register_podtraces(&self, podtrace: &mut Registry) {
         podtrace.register(
             "stage_duration_seconds",
             "Duration in seconds of each stage of pod startup, from CRI spans and kernel events",
-            stage.clone(),
+            self.stage.clone(),
         );
         podtrace.register(
             "cni_plugin_duration_seconds",
             "Duration in seconds of each CNI plugin run, from its exec to its exit in the kernel",
-            cni_plugin.clone(),
+            self.cni_plugin.clone(),
         );
         podtrace.register(
             "ebpf_lost_events",
             "Kernel events the probes could not deliver because the ring buffer was full",
-            lost.clone(),
+            self.lost.clone(),
         );
-        let netns_attached = Gauge::default();
         podtrace.register(
             "ebpf_netns_probes_attached",
             "1 while the network-namespace probes (syscall tracepoints) are attached: around \
              the CRI calls that create or enter pod namespaces, and a second after",
-            netns_attached.clone(),
+            self.netns_attached.clone(),
         );
-        let netns_attaches = Counter::default();
         podtrace.register(
             "ebpf_netns_probe_attaches",
             "Times the network-namespace probes were attached",
-            netns_attaches.clone(),
+            self.netns_attaches.clone(),
         );
-        let trace_unwritten = Counter::default();
         podtrace.register(
             "trace_records_unwritten",
             "Trace records that could not be written (a write error or a full disk); the pods \
              keep running",
-            trace_unwritten.clone(),
+            self.trace_unwritten.clone(),
         );
-        let trace_dropped = Counter::default();
         podtrace.register(
             "trace_records_dropped",
             "Trace records dropped because the trace writer's queue was full (it fell behind)",
-            trace_dropped.clone(),
+            self.trace_dropped.clone(),
         );
-        let timeline_evicted = Family::<Kind, Counter>::default();
         podtrace.register(
             "timeline_records_evicted",
             "Records the agent's in-memory timeline let go at its cap, oldest first, by kind \
              (the trace keeps them; GET /timeline no longer shows them)",
-            timeline_evicted.clone(),
+            self.timeline_evicted.clone(),
         );
-        let timeline_pods = Gauge::default();
         podtrace.register(
             "timeline_pods",
             "Pods the agent's in-memory timeline holds records of",
-            timeline_pods.clone(),
+            self.timeline_pods.clone(),
         );
-        let timeline_deleted_pods = Gauge::default();
         podtrace.register(
             "timeline_deleted_pods",
             "Of those, pods no longer in the config, kept until --deleted-pod-retention ends",
-            timeline_deleted_pods.clone(),
+            self.timeline_deleted_pods.clone(),
         );
-        let timeline_forgotten = Counter::default();
         podtrace.register(
             "timeline_pods_forgotten",
             "Deleted pods whose records the agent let go after the retention",
-            timeline_forgotten.clone(),
+            self.timeline_forgotten.clone(),
         );
-        let timeline_forgotten_early = Counter::default();
         podtrace.register(
             "timeline_pods_forgotten_early",
             "Deleted pods let go before the retention ended because the agent kept its \
              bound of deleted pods",
-            timeline_forgotten_early.clone(),
+            self.timeline_forgotten_early.clone(),
         );
-        let queue_waits = Family::<Queue, Counter>::default();
         podtrace.register(
             "syncloop_queue_waits",
             "Sends that found one of the sync loop's bounded queues full and waited for room, \
              by queue (pod_updates, pleg, probe_results, work_done)",
-            queue_waits.clone(),
+            self.queue_waits.clone(),
         );
-        let otlp = ExportStats::default();
         podtrace.register(
             "otlp_spans_exported",
             "Spans the OTLP export delivered to the collector",
-            otlp.exported.clone(),
+            self.otlp.exported.clone(),
         );
         podtrace.register(
             "otlp_spans_dropped",
             "Spans the OTLP export dropped: its queue was full (the collector is slow or \
              away) or the collector refused or never answered their batch",
-            otlp.dropped.clone(),
+            self.otlp.dropped.clone(),
         );
         podtrace.register(
             "otlp_export_failures",
             "OTLP export requests that failed",
-            otlp.failed_exports.clone(),
+            self.otlp.failed_exports.clone(),
         );
-        let runtime_otlp = ReceiverStats::default();
         podtrace.register(
             "runtime_spans_received",
             "Spans the container runtime sent to the agent's OTLP receiver \
              (--runtime-otlp-listen), in requests that decoded",
-            runtime_otlp.received.clone(),
+            self.runtime_otlp.received.clone(),
         );
         podtrace.register(
             "runtime_spans_dropped",
             "Received runtime spans not kept, by reason: unknown_pod (in the trace of no pod \
              the agent runs), malformed (bad IDs or times)",
-            runtime_otlp.dropped.clone(),
+            self.runtime_otlp.dropped.clone(),
         );
         podtrace.register(
             "runtime_otlp_requests_rejected",
             "Connections and requests the runtime's OTLP receiver refused, by reason: \
              non_local (a peer not on this host), oversized, malformed (did not decode)",
-            runtime_otlp.rejected.clone(),
+            self.runtime_otlp.rejected.clone(),
         );
-        Metrics {
-            otlp,
-            runtime_otlp,
-            pleg_discard,
-            queue_waits,
-            trace_unwritten,
-            trace_dropped,
-            timeline_evicted,
-            timeline_pods,
-            timeline_deleted_pods,
-            timeline_forgotten,
-            timeline_forgotten_early,
-            registry,
-            runtime_ops,
-            runtime_ops_total,
-            runtime_ops_errors,
-            run_podsandbox,
-            image_pull,
-            pod_worker,
-            pod_start_sli,
-            pod_start_total,
-            first_network_pod_start_sli,
-            stage,
-            cni_plugin,
-            lost,
-            netns_attached,
-            netns_attaches,
-            state: Mutex::new(State::default()),
-            timeline_seen: AtomicU64::new(0),
-        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

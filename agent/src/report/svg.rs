@@ -175,7 +175,6 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
     let hidden = p.stages.len() - stages.len();
     let end = stages.iter().map(|s| s.end_ns).max().unwrap_or(origin);
     let span_ms = (end.saturating_sub(origin) as f64 / 1e6).max(0.001);
-    let x_of = |t: u64| CHART_X + (t.saturating_sub(origin) as f64 / 1e6) / span_ms * CHART_W;
     let name = if p.name.is_empty() {
         p.uid.clone()
     } else {
@@ -189,6 +188,48 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         _ => format!("Waterfall: {name} ({trace}), did not reach Running"),
     };
     g = g.add(text(LABEL_X, top, 15.0, title).set("font-weight", "bold"));
+    g = legend(g, top);
+    let axis_y = top + 46.0;
+    let rows_top = axis_y + 8.0;
+    let rows_h = stages.len() as f64 * ROW;
+    g = time_axis(g, span_ms, axis_y, rows_top + rows_h);
+    let scale = Scale { origin, span_ms };
+    for (i, s) in stages.iter().copied().enumerate() {
+        g = stage_row(g, &scale, rows_top + i as f64 * ROW, i, s);
+    }
+    let mut h = rows_top + rows_h - top;
+    if hidden > 0 {
+        h += 18.0;
+        g = g.add(
+            text(
+                LABEL_X,
+                top + h - 4.0,
+                12.0,
+                format!(
+                    "{hidden} later stage{} (restarts after Running) not drawn: see `podtrace timeline`",
+                    if hidden == 1 { "" } else { "s" }
+                ),
+            )
+            .set("fill", MUTED),
+        );
+    }
+    (g, h)
+}
+
+/// Where a time falls on the waterfall's chart: `origin` at its left edge, `span_ms` across.
+struct Scale {
+    origin: u64,
+    span_ms: f64,
+}
+
+impl Scale {
+    fn x(&self, t: u64) -> f64 {
+        CHART_X + (t.saturating_sub(self.origin) as f64 / 1e6) / self.span_ms * CHART_W
+    }
+}
+
+/// The waterfall's legend of colours, below its title at `top`.
+fn legend(mut g: Group, top: f64) -> Group {
     let mut legend_x = LABEL_X;
     for (label, c) in [
         ("CRI call", CRI),
@@ -208,14 +249,16 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         g = g.add(text(legend_x + 17.0, top + 20.5, 12.0, label).set("fill", MUTED));
         legend_x += 120.0;
     }
-    let axis_y = top + 46.0;
-    let rows_top = axis_y + 8.0;
-    let rows_h = stages.len() as f64 * ROW;
+    g
+}
+
+/// The time axis above the rows, with a grid line per tick down to `rows_bottom`.
+fn time_axis(mut g: Group, span_ms: f64, axis_y: f64, rows_bottom: f64) -> Group {
     let step = nice_step(span_ms, 8.0);
     let mut t = 0.0;
     while t <= span_ms + step * 1e-9 {
         let x = CHART_X + t / span_ms * CHART_W;
-        g = g.add(line(x, axis_y, x, rows_top + rows_h, GRID));
+        g = g.add(line(x, axis_y, x, rows_bottom, GRID));
         g = g.add(
             text(x, axis_y - 4.0, 11.0, format!("{t:.0} ms"))
                 .set("text-anchor", "middle")
@@ -223,101 +266,88 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         );
         t += step;
     }
-    for (i, s) in stages.iter().copied().enumerate() {
-        let y = rows_top + i as f64 * ROW;
-        if i % 2 == 1 {
-            g = g.add(
-                Rectangle::new()
-                    .set("x", n(LABEL_X - 4.0))
-                    .set("y", n(y))
-                    .set("width", n(WIDTH - 2.0 * LABEL_X + 8.0))
-                    .set("height", n(ROW))
-                    .set("fill", "#f4f4f4"),
-            );
-        }
-        let indent = if s.kind() == "cni_plugin" { 14.0 } else { 0.0 };
-        g = g.add(text(LABEL_X + indent, y + 14.5, 12.0, s.stage.clone()));
-        let mut tip = format!(
-            "{}: start +{}, {} ({}){}",
-            s.stage,
-            ms(s.start_ns.saturating_sub(origin)),
-            ms(s.duration_ns),
-            s.source,
-            if s.ok { "" } else { ", FAILED" }
-        );
-        if let Some(c) = s.exit_code {
-            tip.push_str(&format!(", exit code {c}"));
-        }
-        if !s.detail.is_empty() {
-            tip.push_str(&format!("\n{}", s.detail));
-        }
-        let x0 = x_of(s.start_ns);
-        let cy = y + ROW / 2.0;
-        let (mark_end, label) = if s.duration_ns == 0 {
-            let d = 5.0;
-            let points = format!(
-                "{},{} {},{} {},{} {},{}",
-                n(x0),
-                n(cy - d),
-                n(x0 + d),
-                n(cy),
-                n(x0),
-                n(cy + d),
-                n(x0 - d),
-                n(cy)
-            );
-            g = g.add(
-                Polygon::new()
-                    .set("class", "instant")
-                    .set("points", points)
-                    .set("fill", colour(s))
-                    .add(Title::new(tip)),
-            );
-            (
-                x0 + d,
-                format!("at {}", ms(s.start_ns.saturating_sub(origin))),
-            )
-        } else {
-            let w = (x_of(s.end_ns) - x0).max(1.5);
-            g = g.add(
-                Rectangle::new()
-                    .set("class", "stage")
-                    .set("x", n(x0))
-                    .set("y", n(y + 4.0))
-                    .set("width", n(w))
-                    .set("height", n(ROW - 8.0))
-                    .set("fill", colour(s))
-                    .add(Title::new(tip)),
-            );
-            (x0 + w, ms(s.duration_ns))
-        };
-        let label = match (s.ok, s.exit_code) {
-            (false, Some(c)) => format!("{label}  exit {c}"),
-            (false, None) => format!("{label}  failed"),
-            _ => label,
-        };
+    g
+}
+
+/// One stage's row at `y` (the `i`th): its name, its bar (or a diamond for an instant)
+/// with the details as a tooltip, and its duration and outcome beside it.
+fn stage_row(mut g: Group, scale: &Scale, y: f64, i: usize, s: &Stage) -> Group {
+    let origin = scale.origin;
+    if i % 2 == 1 {
         g = g.add(
-            text(mark_end + 5.0, y + 14.5, 11.0, label)
-                .set("fill", if s.ok { MUTED } else { FAILED }),
+            Rectangle::new()
+                .set("x", n(LABEL_X - 4.0))
+                .set("y", n(y))
+                .set("width", n(WIDTH - 2.0 * LABEL_X + 8.0))
+                .set("height", n(ROW))
+                .set("fill", "#f4f4f4"),
         );
     }
-    let mut h = rows_top + rows_h - top;
-    if hidden > 0 {
-        h += 18.0;
-        g = g.add(
-            text(
-                LABEL_X,
-                top + h - 4.0,
-                12.0,
-                format!(
-                    "{hidden} later stage{} (restarts after Running) not drawn: see `podtrace timeline`",
-                    if hidden == 1 { "" } else { "s" }
-                ),
-            )
-            .set("fill", MUTED),
-        );
+    let indent = if s.kind() == "cni_plugin" { 14.0 } else { 0.0 };
+    g = g.add(text(LABEL_X + indent, y + 14.5, 12.0, s.stage.clone()));
+    let mut tip = format!(
+        "{}: start +{}, {} ({}){}",
+        s.stage,
+        ms(s.start_ns.saturating_sub(origin)),
+        ms(s.duration_ns),
+        s.source,
+        if s.ok { "" } else { ", FAILED" }
+    );
+    if let Some(c) = s.exit_code {
+        tip.push_str(&format!(", exit code {c}"));
     }
-    (g, h)
+    if !s.detail.is_empty() {
+        tip.push_str(&format!("\n{}", s.detail));
+    }
+    let x0 = scale.x(s.start_ns);
+    let cy = y + ROW / 2.0;
+    let (mark_end, label) = if s.duration_ns == 0 {
+        let d = 5.0;
+        let points = format!(
+            "{},{} {},{} {},{} {},{}",
+            n(x0),
+            n(cy - d),
+            n(x0 + d),
+            n(cy),
+            n(x0),
+            n(cy + d),
+            n(x0 - d),
+            n(cy)
+        );
+        g = g.add(
+            Polygon::new()
+                .set("class", "instant")
+                .set("points", points)
+                .set("fill", colour(s))
+                .add(Title::new(tip)),
+        );
+        (
+            x0 + d,
+            format!("at {}", ms(s.start_ns.saturating_sub(origin))),
+        )
+    } else {
+        let w = (scale.x(s.end_ns) - x0).max(1.5);
+        g = g.add(
+            Rectangle::new()
+                .set("class", "stage")
+                .set("x", n(x0))
+                .set("y", n(y + 4.0))
+                .set("width", n(w))
+                .set("height", n(ROW - 8.0))
+                .set("fill", colour(s))
+                .add(Title::new(tip)),
+        );
+        (x0 + w, ms(s.duration_ns))
+    };
+    let label = match (s.ok, s.exit_code) {
+        (false, Some(c)) => format!("{label}  exit {c}"),
+        (false, None) => format!("{label}  failed"),
+        _ => label,
+    };
+    g = g.add(
+        text(mark_end + 5.0, y + 14.5, 11.0, label).set("fill", if s.ok { MUTED } else { FAILED }),
+    );
+    g
 }
 
 /// The distributions group at `top`, and its height.

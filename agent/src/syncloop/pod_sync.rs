@@ -16,11 +16,12 @@ use crate::kubelet::status::generate_api_pod_status;
 use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait, WaitKind};
 use crate::kuberuntime::pod_status::status_after_start;
 use crate::kuberuntime::{
-    ContainerOutcome, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
+    ContainerOutcome, PodSyncResult, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
 };
 
 use super::pleg::Pleg;
 use super::shared::{Shared, lock};
+use super::status_store::PodRecorder;
 use crate::clock::{mono_now, wall_now};
 use crate::kubelet::RuntimePodStatus;
 use crate::kubelet::runtime_pod::ContainerState;
@@ -65,69 +66,14 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     };
     publish(shared, pod, &status);
 
-    {
-        // The network-readiness gate: no new pod network while the runtime's network
-        // is not ready.
-        if let Some(why) = network {
-            recorder.record(PodEvent::warning(
-                "NetworkNotReady",
-                format!("network is not ready: {why}"),
-                None,
-            ));
-            lock(&shared.network_waits)
-                .entry(uid.clone())
-                .or_insert_with(|| (mono_now(), why));
-            return WorkOutcome::Failed;
-        }
-        let waited = lock(&shared.network_waits).remove(&uid);
-        if let Some((since, why)) = waited {
-            recorder.waited(
-                PodWait {
-                    wait: WaitKind::Network,
-                    container: None,
-                    behind: Vec::new(),
-                    detail: format!("the runtime's network was not ready: {why}"),
-                },
-                mono_now().saturating_sub(since),
-            );
-        }
+    if !network_gate(shared, &recorder, &uid, network) {
+        return WorkOutcome::Failed;
     }
 
-    let cgroup_parent = match &shared.pcm {
-        Some(pcm) => match pcm.ensure_pod_cgroup(pod) {
-            Ok(parent) => parent,
-            Err(e) => {
-                recorder.record(PodEvent::warning(
-                    "FailedCreatePodCgroup",
-                    format!("unable to ensure pod container exists: {e}"),
-                    None,
-                ));
-                return WorkOutcome::Failed;
-            }
-        },
-        None => String::new(),
+    let Some(cgroup_parent) = pod_cgroup(shared, &recorder, pod) else {
+        return WorkOutcome::Failed;
     };
-    let secrets = match &shared.settings.secrets_dir {
-        Some(dir) => match load_pull_secrets(dir, pod) {
-            Ok(s) => s,
-            Err(e) => {
-                recorder.record(PodEvent::warning(
-                    FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
-                    e.to_string(),
-                    None,
-                ));
-                PullSecrets::default()
-            }
-        },
-        None => PullSecrets::default(),
-    };
-    if let Some(message) = failed_secrets_message(&secrets.warnings) {
-        recorder.record(PodEvent::warning(
-            FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
-            message,
-            None,
-        ));
-    }
+    let secrets = pull_secrets(shared, &recorder, pod);
     // kubelet tries each matching credential in turn; podtrace passes the most specific.
     let auth = |image: &str| {
         secrets
@@ -158,23 +104,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     };
     let result = sync_pod(cri, &ctx, pod, &status).await;
 
-    {
-        let mut reasons = lock(&shared.reasons);
-        let pod_reasons = reasons.entry(uid.clone()).or_default();
-        for (name, outcome) in &result.containers {
-            match outcome {
-                ContainerOutcome::Started { .. } => {
-                    pod_reasons.remove(name);
-                }
-                ContainerOutcome::BackOff {
-                    reason, message, ..
-                }
-                | ContainerOutcome::Failed { reason, message } => {
-                    pod_reasons.insert(name.clone(), (reason.to_string(), message.clone()));
-                }
-            }
-        }
-    }
+    remember_reasons(shared, &uid, &result);
     // Publish what the sync changed right away rather than at the next event. A sync
     // that only started things reads just those (verbosely: that gives their pids too);
     // any other change reads the whole pod again.
@@ -211,6 +141,113 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     }
     register_probes(shared, prober, pod, &latest);
 
+    work_outcome(&result)
+}
+
+/// The network-readiness gate: no new pod network while the runtime's network is not
+/// ready (`network` says why). False while it holds; once it opens, the time the pod
+/// waited is recorded.
+fn network_gate(
+    shared: &Shared,
+    recorder: &PodRecorder,
+    uid: &str,
+    network: Option<String>,
+) -> bool {
+    // The network-readiness gate: no new pod network while the runtime's network
+    // is not ready.
+    if let Some(why) = network {
+        recorder.record(PodEvent::warning(
+            "NetworkNotReady",
+            format!("network is not ready: {why}"),
+            None,
+        ));
+        lock(&shared.network_waits)
+            .entry(uid.to_string())
+            .or_insert_with(|| (mono_now(), why));
+        return false;
+    }
+    let waited = lock(&shared.network_waits).remove(uid);
+    if let Some((since, why)) = waited {
+        recorder.waited(
+            PodWait {
+                wait: WaitKind::Network,
+                container: None,
+                behind: Vec::new(),
+                detail: format!("the runtime's network was not ready: {why}"),
+            },
+            mono_now().saturating_sub(since),
+        );
+    }
+    true
+}
+
+/// The pod's cgroup (kubelet's pod container manager), as the runtime's cgroup parent;
+/// none when the runtime places the pod itself. `None` when it could not be made.
+fn pod_cgroup(shared: &Shared, recorder: &PodRecorder, pod: &Pod) -> Option<String> {
+    Some(match &shared.pcm {
+        Some(pcm) => match pcm.ensure_pod_cgroup(pod) {
+            Ok(parent) => parent,
+            Err(e) => {
+                recorder.record(PodEvent::warning(
+                    "FailedCreatePodCgroup",
+                    format!("unable to ensure pod container exists: {e}"),
+                    None,
+                ));
+                return None;
+            }
+        },
+        None => String::new(),
+    })
+}
+
+/// The pod's image pull secrets; what could not be read is said as kubelet says it.
+fn pull_secrets(shared: &Shared, recorder: &PodRecorder, pod: &Pod) -> PullSecrets {
+    let secrets = match &shared.settings.secrets_dir {
+        Some(dir) => match load_pull_secrets(dir, pod) {
+            Ok(s) => s,
+            Err(e) => {
+                recorder.record(PodEvent::warning(
+                    FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                    e.to_string(),
+                    None,
+                ));
+                PullSecrets::default()
+            }
+        },
+        None => PullSecrets::default(),
+    };
+    if let Some(message) = failed_secrets_message(&secrets.warnings) {
+        recorder.record(PodEvent::warning(
+            FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+            message,
+            None,
+        ));
+    }
+    secrets
+}
+
+/// Keeps each container's waiting reason from the sync (or forgets it once it started),
+/// for the statuses published until the next sync.
+fn remember_reasons(shared: &Shared, uid: &str, result: &PodSyncResult) {
+    let mut reasons = lock(&shared.reasons);
+    let pod_reasons = reasons.entry(uid.to_string()).or_default();
+    for (name, outcome) in &result.containers {
+        match outcome {
+            ContainerOutcome::Started { .. } => {
+                pod_reasons.remove(name);
+            }
+            ContainerOutcome::BackOff {
+                reason, message, ..
+            }
+            | ContainerOutcome::Failed { reason, message } => {
+                pod_reasons.insert(name.clone(), (reason.to_string(), message.clone()));
+            }
+        }
+    }
+}
+
+/// What the pod worker does next after a sync with `result`.
+fn work_outcome(result: &PodSyncResult) -> WorkOutcome {
     let pull_failed = result.containers.values().any(|o| {
         matches!(o, ContainerOutcome::BackOff { reason, .. } if *reason == SyncReason::ErrImagePull)
     });
