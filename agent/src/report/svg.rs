@@ -66,6 +66,16 @@ fn line(x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str) -> Line {
         .set("stroke-width", 1)
 }
 
+/// The shaded background of every other row, from `y`.
+fn stripe(y: f64) -> Rectangle {
+    Rectangle::new()
+        .set("x", n(LABEL_X - 4.0))
+        .set("y", n(y))
+        .set("width", n(WIDTH - 2.0 * LABEL_X + 8.0))
+        .set("height", n(ROW))
+        .set("fill", "#f4f4f4")
+}
+
 fn colour(s: &Stage) -> &'static str {
     if !s.ok {
         return FAILED;
@@ -274,14 +284,7 @@ fn time_axis(mut g: Group, span_ms: f64, axis_y: f64, rows_bottom: f64) -> Group
 fn stage_row(mut g: Group, scale: &Scale, y: f64, i: usize, s: &Stage) -> Group {
     let origin = scale.origin;
     if i % 2 == 1 {
-        g = g.add(
-            Rectangle::new()
-                .set("x", n(LABEL_X - 4.0))
-                .set("y", n(y))
-                .set("width", n(WIDTH - 2.0 * LABEL_X + 8.0))
-                .set("height", n(ROW))
-                .set("fill", "#f4f4f4"),
-        );
+        g = g.add(stripe(y));
     }
     let indent = if s.kind() == "cni_plugin" { 14.0 } else { 0.0 };
     g = g.add(text(LABEL_X + indent, y + 14.5, 12.0, s.stage.clone()));
@@ -412,14 +415,7 @@ fn distributions(inputs: &[TraceInput], top: f64) -> (Group, f64) {
         let y = rows_top + i as f64 * ROW;
         let cy = y + ROW / 2.0;
         if i % 2 == 1 {
-            g = g.add(
-                Rectangle::new()
-                    .set("x", n(LABEL_X - 4.0))
-                    .set("y", n(y))
-                    .set("width", n(WIDTH - 2.0 * LABEL_X + 8.0))
-                    .set("height", n(ROW))
-                    .set("fill", "#f4f4f4"),
-            );
+            g = g.add(stripe(y));
         }
         g = g.add(text(LABEL_X, y + 14.5, 12.0, name.clone()));
         let v = &all[name];
