@@ -2,6 +2,7 @@
 //! start, inspect and tear down the node lab with the same code the CLI uses.
 
 pub mod lab;
+pub mod poll;
 pub mod runtime_debs;
 
 /// Perfetto's own Python definitions of its trace format (the `perfetto` package on

@@ -3,15 +3,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 use xtask::lab::LabPaths;
+use xtask::poll::Poll;
 
 /// How often a wait polls the agent's API. Polling is how an outside observer sees the
 /// agent; the figures come from the agent's own timestamps, not from this period.
 const POLL: Duration = Duration::from_millis(250);
+/// How often [`Agent::stop`] looks whether the agent has exited.
+const STOP_POLL: Duration = Duration::from_millis(50);
 
 pub struct Agent {
     child: Option<Child>,
@@ -103,22 +106,16 @@ impl Agent {
         timeout: Duration,
         mut done: impl FnMut(&Agent) -> anyhow::Result<bool>,
     ) -> anyhow::Result<Duration> {
-        let start = Instant::now();
-        loop {
+        let poll = Poll::new(what, timeout, POLL);
+        poll.until(|| {
             if let Some(child) = self.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
                 bail!("the agent exited ({status}) while waiting for {what}");
             }
             // The API socket appears a moment after the agent starts: errors mean "not yet".
-            if done(self).unwrap_or(false) {
-                return Ok(start.elapsed());
-            }
-            if start.elapsed() > timeout {
-                bail!("timed out after {timeout:?} waiting for {what}");
-            }
-            std::thread::sleep(POLL);
-        }
+            Ok(done(self).unwrap_or(false).then(|| poll.elapsed()))
+        })
     }
 
     /// Removes every manifest and waits until the agent has cleaned up all its pods.
@@ -138,12 +135,9 @@ impl Agent {
         unsafe {
             libc::kill(child.id() as i32, libc::SIGTERM);
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let exit = Poll::new("the agent to exit", Duration::from_secs(30), STOP_POLL);
+        if let Some(status) = exit.within(|| child.try_wait())? {
+            return Ok(status);
         }
         let _ = child.kill();
         let _ = child.wait();

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use xtask::poll::Poll;
 
 use super::stats::{ci_text, median};
 use super::syscall_tracepoints::{SyscallTracepoints, syscall_programs};
@@ -469,18 +470,16 @@ impl Probes {
     fn stop(mut self) -> anyhow::Result<(Summary, Vec<String>)> {
         self.signal(libc::SIGCONT);
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        let status = loop {
-            if let Some(status) = self.child.try_wait()? {
-                break status;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "podtrace kernel-events did not stop within {} s of SIGTERM",
-                    STOP_TIMEOUT.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let exit = Poll::new(
+            "podtrace kernel-events to stop",
+            STOP_TIMEOUT,
+            Duration::from_millis(20),
+        );
+        let Some(status) = exit.within(|| self.child.try_wait())? else {
+            bail!(
+                "podtrace kernel-events did not stop within {} s of SIGTERM",
+                STOP_TIMEOUT.as_secs()
+            );
         };
         let stdout = self
             .stdout

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use xtask::poll::Poll;
+
 use super::{Figure, Outcome};
 use generate::{ARRIVAL_MS, LIFETIME_MS, MAX_PODS, generate};
 
@@ -65,17 +67,13 @@ fn replay_once(bin: &Path, trace: &Path, out_path: &Path) -> anyhow::Result<Run>
         .stdin(Stdio::null())
         .spawn()
         .context("running podtrace replay")?;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break Some(status);
-        }
-        if start.elapsed() > REPLAY_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = Poll::new("podtrace replay", REPLAY_TIMEOUT, Duration::from_millis(5))
+        .since(start)
+        .within(|| child.try_wait())?;
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let wall_s = start.elapsed().as_secs_f64();
     let Some(status) = status else {
         return Ok(Run {

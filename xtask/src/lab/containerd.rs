@@ -5,13 +5,13 @@ use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::error::LabError;
 use super::paths::LabPaths;
 use super::process::{self, exec, exec_ok};
 use super::{IMAGE_PAUSE, REGISTRY_ADDR};
+use crate::poll::Poll;
 
 const PART: &str = "containerd";
 pub(crate) const PROGRAM: &str = "containerd";
@@ -428,17 +428,23 @@ pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, La
     let started = Instant::now();
     let sock = paths.cri_socket();
     let mut last = String::from("socket not created yet");
-    loop {
+    let ready = Poll::new(
+        "containerd's CRI plugin",
+        READY_TIMEOUT,
+        Duration::from_millis(50),
+    )
+    .since(started)
+    .within(|| {
         if !process::is_alive(pid) {
             return Err(LabError::DaemonExited {
                 part: PART.to_owned(),
                 log_tail: process::log_tail(&log, 20),
-                log,
+                log: log.clone(),
             });
         }
         if sock.exists() {
             match cri_plugin_status(&ctr, &sock) {
-                Ok(status) if status == "ok" => break,
+                Ok(status) if status == "ok" => return Ok(Some(())),
                 // A plugin that failed to load stays failed; waiting longer cannot help.
                 Ok(status) if status == "error" => {
                     let text = fs::read_to_string(&log).unwrap_or_default();
@@ -457,10 +463,10 @@ pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, La
                 Err(e) => last = e.to_string(),
             }
         }
-        if started.elapsed() >= READY_TIMEOUT {
-            return Err(not_ready(last, started, &log));
-        }
-        thread::sleep(Duration::from_millis(50));
+        Ok(None)
+    })?;
+    if ready.is_none() {
+        return Err(not_ready(last, started, &log));
     }
 
     // The CRI plugin loads even without a usable CNI config and only says so in its log;

@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, mpsc};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::error::LabError;
+use crate::poll::Poll;
 
 /// Directories searched besides `$PATH`: sudo and cron often drop the sbin ones, where
 /// iptables, ip and runc live.
@@ -357,14 +358,12 @@ pub(crate) fn descendants(roots: &BTreeSet<u32>) -> BTreeSet<u32> {
 
 /// Waits until none of `pids` is alive, up to `timeout`; returns those still alive.
 pub(crate) fn wait_gone(pids: &BTreeSet<u32>, timeout: Duration) -> BTreeSet<u32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let alive: BTreeSet<u32> = pids.iter().copied().filter(|&p| is_alive(p)).collect();
-        if alive.is_empty() || Instant::now() >= deadline {
-            return alive;
-        }
-        thread::sleep(Duration::from_millis(25));
-    }
+    let mut alive = BTreeSet::new();
+    Poll::new("the processes to exit", timeout, Duration::from_millis(25)).holds(|| {
+        alive = pids.iter().copied().filter(|&p| is_alive(p)).collect();
+        alive.is_empty()
+    });
+    alive
 }
 
 /// SIGTERM, then SIGKILL for whatever is still alive after `grace`. Returns the pids that

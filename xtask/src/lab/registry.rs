@@ -5,13 +5,13 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use super::REGISTRY_ADDR;
 use super::error::LabError;
 use super::paths::LabPaths;
 use super::process;
+use crate::poll::Poll;
 
 const PART: &str = "registry";
 pub(crate) const PROGRAM: &str = "docker-registry";
@@ -80,28 +80,26 @@ pub(crate) fn start(paths: &LabPaths) -> Result<u32, LabError> {
     )?;
 
     let started = Instant::now();
-    loop {
+    let mut last = String::new();
+    let poll = Poll::new("the registry", READY_TIMEOUT, Duration::from_millis(50)).since(started);
+    let ready = poll.within(|| {
         if !process::is_alive(pid) {
             return Err(LabError::DaemonExited {
                 part: PART.to_owned(),
                 log_tail: process::log_tail(&log, 15),
-                log,
+                log: log.clone(),
             });
         }
         match http_status(REGISTRY_ADDR, "/v2/") {
-            Ok(200) => return Ok(pid),
-            Ok(_) | Err(_) if started.elapsed() < READY_TIMEOUT => {
-                thread::sleep(Duration::from_millis(50));
-            }
-            Ok(code) => {
-                return Err(not_ready(
-                    format!("GET /v2/ answered {code}"),
-                    started,
-                    &log,
-                ));
-            }
-            Err(e) => return Err(not_ready(format!("GET /v2/: {e}"), started, &log)),
+            Ok(200) => return Ok(Some(())),
+            Ok(code) => last = format!("GET /v2/ answered {code}"),
+            Err(e) => last = format!("GET /v2/: {e}"),
         }
+        Ok(None)
+    })?;
+    match ready {
+        Some(()) => Ok(pid),
+        None => Err(not_ready(last, started, &log)),
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
+use xtask::poll::Poll;
 
 use super::paths::{ImagePaths, NodeVmPaths};
 use super::recipe;
@@ -148,26 +149,33 @@ fn wait_ready(
         "systemctl is-active --quiet containerd && test -S {}",
         recipe::CONTAINERD_SOCKET
     );
-    loop {
+    // ssh fails at once while the port is not yet forwarded to a listening sshd.
+    let boot = Poll::new(
+        "the node to answer with containerd up",
+        BOOT_TIMEOUT,
+        Duration::from_millis(500),
+    )
+    .since(started);
+    let ready = boot.within(|| {
         if !state.is_running(paths) {
             bail!(
                 "QEMU exited while the node booted; its console:\n{}",
                 console_tail(paths, 30)
             );
         }
-        if started.elapsed() > BOOT_TIMEOUT {
-            bail!(
-                "the node did not answer with containerd up within {} s; its console:\n{}",
-                BOOT_TIMEOUT.as_secs(),
-                console_tail(paths, 30)
-            );
-        }
-        if guest.output(&check).is_ok_and(|o| o.status.success()) {
-            return Ok(());
-        }
-        // ssh fails at once while the port is not yet forwarded to a listening sshd.
-        std::thread::sleep(Duration::from_millis(500));
+        Ok(guest
+            .output(&check)
+            .is_ok_and(|o| o.status.success())
+            .then_some(()))
+    })?;
+    if ready.is_none() {
+        bail!(
+            "the node did not answer with containerd up within {} s; its console:\n{}",
+            BOOT_TIMEOUT.as_secs(),
+            console_tail(paths, 30)
+        );
     }
+    Ok(())
 }
 
 /// The last lines of the guest's console.
@@ -188,16 +196,14 @@ pub fn stop(paths: &NodeVmPaths) -> anyhow::Result<bool> {
     if let Some(pid) = pid.filter(|&p| is_our_qemu(p, paths)) {
         was_running = true;
         signal(pid, libc::SIGTERM);
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while is_our_qemu(pid, paths) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let exited = || {
+            Poll::new("QEMU to exit", STOP_TIMEOUT, Duration::from_millis(100))
+                .holds(|| !is_our_qemu(pid, paths))
+        };
+        exited();
         if is_our_qemu(pid, paths) {
             signal(pid, libc::SIGKILL);
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while is_our_qemu(pid, paths) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            exited();
         }
         if is_our_qemu(pid, paths) {
             bail!("QEMU (pid {pid}) did not exit after SIGKILL");
