@@ -36,7 +36,29 @@ fn manifest(i: usize) -> String {
     )
 }
 
+/// What the run measured: latencies in ms from the kernel's stamp to the agent's status.
+struct Seeing {
+    /// Exec → status shows running.
+    started: Vec<f64>,
+    /// Exit → status shows terminated.
+    exited: Vec<f64>,
+    /// Exec → the runtime's StartContainer returned, for the starts that have both.
+    runtime_share: Vec<f64>,
+    /// The runtime's return → status shows running (negative: shown before the return).
+    after_return: Vec<f64>,
+    /// Changes no status ever showed, as bench-seeing listed them.
+    unseen: Value,
+    /// Kernel events lost.
+    lost: u64,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+/// Runs the crash-looping pods under the agent and pairs the trace's kernel events with
+/// the statuses the agent published.
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Seeing> {
     let work = dir.join("seeing");
     let trace = dir.join("seeing.jsonl");
     let extra: Vec<String> = [
@@ -105,7 +127,6 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     };
     let runtime_share = split(&|k, r, _| r - k);
     let after_return = split(&|_, r, seen| seen - r);
-    let before_return = after_return.iter().filter(|d| **d < 0.0).count();
     if started.is_empty() || exited.is_empty() {
         bail!(
             "the trace {} gave {} start and {} exit samples; the probes or the status \
@@ -115,79 +136,101 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             exited.len()
         );
     }
-    let all: Vec<f64> = started.iter().chain(&exited).copied().collect();
-    let unseen = doc["unseen"].as_array().map_or(0, Vec::len);
-    let lost = doc["lost_events"].as_u64().unwrap_or(0);
-    let p99 = percentile(&all, 99.0);
-    let verdict = if p99 <= GOAL_P99_MS {
+    Ok(Seeing {
+        started,
+        exited,
+        runtime_share,
+        after_return,
+        unseen: doc["unseen"].clone(),
+        lost: doc["lost_events"].as_u64().unwrap_or(0),
+    })
+}
+
+/// Met or missed on the p99 of every change.
+fn verdict(p99: f64) -> String {
+    if p99 <= GOAL_P99_MS {
         format!("met: p99 {p99:.2} ms")
     } else {
         format!(
             "missed: p99 {p99:.2} ms is {:.2} ms over {GOAL_P99_MS:.0} ms",
             p99 - GOAL_P99_MS
         )
-    };
-    let row = |name: &str, v: &[f64]| {
-        Figure::new(
-            name,
-            format!(
-                "{:.2} / {:.2} / {:.2} ms ({} samples)",
-                percentile(v, 50.0),
-                percentile(v, 99.0),
-                percentile(v, 100.0),
-                v.len()
-            ),
-        )
-    };
-    Ok(Outcome {
+    }
+}
+
+/// How the figures were made, for BENCHMARKS.md.
+fn method() -> String {
+    format!(
+        "{PODS} crash-looping pods (each container runs 0.5 to 1.2 s and exits 1; \
+         back-off 100 ms) under the agent (`podtrace run --trace --require-ebpf`, release \
+         build) for {} s. `podtrace bench-seeing` pairs each container's first kernel exec \
+         (sched_process_exec in its cgroup) and its main process's exit \
+         (sched_process_exit) with the first `status` record the agent published showing \
+         that container running or terminated; latency = status time − kernel time, both \
+         CLOCK_MONOTONIC. Changes no status ever showed are counted as unseen. The agent \
+         shows a start when the probes report the exec in the container's cgroup, and \
+         an exit when they report that process's exit with its status, or when the \
+         process's pidfd turns readable (the status from the zombie's /proc/<pid>/stat \
+         or, once reaped, PIDFD_GET_INFO), whichever comes first: the probes wake the \
+         ring-buffer reader for the execs and exits of pod work, and the reader and the \
+         pidfd waits run on a thread of their own, real-time (SCHED_FIFO at priority 1; \
+         `--event-thread-policy`). For comparison, the \
+         runtime's StartContainer returns the time shown after the exec.",
+        RUN.as_secs()
+    )
+}
+
+/// The figures, verdict, method and samples of a run.
+fn render(m: &Seeing) -> Outcome {
+    let all: Vec<f64> = m.started.iter().chain(&m.exited).copied().collect();
+    let unseen = m.unseen.as_array().map_or(0, Vec::len);
+    let before_return = m.after_return.iter().filter(|d| **d < 0.0).count();
+    Outcome {
         number: 3,
         title: "Seeing state",
-        method: format!(
-            "{PODS} crash-looping pods (each container runs 0.5 to 1.2 s and exits 1; \
-             back-off 100 ms) under the agent (`podtrace run --trace --require-ebpf`, release \
-             build) for {} s. `podtrace bench-seeing` pairs each container's first kernel exec \
-             (sched_process_exec in its cgroup) and its main process's exit \
-             (sched_process_exit) with the first `status` record the agent published showing \
-             that container running or terminated; latency = status time − kernel time, both \
-             CLOCK_MONOTONIC. Changes no status ever showed are counted as unseen. The agent \
-             shows a start when the probes report the exec in the container's cgroup, and \
-             an exit when they report that process's exit with its status, or when the \
-             process's pidfd turns readable (the status from the zombie's /proc/<pid>/stat \
-             or, once reaped, PIDFD_GET_INFO), whichever comes first: the probes wake the \
-             ring-buffer reader for the execs and exits of pod work, and the reader and the \
-             pidfd waits run on a thread of their own, real-time (SCHED_FIFO at priority 1; \
-             `--event-thread-policy`). For comparison, the \
-             runtime's StartContainer returns the time shown after the exec.",
-            RUN.as_secs()
-        ),
+        method: method(),
         figures: vec![
-            row("exec → status shows running: p50 / p99 / max", &started),
-            row(
+            spread("exec → status shows running: p50 / p99 / max", &m.started),
+            spread(
                 "  for comparison: exec → the runtime's StartContainer returns",
-                &runtime_share,
+                &m.runtime_share,
             ),
             Figure::new(
                 "  starts shown before the runtime's StartContainer returned",
-                format!("{before_return} of {}", after_return.len()),
+                format!("{before_return} of {}", m.after_return.len()),
             ),
-            row("exit → status shows terminated: p50 / p99 / max", &exited),
-            row("all changes: p50 / p99 / max", &all),
+            spread("exit → status shows terminated: p50 / p99 / max", &m.exited),
+            spread("all changes: p50 / p99 / max", &all),
             Figure::new(
                 "changes never shown / kernel events lost",
-                format!("{unseen} / {lost}"),
+                format!("{unseen} / {}", m.lost),
             ),
         ],
         goal: format!("≤ {GOAL_P99_MS:.0} ms p99 (kubelet relists every 1 s)"),
-        verdict,
+        verdict: verdict(percentile(&all, 99.0)),
         samples: json!({
             "pods": PODS,
             "run_seconds": RUN.as_secs(),
-            "started_ms": started,
-            "exited_ms": exited,
-            "started_runtime_share_ms": runtime_share,
-            "started_after_runtime_return_ms": after_return,
-            "unseen": doc["unseen"],
-            "lost_events": lost,
+            "started_ms": m.started,
+            "exited_ms": m.exited,
+            "started_runtime_share_ms": m.runtime_share,
+            "started_after_runtime_return_ms": m.after_return,
+            "unseen": m.unseen,
+            "lost_events": m.lost,
         }),
-    })
+    }
+}
+
+/// `p50 / p99 / max ms (n samples)` of `v`.
+fn spread(name: &str, v: &[f64]) -> Figure {
+    Figure::new(
+        name,
+        format!(
+            "{:.2} / {:.2} / {:.2} ms ({} samples)",
+            percentile(v, 50.0),
+            percentile(v, 99.0),
+            percentile(v, 100.0),
+            v.len()
+        ),
+    )
 }
