@@ -73,7 +73,40 @@ fn wait_forgotten(agent: &mut Agent) -> anyhow::Result<Duration> {
     )
 }
 
+/// What the churn measured. RSS samples and peaks in KiB.
+struct Churn {
+    rounds: usize,
+    /// VmRSS samples as started, before any pod.
+    cold: Vec<u64>,
+    /// VmRSS samples with no pods, after the warm-up round; RssAnon then.
+    idle: Vec<u64>,
+    idle_anon: u64,
+    /// After round [`EARLY_ROUND`]: VmRSS samples and RssAnon.
+    early: Vec<u64>,
+    early_anon: u64,
+    /// After the last round: VmRSS samples and RssAnon.
+    last: Vec<u64>,
+    last_anon: u64,
+    /// Once the deleted pods were forgotten: VmRSS samples, VmHWM and RssAnon.
+    after: Vec<u64>,
+    hwm: u64,
+    after_anon: u64,
+    /// VmRSS read once after each round, and each round's time.
+    after_round: Vec<u64>,
+    round_secs: Vec<f64>,
+    /// The whole churn, and from its last round until the pods were forgotten.
+    churn_s: f64,
+    forgotten: Duration,
+    trace_bytes: u64,
+}
+
 pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir, rounds)?))
+}
+
+/// Runs the warm-up round and `rounds` (at least [`EARLY_ROUND`]) rounds on one agent,
+/// sampling its memory at each point.
+fn measure(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Churn> {
     let rounds = rounds.max(EARLY_ROUND);
     let work = dir.join("churn");
     let trace = work.join("churn.trace");
@@ -129,10 +162,59 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
             work.join("agent.log").display()
         );
     }
-    let mib = |kib: u64| kib as f64 / 1024.0;
+    let trace_bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
+    Ok(Churn {
+        rounds,
+        cold,
+        idle,
+        idle_anon,
+        early,
+        early_anon,
+        last,
+        last_anon,
+        after,
+        hwm,
+        after_anon,
+        after_round,
+        round_secs,
+        churn_s,
+        forgotten,
+        trace_bytes,
+    })
+}
+
+/// How the figures were made, for BENCHMARKS.md.
+fn method(m: &Churn) -> String {
+    format!(
+        "One agent (`podtrace run --manifests DIR --trace FILE`, release build, probes \
+         loaded, default --deleted-pod-retention of {r} s) on the node lab runs {rounds} \
+         rounds: ten `sleep` pods written, all Running, their manifests removed, all \
+         cleaned up. VmRSS from /proc/<pid>/status, the highest of {n} samples over \
+         {s} s: with no pods (after one warm-up round whose pods were forgotten, so the \
+         code that runs pods is paged in; the agent as started is shown too), after \
+         round {EARLY_ROUND}, after round {rounds}, and after the churn once the \
+         agent's timeline had forgotten every deleted pod (waited for through \
+         `podtrace timeline`, {f:.0} s after the last round); RssAnon (the agent's own \
+         memory, without its binary's pages) read once at each point; VmHWM is the peak.",
+        r = RETENTION.as_secs(),
+        rounds = m.rounds,
+        n = 10,
+        s = SETTLE.as_secs(),
+        f = m.forgotten.as_secs_f64(),
+    )
+}
+
+/// The figures, verdict, method and samples of a run.
+fn render(m: &Churn) -> Outcome {
+    let rounds = m.rounds;
     let max = |v: &[u64]| mib(v.iter().copied().max().unwrap_or(0));
-    let (cold_mib, idle_mib, early_mib, last_mib, after_mib) =
-        (max(&cold), max(&idle), max(&early), max(&last), max(&after));
+    let (cold_mib, idle_mib, early_mib, last_mib, after_mib) = (
+        max(&m.cold),
+        max(&m.idle),
+        max(&m.early),
+        max(&m.last),
+        max(&m.after),
+    );
     let growth = last_mib - early_mib;
     let over_idle = after_mib - idle_mib;
     let met = growth <= GROWTH_GOAL_MIB && over_idle <= IDLE_GOAL_MIB;
@@ -141,26 +223,10 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
          {over_idle:+.1} MiB over idle after the churn (goal ≤ {IDLE_GOAL_MIB:.0})",
         if met { "met" } else { "missed" }
     );
-    let trace_bytes = std::fs::metadata(&trace).map(|m| m.len()).unwrap_or(0);
-    Ok(Outcome {
+    Outcome {
         number: 7,
         title: "Churn",
-        method: format!(
-            "One agent (`podtrace run --manifests DIR --trace FILE`, release build, probes \
-             loaded, default --deleted-pod-retention of {r} s) on the node lab runs {rounds} \
-             rounds: ten `sleep` pods written, all Running, their manifests removed, all \
-             cleaned up. VmRSS from /proc/<pid>/status, the highest of {n} samples over \
-             {s} s: with no pods (after one warm-up round whose pods were forgotten, so the \
-             code that runs pods is paged in; the agent as started is shown too), after \
-             round {EARLY_ROUND}, after round {rounds}, and after the churn once the \
-             agent's timeline had forgotten every deleted pod (waited for through \
-             `podtrace timeline`, {f:.0} s after the last round); RssAnon (the agent's own \
-             memory, without its binary's pages) read once at each point; VmHWM is the peak.",
-            r = RETENTION.as_secs(),
-            n = 10,
-            s = SETTLE.as_secs(),
-            f = forgotten.as_secs_f64(),
-        ),
+        method: method(m),
         figures: vec![
             Figure::new(
                 "RSS as started, before any pod",
@@ -188,18 +254,18 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
             ),
             Figure::new(
                 "peak RSS (VmHWM at the end)",
-                format!("{:.1} MiB", mib(hwm)),
+                format!("{:.1} MiB", mib(m.hwm)),
             ),
             Figure::new(
                 "round time (median)",
-                format!("{:.1} s", super::stats::percentile(&round_secs, 50.0)),
+                format!("{:.1} s", super::stats::percentile(&m.round_secs, 50.0)),
             ),
             Figure::new(
                 "pods run / trace written",
                 format!(
                     "{} / {:.1} MiB",
                     rounds * PODS_PER_ROUND,
-                    trace_bytes as f64 / (1024.0 * 1024.0)
+                    m.trace_bytes as f64 / (1024.0 * 1024.0)
                 ),
             ),
         ],
@@ -211,22 +277,27 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
         samples: json!({
             "rounds": rounds,
             "pods_per_round": PODS_PER_ROUND,
-            "cold_rss_kib": cold,
-            "idle_rss_kib": idle,
-            "idle_anon_kib": idle_anon,
-            "early_anon_kib": early_anon,
-            "last_anon_kib": last_anon,
-            "after_anon_kib": after_anon,
+            "cold_rss_kib": m.cold,
+            "idle_rss_kib": m.idle,
+            "idle_anon_kib": m.idle_anon,
+            "early_anon_kib": m.early_anon,
+            "last_anon_kib": m.last_anon,
+            "after_anon_kib": m.after_anon,
             "early_round": EARLY_ROUND,
-            "early_rss_kib": early,
-            "last_rss_kib": last,
-            "after_rss_kib": after,
-            "after_hwm_kib": hwm,
-            "rss_after_each_round_kib": after_round,
-            "round_seconds": round_secs,
-            "churn_seconds": churn_s,
-            "seconds_to_forgotten": forgotten.as_secs_f64(),
-            "trace_bytes": trace_bytes,
+            "early_rss_kib": m.early,
+            "last_rss_kib": m.last,
+            "after_rss_kib": m.after,
+            "after_hwm_kib": m.hwm,
+            "rss_after_each_round_kib": m.after_round,
+            "round_seconds": m.round_secs,
+            "churn_seconds": m.churn_s,
+            "seconds_to_forgotten": m.forgotten.as_secs_f64(),
+            "trace_bytes": m.trace_bytes,
         }),
-    })
+    }
+}
+
+/// KiB as MiB.
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
