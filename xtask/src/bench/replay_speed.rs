@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use xtask::poll::Poll;
 
 use super::{Figure, Outcome};
-use generate::{ARRIVAL_MS, LIFETIME_MS, MAX_PODS, generate};
+use generate::{ARRIVAL_MS, Generated, LIFETIME_MS, MAX_PODS, generate};
 
 pub const PODS: usize = 10_000;
 const GOAL_SPEED: f64 = 10_000.0;
@@ -107,7 +107,22 @@ fn phase(r: &Run, f: impl Fn(&Phases) -> f64) -> String {
         .map_or("-".to_string(), |p| format!("{:.2} s", f(p)))
 }
 
+/// What the two replays of the generated trace measured.
+struct Replays {
+    pods: usize,
+    generated: Generated,
+    trace_mb: f64,
+    /// The trace's recorded span.
+    span_s: f64,
+    runs: Vec<Run>,
+}
+
 pub fn run(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir, pods)?))
+}
+
+/// Generates the trace of `pods` pods and replays it twice.
+fn measure(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Replays> {
     let trace: PathBuf = dir.join(format!("replay-{pods}-pods.jsonl"));
     let generated = generate(&trace, pods)?;
     let span_s = generated.span_ns as f64 / 1e9;
@@ -132,154 +147,203 @@ pub fn run(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
         );
         runs.push(r);
     }
-    let finished = runs.iter().all(|r| r.finished);
-    let identical = finished && runs[0].output == runs[1].output;
-    let speeds: Vec<f64> = runs.iter().map(|r| span_s / r.wall_s).collect();
-    let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok(Replays {
+        pods,
+        generated,
+        trace_mb,
+        span_s,
+        runs,
+    })
+}
+
+/// What the replays came to against the goal.
+struct Verdict {
+    finished: bool,
+    identical: bool,
+    matched: bool,
+    /// Speed of each run, whole process; the slower one is judged.
+    speeds: Vec<f64>,
+    slowest: f64,
+}
+
+impl Verdict {
+    fn of(m: &Replays) -> Verdict {
+        let runs = &m.runs;
+        let finished = runs.iter().all(|r| r.finished);
+        let speeds: Vec<f64> = runs.iter().map(|r| m.span_s / r.wall_s).collect();
+        Verdict {
+            finished,
+            identical: finished && runs[0].output == runs[1].output,
+            matched: runs.iter().all(|r| r.exit == Some(0)),
+            slowest: speeds.iter().copied().fold(f64::INFINITY, f64::min),
+            speeds,
+        }
+    }
+
+    fn text(&self) -> String {
+        let slowest = self.slowest;
+        let met = slowest >= GOAL_SPEED && self.identical;
+        if !self.finished {
+            format!(
+                "missed: a replay did not finish in {} s, so the speed is below {slowest:.2}×, \
+                 over {:.0}× short of {GOAL_SPEED:.0}×",
+                REPLAY_TIMEOUT.as_secs(),
+                GOAL_SPEED / slowest
+            )
+        } else if met {
+            format!("met: {slowest:.0}× ≥ {GOAL_SPEED:.0}×, outputs identical")
+        } else if !self.identical {
+            "missed: the two replays' outputs differ".to_string()
+        } else {
+            format!(
+                "missed: {slowest:.0}× is {:.2}× short of {GOAL_SPEED:.0}×",
+                GOAL_SPEED / slowest
+            )
+        }
+    }
+}
+
+/// The figures, verdict, method and samples of the two replays.
+fn render(m: &Replays) -> Outcome {
+    let (runs, generated, span_s) = (&m.runs, &m.generated, m.span_s);
+    let v = Verdict::of(m);
     let reconciler_speeds: Vec<Option<f64>> = runs
         .iter()
         .map(|r| r.phases.map(|p| span_s / p.replay_s))
         .collect();
-    let matched = runs.iter().all(|r| r.exit == Some(0));
-    let met = slowest >= GOAL_SPEED && identical;
-    let verdict = if !finished {
-        format!(
-            "missed: a replay did not finish in {} s, so the speed is below {slowest:.2}×, \
-             over {:.0}× short of {GOAL_SPEED:.0}×",
-            REPLAY_TIMEOUT.as_secs(),
-            GOAL_SPEED / slowest
-        )
-    } else if met {
-        format!("met: {slowest:.0}× ≥ {GOAL_SPEED:.0}×, outputs identical")
-    } else if !identical {
-        "missed: the two replays' outputs differ".to_string()
-    } else {
-        format!(
-            "missed: {slowest:.0}× is {:.2}× short of {GOAL_SPEED:.0}×",
-            GOAL_SPEED / slowest
-        )
-    };
-    let (arrival, lifetime) = (
-        (ARRIVAL_MS.0 as f64 / 1e3, ARRIVAL_MS.1 as f64 / 1e3),
-        (LIFETIME_MS.0 / 1000, LIFETIME_MS.1 / 1000),
-    );
-    Ok(Outcome {
+    Outcome {
         number: 5,
         title: "Replay speed",
-        method: format!(
-            "A generated trace of a busy node's pod churn: {pods} pods of one container each, \
-             arriving {:.1}–{:.1} s apart (uniform; {:.1} pods/s on average), each running \
-             {}–{} s (uniform) once started before its manifest is removed, so at most \
-             {} and on average {:.0} pods are on the node at once (kubelet's default \
-             max-pods, {MAX_PODS}, is the trace's allocatable). Each pod's calls are the ones \
-             `podtrace run --trace` records for it: RunPodSandbox, PullImage (policy Always, \
-             parallel pulls), CreateContainer, StartContainer, StopContainer, StopPodSandbox, \
-             RemoveContainer, RemovePodSandbox with durations in the ranges the lab records, \
-             the reads around each sync, and a relist every second; no kernel events. \
-             {} records ({} CRI calls, {trace_mb:.0} MB) spanning {span_s:.1} s of recorded \
-             time, replayed twice with `podtrace replay -o json` (release build). Speed = \
-             recorded span / wall time of the whole `podtrace replay` process, reading the \
-             trace included. The reconciler-only figure divides the span by the time the \
-             process spent in the virtual-time replay alone (its `--timing` report), leaving \
-             out reading the trace and comparing.",
-            arrival.0,
-            arrival.1,
-            2.0 / (arrival.0 + arrival.1),
-            lifetime.0,
-            lifetime.1,
-            generated.max_alive,
-            generated.mean_alive,
-            generated.records,
-            generated.cri_calls,
-        ),
-        figures: vec![
-            Figure::new("recorded span", format!("{span_s:.1} s")),
-            Figure::new(
-                "pods on the node at once (max, mean)",
-                format!("{}, {:.1}", generated.max_alive, generated.mean_alive),
-            ),
-            Figure::new(
-                "replay wall time, whole process (run 1, run 2)",
-                both(&runs, |r| {
-                    format!(
-                        "{:.2} s{}",
-                        r.wall_s,
-                        if r.finished { "" } else { " (stopped)" }
-                    )
-                }),
-            ),
-            Figure::new(
-                "speed, whole process (run 1, run 2)",
-                format!("{:.0}×, {:.0}× real time", speeds[0], speeds[1]),
-            ),
-            Figure::new(
-                "of which reading the trace (run 1, run 2)",
-                both(&runs, |r| phase(r, |p| p.read_s)),
-            ),
-            Figure::new(
-                "of which the virtual-time replay (run 1, run 2)",
-                both(&runs, |r| phase(r, |p| p.replay_s)),
-            ),
-            Figure::new(
-                "of which comparing and writing the output (run 1, run 2)",
-                both(&runs, |r| phase(r, |p| p.compare_s)),
-            ),
-            Figure::new(
-                "speed, reconciler only (run 1, run 2)",
-                reconciler_speeds
-                    .iter()
-                    .map(|s| s.map_or("-".to_string(), |s| format!("{s:.0}×")))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-                    + " real time",
-            ),
-            Figure::new(
-                "outputs byte-identical",
-                if !finished {
-                    "unknown (a replay did not finish)"
-                } else if identical {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .to_string(),
-            ),
-            Figure::new(
-                "replay matched the recording",
-                if matched {
-                    "yes (exit 0)".to_string()
-                } else if !finished {
-                    "unknown (a replay did not finish)".to_string()
-                } else {
-                    format!(
-                        "no (exit {:?}, {:?}): the generated calls diverge from the reconciler's",
-                        runs[0].exit, runs[1].exit
-                    )
-                },
-            ),
-        ],
+        method: method(m),
+        figures: figures(m, &v, &reconciler_speeds),
         goal: format!("≥ {GOAL_SPEED:.0}× real time, identical output"),
-        verdict,
+        verdict: v.text(),
         samples: json!({
-            "pods": pods,
+            "pods": m.pods,
             "arrival_ms": [ARRIVAL_MS.0, ARRIVAL_MS.1],
             "lifetime_ms": [LIFETIME_MS.0, LIFETIME_MS.1],
             "max_alive": generated.max_alive,
             "mean_alive": generated.mean_alive,
             "records": generated.records,
             "cri_calls": generated.cri_calls,
-            "trace_mb": trace_mb,
+            "trace_mb": m.trace_mb,
             "span_s": span_s,
             "wall_s": runs.iter().map(|r| r.wall_s).collect::<Vec<_>>(),
-            "speed": speeds,
+            "speed": v.speeds,
             "read_s": runs.iter().map(|r| r.phases.map(|p| p.read_s)).collect::<Vec<_>>(),
             "replay_s": runs.iter().map(|r| r.phases.map(|p| p.replay_s)).collect::<Vec<_>>(),
             "compare_s": runs.iter().map(|r| r.phases.map(|p| p.compare_s)).collect::<Vec<_>>(),
             "reconciler_speed": reconciler_speeds,
-            "identical": identical,
+            "identical": v.identical,
             "exit_codes": runs.iter().map(|r| r.exit).collect::<Vec<_>>(),
             "finished": runs.iter().map(|r| r.finished).collect::<Vec<_>>(),
             "timeout_s": REPLAY_TIMEOUT.as_secs(),
         }),
-    })
+    }
+}
+
+/// How the trace was made and the replays timed, for BENCHMARKS.md.
+fn method(m: &Replays) -> String {
+    let (generated, pods, trace_mb, span_s) = (&m.generated, m.pods, m.trace_mb, m.span_s);
+    let (arrival, lifetime) = (
+        (ARRIVAL_MS.0 as f64 / 1e3, ARRIVAL_MS.1 as f64 / 1e3),
+        (LIFETIME_MS.0 / 1000, LIFETIME_MS.1 / 1000),
+    );
+    format!(
+        "A generated trace of a busy node's pod churn: {pods} pods of one container each, \
+         arriving {:.1}–{:.1} s apart (uniform; {:.1} pods/s on average), each running \
+         {}–{} s (uniform) once started before its manifest is removed, so at most \
+         {} and on average {:.0} pods are on the node at once (kubelet's default \
+         max-pods, {MAX_PODS}, is the trace's allocatable). Each pod's calls are the ones \
+         `podtrace run --trace` records for it: RunPodSandbox, PullImage (policy Always, \
+         parallel pulls), CreateContainer, StartContainer, StopContainer, StopPodSandbox, \
+         RemoveContainer, RemovePodSandbox with durations in the ranges the lab records, \
+         the reads around each sync, and a relist every second; no kernel events. \
+         {} records ({} CRI calls, {trace_mb:.0} MB) spanning {span_s:.1} s of recorded \
+         time, replayed twice with `podtrace replay -o json` (release build). Speed = \
+         recorded span / wall time of the whole `podtrace replay` process, reading the \
+         trace included. The reconciler-only figure divides the span by the time the \
+         process spent in the virtual-time replay alone (its `--timing` report), leaving \
+         out reading the trace and comparing.",
+        arrival.0,
+        arrival.1,
+        2.0 / (arrival.0 + arrival.1),
+        lifetime.0,
+        lifetime.1,
+        generated.max_alive,
+        generated.mean_alive,
+        generated.records,
+        generated.cri_calls,
+    )
+}
+
+/// The results table.
+fn figures(m: &Replays, v: &Verdict, reconciler_speeds: &[Option<f64>]) -> Vec<Figure> {
+    let (runs, generated) = (&m.runs, &m.generated);
+    vec![
+        Figure::new("recorded span", format!("{:.1} s", m.span_s)),
+        Figure::new(
+            "pods on the node at once (max, mean)",
+            format!("{}, {:.1}", generated.max_alive, generated.mean_alive),
+        ),
+        Figure::new(
+            "replay wall time, whole process (run 1, run 2)",
+            both(runs, |r| {
+                format!(
+                    "{:.2} s{}",
+                    r.wall_s,
+                    if r.finished { "" } else { " (stopped)" }
+                )
+            }),
+        ),
+        Figure::new(
+            "speed, whole process (run 1, run 2)",
+            format!("{:.0}×, {:.0}× real time", v.speeds[0], v.speeds[1]),
+        ),
+        Figure::new(
+            "of which reading the trace (run 1, run 2)",
+            both(runs, |r| phase(r, |p| p.read_s)),
+        ),
+        Figure::new(
+            "of which the virtual-time replay (run 1, run 2)",
+            both(runs, |r| phase(r, |p| p.replay_s)),
+        ),
+        Figure::new(
+            "of which comparing and writing the output (run 1, run 2)",
+            both(runs, |r| phase(r, |p| p.compare_s)),
+        ),
+        Figure::new(
+            "speed, reconciler only (run 1, run 2)",
+            reconciler_speeds
+                .iter()
+                .map(|s| s.map_or("-".to_string(), |s| format!("{s:.0}×")))
+                .collect::<Vec<_>>()
+                .join(", ")
+                + " real time",
+        ),
+        Figure::new(
+            "outputs byte-identical",
+            if !v.finished {
+                "unknown (a replay did not finish)"
+            } else if v.identical {
+                "yes"
+            } else {
+                "no"
+            }
+            .to_string(),
+        ),
+        Figure::new(
+            "replay matched the recording",
+            if v.matched {
+                "yes (exit 0)".to_string()
+            } else if !v.finished {
+                "unknown (a replay did not finish)".to_string()
+            } else {
+                format!(
+                    "no (exit {:?}, {:?}): the generated calls diverge from the reconciler's",
+                    runs[0].exit, runs[1].exit
+                )
+            },
+        ),
+    ]
 }
