@@ -108,13 +108,15 @@ fn rate(runs: &[ArmRun]) -> f64 {
 
 /// Execs/s with the probes over execs/s without, from one round's (or all rounds') arms.
 fn ratio(arms: &[(Arm, ArmRun)]) -> f64 {
-    let pick = |want: Arm| -> Vec<ArmRun> {
-        arms.iter()
-            .filter(|(a, _)| *a == want)
-            .map(|(_, r)| *r)
-            .collect()
-    };
-    rate(&pick(Arm::On)) / rate(&pick(Arm::Off))
+    rate(&runs_of(arms, Arm::On)) / rate(&runs_of(arms, Arm::Off))
+}
+
+/// The runs of the arms of one kind, in order.
+fn runs_of(arms: &[(Arm, ArmRun)], want: Arm) -> Vec<ArmRun> {
+    arms.iter()
+        .filter(|(a, _)| *a == want)
+        .map(|(_, r)| *r)
+        .collect()
 }
 
 /// The binary the workload execs: busybox's `true` when busybox is there (static on the
@@ -681,13 +683,34 @@ impl Alternated {
     }
 
     fn pooled(&self) -> f64 {
-        let all: Vec<(Arm, ArmRun)> = self
-            .rounds
+        ratio(&self.arm_runs())
+    }
+
+    /// Every arm of every round, in order.
+    fn arm_runs(&self) -> Vec<(Arm, ArmRun)> {
+        self.rounds
             .iter()
             .flatten()
             .map(|(a, r, _)| (*a, *r))
-            .collect();
-        ratio(&all)
+            .collect()
+    }
+
+    /// Execs per second over every arm of one kind.
+    fn rate(&self, want: Arm) -> f64 {
+        rate(&runs_of(&self.arm_runs(), want))
+    }
+
+    /// kernel-events' summaries of the on arms that ran it, in order.
+    fn summaries(&self) -> impl Iterator<Item = &Summary> {
+        self.rounds
+            .iter()
+            .flatten()
+            .filter_map(|(_, _, s)| s.as_ref())
+    }
+
+    /// A count summed over those summaries.
+    fn summed(&self, count: impl Fn(&Summary) -> u64) -> u64 {
+        self.summaries().map(count).sum()
     }
 }
 
@@ -792,24 +815,14 @@ fn alternate_windows(
             arms.push((arm, run, summary));
         }
         let pairs: Vec<(Arm, ArmRun)> = arms.iter().map(|(a, r, _)| (*a, *r)).collect();
-        let on: Vec<ArmRun> = arms
-            .iter()
-            .filter(|a| a.0 == Arm::On)
-            .map(|a| a.1)
-            .collect();
-        let off: Vec<ArmRun> = arms
-            .iter()
-            .filter(|a| a.0 == Arm::Off)
-            .map(|a| a.1)
-            .collect();
         eprintln!(
             "bench: probe overhead ({}): round {} ({}): {:.0} execs/s with the probes, {:.0} \
              without: {:.3}×",
             mode.name(),
             round + 1,
             order(round).map(Arm::name).join(" "),
-            rate(&on),
-            rate(&off),
+            rate(&runs_of(&pairs, Arm::On)),
+            rate(&runs_of(&pairs, Arm::Off)),
             ratio(&pairs)
         );
         rounds.push(arms);
@@ -822,7 +835,35 @@ fn alternate_windows(
     })
 }
 
+/// Everything the benchmark measured, in the order it ran.
+struct Measured {
+    workers: usize,
+    /// The exec workload's command, as shown.
+    target: String,
+    /// Tracepoint programs loaded before the benchmark started anything.
+    others: Vec<String>,
+    /// kernel.bpf_stats_enabled before the benchmark and after the counted runs.
+    stats_before: String,
+    stats_after: String,
+    warm: ArmRun,
+    /// The alternating rounds in the agent's configuration (the verdict's).
+    agent: Alternated,
+    /// The alternating rounds with every program attached.
+    all_on: Alternated,
+    /// The syscall tracepoints the all-attached programs sit on, and rounds with only
+    /// them enabled (none when there are no such tracepoints).
+    syscall_tracepoints: Vec<String>,
+    tracepoints_alone: Option<Alternated>,
+    counted: Counted,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+/// The warm-up, the alternating rounds of each mode, then the counted runs with the
+/// kernel's statistics on.
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let work = dir.join("probe-overhead");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
@@ -852,10 +893,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     // of the all-attached cost that is the kernel's, whatever the programs do.
     let syscall_tracepoints = syscall_programs(
         all_on
-            .rounds
-            .iter()
-            .flatten()
-            .filter_map(|(_, _, s)| s.as_ref())
+            .summaries()
             .flat_map(|s| s.programs.iter().map(|p| p.program.as_str())),
     );
     let tracepoints_alone = if syscall_tracepoints.is_empty() {
@@ -870,12 +908,6 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             &Mode::SyscallTracepoints(syscall_tracepoints.clone()),
         )?)
     };
-    let (round_ratios, pooled) = (agent.round_ratios(), agent.pooled());
-    let Alternated {
-        rounds,
-        reader_ns,
-        on_seconds,
-    } = agent;
 
     // The kernel's statistics on for the counted runs alone: counting costs two clock
     // reads per program run, which the alternating arms must not pay.
@@ -889,65 +921,68 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              {stats_after} now (changed by someone else?)"
         );
     }
-    let Counted {
-        run: loss_run,
-        summary: loss,
-        said: loss_reports,
-        irq_work,
-        paused_run,
-        paused,
-        agent: agent_counted,
-    } = counted?;
+    let counted = counted?;
     eprintln!(
         "bench: probe overhead: reader paused: {} execs, {} events, {} lost",
-        paused_run.execs, paused.events, paused.lost
+        counted.paused_run.execs, counted.paused.events, counted.paused.lost
     );
     eprintln!(
         "bench: probe overhead: {} s at full speed: {:.0} execs/s, {} events, {} lost",
         LOSS_RUN.as_secs(),
-        rate(&[loss_run]),
-        loss.events,
-        loss.lost
+        rate(&[counted.run]),
+        counted.summary.events,
+        counted.summary.lost
     );
+    Ok(Measured {
+        workers,
+        target: target.shown,
+        others,
+        stats_before,
+        stats_after,
+        warm,
+        agent,
+        all_on,
+        syscall_tracepoints,
+        tracepoints_alone,
+        counted,
+    })
+}
 
-    let all: Vec<(Arm, ArmRun)> = rounds.iter().flatten().map(|(a, r, _)| (*a, *r)).collect();
-    let median_ratio = median(&round_ratios);
-    let pick = |want: Arm| -> Vec<ArmRun> {
-        all.iter()
-            .filter(|(a, _)| *a == want)
-            .map(|(_, r)| *r)
-            .collect()
-    };
-    let (on_rate, off_rate) = (rate(&pick(Arm::On)), rate(&pick(Arm::Off)));
-    let arms_lost: u64 = rounds
-        .iter()
-        .flatten()
-        .filter_map(|(_, _, s)| s.as_ref().map(|s| s.lost))
-        .sum();
-    let arms_events: u64 = rounds
-        .iter()
-        .flatten()
-        .filter_map(|(_, _, s)| s.as_ref().map(|s| s.events))
-        .sum();
-
-    let worst = worst_per_hit(&loss.programs);
-    let probe_ns: u64 = loss.programs.iter().map(|p| p.run_time_ns).sum();
-    let probe_ns_per_exec = probe_ns as f64 / loss_run.execs as f64;
-    // At the ceiling every CPU is busy, so one exec costs workers / rate CPU-seconds.
-    let cpu_ns_per_exec = workers as f64 * 1e9 / rate(&[loss_run]);
-    let all_ratio = median(&all_on.round_ratios());
-    let alone_ratio = tracepoints_alone
-        .as_ref()
-        .map(|a| median(&a.round_ratios()));
+/// The figures, verdict, method and samples of a run.
+fn render(m: &Measured) -> Outcome {
+    let loss = &m.counted.summary;
     let verdict = verdict(
-        median_ratio,
-        all_ratio,
-        alone_ratio,
+        median(&m.agent.round_ratios()),
+        median(&m.all_on.round_ratios()),
+        m.tracepoints_alone
+            .as_ref()
+            .map(|a| median(&a.round_ratios())),
         loss.lost,
         loss.events,
-        worst,
+        worst_per_hit(&loss.programs),
     );
+    let mut figures = ratio_figures(m);
+    figures.extend(counted_figures(m));
+    Outcome {
+        number: 4,
+        title: "Probe overhead",
+        method: method(m),
+        figures,
+        goal: format!(
+            "workload ≥ {GOAL_RATIO}× of untraced in the agent's configuration and \
+             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds), {GOAL_LOST} \
+             lost events, ≤ {GOAL_NS_PER_HIT:.0} ns per hit"
+        ),
+        verdict,
+        samples: samples(m),
+    }
+}
 
+/// The alternating rounds' figures: each mode's ratio per round, median, pooled and
+/// interval, and the events lost in the arms.
+fn ratio_figures(m: &Measured) -> Vec<Figure> {
+    let round_ratios = m.agent.round_ratios();
+    let (on_rate, off_rate) = (m.agent.rate(Arm::On), m.agent.rate(Arm::Off));
     let mut figures = vec![
         Figure::new(
             "execs/s with the probes / without (all arms pooled)",
@@ -962,7 +997,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         ),
         Figure::new(
             "the agent's probes: median of rounds (the verdict's) / pooled",
-            format!("{median_ratio:.3}× / {pooled:.3}×"),
+            format!("{:.3}× / {:.3}×", median(&round_ratios), m.agent.pooled()),
         ),
         Figure::new(
             "the agent's probes: 95% confidence interval of the median",
@@ -973,29 +1008,29 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "every program attached (during sandbox operations, and kernel-events; \
                  {ALL_ON_ROUNDS} more rounds): ratio per round"
             ),
-            joined(&all_on.round_ratios()),
+            joined(&m.all_on.round_ratios()),
         ),
         Figure::new(
             "every program attached: median of rounds / pooled",
             format!(
                 "{:.3}× / {:.3}×",
-                median(&all_on.round_ratios()),
-                all_on.pooled()
+                median(&m.all_on.round_ratios()),
+                m.all_on.pooled()
             ),
         ),
         Figure::new(
             "every program attached: 95% confidence interval of the median",
-            ci_text(&all_on.round_ratios()),
+            ci_text(&m.all_on.round_ratios()),
         ),
     ];
-    if let Some(alone) = &tracepoints_alone {
+    if let Some(alone) = &m.tracepoints_alone {
         let ratios = alone.round_ratios();
         figures.extend([
             Figure::new(
                 &format!(
                     "the kernel's share: the same syscall tracepoints ({}) enabled with no \
                      program ({ALL_ON_ROUNDS} more rounds): ratio per round",
-                    syscall_tracepoints.join(", ")
+                    m.syscall_tracepoints.join(", ")
                 ),
                 joined(&ratios),
             ),
@@ -1009,36 +1044,49 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             ),
         ]);
     }
-    figures.extend([
-        Figure::new(
-            "events lost in the alternating arms",
-            format!("{arms_lost} of {}", arms_events + arms_lost),
+    let (arms_lost, arms_events) = (m.agent.summed(|s| s.lost), m.agent.summed(|s| s.events));
+    figures.push(Figure::new(
+        "events lost in the alternating arms",
+        format!("{arms_lost} of {}", arms_events + arms_lost),
+    ));
+    figures
+}
+
+/// The counted runs' figures: events and losses at full speed, each program's run time
+/// per hit, the reader's wakeups and CPU, and the probes' share of an exec.
+fn counted_figures(m: &Measured) -> Vec<Figure> {
+    let Counted {
+        run: loss_run,
+        summary: loss,
+        irq_work,
+        paused,
+        agent: agent_counted,
+        ..
+    } = &m.counted;
+    let mut figures = vec![Figure::new(
+        &format!(
+            "{} s at full speed: execs/s, events read, lost",
+            LOSS_RUN.as_secs()
         ),
-        Figure::new(
-            &format!(
-                "{} s at full speed: execs/s, events read, lost",
-                LOSS_RUN.as_secs()
-            ),
-            format!(
-                "{:.0}, {}, {}{}",
-                rate(&[loss_run]),
-                loss.events,
-                loss.lost,
-                if loss.lost_by_kind.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({})",
-                        loss.lost_by_kind
-                            .iter()
-                            .map(|(k, n)| format!("{k} {n}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }
-            ),
+        format!(
+            "{:.0}, {}, {}{}",
+            rate(&[*loss_run]),
+            loss.events,
+            loss.lost,
+            if loss.lost_by_kind.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({})",
+                    loss.lost_by_kind
+                        .iter()
+                        .map(|(k, n)| format!("{k} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
         ),
-    ]);
+    )];
     let paused_valid = paused.lost == 0;
     for p in &loss.programs {
         let quiet = paused
@@ -1085,26 +1133,15 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             ),
             format!(
                 "{n}, {:.2} per event read",
-                n as f64 / loss.events.max(1) as f64
+                *n as f64 / loss.events.max(1) as f64
             ),
         ));
     }
-    figures.push(Figure::new(
-        "the reader's CPU in the on arms (kernel-events, all threads): share of one CPU, per \
-         event",
-        if arms_events == 0 {
-            format!(
-                "{:.2}%, no events (every one dropped in the kernel)",
-                reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON)
-            )
-        } else {
-            format!(
-                "{:.2}%, {:.2} µs",
-                reader_ns as f64 / 1e7 / on_seconds.max(f64::EPSILON),
-                reader_ns as f64 / 1e3 / arms_events as f64
-            )
-        },
-    ));
+    figures.push(reader_cpu_figure(&m.agent));
+    let probe_ns: u64 = loss.programs.iter().map(|p| p.run_time_ns).sum();
+    let probe_ns_per_exec = probe_ns as f64 / loss_run.execs as f64;
+    // At the ceiling every CPU is busy, so one exec costs workers / rate CPU-seconds.
+    let cpu_ns_per_exec = m.workers as f64 * 1e9 / rate(&[*loss_run]);
     figures.push(Figure::new(
         "probe run time per exec (all programs) / CPU time per exec at the ceiling",
         format!(
@@ -1114,13 +1151,137 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             probe_ns_per_exec * 100.0 / cpu_ns_per_exec
         ),
     ));
-    if !others.is_empty() {
+    if !m.others.is_empty() {
         figures.push(Figure::new(
             "other tracepoint programs loaded during the run (in both arms)",
-            others.join(", "),
+            m.others.join(", "),
         ));
     }
+    figures
+}
 
+/// The reader's CPU in the agent's on arms: share of one CPU, and per event read.
+fn reader_cpu_figure(agent: &Alternated) -> Figure {
+    let arms_events = agent.summed(|s| s.events);
+    let share = agent.reader_ns as f64 / 1e7 / agent.on_seconds.max(f64::EPSILON);
+    Figure::new(
+        "the reader's CPU in the on arms (kernel-events, all threads): share of one CPU, per \
+         event",
+        if arms_events == 0 {
+            format!("{share:.2}%, no events (every one dropped in the kernel)")
+        } else {
+            format!(
+                "{share:.2}%, {:.2} µs",
+                agent.reader_ns as f64 / 1e3 / arms_events as f64
+            )
+        },
+    )
+}
+
+/// How the figures were made, for BENCHMARKS.md.
+fn method(m: &Measured) -> String {
+    format!(
+        "{} workers (one per CPU) each `posix_spawn` `{}` and wait for it, in a \
+         loop, as fast as they can. With the probes on, `podtrace kernel-events \
+         --summary-only --json --netns-on-demand` (release build) has loaded every program \
+         and attached them as the agent does between the CRI calls that create or enter \
+         pod namespaces (the unshare and setns syscall tracepoints loaded but detached: \
+         the agent attaches them around RunPodSandbox, StopPodSandbox, RemovePodSandbox, \
+         CreateContainer and StartContainer, and detaches them after a second without \
+         such a call), and drains the ring buffer with the agent's reader (events \
+         decoded and received, not printed); off, nothing is attached. After a {} s \
+         warm-up the workload runs on without a break through {ROUNDS} rounds of four \
+         arms in ABBA then BAAB order, and an arm is the execs counted in a {:.1} s window \
+         that opens {} ms after the arm begins: an on arm starts kernel-events as it \
+         begins and stops it after its window, so neither the probes' attaching nor \
+         their removal falls in a window (in the second after kernel-events attached \
+         the agent's programs, the workload ran up to 10% slower), and no arm starts \
+         from an idle machine. A round's ratio \
+         is its on arms' execs/s over its off arms', and the verdict uses the median of \
+         the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
+         with every program attached (the agent during sandbox operations, and \
+         kernel-events) are shown beside it, and {ALL_ON_ROUNDS} with only the syscall \
+         tracepoints those programs sit on enabled, as counting perf events with no \
+         program: enabling any syscall tracepoint sends every syscall on the node \
+         through the kernel's slow entry and exit path, so that share of the cost is \
+         the kernel's whatever the programs do. The probes' load time is not \
+         timed. Then {} s at full speed with every program attached counts events read \
+         and lost. \
+         The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
+         that run and one before it only (kernel.bpf_stats_enabled was {} \
+         before the benchmark), and give each program's run time per hit. In the run \
+         before it, kernel-events is stopped (SIGSTOP) while the workload runs \
+         {PAUSED_EXECS} execs, so the probes run their full paths but never wake a \
+         reader: its run time per hit, in parentheses, is the programs' own, and the \
+         difference is the ring buffer's wakeup of the reader (IRQ work, counted from \
+         /proc/interrupts). A last {} s run with the statistics on, in the agent's \
+         configuration, gives the exec and exit programs' run time per hit there: between \
+         sandbox operations the probes drop the node's own execs and exits (this \
+         workload's) in the kernel, before reserving anything. The per-hit goal is judged \
+         on the run with every program attached.",
+        m.workers,
+        m.target,
+        WARMUP.as_secs(),
+        ARM.as_secs_f64(),
+        SETTLE.as_millis(),
+        LOSS_RUN.as_secs(),
+        m.stats_before,
+        AGENT_RUN.as_secs()
+    )
+}
+
+/// Every raw figure, for samples.json.
+fn samples(m: &Measured) -> serde_json::Value {
+    let Counted {
+        run: loss_run,
+        summary: loss,
+        said: loss_reports,
+        irq_work,
+        paused_run,
+        paused,
+        ..
+    } = &m.counted;
+    json!({
+        "workers": m.workers,
+        "exec_target": m.target,
+        "arm_seconds": ARM.as_secs_f64(),
+        "warmup": {"execs": m.warm.execs, "seconds": m.warm.seconds},
+        "rounds": rounds_json(&m.agent),
+        "all_attached_rounds": rounds_json(&m.all_on),
+        "median_ratio": median(&m.agent.round_ratios()),
+        "pooled_ratio": m.agent.pooled(),
+        "reader_cpu_ns_in_on_arms": m.agent.reader_ns,
+        "on_arm_seconds": m.agent.on_seconds,
+        "loss_run": {
+            "execs": loss_run.execs,
+            "seconds": loss_run.seconds,
+            "events": loss.events,
+            "undecodable": loss.undecodable,
+            "lost": loss.lost,
+            "lost_by_kind": loss.lost_by_kind,
+            "loss_reports": loss_reports.iter()
+                .filter(|l| l.contains("lost"))
+                .collect::<Vec<_>>(),
+            "programs": programs_json(&loss.programs),
+        },
+        "irq_work_interrupts_in_loss_run": irq_work,
+        "reader_paused_run": {
+            "execs": paused_run.execs,
+            "seconds": paused_run.seconds,
+            "events": paused.events,
+            "lost": paused.lost,
+            "programs": programs_json(&paused.programs),
+        },
+        "bpf_stats_enabled": {
+            "before": m.stats_before,
+            "after": m.stats_after,
+        },
+        "other_tracepoint_programs": m.others,
+    })
+}
+
+/// Each round's arms and ratio, for samples.json.
+fn rounds_json(a: &Alternated) -> Vec<serde_json::Value> {
     let arm_json = |(a, r, s): &(Arm, ArmRun, Option<Summary>)| {
         json!({
             "arm": a.name(),
@@ -1130,119 +1291,33 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "lost": s.as_ref().map(|s| s.lost),
         })
     };
-    Ok(Outcome {
-        number: 4,
-        title: "Probe overhead",
-        method: format!(
-            "{workers} workers (one per CPU) each `posix_spawn` `{}` and wait for it, in a \
-             loop, as fast as they can. With the probes on, `podtrace kernel-events \
-             --summary-only --json --netns-on-demand` (release build) has loaded every program \
-             and attached them as the agent does between the CRI calls that create or enter \
-             pod namespaces (the unshare and setns syscall tracepoints loaded but detached: \
-             the agent attaches them around RunPodSandbox, StopPodSandbox, RemovePodSandbox, \
-             CreateContainer and StartContainer, and detaches them after a second without \
-             such a call), and drains the ring buffer with the agent's reader (events \
-             decoded and received, not printed); off, nothing is attached. After a {} s \
-             warm-up the workload runs on without a break through {ROUNDS} rounds of four \
-             arms in ABBA then BAAB order, and an arm is the execs counted in a {:.1} s window \
-             that opens {} ms after the arm begins: an on arm starts kernel-events as it \
-             begins and stops it after its window, so neither the probes' attaching nor \
-             their removal falls in a window (in the second after kernel-events attached \
-             the agent's programs, the workload ran up to 10% slower), and no arm starts \
-             from an idle machine. A round's ratio \
-             is its on arms' execs/s over its off arms', and the verdict uses the median of \
-             the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
-             with every program attached (the agent during sandbox operations, and \
-             kernel-events) are shown beside it, and {ALL_ON_ROUNDS} with only the syscall \
-             tracepoints those programs sit on enabled, as counting perf events with no \
-             program: enabling any syscall tracepoint sends every syscall on the node \
-             through the kernel's slow entry and exit path, so that share of the cost is \
-             the kernel's whatever the programs do. The probes' load time is not \
-             timed. Then {} s at full speed with every program attached counts events read \
-             and lost. \
-             The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
-             that run and one before it only (kernel.bpf_stats_enabled was {stats_before} \
-             before the benchmark), and give each program's run time per hit. In the run \
-             before it, kernel-events is stopped (SIGSTOP) while the workload runs \
-             {PAUSED_EXECS} execs, so the probes run their full paths but never wake a \
-             reader: its run time per hit, in parentheses, is the programs' own, and the \
-             difference is the ring buffer's wakeup of the reader (IRQ work, counted from \
-             /proc/interrupts). A last {} s run with the statistics on, in the agent's \
-             configuration, gives the exec and exit programs' run time per hit there: between \
-             sandbox operations the probes drop the node's own execs and exits (this \
-             workload's) in the kernel, before reserving anything. The per-hit goal is judged \
-             on the run with every program attached.",
-            target.shown,
-            WARMUP.as_secs(),
-            ARM.as_secs_f64(),
-            SETTLE.as_millis(),
-            LOSS_RUN.as_secs(),
-            AGENT_RUN.as_secs()
-        ),
-        figures,
-        goal: format!(
-            "workload ≥ {GOAL_RATIO}× of untraced in the agent's configuration and \
-             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds), {GOAL_LOST} \
-             lost events, ≤ {GOAL_NS_PER_HIT:.0} ns per hit"
-        ),
-        verdict,
-        samples: json!({
-            "workers": workers,
-            "exec_target": target.shown,
-            "arm_seconds": ARM.as_secs_f64(),
-            "warmup": {"execs": warm.execs, "seconds": warm.seconds},
-            "rounds": rounds.iter().zip(&round_ratios).enumerate().map(|(i, (arms, r))| json!({
+    a.rounds
+        .iter()
+        .zip(a.round_ratios())
+        .enumerate()
+        .map(|(i, (arms, r))| {
+            json!({
                 "round": i + 1,
                 "arms": arms.iter().map(arm_json).collect::<Vec<_>>(),
                 "ratio": r,
-            })).collect::<Vec<_>>(),
-            "all_attached_rounds": all_on.rounds.iter().zip(all_on.round_ratios()).enumerate()
-                .map(|(i, (arms, r))| json!({
-                    "round": i + 1,
-                    "arms": arms.iter().map(arm_json).collect::<Vec<_>>(),
-                    "ratio": r,
-                })).collect::<Vec<_>>(),
-            "median_ratio": median_ratio,
-            "pooled_ratio": pooled,
-            "reader_cpu_ns_in_on_arms": reader_ns,
-            "on_arm_seconds": on_seconds,
-            "loss_run": {
-                "execs": loss_run.execs,
-                "seconds": loss_run.seconds,
-                "events": loss.events,
-                "undecodable": loss.undecodable,
-                "lost": loss.lost,
-                "lost_by_kind": loss.lost_by_kind,
-                "loss_reports": loss_reports.iter()
-                    .filter(|l| l.contains("lost"))
-                    .collect::<Vec<_>>(),
-                "programs": loss.programs.iter().map(|p| json!({
-                    "program": p.program,
-                    "run_time_ns": p.run_time_ns,
-                    "run_count": p.run_count,
-                    "ns_per_hit": p.ns_per_hit(),
-                })).collect::<Vec<_>>(),
-            },
-            "irq_work_interrupts_in_loss_run": irq_work,
-            "reader_paused_run": {
-                "execs": paused_run.execs,
-                "seconds": paused_run.seconds,
-                "events": paused.events,
-                "lost": paused.lost,
-                "programs": paused.programs.iter().map(|p| json!({
-                    "program": p.program,
-                    "run_time_ns": p.run_time_ns,
-                    "run_count": p.run_count,
-                    "ns_per_hit": p.ns_per_hit(),
-                })).collect::<Vec<_>>(),
-            },
-            "bpf_stats_enabled": {
-                "before": stats_before,
-                "after": stats_after,
-            },
-            "other_tracepoint_programs": others,
-        }),
-    })
+            })
+        })
+        .collect()
+}
+
+/// Each program's counters and run time per hit, for samples.json.
+fn programs_json(programs: &[ProgramRun]) -> Vec<serde_json::Value> {
+    programs
+        .iter()
+        .map(|p| {
+            json!({
+                "program": p.program,
+                "run_time_ns": p.run_time_ns,
+                "run_count": p.run_count,
+                "ns_per_hit": p.ns_per_hit(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
