@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::error::LabError;
 use super::mounts;
 use super::network::{self, Family};
-use super::paths::LabPaths;
+use super::paths::{self, LabPaths};
 
 const PART: &str = "baseline";
 const FILE: &str = "baseline.json";
@@ -77,7 +77,7 @@ pub(crate) const WATCHED_DIRS: &[WatchedDir] = &[
     },
     // Default netns mount directory, should the state-dir setting ever be ignored.
     WatchedDir {
-        path: "/run/netns",
+        path: paths::HOST_NETNS_DIR,
         select: Select::Prefix("cni-"),
     },
     // skopeo's blob info cache, written on every push.

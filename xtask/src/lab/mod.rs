@@ -53,6 +53,9 @@ pub const IMAGE_BIG50: &str = "127.0.0.1:5000/podtrace/big50:1.0";
 pub const POD_SUBNET: &str = "10.244.77.0/24";
 pub const BRIDGE: &str = "ptlab0";
 pub const CNI_NETWORK: &str = "podtrace-lab";
+/// The lab network's CNI config file, in the lab's `cni/net.d` and in a node's CNI config
+/// directory.
+pub const CNI_CONFLIST: &str = "10-podtrace-lab.conflist";
 pub const REGISTRY_ADDR: &str = "127.0.0.1:5000";
 /// Where a runtime with tracing sends its spans on a lab node: a test's OTLP receiver
 /// listens here. The modern node's containerd is configured for it; the host lab's

@@ -7,6 +7,15 @@ use std::path::{Path, PathBuf};
 pub const LAB_DIR_ENV: &str = "PODTRACE_LAB_DIR";
 /// The lab root when [`LAB_DIR_ENV`] is not set.
 pub const DEFAULT_LAB_DIR: &str = "/var/lib/podtrace-lab";
+/// Under the root: the state file, present exactly while the lab is up.
+pub(crate) const STATE_FILE: &str = "lab.json";
+/// Under the root: what the host looked like before `up`.
+pub(crate) const BASELINE_DIR: &str = "baseline";
+/// The host's default directory of named network namespaces, outside the lab root: the
+/// lab's pods get theirs under its state dir, and this is watched for any that land here.
+pub(crate) const HOST_NETNS_DIR: &str = "/run/netns";
+/// The same directory by its older name (a link to [`HOST_NETNS_DIR`] on most hosts).
+pub(crate) const VAR_RUN_NETNS_DIR: &str = "/var/run/netns";
 
 /// The lab's directory layout, derived from its root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,12 +49,12 @@ impl LabPaths {
     /// `lab.json`: written last by `up`, removed by `down`, so it exists exactly while the lab
     /// is up.
     pub fn state_file(&self) -> PathBuf {
-        self.root.join("lab.json")
+        self.root.join(STATE_FILE)
     }
 
     /// What the host looked like before `up`, so `down` can tell lab residue from the rest.
     pub fn baseline_dir(&self) -> PathBuf {
-        self.root.join("baseline")
+        self.root.join(BASELINE_DIR)
     }
 
     pub fn registry_dir(&self) -> PathBuf {
@@ -127,7 +136,7 @@ impl LabPaths {
     }
 
     pub fn cni_conflist(&self) -> PathBuf {
-        self.cni_conf_dir().join("10-podtrace-lab.conflist")
+        self.cni_conf_dir().join(super::CNI_CONFLIST)
     }
 
     /// host-local's `dataDir`: IP reservations, so they vanish with the lab root.

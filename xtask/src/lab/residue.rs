@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::baseline::{self, WATCHED_DIRS};
 use super::mounts;
 use super::network::{self, Dump, Family};
-use super::paths::LabPaths;
+use super::paths::{self, LabPaths};
 use super::process;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -49,14 +49,14 @@ pub fn snapshot_residue(paths: &LabPaths) -> ResidueSnapshot {
     }
     let netns_dirs = [
         paths.root.clone(),
-        "/run/netns".into(),
-        "/var/run/netns".into(),
+        paths::HOST_NETNS_DIR.into(),
+        paths::VAR_RUN_NETNS_DIR.into(),
     ];
     for m in mounts::mounts_under(&mounts::current_mounts(), &netns_dirs) {
         s.mounts
             .insert(format!("{} ({})", m.mount_point.display(), m.fs_type));
     }
-    s.netns = baseline::dir_entries(Path::new("/var/run/netns"))
+    s.netns = baseline::dir_entries(Path::new(paths::VAR_RUN_NETNS_DIR))
         .unwrap_or_default()
         .into_iter()
         .collect();

@@ -11,7 +11,7 @@ use super::containerd;
 use super::error::LabError;
 use super::mounts;
 use super::network::{self, Dump, Family};
-use super::paths::LabPaths;
+use super::paths::{self, LabPaths};
 use super::process;
 use super::registry;
 use super::state::DownReport;
@@ -120,7 +120,8 @@ fn other_running_lab(paths: &LabPaths) -> Option<PathBuf> {
         let cmdline = process::cmdline(pid);
         let config = cmdline.split(' ').find(|a| a.ends_with(suffix))?;
         let root = Path::new(config).parent()?.parent()?.to_owned();
-        let is_lab = root.join("baseline").is_dir() || root.join("lab.json").is_file();
+        let is_lab =
+            root.join(paths::BASELINE_DIR).is_dir() || root.join(paths::STATE_FILE).is_file();
         (root != paths.root && is_lab && process::is_alive(pid)).then_some(root)
     })
 }
@@ -206,7 +207,7 @@ fn new_host_netns(baseline: Option<&Baseline>) -> Vec<PathBuf> {
     let Some(b) = baseline else {
         return Vec::new();
     };
-    let dir = Path::new("/run/netns");
+    let dir = Path::new(paths::HOST_NETNS_DIR);
     let before = b.dirs.get(dir).cloned().flatten().unwrap_or_default();
     baseline::dir_entries(dir)
         .unwrap_or_default()

@@ -40,10 +40,12 @@ pub const CNI_BIN_DIR: &str = "/opt/cni/bin";
 pub const CNI_CONF_DIR: &str = "/etc/cni/net.d";
 pub const CONTAINERD_CONFIG: &str = "/etc/containerd/config.toml";
 pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
+/// containerd's registry host configs: `<registry>/hosts.toml` for each registry.
+pub const CERTS_DIR: &str = "/etc/containerd/certs.d";
 /// The guest's address on QEMU's user network.
 pub const GUEST_ADDR: &str = "10.0.2.15/24";
 /// The lab profile's root in the guest: what `PODTRACE_LAB_DIR` points at there.
-pub const GUEST_LAB_DIR: &str = "/var/lib/podtrace-lab";
+pub const GUEST_LAB_DIR: &str = lab::DEFAULT_LAB_DIR;
 /// Where `node-vm test` puts the binaries and examples.
 pub const GUEST_WORK_DIR: &str = "/opt/podtrace";
 
@@ -94,7 +96,7 @@ pub fn containerd_edits() -> Vec<(String, &'static str, String)> {
         (
             format!("{CRI_IMAGES}.registry"),
             "config_path",
-            quote("/etc/containerd/certs.d"),
+            quote(CERTS_DIR),
         ),
     ]
 }
@@ -117,7 +119,7 @@ pub fn compat_containerd_edits() -> Vec<(String, &'static str, String)> {
         (
             format!("{CRI_V1}.registry"),
             "config_path",
-            quote("/etc/containerd/certs.d"),
+            quote(CERTS_DIR),
         ),
     ]
 }
@@ -192,12 +194,12 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
             "/dev/vda / ext4 rw,errors=remount-ro 0 1\n".into(),
         ),
         (
-            format!("{CNI_CONF_DIR}/10-podtrace-lab.conflist"),
+            format!("{CNI_CONF_DIR}/{}", lab::CNI_CONFLIST),
             0o644,
             conflist + "\n",
         ),
         (
-            "/etc/containerd/certs.d/127.0.0.1:5000/hosts.toml".into(),
+            format!("{CERTS_DIR}/{}/hosts.toml", lab::REGISTRY_ADDR),
             0o644,
             lab::registry_hosts_toml(),
         ),

@@ -443,7 +443,7 @@ fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths, unit: &str) -> anyho
         recipe::CONTAINERD_CONFIG
     }
     .into();
-    state.cni_conflist = Path::new(recipe::CNI_CONF_DIR).join("10-podtrace-lab.conflist");
+    state.cni_conflist = Path::new(recipe::CNI_CONF_DIR).join(lab::CNI_CONFLIST);
     guest.write_file(
         &guest_lab.state_file().display().to_string(),
         &(serde_json::to_string_pretty(&state)? + "\n"),
