@@ -12,6 +12,8 @@ use serde_json::json;
 
 use super::agent::Agent;
 use super::memory::{rss_kib, sample, status_kib};
+use super::pods::sleep_pod;
+use super::units::{max_mib, mib};
 use super::{Figure, Outcome};
 
 pub const ROUNDS: usize = 60;
@@ -21,25 +23,16 @@ const EARLY_ROUND: usize = 10;
 const GROWTH_GOAL_MIB: f64 = 3.0;
 const IDLE_GOAL_MIB: f64 = 2.0;
 const NODE: &str = "podtrace-bench-churn";
-use crate::lab::IMAGE_APP as IMAGE;
 /// The agent's default `--deleted-pod-retention`: the bench measures the default.
 const RETENTION: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(5);
-
-fn manifest(round: usize, i: usize) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: churn-{round:02}-{i}\n  namespace: default\n\
-         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
-         image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
-    )
-}
 
 /// Ten pods written, all Running, their manifests removed, all cleaned up.
 fn round(agent: &mut Agent, round: usize) -> anyhow::Result<()> {
     for i in 0..PODS_PER_ROUND {
         std::fs::write(
             agent.manifests.join(format!("churn-{round:02}-{i}.yaml")),
-            manifest(round, i),
+            sleep_pod(&format!("churn-{round:02}-{i}")),
         )?;
     }
     agent.wait_for(
@@ -147,7 +140,7 @@ fn measure(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Churn> {
         eprintln!(
             "bench: churn: round {r}/{rounds} in {:.1} s, RSS {:.1} MiB",
             round_secs.last().copied().unwrap_or(0.0),
-            *after_round.last().unwrap_or(&0) as f64 / 1024.0
+            mib(*after_round.last().unwrap_or(&0))
         );
     }
     let churn_s = started.elapsed().as_secs_f64();
@@ -207,13 +200,12 @@ fn method(m: &Churn) -> String {
 /// The figures, verdict, method and samples of a run.
 fn render(m: &Churn) -> Outcome {
     let rounds = m.rounds;
-    let max = |v: &[u64]| mib(v.iter().copied().max().unwrap_or(0));
     let (cold_mib, idle_mib, early_mib, last_mib, after_mib) = (
-        max(&m.cold),
-        max(&m.idle),
-        max(&m.early),
-        max(&m.last),
-        max(&m.after),
+        max_mib(&m.cold),
+        max_mib(&m.idle),
+        max_mib(&m.early),
+        max_mib(&m.last),
+        max_mib(&m.after),
     );
     let growth = last_mib - early_mib;
     let over_idle = after_mib - idle_mib;
@@ -295,9 +287,4 @@ fn render(m: &Churn) -> Outcome {
             "trace_bytes": m.trace_bytes,
         }),
     }
-}
-
-/// KiB as MiB.
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
 }

@@ -8,10 +8,10 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use super::pods::sleep_pod;
 use super::stats::percentile;
 use super::{Figure, Outcome};
 
-use crate::lab::IMAGE_APP as IMAGE;
 pub const OVERHEAD_PODS: usize = 200;
 const GOAL_RATIO: f64 = 1.05;
 const GOAL_GAP_MS: f64 = 10.0;
@@ -31,14 +31,6 @@ impl Arm {
             Arm::Direct => "direct",
         }
     }
-}
-
-fn manifest(name: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n\
-         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
-         image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
-    )
 }
 
 /// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
@@ -72,7 +64,7 @@ pub(super) fn create_sampled(
     std::fs::create_dir_all(&manifests)?;
     for i in 0..pods {
         let name = format!("{}-{tag}-{i:03}", arm.name());
-        std::fs::write(manifests.join(format!("{name}.yaml")), manifest(&name))?;
+        std::fs::write(manifests.join(format!("{name}.yaml")), sleep_pod(&name))?;
     }
     let mut cmd = Command::new(bin);
     match arm {

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::direct::{Arm, create_sampled};
 use super::stats::{ci_text, median, median_ci};
+use super::units::{max_mib, mib};
 use super::{Figure, Outcome};
 
 /// Pods per batch: most of the lab's /24 pod network (253 addresses).
@@ -45,7 +46,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "bench: {PODS} pods: round {} {}: all Running after {slowest:.1} s, peak RSS {:.1} MiB",
                 round + 1,
                 arm.name(),
-                r.peak_rss_kib as f64 / 1024.0
+                mib(r.peak_rss_kib)
             );
             took[(arm == Arm::Direct) as usize].push(slowest);
             if arm == Arm::Podtrace {
@@ -66,7 +67,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     let round_ratios: Vec<f64> = took[0].iter().zip(&took[1]).map(|(p, d)| d / p).collect();
     let ratio = median(&round_ratios);
     let pooled = direct / podtrace;
-    let peak_mib = rss_kib.iter().copied().max().unwrap_or(0) as f64 / 1024.0;
+    let peak_mib = max_mib(&rss_kib);
     let mut misses = Vec::new();
     if ratio < GOAL_RATIO {
         misses.push(format!(
@@ -143,7 +144,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "the agent's peak RSS per batch",
                 rss_kib
                     .iter()
-                    .map(|k| format!("{:.1} MiB", *k as f64 / 1024.0))
+                    .map(|k| format!("{:.1} MiB", mib(*k)))
                     .collect::<Vec<_>>()
                     .join(", "),
             ),

@@ -8,12 +8,13 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::agent::Agent;
+use super::pods::sleep_pod;
+use super::units::{max_mib, mib};
 use super::{Figure, Outcome};
 
 pub const PODS: usize = 100;
 const GOAL_MIB: f64 = 30.0;
 const NODE: &str = "podtrace-bench-mem";
-use crate::lab::IMAGE_APP as IMAGE;
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLES: usize = 10;
 
@@ -31,14 +32,6 @@ pub fn status_kib(pid: u32, key: &str) -> anyhow::Result<u64> {
 /// VmRSS and VmHWM in KiB.
 pub fn rss_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((status_kib(pid, "VmRSS:")?, status_kib(pid, "VmHWM:")?))
-}
-
-fn manifest(i: usize) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: mem-{i:03}\n  namespace: default\n\
-         spec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    \
-         image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n"
-    )
 }
 
 /// The highest VmRSS over a few samples, and VmHWM at the end, in KiB.
@@ -65,7 +58,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     for i in 0..PODS {
         std::fs::write(
             agent.manifests.join(format!("mem-{i:03}.yaml")),
-            manifest(i),
+            sleep_pod(&format!("mem-{i:03}")),
         )?;
     }
     let took = agent.wait_for("100 pods Running", Duration::from_secs(300), |a| {
@@ -85,9 +78,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     std::thread::sleep(SETTLE);
     let (after_rss, after_hwm) = sample(pid)?;
     agent.stop()?;
-    let mib = |kib: u64| kib as f64 / 1024.0;
     let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
-    let busy = mib(max(&busy_rss));
+    let busy = max_mib(&busy_rss);
     let peak = mib(after_hwm);
     // The peak bounds every sample, the 100-pod one included.
     let met = peak <= GOAL_MIB;

@@ -11,12 +11,14 @@ mod many_pods;
 mod memory;
 mod observer_cost;
 mod otlp;
+mod pods;
 mod probe_overhead;
 mod replay_speed;
 mod seeing;
 mod shares;
 mod stats;
 mod syscall_tracepoints;
+mod units;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
