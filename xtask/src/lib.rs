@@ -4,6 +4,7 @@
 pub mod lab;
 pub mod poll;
 pub mod runtime_debs;
+pub mod text;
 
 /// Perfetto's own Python definitions of its trace format (the `perfetto` package on
 /// PyPI, with the protobuf runtime it needs), which the `.pftrace` test reads its output

@@ -106,9 +106,8 @@ fn main() -> ExitCode {
 
 fn lab_command(cmd: LabCmd) -> anyhow::Result<()> {
     let paths = LabPaths::from_env();
-    let say = |s: &str| eprintln!("lab: {s}");
     match cmd {
-        LabCmd::Up => match lab::up(&paths, &say)? {
+        LabCmd::Up => match lab::up(&paths, &ui::lab_says)? {
             UpOutcome::Started(_) => {
                 println!("{}", lab::status(&paths)?);
             }
@@ -118,7 +117,7 @@ fn lab_command(cmd: LabCmd) -> anyhow::Result<()> {
             }
         },
         LabCmd::Down => {
-            let report = lab::down(&paths, &say)?;
+            let report = lab::down(&paths, &ui::lab_says)?;
             println!("{report}");
         }
         LabCmd::Status => println!("{}", lab::status(&paths)?),

@@ -96,7 +96,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     crate::licences::check()?;
     eprintln!("[4/{total}] unit tests");
     workspace::run(
-        workspace::cargo().args(["test", "--workspace", "--exclude", "podtrace-tests"]),
+        workspace::cargo().args(["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE]),
         "unit tests",
     )?;
     if args.unit_only {
@@ -109,11 +109,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     let paths = LabPaths::from_env();
     if paths.state_file().exists() {
         eprintln!("the node lab is up; taking it down so the tests start from a clean node");
-        lab::down(&paths, &|s| eprintln!("lab: {s}"))?;
+        lab::down(&paths, &crate::ui::lab_says)?;
     }
     let integration = |tests: &[&str]| {
         let mut cmd = workspace::cargo();
-        cmd.args(["test", "--package", "podtrace-tests"]);
+        cmd.args(["test", "--package", workspace::TESTS_PACKAGE]);
         for t in tests {
             cmd.args(["--test", t]);
         }
@@ -148,7 +148,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         times.push(("the modern-node suite", modern_started.elapsed()));
     }
     // The lab comes down whether or not the tests passed.
-    let down = lab::down(&paths, &|s| eprintln!("lab: {s}"));
+    let down = lab::down(&paths, &crate::ui::lab_says);
     for (part, took) in &times {
         eprintln!("time: {part}: {:.0} s", took.as_secs_f64());
     }

@@ -5,6 +5,11 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// The node lab's progress, as the workflows that bring it up or down show it.
+pub fn lab_says(what: &str) {
+    eprintln!("lab: {what}");
+}
+
 /// One step of a workflow: `[n/total] what` with a spinner and the sub-step being done.
 pub struct Step {
     bar: ProgressBar,

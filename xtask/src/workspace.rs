@@ -5,6 +5,10 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
+/// The package of the integration tests, which run on the node lab (and of the test
+/// clients the benchmarks build).
+pub const TESTS_PACKAGE: &str = "podtrace-tests";
+
 /// The workspace root (xtask lives one level below it).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,6 +51,16 @@ pub fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
         bail!("{what} failed ({status})");
     }
     Ok(())
+}
+
+/// Runs a command for its output: fails with `running {what}` when it cannot start, and
+/// with `{what}: ` and its stderr when it does not succeed.
+pub fn output_of(cmd: &mut Command, what: &str) -> anyhow::Result<std::process::Output> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(out)
 }
 
 /// Builds the `podtrace` binary and returns its path.

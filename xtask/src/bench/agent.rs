@@ -10,6 +10,8 @@ use serde_json::Value;
 use xtask::lab::LabPaths;
 use xtask::poll::Poll;
 
+use crate::workspace;
+
 /// How often a wait polls the agent's API. Polling is how an outside observer sees the
 /// agent; the figures come from the agent's own timestamps, not from this period.
 const POLL: Duration = Duration::from_millis(250);
@@ -73,17 +75,12 @@ impl Agent {
 
     /// `podtrace <command> -o json` against this agent's API, parsed.
     pub fn query(&self, command: &str) -> anyhow::Result<Value> {
-        let out = Command::new(&self.bin)
-            .args([command, "-o", "json", "--api-socket"])
-            .arg(&self.socket)
-            .output()
-            .with_context(|| format!("running podtrace {command}"))?;
-        if !out.status.success() {
-            bail!(
-                "podtrace {command}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        let out = workspace::output_of(
+            Command::new(&self.bin)
+                .args([command, "-o", "json", "--api-socket"])
+                .arg(&self.socket),
+            &format!("podtrace {command}"),
+        )?;
         serde_json::from_slice(&out.stdout).with_context(|| format!("parsing podtrace {command}"))
     }
 

@@ -225,8 +225,10 @@ static LAB_RUNTIME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let paths = LabPaths::from_env();
-    let say = |s: &str| eprintln!("lab: {s}");
-    let started = matches!(lab::up(&paths, &say)?, UpOutcome::Started(_));
+    let started = matches!(
+        lab::up(&paths, &crate::ui::lab_says)?,
+        UpOutcome::Started(_)
+    );
     // The lab's runtime is known for sure only while the lab is up (a fresh machine
     // unpacks it at the first `up`, and `down` may remove it).
     if let Some((version, _)) = xtask::lab::containerd_version(&paths) {
@@ -234,7 +236,7 @@ fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     }
     let result = f();
     if started {
-        lab::down(&paths, &say)?;
+        lab::down(&paths, &crate::ui::lab_says)?;
     }
     result
 }

@@ -42,7 +42,7 @@ fn build_client() -> anyhow::Result<PathBuf> {
         "build",
         "--release",
         "--package",
-        "podtrace-tests",
+        workspace::TESTS_PACKAGE,
         "--bin",
         "cri-pod-client",
     ]);

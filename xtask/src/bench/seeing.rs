@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::agent::Agent;
 use super::stats::percentile;
 use super::{Figure, Outcome};
+use crate::workspace;
 
 const NODE: &str = "podtrace-bench-seeing";
 use crate::lab::IMAGE_APP as IMAGE;
@@ -89,17 +90,12 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Seeing> {
             work.join("agent.log").display()
         );
     }
-    let out = Command::new(bin)
-        .args(["bench-seeing", "--trace"])
-        .arg(&trace)
-        .output()
-        .context("running podtrace bench-seeing")?;
-    if !out.status.success() {
-        bail!(
-            "podtrace bench-seeing: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    let out = workspace::output_of(
+        Command::new(bin)
+            .args(["bench-seeing", "--trace"])
+            .arg(&trace),
+        "podtrace bench-seeing",
+    )?;
     let doc: Value = serde_json::from_slice(&out.stdout).context("parsing bench-seeing")?;
     let samples = doc["samples"].as_array().cloned().unwrap_or_default();
     let ms_of = |change: &str| -> Vec<f64> {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::error::LabError;
 use crate::poll::Poll;
+use crate::text::last_lines;
 
 /// Directories searched besides `$PATH`: sudo and cron often drop the sbin ones, where
 /// iptables, ip and runc live.
@@ -233,8 +234,7 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let mut buf = Vec::new();
     let _ = f.read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf);
-    let all: Vec<&str> = text.lines().collect();
-    let tail = &all[all.len().saturating_sub(lines)..];
+    let tail = last_lines(&text, lines);
     if tail.is_empty() {
         "(log is empty)".to_owned()
     } else {

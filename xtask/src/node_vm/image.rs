@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use super::paths::{ImagePaths, NodeVmPaths};
 use super::recipe;
 use xtask::lab::LabPaths;
+use xtask::text::last_lines;
 
 /// The cached image for the current recipe, built first if it is not there.
 pub fn ensure(paths: &NodeVmPaths, say: &dyn Fn(&str)) -> anyhow::Result<ImagePaths> {
@@ -67,7 +68,7 @@ fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
         .context("running debootstrap (package debootstrap; `cargo xtask setup` installs it)")?;
     if !status.success() {
         let err = fs::read_to_string(image.dir.join("debootstrap.err")).unwrap_or_default();
-        let tail = tail_lines(&fs::read_to_string(&log).unwrap_or_default(), 15);
+        let tail = last_lines(&fs::read_to_string(&log).unwrap_or_default(), 15).join("\n");
         bail!(
             "debootstrap of {} failed ({status}):\n{err}{tail}",
             recipe::SUITE
@@ -343,7 +344,7 @@ fn chroot_output(rootfs: &Path, args: &[&str]) -> anyhow::Result<String> {
             "in the node's root file system, `{}` failed ({}): {}",
             args.join(" "),
             out.status,
-            tail_lines(&String::from_utf8_lossy(&out.stderr), 10)
+            last_lines(&String::from_utf8_lossy(&out.stderr), 10).join("\n")
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -358,15 +359,10 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
         bail!(
             "{what} failed ({}): {}",
             out.status,
-            tail_lines(&String::from_utf8_lossy(&out.stderr), 10)
+            last_lines(&String::from_utf8_lossy(&out.stderr), 10).join("\n")
         );
     }
     Ok(())
-}
-
-fn tail_lines(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn remove_other_images(paths: &NodeVmPaths, keep: &str, say: &dyn Fn(&str)) {

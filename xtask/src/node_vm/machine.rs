@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use xtask::poll::Poll;
+use xtask::text::last_lines;
 
 use super::paths::{ImagePaths, NodeVmPaths};
 use super::recipe;
@@ -183,8 +184,7 @@ pub fn console_tail(paths: &NodeVmPaths, n: usize) -> String {
     let text = fs::read(paths.console_log())
         .map(|b| String::from_utf8_lossy(&b).replace('\r', ""))
         .unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+    last_lines(&text, n).join("\n")
 }
 
 /// Stops QEMU (TERM, then KILL) and removes `run/`. Returns whether a guest was running.

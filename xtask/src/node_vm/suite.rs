@@ -132,11 +132,11 @@ pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
     let lab_was_up = lab_paths.state_file().exists();
     if !lab_was_up {
         eprintln!("starting the host lab (its registry serves the guest)");
-        lab::up(&lab_paths, &|s| eprintln!("lab: {s}"))?;
+        lab::up(&lab_paths, &crate::ui::lab_says)?;
     }
     let result = run_on_lab(paths, &lab_paths, only);
     if !lab_was_up {
-        lab::down(&lab_paths, &|s| eprintln!("lab: {s}"))?;
+        lab::down(&lab_paths, &crate::ui::lab_says)?;
     }
     result
 }
@@ -337,7 +337,7 @@ fn build_test_binaries(
     cmd.args([
         "test",
         "--package",
-        "podtrace-tests",
+        workspace::TESTS_PACKAGE,
         "--no-run",
         "--message-format=json",
     ]);
