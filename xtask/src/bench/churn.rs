@@ -97,10 +97,24 @@ pub fn run(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Outcome> {
     Ok(render(&measure(bin, dir, rounds)?))
 }
 
-/// Runs the warm-up round and `rounds` (at least [`EARLY_ROUND`]) rounds on one agent,
+/// `--churn-rounds`: a number of rounds greater than [`EARLY_ROUND`], or the last round
+/// would be the early one and there would be no growth to measure.
+pub fn parse_rounds(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number of rounds: {e}"))?;
+    if n <= EARLY_ROUND {
+        return Err(format!(
+            "{n} rounds: the churn compares round {EARLY_ROUND} with the last round, so it needs more than {EARLY_ROUND}"
+        ));
+    }
+    Ok(n)
+}
+
+/// Runs the warm-up round and `rounds` (more than [`EARLY_ROUND`]) rounds on one agent,
 /// sampling its memory at each point.
 fn measure(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Churn> {
-    let rounds = rounds.max(EARLY_ROUND);
+    let rounds = rounds.max(EARLY_ROUND + 1);
     let work = dir.join("churn");
     let trace = work.join("churn.trace");
     let mut agent = Agent::start(
@@ -286,5 +300,18 @@ fn render(m: &Churn) -> Outcome {
             "seconds_to_forgotten": m.forgotten.as_secs_f64(),
             "trace_bytes": m.trace_bytes,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_churn_needs_a_round_after_the_early_one() {
+        assert_eq!(parse_rounds("11"), Ok(11));
+        let err = parse_rounds("10").unwrap_err();
+        assert!(err.contains("more than 10"), "{err}");
+        assert!(parse_rounds("ten").unwrap_err().contains("\"ten\""));
     }
 }

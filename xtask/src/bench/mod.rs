@@ -44,8 +44,9 @@ pub struct BenchArgs {
     /// Pods in the generated replay trace (benchmark 5).
     #[arg(long, default_value_t = replay_speed::PODS, value_name = "N")]
     pub replay_pods: usize,
-    /// Rounds of ten pods in the churn benchmark (7); at least 10.
-    #[arg(long, default_value_t = churn::ROUNDS, value_name = "N")]
+    /// Rounds of ten pods in the churn benchmark (7); more than 10, since round 10's RSS
+    /// is compared with the last round's.
+    #[arg(long, default_value_t = churn::ROUNDS, value_name = "N", value_parser = churn::parse_rounds)]
     pub churn_rounds: usize,
     /// Seconds each fuzz target runs in the fuzzing benchmark (8).
     #[arg(long, default_value_t = fuzzing::SECONDS, value_name = "N")]
