@@ -19,7 +19,10 @@ pub use client::{CriClient, Timeouts};
 pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
 pub use node_shape::{CNI_CONF_SOURCE, CniSource, DriverSource, NodeShape, NodeShapeError};
-pub use recording::{CallHold, CallSink, CriCall, CriMethod, Recording, ResponseFields};
+pub use recording::{
+    CallHold, CallSink, CriCall, CriMethod, GrpcCode, Recording, ResponseFields, grpc_code,
+    tonic_code,
+};
 pub use service::{ImageService, ListedContainerState, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.

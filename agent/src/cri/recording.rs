@@ -10,7 +10,7 @@ use super::service::CriResult;
 use super::{ImageService, RuntimeService, api};
 use crate::clock::now_ktime_ns;
 use podtrace_core::record::ids::traceparent;
-pub use podtrace_core::record::{CriCall, CriMethod, ResponseFields};
+pub use podtrace_core::record::{CriCall, CriMethod, GrpcCode, ResponseFields};
 
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;
@@ -104,20 +104,27 @@ impl<R> Recording<R> {
         call.end_ns = now_ktime_ns();
         match &result {
             Ok(v) => {
-                call.code = "OK".into();
+                call.code = GrpcCode::Ok;
                 describe(v, &mut call);
             }
             Err(e) => {
-                call.code = match e.code() {
-                    Some(code) => format!("{code:?}"),
-                    None => "Unavailable".into(),
-                };
+                call.code = e.code().map_or(GrpcCode::Unavailable, grpc_code);
                 call.message = e.to_string();
             }
         }
         self.sink.record(call);
         result
     }
+}
+
+/// tonic's code as the trace records it (both are gRPC's numbering).
+pub fn grpc_code(code: tonic::Code) -> GrpcCode {
+    GrpcCode::from_number(code as i32)
+}
+
+/// The code a replayed call answers with.
+pub fn tonic_code(code: GrpcCode) -> tonic::Code {
+    tonic::Code::from_i32(code.number())
 }
 
 fn call(method: CriMethod) -> CriCall {
@@ -131,7 +138,7 @@ fn call(method: CriMethod) -> CriCall {
         image: String::new(),
         start_ns: 0,
         end_ns: 0,
-        code: String::new(),
+        code: GrpcCode::Unknown,
         message: String::new(),
         response: ResponseFields::new(),
         traced: false,

@@ -352,7 +352,7 @@ fn image_pull_failed(p: &PodFacts<'_>) -> Option<Finding> {
         p.at(last.start_ns),
         failed.len(),
         if failed.len() == 1 { "" } else { "s" },
-        last.code.as_deref().unwrap_or("?"),
+        last.code.map_or("?", |c| c.as_str()),
         last.detail
     )];
     let backoffs: Vec<_> = p

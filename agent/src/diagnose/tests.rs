@@ -61,7 +61,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         image: String::new(),
         start_ns: start_ms * MS,
         end_ns: end_ms * MS,
-        code: "OK".into(),
+        code: crate::cri::GrpcCode::Ok,
         message: String::new(),
         response: crate::cri::ResponseFields::new(),
         traced: false,
@@ -69,7 +69,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
 }
 
 fn failed(mut c: CriCall, code: &str, message: &str) -> CriCall {
-    c.code = code.into();
+    c.code = code.parse().expect("a gRPC code");
     c.message = message.into();
     c
 }

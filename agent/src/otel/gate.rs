@@ -229,7 +229,7 @@ mod tests {
             image: String::new(),
             start_ns: 10,
             end_ns: 20,
-            code: code.into(),
+            code: code.parse().expect("a gRPC code"),
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
             traced: false,

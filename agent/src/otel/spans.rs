@@ -59,33 +59,6 @@ pub fn startup_end(pod: &PodTimeline) -> Option<u64> {
         .or_else(|| pod.stages.iter().map(|s| s.end_ns).max())
 }
 
-/// gRPC's status code numbers, by the names the trace records.
-fn grpc_code(code: &str) -> Option<i64> {
-    const CODES: [&str; 17] = [
-        "Ok",
-        "Cancelled",
-        "Unknown",
-        "InvalidArgument",
-        "DeadlineExceeded",
-        "NotFound",
-        "AlreadyExists",
-        "PermissionDenied",
-        "ResourceExhausted",
-        "FailedPrecondition",
-        "Aborted",
-        "OutOfRange",
-        "Unimplemented",
-        "Internal",
-        "Unavailable",
-        "DataLoss",
-        "Unauthenticated",
-    ];
-    CODES
-        .iter()
-        .position(|c| c.eq_ignore_ascii_case(code))
-        .map(|i| i as i64)
-}
-
 fn str(v: impl Into<String>) -> Value {
     Value::Str(v.into())
 }
@@ -199,9 +172,10 @@ fn call_span(
     attributes.push(("rpc.system", str("grpc")));
     attributes.push(("rpc.service", str(service)));
     attributes.push(("rpc.method", str(c.method.as_str())));
-    if let Some(code) = grpc_code(&c.code) {
-        attributes.push(("rpc.grpc.status_code", Value::Int(code)));
-    }
+    attributes.push((
+        "rpc.grpc.status_code",
+        Value::Int(i64::from(c.code.number())),
+    ));
     if !c.container.is_empty() {
         attributes.push(("k8s.container.name", str(&c.container)));
     }
@@ -228,7 +202,7 @@ fn call_span(
         attributes,
         error: (!c.ok()).then(|| {
             if c.message.is_empty() {
-                c.code.clone()
+                c.code.to_string()
             } else {
                 c.message.clone()
             }

@@ -190,7 +190,7 @@ fn step(c: &CriCall) -> StepRef<'_> {
         } else {
             ""
         },
-        code: &c.code,
+        code: c.code.as_str(),
     }
 }
 

@@ -17,7 +17,9 @@ use podtrace_core::record::CriMethod;
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
-use crate::cri::{CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api};
+use crate::cri::{
+    CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api, tonic_code,
+};
 
 /// What the recording could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -273,7 +275,7 @@ impl ReplayRuntime {
         } else {
             Err(CriError::Call {
                 method: "Replay",
-                code: code_from_name(&rec.code),
+                code: tonic_code(rec.code),
                 message: rec.message.clone(),
             })
         }
@@ -312,28 +314,6 @@ impl ReplayRuntime {
     /// Moves containers whose recorded run has ended to Exited.
     fn advance(st: &mut State) {
         st.objects.advance(wall_now());
-    }
-}
-
-fn code_from_name(name: &str) -> tonic::Code {
-    use tonic::Code::*;
-    match name {
-        "Cancelled" => Cancelled,
-        "InvalidArgument" => InvalidArgument,
-        "DeadlineExceeded" => DeadlineExceeded,
-        "NotFound" => NotFound,
-        "AlreadyExists" => AlreadyExists,
-        "PermissionDenied" => PermissionDenied,
-        "ResourceExhausted" => ResourceExhausted,
-        "FailedPrecondition" => FailedPrecondition,
-        "Aborted" => Aborted,
-        "OutOfRange" => OutOfRange,
-        "Unimplemented" => Unimplemented,
-        "Internal" => Internal,
-        "Unavailable" => Unavailable,
-        "DataLoss" => DataLoss,
-        "Unauthenticated" => Unauthenticated,
-        _ => Unknown,
     }
 }
 
@@ -730,7 +710,7 @@ mod tests {
             image: String::new(),
             start_ns: start_ms * MS,
             end_ns: end_ms * MS,
-            code: "OK".into(),
+            code: crate::cri::GrpcCode::Ok,
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
             traced: false,

@@ -120,7 +120,7 @@ pub(super) fn stage_args(s: &Stage) -> Value {
     let fields = [
         ("exit_code", s.exit_code.map(Value::from)),
         ("signal", s.signal.map(Value::from)),
-        ("code", s.code.clone().map(Value::from)),
+        ("code", s.code.map(|c| Value::from(c.as_str()))),
         ("sandbox_id", s.sandbox_id.clone().map(Value::from)),
         ("container", s.container.clone().map(Value::from)),
         ("container_id", s.container_id.clone().map(Value::from)),

@@ -236,7 +236,12 @@ mod tests {
             image: String::new(),
             start_ns: t,
             end_ns: t + 5,
-            code: code.into(),
+            // A call under way has no code yet: `Recording` begins it as Unknown.
+            code: if code.is_empty() {
+                crate::cri::GrpcCode::Unknown
+            } else {
+                code.parse().expect("a gRPC code")
+            },
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
             traced: false,

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use podtrace_core::record::GrpcCode;
+
 /// Where a stage's times come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -56,7 +58,7 @@ pub struct Stage {
     pub signal: Option<i32>,
     /// A CRI call's status code (`OK`, `Unknown`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
+    pub code: Option<GrpcCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 
-use podtrace_core::record::CriMethod;
+use podtrace_core::record::{CriMethod, GrpcCode};
 
 use crate::cri::CriCall;
 use podtrace_core::record::RuntimeSpan;
@@ -178,7 +178,11 @@ pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec
             image: String::new(),
             start_ns: s.start_ns,
             end_ns: s.end_ns,
-            code: if s.ok() { "OK" } else { "Unknown" }.into(),
+            code: if s.ok() {
+                GrpcCode::Ok
+            } else {
+                GrpcCode::Unknown
+            },
             message: s.status_message.clone(),
             response: crate::cri::ResponseFields::new(),
             traced: true,
@@ -335,7 +339,7 @@ mod tests {
             image: String::new(),
             start_ns: start,
             end_ns: end,
-            code: "OK".into(),
+            code: crate::cri::GrpcCode::Ok,
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
             traced,

@@ -128,7 +128,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     fn cri_stage(&self, name: String, call: &CriCall) -> Stage {
         let mut s = self.stage(name, call.start_ns, call.end_ns, StageSource::Cri);
         s.ok = call.ok();
-        s.code = Some(call.code.clone());
+        s.code = Some(call.code);
         s.sandbox_id = non_empty(&call.sandbox_id);
         s.container = non_empty(&call.container);
         s.container_id = non_empty(&call.container_id);

@@ -108,7 +108,7 @@ fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
         image: String::new(),
         start_ns: start_ms * MS,
         end_ns: end_ms * MS,
-        code: "OK".into(),
+        code: crate::cri::GrpcCode::Ok,
         message: String::new(),
         response: crate::cri::ResponseFields::new(),
         traced: false,

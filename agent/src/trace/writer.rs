@@ -276,7 +276,7 @@ mod tests {
             image: String::new(),
             start_ns: i,
             end_ns: i,
-            code: "OK".into(),
+            code: crate::cri::GrpcCode::Ok,
             message: String::new(),
             response: crate::cri::ResponseFields::new(),
             traced: false,

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::CriMethod;
+use super::{CriMethod, GrpcCode};
 
 /// A call's response fields by name, in name order (as a map in JSON). A sorted list:
 /// a call has one to three, and a tree would allocate a node of eleven slots for each,
@@ -34,8 +34,9 @@ pub struct CriCall {
     /// CLOCK_MONOTONIC ns at the call's start and end.
     pub start_ns: u64,
     pub end_ns: u64,
-    /// `OK`, or the gRPC status code's name.
-    pub code: String,
+    /// How the call ended: `OK`, or the gRPC status code the runtime (or the client's
+    /// deadline) ended it with.
+    pub code: GrpcCode,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// The response fields that matter (pod IP, image ref, container state, exit code).
@@ -49,7 +50,7 @@ pub struct CriCall {
 
 impl CriCall {
     pub fn ok(&self) -> bool {
-        self.code == "OK"
+        self.code.is_ok()
     }
 
     /// Calls that only read state: frequent, and not stages of a pod's startup.

@@ -121,7 +121,7 @@ mod tests {
             image: String::new(),
             start_ns,
             end_ns: start_ns + 5,
-            code: "OK".into(),
+            code: crate::record::GrpcCode::Ok,
             message: String::new(),
             response: crate::record::ResponseFields::new(),
             traced: false,

@@ -4,6 +4,7 @@
 mod comm;
 mod cri_call;
 mod cri_method;
+mod grpc_code;
 pub mod ids;
 mod kernel_event;
 mod pod_event;
@@ -12,6 +13,7 @@ mod runtime_span;
 pub use comm::Comm;
 pub use cri_call::{CriCall, ResponseFields};
 pub use cri_method::{CriMethod, UnknownCriMethod};
+pub use grpc_code::{GrpcCode, UnknownGrpcCode};
 pub use kernel_event::{
     Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall, RuntimeExec, cni_args_value, kind_name,
     split_wait_status,
