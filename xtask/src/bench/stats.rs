@@ -11,13 +11,6 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
     v[rank.min(v.len()) - 1]
 }
 
-/// A distribution-free 95% confidence interval for the median of a benchmark's rounds:
-/// [`median_interval`] with a 5% chance of missing. `None` below six values, where no
-/// such interval exists.
-pub fn median_ci(values: &[f64]) -> Option<(f64, f64)> {
-    median_interval(values, 0.05)
-}
-
 /// A distribution-free interval for the median of `values` that misses it with
 /// probability at most `miss` (0.05 for a 95% interval), whatever the values'
 /// distribution, as long as they are independent draws from one continuous distribution:
@@ -43,11 +36,6 @@ pub fn median_interval(values: &[f64], miss: f64) -> Option<(f64, f64)> {
         ln_term += ((n - j) as f64 / (j + 1) as f64).ln();
     }
     (k >= 1).then(|| (v[k - 1], v[n - k]))
-}
-
-/// `lo–hi` of [`median_ci`], or a dash.
-pub fn ci_text(values: &[f64]) -> String {
-    median_ci(values).map_or("-".to_string(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"))
 }
 
 /// The median; the mean of the middle two for an even count.
