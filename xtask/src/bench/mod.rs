@@ -15,6 +15,7 @@ mod pods;
 mod probe_overhead;
 mod replay_speed;
 mod seeing;
+mod sequential;
 mod shares;
 mod stats;
 mod syscall_tracepoints;

@@ -11,32 +11,31 @@ pub fn percentile(samples: &[f64], p: f64) -> f64 {
     v[rank.min(v.len()) - 1]
 }
 
-/// A distribution-free 95% confidence interval for the median of a benchmark's rounds:
+/// A distribution-free interval for the median of `values` that misses it with
+/// probability at most `miss` (0.05 for a 95% interval), whatever the values'
+/// distribution, as long as they are independent draws from one continuous distribution:
 /// the `k`th lowest and `k`th highest, with `k` the largest for which fewer than `k` of
-/// `n` fair coin flips come up heads with probability at most 2.5%. `None` below six
-/// values, where no such `k` exists.
-pub fn median_ci(values: &[f64]) -> Option<(f64, f64)> {
+/// `n` fair coin flips come up heads with probability at most `miss / 2` (each value lies
+/// below the median with probability one half). `None` when no such `k` exists (fewer
+/// than six values at 5%).
+pub fn median_interval(values: &[f64], miss: f64) -> Option<(f64, f64)> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    // P(X <= j) for X ~ Binomial(n, 1/2), summed term by term.
-    let mut term = 0.5f64.powi(n as i32);
+    // P(X <= j) for X ~ Binomial(n, 1/2), summed term by term; each term in logarithms,
+    // so that 0.5^n does not underflow for long runs.
+    let mut ln_term = n as f64 * 0.5f64.ln();
     let mut below = 0.0;
     let mut k = 0;
     for j in 0..n {
-        below += term;
-        if below > 0.025 {
+        below += ln_term.exp();
+        if below > miss / 2.0 {
             break;
         }
         k = j + 1;
-        term *= (n - j) as f64 / (j + 1) as f64;
+        ln_term += ((n - j) as f64 / (j + 1) as f64).ln();
     }
     (k >= 1).then(|| (v[k - 1], v[n - k]))
-}
-
-/// `lo–hi` of [`median_ci`], or a dash.
-pub fn ci_text(values: &[f64]) -> String {
-    median_ci(values).map_or("-".to_string(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"))
 }
 
 /// The median; the mean of the middle two for an even count.
@@ -75,15 +74,34 @@ mod tests {
         // 8th of 9, the 10th and 23rd of 32.
         let ranks = |n: usize| {
             let v: Vec<f64> = (1..=n).map(|i| i as f64).collect();
-            median_ci(&v).map(|(lo, hi)| (lo as usize, hi as usize))
+            median_interval(&v, 0.05).map(|(lo, hi)| (lo as usize, hi as usize))
         };
         assert_eq!(ranks(6), Some((1, 6)));
         assert_eq!(ranks(9), Some((2, 8)));
         assert_eq!(ranks(32), Some((10, 23)));
         assert_eq!(ranks(5), None);
         // Order does not matter.
-        assert_eq!(median_ci(&[3.0, 1.0, 2.0, 6.0, 5.0, 4.0]), Some((1.0, 6.0)));
-        assert_eq!(ci_text(&[1.0]), "-");
+        assert_eq!(
+            median_interval(&[3.0, 1.0, 2.0, 6.0, 5.0, 4.0], 0.05),
+            Some((1.0, 6.0))
+        );
+    }
+
+    #[test]
+    fn a_smaller_miss_takes_a_wider_interval() {
+        let ranks = |n: usize, miss: f64| {
+            let v: Vec<f64> = (1..=n).map(|i| i as f64).collect();
+            median_interval(&v, miss).map(|(lo, hi)| (lo as usize, hi as usize))
+        };
+        // 99%: the 1st and 8th of 8 (P(X <= 0) = 1/256 <= 0.005 < P(X <= 1) = 9/256), the
+        // 9th and 24th of 32 (95%: the 10th and 23rd).
+        assert_eq!(ranks(8, 0.01), Some((1, 8)));
+        assert_eq!(ranks(7, 0.01), None);
+        assert_eq!(ranks(32, 0.01), Some((9, 24)));
+        assert_eq!(ranks(32, 0.05), Some((10, 23)));
+        // Thousands of values: no underflow, and the interval is the middle 2.5% or so.
+        let (lo, hi) = ranks(4000, 0.05).unwrap();
+        assert!((1930..=1940).contains(&lo) && lo + hi == 4001, "{lo} {hi}");
     }
 
     #[test]

@@ -3,23 +3,21 @@
 
 use serde_json::json;
 
-use super::super::stats::{ci_text, median};
 use super::super::{Figure, Outcome};
+use super::verdict::verdict;
 use super::{
-    AGENT_RUN, ALL_ON_ROUNDS, ARM, Alternated, Arm, ArmRun, Counted, GOAL_ALL_RATIO, GOAL_LOST,
-    GOAL_NS_PER_HIT, GOAL_RATIO, LOSS_RUN, Measured, PAUSED_EXECS, ProgramRun, ROUNDS, SETTLE,
-    Summary, WARMUP, joined, program_row, rate, verdict, worst_per_hit,
+    AGENT_RULE, AGENT_RUN, ALL_ON_RULE, ARM, Alternated, Arm, ArmRun, Counted, GOAL_ALL_RATIO,
+    GOAL_LOST, GOAL_NS_PER_HIT, GOAL_RATIO, LOSS_RUN, Measured, PAUSED_EXECS, ProgramRun, SETTLE,
+    Summary, TRACEPOINTS_ALONE, WARMUP, joined, program_row, rate, worst_per_hit,
 };
 
 /// The figures, verdict, method and samples of a run.
 pub(super) fn render(m: &Measured) -> Outcome {
     let loss = &m.counted.summary;
     let verdict = verdict(
-        median(&m.agent.round_ratios()),
-        median(&m.all_on.round_ratios()),
-        m.tracepoints_alone
-            .as_ref()
-            .map(|a| median(&a.round_ratios())),
+        &m.agent.decision,
+        &m.all_on.decision,
+        m.tracepoints_alone.as_ref().map(|a| a.decision.median),
         loss.lost,
         loss.events,
         worst_per_hit(&loss.programs),
@@ -33,7 +31,8 @@ pub(super) fn render(m: &Measured) -> Outcome {
         figures,
         goal: format!(
             "workload ≥ {GOAL_RATIO}× of untraced in the agent's configuration and \
-             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds), {GOAL_LOST} \
+             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds, each \
+             interval clear of its line), {GOAL_LOST} \
              lost events, ≤ {GOAL_NS_PER_HIT:.0} ns per hit"
         ),
         verdict,
@@ -44,68 +43,34 @@ pub(super) fn render(m: &Measured) -> Outcome {
 /// The alternating rounds' figures: each mode's ratio per round, median, pooled and
 /// interval, and the events lost in the arms.
 fn ratio_figures(m: &Measured) -> Vec<Figure> {
-    let round_ratios = m.agent.round_ratios();
     let (on_rate, off_rate) = (m.agent.rate(Arm::On), m.agent.rate(Arm::Off));
-    let mut figures = vec![
-        Figure::new(
-            "execs/s with the probes / without (all arms pooled)",
-            format!("{on_rate:.0} / {off_rate:.0}"),
-        ),
-        Figure::new(
-            &format!(
-                "the agent's probes (namespace programs detached between sandbox operations): \
-                 ratio per round ({ROUNDS} rounds)"
-            ),
-            joined(&round_ratios),
-        ),
-        Figure::new(
-            "the agent's probes: median of rounds (the verdict's) / pooled",
-            format!("{:.3}× / {:.3}×", median(&round_ratios), m.agent.pooled()),
-        ),
-        Figure::new(
-            "the agent's probes: 95% confidence interval of the median",
-            ci_text(&round_ratios),
-        ),
-        Figure::new(
-            &format!(
-                "every program attached (during sandbox operations, and kernel-events; \
-                 {ALL_ON_ROUNDS} more rounds): ratio per round"
-            ),
-            joined(&m.all_on.round_ratios()),
-        ),
-        Figure::new(
-            "every program attached: median of rounds / pooled",
-            format!(
-                "{:.3}× / {:.3}×",
-                median(&m.all_on.round_ratios()),
-                m.all_on.pooled()
-            ),
-        ),
-        Figure::new(
-            "every program attached: 95% confidence interval of the median",
-            ci_text(&m.all_on.round_ratios()),
-        ),
-    ];
+    let mut figures = vec![Figure::new(
+        "execs/s with the probes / without (all arms pooled)",
+        format!("{on_rate:.0} / {off_rate:.0}"),
+    )];
+    figures.extend(mode_figures(
+        &m.agent,
+        "the agent's probes (namespace programs detached between sandbox operations)",
+        "the agent's probes",
+        "",
+    ));
+    figures.extend(mode_figures(
+        &m.all_on,
+        "every program attached (during sandbox operations, and kernel-events)",
+        "every program attached",
+        " more",
+    ));
     if let Some(alone) = &m.tracepoints_alone {
-        let ratios = alone.round_ratios();
-        figures.extend([
-            Figure::new(
-                &format!(
-                    "the kernel's share: the same syscall tracepoints ({}) enabled with no \
-                     program ({ALL_ON_ROUNDS} more rounds): ratio per round",
-                    m.syscall_tracepoints.join(", ")
-                ),
-                joined(&ratios),
+        figures.extend(mode_figures(
+            alone,
+            &format!(
+                "the kernel's share: the same syscall tracepoints ({}) enabled with no \
+                 program",
+                m.syscall_tracepoints.join(", ")
             ),
-            Figure::new(
-                "syscall tracepoints alone: median of rounds / pooled",
-                format!("{:.3}× / {:.3}×", median(&ratios), alone.pooled()),
-            ),
-            Figure::new(
-                "syscall tracepoints alone: 95% confidence interval of the median",
-                ci_text(&ratios),
-            ),
-        ]);
+            "syscall tracepoints alone",
+            " more",
+        ));
     }
     let (arms_lost, arms_events) = (m.agent.summed(|s| s.lost), m.agent.summed(|s| s.events));
     figures.push(Figure::new(
@@ -113,6 +78,26 @@ fn ratio_figures(m: &Measured) -> Vec<Figure> {
         format!("{arms_lost} of {}", arms_events + arms_lost),
     ));
     figures
+}
+
+/// One mode's figures: its ratio per round, the median (the verdict's, or shown beside
+/// it) and the pooled ratio, and the interval of its rule's last look.
+fn mode_figures(a: &Alternated, title: &str, short: &str, more: &str) -> [Figure; 3] {
+    let d = &a.decision;
+    [
+        Figure::new(
+            &format!("{title}: ratio per round ({}{more} rounds)", d.rounds),
+            joined(&a.round_ratios()),
+        ),
+        Figure::new(
+            &format!("{short}: median of rounds / pooled"),
+            format!("{:.3}× / {:.3}×", d.median, a.pooled()),
+        ),
+        Figure::new(
+            &format!("{short}: 95% confidence interval of the median"),
+            d.interval_text(),
+        ),
+    ]
 }
 
 /// The counted runs' figures: events and losses at full speed, each program's run time
@@ -253,7 +238,7 @@ fn method(m: &Measured) -> String {
          CreateContainer and StartContainer, and detaches them after a second without \
          such a call), and drains the ring buffer with the agent's reader (events \
          decoded and received, not printed); off, nothing is attached. After a {} s \
-         warm-up the workload runs on without a break through {ROUNDS} rounds of four \
+         warm-up the workload runs on without a break through rounds of four \
          arms in ABBA then BAAB order, and an arm is the execs counted in a {:.1} s window \
          that opens {} ms after the arm begins: an on arm starts kernel-events as it \
          begins and stops it after its window, so neither the probes' attaching nor \
@@ -261,9 +246,10 @@ fn method(m: &Measured) -> String {
          the agent's programs, the workload ran up to 10% slower), and no arm starts \
          from an idle machine. A round's ratio \
          is its on arms' execs/s over its off arms', and the verdict uses the median of \
-         the rounds' ratios (the pooled ratio is shown too). {ALL_ON_ROUNDS} more rounds \
-         with every program attached (the agent during sandbox operations, and \
-         kernel-events) are shown beside it, and {ALL_ON_ROUNDS} with only the syscall \
+         the rounds' ratios (the pooled ratio is shown too). {} More rounds with every \
+         program attached (the agent during sandbox operations, and kernel-events) are \
+         judged the same way against their own line: first look at {}, then every {}, \
+         at most {}. Then {} rounds with only the syscall \
          tracepoints those programs sit on enabled, as counting perf events with no \
          program: enabling any syscall tracepoint sends every syscall on the node \
          through the kernel's slow entry and exit path, so that share of the cost is \
@@ -287,6 +273,11 @@ fn method(m: &Measured) -> String {
         WARMUP.as_secs(),
         ARM.as_secs_f64(),
         SETTLE.as_millis(),
+        AGENT_RULE.describe(),
+        ALL_ON_RULE.min_rounds,
+        ALL_ON_RULE.batch,
+        ALL_ON_RULE.cap,
+        TRACEPOINTS_ALONE.cap,
         LOSS_RUN.as_secs(),
         m.stats_before,
         AGENT_RUN.as_secs()
@@ -310,8 +301,11 @@ fn samples(m: &Measured) -> serde_json::Value {
         "arm_seconds": ARM.as_secs_f64(),
         "warmup": {"execs": m.warm.execs, "seconds": m.warm.seconds},
         "rounds": rounds_json(&m.agent),
+        "decision": m.agent.decision.to_json(),
         "all_attached_rounds": rounds_json(&m.all_on),
-        "median_ratio": median(&m.agent.round_ratios()),
+        "all_attached_decision": m.all_on.decision.to_json(),
+        "tracepoints_alone_rounds": m.tracepoints_alone.as_ref().map(rounds_json),
+        "median_ratio": m.agent.decision.median,
         "pooled_ratio": m.agent.pooled(),
         "reader_cpu_ns_in_on_arms": m.agent.reader_ns,
         "on_arm_seconds": m.agent.on_seconds,
