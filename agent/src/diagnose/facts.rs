@@ -102,11 +102,7 @@ impl<'a> Facts<'a> {
         for r in records {
             match r {
                 TraceRecord::Header(h) => {
-                    host_ip = h
-                        .config
-                        .get("node_ip")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string);
+                    host_ip = h.config.node_ip().map(str::to_string);
                 }
                 TraceRecord::Footer(f) => lost_events = f.lost_events,
                 TraceRecord::Pod(p) => {

@@ -30,7 +30,7 @@ fn header(node_ip: &str) -> TraceRecord {
         kernel: "6.18".into(),
         runtime_name: "containerd".into(),
         runtime_version: "1.6".into(),
-        config: serde_json::json!({ "node_ip": node_ip }),
+        config: serde_json::from_value(serde_json::json!({ "node_ip": node_ip })).unwrap(),
         started_wall_ns: 0,
         started_ns: 0,
         observed: None,

@@ -1337,7 +1337,7 @@ fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
         kernel: "k".into(),
         runtime_name: "containerd".into(),
         runtime_version: "2.1.0".into(),
-        config: serde_json::json!({}),
+        config: crate::trace::TraceConfig::empty(),
         started_wall_ns: 0,
         started_ns: 0,
         observed: Some(crate::trace::ObservedHeader {
