@@ -166,7 +166,7 @@ fn a_removed_cni_configuration_is_network_not_ready() {
     let d = diagnose(&trace);
     let p = &d.pods[0];
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::NetworkNotReady, "sandbox_requested"),
         "{p:#?}"
     );
@@ -292,7 +292,7 @@ fn a_cni_plugin_that_exits_1_is_named_with_its_exit_code_and_the_runtimes_error(
     let d = diagnose(&trace);
     let p = &d.pods[0];
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::CniPluginFailed, "cni_plugin:tuning"),
         "{p:#?}"
     );

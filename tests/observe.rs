@@ -89,7 +89,7 @@ fn has_runtime_stages(p: &PodTimeline) -> bool {
     p.stage("runtime:network_setup").is_some()
         && p.stages
             .iter()
-            .any(|s| s.stage.starts_with("runtime:task_start"))
+            .any(|s| s.stage.runtime_step() == Some("task_start"))
 }
 
 fn assert_runtime_stages(p: &PodTimeline, sandbox: &str) {

@@ -169,7 +169,7 @@ fn every_stage_is_a_slice_on_its_pods_or_containers_track_to_the_nanosecond() {
                 p.stages.iter().map(|s| {
                     (
                         home_of(p, s, &name),
-                        s.stage.clone(),
+                        s.stage.to_string(),
                         s.start_ns,
                         s.duration_ns,
                     )
@@ -217,7 +217,7 @@ fn each_kernel_stage_is_reached_by_a_flow_from_the_cri_call_it_began_inside() {
             slices
                 .iter()
                 .find(|s| {
-                    s["name"] == stage.stage.as_str()
+                    s["name"] == stage.stage.to_string().as_str()
                         && s["ts"] == stage.start_ns
                         && tracks.home(s["track"].as_u64().unwrap()) == *home
                 })

@@ -271,7 +271,7 @@ fn the_chrome_json_export_follows_the_trace_event_format_and_reads_back_to_the_s
             let mut want: Vec<(String, u64, u64)> = p
                 .stages
                 .iter()
-                .map(|s| (s.stage.clone(), s.start_ns, s.duration_ns))
+                .map(|s| (s.stage.to_string(), s.start_ns, s.duration_ns))
                 .collect();
             got.sort();
             want.sort();
@@ -394,7 +394,7 @@ fn diagnose_names_each_fixtures_failing_stage() {
     let (code, d) = diagnose("cni-failure.jsonl");
     let v = &d.pods[0].verdict;
     assert_eq!(
-        (code, v.cause, v.stage.as_str()),
+        (code, v.cause, v.stage.to_string().as_str()),
         (Some(1), Cause::CniPluginFailed, "cni_plugin:tuning"),
         "{d:#?}"
     );
@@ -409,7 +409,7 @@ fn diagnose_names_each_fixtures_failing_stage() {
     let (_, d) = diagnose("crash-loop.jsonl");
     let v = &d.pods[0].verdict;
     assert_eq!(
-        (v.cause, v.stage.as_str()),
+        (v.cause, v.stage.to_string().as_str()),
         (Cause::CrashLoop, "container_start:app"),
         "{d:#?}"
     );
@@ -418,7 +418,7 @@ fn diagnose_names_each_fixtures_failing_stage() {
     let (_, d) = diagnose("image-pull-backoff.jsonl");
     let v = &d.pods[0].verdict;
     assert_eq!(
-        (v.cause, v.stage.as_str()),
+        (v.cause, v.stage.to_string().as_str()),
         (Cause::ImagePullFailed, "image_pull:app"),
         "{d:#?}"
     );

@@ -230,7 +230,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         let plugin_pids: BTreeSet<u32> = p
             .stages
             .iter()
-            .filter(|s| s.kind() == "cni_plugin")
+            .filter(|s| s.kind().as_str() == "cni_plugin")
             .filter_map(|s| s.pid)
             .collect();
         let entered: BTreeSet<u32> = kernel(&trace)
@@ -326,7 +326,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         for s in p
             .stages
             .iter()
-            .filter(|s| RUNTIME_STEPS.contains(&s.kind()))
+            .filter(|s| RUNTIME_STEPS.contains(&s.kind().as_str()))
         {
             let pid = s.pid.unwrap();
             if let Some(other) = owners.insert(pid, &p.name) {
@@ -397,7 +397,7 @@ fn runtime_steps_are_this_pods(trace: &Trace, p: &PodTimeline, sandbox: &str, co
         let shim = suffix.is_empty() || shim_per_container;
         if !shim {
             assert!(
-                p.stage(&format!("shim_start{suffix}")).is_none(),
+                p.stage(format!("shim_start{suffix}").as_str()).is_none(),
                 "{name}: a shim start for a container on containerd {}\n{}",
                 trace.header.runtime_version,
                 waterfall(p)

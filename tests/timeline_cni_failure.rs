@@ -4,7 +4,7 @@
 //! chained after portmap and told to set a sysctl outside `net.` (which it refuses, exit
 //! 1), and takes it down again. It runs while the shared lab is down.
 
-use podtrace::timeline::build;
+use podtrace::timeline::{StageKind, StageName, build};
 use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
@@ -93,7 +93,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     );
     for plugin in ["loopback", "bridge", "host-local", "portmap"] {
         let s = t
-            .stage(&format!("cni_plugin:{plugin}"))
+            .stage(StageName::of(StageKind::CniPlugin, plugin))
             .unwrap_or_else(|| panic!("no {plugin} stage: {:#?}", t.stages));
         assert_eq!(s.exit_code, Some(0), "{s:?}");
         assert_eq!(s.sandbox_id, tuning.sandbox_id);

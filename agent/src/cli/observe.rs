@@ -22,7 +22,8 @@ use crate::syncloop::StatusStore;
 use crate::syncloop::api;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
-    Footer, Header, ObservedFooter, ObservedHeader, SCHEMA_VERSION, TraceRecord, TraceWriter,
+    Footer, Header, ObserveMode, ObservedConfig, ObservedFooter, ObservedHeader, SCHEMA_VERSION,
+    TraceConfig, TraceRecord, TraceWriter,
 };
 
 /// Between lists beside the event stream.
@@ -447,10 +448,10 @@ fn observed_header(
             .unwrap_or_default(),
         runtime_name: version.runtime_name.clone(),
         runtime_version: version.runtime_version.clone(),
-        config: serde_json::json!({
-            "mode": "observe",
-            "cri_events": !polling,
-            "poll_ms": args.poll_ms,
+        config: TraceConfig::Observe(ObservedConfig {
+            cri_events: !polling,
+            mode: ObserveMode::Observe,
+            poll_ms: args.poll_ms,
         }),
         started_wall_ns,
         started_ns,

@@ -23,7 +23,7 @@ use crate::syncloop::StatusStore;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
-    SCHEMA_VERSION, TraceRecord, TraceSink, TraceWriter, redact_pod,
+    SCHEMA_VERSION, TraceConfig, TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
 /// How long the agent's in-memory timeline keeps a pod after it left the config, unless
@@ -153,7 +153,7 @@ impl RunRecorder {
         cgroup_root: Option<&str>,
         cri: &CriClient,
         node: &str,
-        config: serde_json::Value,
+        config: TraceConfig,
     ) -> Result<RunRecorder, ExitCode> {
         let anchor = ClockAnchor {
             wall_ns: wall_now(),

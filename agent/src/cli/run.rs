@@ -27,6 +27,7 @@ use crate::kubelet::observed_start::with_observed_start;
 use crate::kuberuntime::labels;
 use crate::queues;
 use crate::syncloop::{Kubelet, StatusStore};
+use crate::trace::{RunConfig, TraceConfig};
 
 pub async fn run(args: RunArgs) -> ExitCode {
     // A malformed collector endpoint is said before anything starts.
@@ -84,7 +85,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let node = cfg.node_name.clone();
     let mut config = run_config(&args, &settings);
     // The node's IP, so a diagnosis of a host-network pod can name it.
-    config["node_ip"] = cfg.node_ip.clone().into();
+    config.node_ip = Some(cfg.node_ip.clone());
     // Kernel events have a reader when a trace is written or the agent serves its API;
     // --require-ebpf asks for them regardless, so a node without them fails loudly.
     let want_kernel =
@@ -102,7 +103,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         watched_root.as_deref(),
         &cri,
         &node,
-        config,
+        TraceConfig::Run(Box::new(config)),
     )
     .await
     {
@@ -240,20 +241,21 @@ impl Forward<'_> {
 }
 
 /// The settings a trace header records.
-fn run_config(args: &RunArgs, s: &crate::syncloop::KubeletSettings) -> serde_json::Value {
-    serde_json::json!({
-        "until_ready": args.until_ready,
-        "resync_interval_ns": s.resync_interval.as_nanos() as u64,
-        "error_backoff_ns": s.error_backoff.as_nanos() as u64,
-        "backoff_initial_ns": s.backoff_initial.as_nanos() as u64,
-        "backoff_max_ns": s.backoff_max.as_nanos() as u64,
-        "relist_period_ns": s.relist_period.as_nanos() as u64,
-        "max_parallel_image_pulls": s.max_parallel_image_pulls,
-        "allocatable": s.allocatable,
-        "node": s.node,
-        "cgroup_root": s.cgroup_root,
-        "housekeeping": s.housekeeping,
-    })
+fn run_config(args: &RunArgs, s: &crate::syncloop::KubeletSettings) -> RunConfig {
+    RunConfig {
+        allocatable: s.allocatable.clone(),
+        backoff_initial_ns: s.backoff_initial.as_nanos() as u64,
+        backoff_max_ns: s.backoff_max.as_nanos() as u64,
+        cgroup_root: s.cgroup_root.clone(),
+        error_backoff_ns: s.error_backoff.as_nanos() as u64,
+        housekeeping: s.housekeeping,
+        max_parallel_image_pulls: s.max_parallel_image_pulls,
+        node: s.node.clone(),
+        node_ip: None,
+        relist_period_ns: s.relist_period.as_nanos() as u64,
+        resync_interval_ns: s.resync_interval.as_nanos() as u64,
+        until_ready: args.until_ready,
+    }
 }
 
 /// Agent mode: follow the manifests until a signal.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use crate::syncloop::api;
-use crate::timeline::{Stage, Timeline};
+use crate::timeline::{Stage, StageKind, Timeline};
 use crate::trace::TraceRecord;
 
 /// Width of the waterfall bar, in characters.
@@ -115,11 +115,10 @@ pub fn render(t: &Timeline) -> String {
             w = BAR + 2
         );
         for s in &p.stages {
-            let nested = matches!(s.kind(), "cni_plugin");
-            let label = if nested {
+            let label = if *s.kind() == StageKind::CniPlugin {
                 format!("  {}", s.stage)
             } else {
-                s.stage.clone()
+                s.stage.to_string()
             };
             let exit = match (s.exit_code, s.signal) {
                 (Some(c), _) => c.to_string(),

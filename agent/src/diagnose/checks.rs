@@ -7,7 +7,7 @@ use podtrace_core::record::CriMethod;
 use super::facts::{CniRun, Facts, PodFacts};
 use super::model::{Cause, Finding};
 use crate::cri::CriCall;
-use crate::timeline::Stage;
+use crate::timeline::{Stage, StageKind, StageName};
 
 /// What host-local (and other IPAM plugins) say when their range is used up.
 const IPAM_EXHAUSTED: &str = "no IP addresses available";
@@ -16,7 +16,7 @@ const RESTARTING_FAILED: &str = "restarting failed container";
 
 fn finding(
     cause: Cause,
-    stage: impl Into<String>,
+    stage: impl Into<StageName>,
     summary: String,
     evidence: Vec<String>,
 ) -> Finding {
@@ -66,7 +66,7 @@ fn not_admitted(p: &PodFacts<'_>) -> Option<Finding> {
     }
     Some(finding(
         Cause::NotAdmitted,
-        "admitted",
+        StageKind::Admitted,
         "the pod was not admitted: no pod worker ever asked the runtime for anything".into(),
         rejected,
     ))
@@ -80,7 +80,7 @@ fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     let gated: Vec<_> = p.events_named("NetworkNotReady").collect();
     let last = gated.last().map_or(u64::MAX, |e| e.at_ns);
     let status = f.network_not_ready_before(last);
-    if gated.is_empty() && (status.is_none() || p.timeline.stage("running").is_some()) {
+    if gated.is_empty() && (status.is_none() || p.timeline.stage(StageKind::Running).is_some()) {
         return None;
     }
     let mut evidence = Vec::new();
@@ -125,7 +125,7 @@ fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     }
     Some(finding(
         Cause::NetworkNotReady,
-        "sandbox_requested",
+        StageKind::SandboxRequested,
         "the runtime reports NetworkReady=false (no CNI configuration loaded), so no sandbox was requested".into(),
         evidence,
     ))
@@ -192,7 +192,7 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     let mut plugins: Vec<&Stage> = stages
         .iter()
         .copied()
-        .filter(|s| s.kind() == "cni_plugin" && !s.ok)
+        .filter(|s| *s.kind() == StageKind::CniPlugin && !s.ok)
         .collect();
     // The one that failed first is the cause; a plugin that delegated to it fails after.
     plugins.sort_by_key(|s| s.end_ns);
@@ -208,8 +208,10 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         let stage = ipam
             .map(|s| s.stage.clone())
             .or_else(|| plugins.first().map(|s| s.stage.clone()))
-            .unwrap_or_else(|| "cni_add".into());
-        let plugin = stage.trim_start_matches("cni_plugin:").to_string();
+            .unwrap_or_else(|| StageKind::CniAdd.into());
+        let plugin = stage
+            .cni_plugin()
+            .map_or_else(|| stage.to_string(), str::to_string);
         let summary = if exhausted {
             format!("IPAM exhaustion: {plugin} has no free IP address in its range")
         } else {
@@ -232,7 +234,7 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             s.stage.clone(),
             format!(
                 "CNI plugin {} {} during ADD",
-                s.stage.trim_start_matches("cni_plugin:"),
+                s.stage.cni_plugin().unwrap_or_default(),
                 exit_text(s)
             ),
             evidence,
@@ -242,24 +244,24 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         evidence.push("the kernel saw no failing plugin exit (no probes, or events lost)".into());
         return Some(finding(
             Cause::CniPluginFailed,
-            format!("cni_plugin:{plugin}"),
+            StageName::of(StageKind::CniPlugin, plugin),
             format!("CNI plugin {plugin} failed during ADD, by the runtime's account"),
             evidence,
         ));
     }
-    let netns = stages.iter().any(|s| s.kind() == "netns_created");
+    let netns = stages.iter().any(|s| *s.kind() == StageKind::NetnsCreated);
     if f.kernel && !netns {
         evidence.push("the kernel saw no network namespace created during the call".into());
         return Some(finding(
             Cause::NetnsNotCreated,
-            "netns_created",
+            StageKind::NetnsCreated,
             "the sandbox failed before its network namespace was created".into(),
             evidence,
         ));
     }
     Some(finding(
         Cause::SandboxFailed,
-        "sandbox_requested",
+        StageKind::SandboxRequested,
         "RunPodSandbox failed".into(),
         evidence,
     ))
@@ -278,7 +280,7 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
         let mut v: Vec<&Stage> = t
             .stages
             .iter()
-            .filter(|s| s.kind() == "cni_plugin" && s.sandbox_id.as_deref() == Some(id))
+            .filter(|s| *s.kind() == StageKind::CniPlugin && s.sandbox_id.as_deref() == Some(id))
             .collect();
         v.sort_by_key(|s| s.end_ns);
         v
@@ -289,10 +291,9 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
         .filter(|id| !cni(id).is_empty())
         .collect();
     let last = *attempts.last()?;
-    let ready = t
-        .stages
-        .iter()
-        .any(|s| s.stage == "sandbox_ready" && s.sandbox_id.as_deref() == Some(last.as_str()));
+    let ready = t.stages.iter().any(|s| {
+        s.stage.is(&StageKind::SandboxReady) && s.sandbox_id.as_deref() == Some(last.as_str())
+    });
     if ready {
         return None;
     }
@@ -323,7 +324,7 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
             None => format!("sandbox {}: no plugin failed while recorded", short(id)),
         });
     }
-    let plugin = failed.stage.trim_start_matches("cni_plugin:");
+    let plugin = failed.stage.cni_plugin().unwrap_or_default();
     let summary = if failed.detail.contains("delegated by") {
         format!("the IPAM plugin {plugin} failed")
     } else {
@@ -338,11 +339,11 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
 }
 
 fn image_pull_failed(p: &PodFacts<'_>) -> Option<Finding> {
-    let failed: Vec<&Stage> = p.stages("image_pull").filter(|s| !s.ok).collect();
+    let failed: Vec<&Stage> = p.stages(StageKind::ImagePull).filter(|s| !s.ok).collect();
     let last = *failed.last()?;
     let container = last.container.clone().unwrap_or_default();
     let created_since = p
-        .stages("container_create")
+        .stages(StageKind::ContainerCreate)
         .any(|s| s.ok && s.container.as_deref() == Some(&container) && s.start_ns > last.end_ns);
     if created_since {
         return None;
@@ -413,7 +414,7 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     )];
     // The container's main process, as the kernel saw it end.
     let ends: Vec<(u64, Option<i32>, Option<i32>)> = p
-        .stages("app_first_exec")
+        .stages(StageKind::AppFirstExec)
         .filter(|s| s.container.as_deref() == Some(&container))
         .filter_map(|s| f.exit_of(s.pid?, s.start_ns))
         .collect();
@@ -461,7 +462,7 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     }
     Some(finding(
         Cause::CrashLoop,
-        format!("container_start:{container}"),
+        StageName::of(StageKind::ContainerStart, &container),
         format!(
             "crash loop: container {container} exits after it starts{} and is restarted with back-off",
             code.map(|c| format!(" (exit code {c})"))
@@ -481,7 +482,7 @@ fn sandbox_recreated(p: &PodFacts<'_>) -> Option<Finding> {
         return None;
     }
     let ips: Vec<(&Stage, &str)> = p
-        .stages("sandbox_ready")
+        .stages(StageKind::SandboxReady)
         .filter_map(|s| s.detail.strip_prefix("ip ").map(|ip| (s, ip)))
         .collect();
     let mut distinct: Vec<&str> = ips.iter().map(|(_, ip)| *ip).collect();
@@ -502,7 +503,7 @@ fn sandbox_recreated(p: &PodFacts<'_>) -> Option<Finding> {
         .collect();
     Some(finding(
         Cause::SandboxRecreated,
-        "sandbox_requested",
+        StageKind::SandboxRequested,
         format!(
             "the sandbox was created {} times and the pod's IP changed {} times",
             created.len(),
@@ -542,7 +543,7 @@ fn leaked_ip(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             continue;
         };
         let ip = p
-            .stages("sandbox_ready")
+            .stages(StageKind::SandboxReady)
             .find(|s| s.sandbox_id.as_deref() == Some(id.as_str()))
             .and_then(|s| s.detail.strip_prefix("ip "))
             .map(|ip| format!(" (IP {ip})"))
@@ -572,7 +573,7 @@ fn leaked_ip(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     }
     Some(finding(
         Cause::LeakedIp,
-        "cni_add",
+        StageKind::CniAdd,
         format!(
             "{} sandbox{} went away after CNI ADD without a CNI DEL: {} IP{} still allocated",
             leaked.len(),

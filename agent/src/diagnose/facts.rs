@@ -10,7 +10,7 @@ use podtrace_core::record::CriMethod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
-use crate::timeline::{PodTimeline, Stage, Timeline};
+use crate::timeline::{PodTimeline, Stage, StageKind, Timeline};
 use crate::trace::{PodEventRecord, PodOp, TraceRecord};
 
 /// One CNI plugin exec the kernel saw.
@@ -56,12 +56,12 @@ impl<'a> PodFacts<'a> {
             .filter(move |e| e.event.reason == reason)
     }
 
-    pub fn stages(&self, kind: &str) -> impl Iterator<Item = &'a Stage> {
-        let kind = kind.to_string();
+    /// The pod's stages of `kind`, in timeline order.
+    pub fn stages(&self, kind: StageKind) -> impl Iterator<Item = &'a Stage> {
         self.timeline
             .stages
             .iter()
-            .filter(move |s| s.kind() == kind)
+            .filter(move |s| *s.kind() == kind)
     }
 
     /// Milliseconds after pod_seen, for evidence lines.
@@ -102,11 +102,7 @@ impl<'a> Facts<'a> {
         for r in records {
             match r {
                 TraceRecord::Header(h) => {
-                    host_ip = h
-                        .config
-                        .get("node_ip")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string);
+                    host_ip = h.config.node_ip().map(str::to_string);
                 }
                 TraceRecord::Footer(f) => lost_events = f.lost_events,
                 TraceRecord::Pod(p) => {

@@ -23,7 +23,7 @@ mod tests;
 pub use model::{Cause, Diagnosis, Finding, PodDiagnosis};
 pub use render::render;
 
-use crate::timeline::Timeline;
+use crate::timeline::{StageKind, Timeline};
 use crate::trace::TraceRecord;
 use facts::{Facts, PodFacts};
 
@@ -74,7 +74,7 @@ fn pod_diagnosis(p: &PodFacts<'_>, f: &Facts<'_>) -> PodDiagnosis {
         name: t.name.clone(),
         uid: t.uid.clone(),
         ip: t.ip.clone(),
-        running: t.stage("running").is_some(),
+        running: t.stage(StageKind::Running).is_some(),
         verdict,
         also: findings,
     }
@@ -86,10 +86,10 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
     let removed = p
         .removed_ns
         .map(|r| format!("{} removed from the config", p.at(r)));
-    match (t.stage("running"), &t.ip) {
+    match (t.stage(StageKind::Running), &t.ip) {
         (Some(r), _) if p.host_network() => Finding {
             cause: model::Cause::HostNetwork,
-            stage: "sandbox_ready".into(),
+            stage: StageKind::SandboxReady.into(),
             summary: format!(
                 "hostNetwork: no pod IP by design; the pod uses the host's IP{}",
                 f.host_ip
@@ -109,13 +109,13 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
         },
         (Some(r), Some(ip)) => Finding {
             cause: model::Cause::Healthy,
-            stage: "running".into(),
+            stage: StageKind::Running.into(),
             summary: format!("Running with IP {ip}"),
             evidence: [
                 t.stages
                     .iter()
                     .rev()
-                    .find(|s| s.stage == "sandbox_ready")
+                    .find(|s| s.stage.is(&StageKind::SandboxReady))
                     .map(|s| format!("{} sandbox ready, {}", p.at(s.start_ns), s.detail)),
                 Some(format!("{} Running ({})", p.at(r.start_ns), r.detail)),
                 removed,
@@ -128,11 +128,11 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
             let last = t.stages.iter().max_by_key(|s| (s.end_ns, s.start_ns));
             Finding {
                 cause: model::Cause::Pending,
-                stage: last.map_or("pod_seen".into(), |s| s.stage.clone()),
+                stage: last.map_or(StageKind::PodSeen.into(), |s| s.stage.clone()),
                 summary: format!(
                     "not Running{}, and no failure was recorded; the last stage reached is {}",
                     if t.ip.is_none() { " and no IP" } else { "" },
-                    last.map_or("none", |s| s.stage.as_str())
+                    last.map_or("none".to_string(), |s| s.stage.to_string())
                 ),
                 evidence: [
                     last.map(|s| format!("{} {} ({})", p.at(s.end_ns), s.stage, s.detail)),

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::timeline::StageName;
+
 /// Why a pod has no IP or is not Running (or that it is fine).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -58,7 +60,7 @@ pub struct Finding {
     pub cause: Cause,
     /// The stage that failed or never happened, in the timeline's names
     /// (`cni_plugin:host-local`, `image_pull:app`, ...).
-    pub stage: String,
+    pub stage: StageName,
     /// One line for people.
     pub summary: String,
     /// The recorded facts behind it, each with when it happened (ms after pod_seen).

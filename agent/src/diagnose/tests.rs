@@ -30,7 +30,7 @@ fn header(node_ip: &str) -> TraceRecord {
         kernel: "6.18".into(),
         runtime_name: "containerd".into(),
         runtime_version: "1.6".into(),
-        config: serde_json::json!({ "node_ip": node_ip }),
+        config: serde_json::from_value(serde_json::json!({ "node_ip": node_ip })).unwrap(),
         started_wall_ns: 0,
         started_ns: 0,
         observed: None,
@@ -185,7 +185,7 @@ fn has(f: &Finding, text: &str) -> bool {
 fn a_running_pod_with_an_ip_is_healthy() {
     let p = one(&healthy_run());
     assert_eq!(p.verdict.cause, Cause::Healthy, "{p:#?}");
-    assert_eq!(p.verdict.stage, "running");
+    assert_eq!(p.verdict.stage.to_string(), "running");
     assert_eq!(p.ip.as_deref(), Some("10.244.77.5"));
     assert!(p.running && p.also.is_empty(), "{p:#?}");
 }
@@ -197,7 +197,7 @@ fn a_host_network_pod_has_no_ip_by_design_and_shows_the_hosts() {
     r.extend(app(30, "c1", true));
     let p = one(&r);
     assert_eq!(p.verdict.cause, Cause::HostNetwork, "{p:#?}");
-    assert_eq!(p.verdict.stage, "sandbox_ready");
+    assert_eq!(p.verdict.stage.to_string(), "sandbox_ready");
     assert!(has(&p.verdict, "192.0.2.10"), "{p:#?}");
     assert!(p.ip.is_none() && p.verdict.cause.is_healthy());
 }
@@ -227,7 +227,7 @@ fn network_not_ready_names_the_sandbox_that_was_never_requested() {
     ];
     let p = one(&r);
     assert_eq!(p.verdict.cause, Cause::NetworkNotReady, "{p:#?}");
-    assert_eq!(p.verdict.stage, "sandbox_requested");
+    assert_eq!(p.verdict.stage.to_string(), "sandbox_requested");
     assert!(
         has(
             &p.verdict,
@@ -278,7 +278,7 @@ fn a_cni_plugin_that_exits_non_zero_is_named_with_its_exit_code_and_the_runtimes
     let msg = "failed to setup network for sandbox \"6b6b\": plugin type=\"tuning\" failed (add): invalid net sysctl key: \"kernel.podtrace_lab_fail\"";
     let p = one(&failed_sandbox(msg, 0, Some(("tuning", 1))));
     assert_eq!(p.verdict.cause, Cause::CniPluginFailed, "{p:#?}");
-    assert_eq!(p.verdict.stage, "cni_plugin:tuning");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:tuning");
     assert!(p.verdict.summary.contains("exited with code 1"), "{p:#?}");
     assert!(has(&p.verdict, "invalid net sysctl key"), "{p:#?}");
     assert!(
@@ -302,7 +302,7 @@ fn without_kernel_events_the_plugin_comes_from_the_runtimes_text() {
     let d = diagnose(&r, None);
     let p = &d.pods[0];
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::CniPluginFailed, "cni_plugin:tuning"),
         "{p:#?}"
     );
@@ -314,7 +314,7 @@ fn ipam_exhaustion_names_the_ipam_plugin() {
     let msg = "plugin type=\"bridge\" name=\"podtrace-lab\" failed (add): failed to allocate for range 0: no IP addresses available in range set: 10.244.77.2-10.244.77.3";
     let p = one(&failed_sandbox(msg, 1, None));
     assert_eq!(p.verdict.cause, Cause::IpamExhausted, "{p:#?}");
-    assert_eq!(p.verdict.stage, "cni_plugin:host-local");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:host-local");
     assert!(has(&p.verdict, "no IP addresses available"), "{p:#?}");
     assert!(
         has(&p.verdict, "host-local ADD exited with code 1"),
@@ -336,7 +336,7 @@ fn a_sandbox_that_failed_before_any_netns_names_netns_created() {
     ];
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::NetnsNotCreated, "netns_created"),
         "{p:#?}"
     );
@@ -363,7 +363,7 @@ fn an_image_that_cannot_be_pulled_names_its_pull() {
     ));
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::ImagePullFailed, "image_pull:app"),
         "{p:#?}"
     );
@@ -392,7 +392,7 @@ fn a_container_that_keeps_exiting_is_a_crash_loop_on_its_start() {
     r.extend(app(70, "c2", false));
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::CrashLoop, "container_start:app"),
         "{p:#?}"
     );
@@ -411,7 +411,7 @@ fn an_add_without_a_del_after_the_sandbox_stopped_is_a_leaked_ip() {
     }));
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::LeakedIp, "cni_add"),
         "{p:#?}"
     );
@@ -431,7 +431,7 @@ fn a_sandbox_recreated_again_and_again_with_new_ips_is_named() {
     r.extend(app(300, "c1", true));
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::SandboxRecreated, "sandbox_requested"),
         "{p:#?}"
     );
@@ -447,7 +447,7 @@ fn a_pod_admission_turned_away_is_not_admitted() {
     ];
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::NotAdmitted, "admitted"),
         "{p:#?}"
     );
@@ -511,7 +511,7 @@ fn another_clients_pod_whose_sandboxes_keep_failing_is_named_from_the_kernels_vi
         "named by its CNI arguments"
     );
     assert_eq!(p.verdict.cause, Cause::CniPluginFailed, "{p:#?}");
-    assert_eq!(p.verdict.stage, "cni_plugin:tuning");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:tuning");
     assert!(p.verdict.summary.contains("exited with code 1"), "{p:#?}");
     assert!(
         has(&p.verdict, "2 sandbox attempts the kernel saw"),
@@ -538,7 +538,7 @@ fn an_attempt_under_way_leaves_the_verdict_on_the_last_one_that_failed() {
     r.push(cni(300, 400, "ADD", "bridge", &second));
     let p = one(&r);
     assert_eq!(
-        (p.verdict.cause, p.verdict.stage.as_str()),
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
         (Cause::CniPluginFailed, "cni_plugin:tuning"),
         "{p:#?}"
     );
@@ -552,7 +552,7 @@ fn an_attempt_under_way_leaves_the_verdict_on_the_last_one_that_failed() {
     let mut hung = vec![r[0].clone()];
     hung.push(cni(20, 500, "ADD", "bridge", &first));
     let p = one(&hung);
-    assert_eq!(p.verdict.stage, "cni_plugin:bridge", "{p:#?}");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:bridge", "{p:#?}");
     assert!(
         p.verdict.summary.contains("did not exit while recorded"),
         "{p:#?}"

@@ -18,7 +18,7 @@ use crate::kubelet::pod_startup_latency::PodStartupLatencyTracker;
 use crate::kuberuntime::event::WaitKind;
 use crate::otel::{ExportStats, ReceiverStats};
 use crate::queues::{Queue as SyncLoopQueue, QueueStats};
-use crate::timeline::{Collector, CollectorStats, Forgotten, Timeline};
+use crate::timeline::{Collector, CollectorStats, Forgotten, StageKind, Timeline};
 use crate::trace::PodWaitRecord;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -502,13 +502,13 @@ impl Metrics {
     pub fn observe_timeline(&self, timeline: &Timeline) {
         let mut st = self.state();
         for pod in &timeline.pods {
-            let done = pod.stage("running").is_some() || pod.failures().next().is_some();
+            let done = pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some();
             if !done || !st.staged.insert(pod.uid.clone()) {
                 continue;
             }
             for s in &pod.stages {
                 let secs = s.duration_ns as f64 / 1e9;
-                if let Some(plugin) = s.stage.strip_prefix("cni_plugin:") {
+                if let Some(plugin) = s.stage.cni_plugin() {
                     let labels = Plugin {
                         plugin: plugin.to_string(),
                         exit_code: s.exit_code.map(|c| c.to_string()).unwrap_or_default(),
@@ -517,17 +517,11 @@ impl Metrics {
                 }
                 // Per-container stages are folded by kind: label values stay bounded. The
                 // runtime's steps keep their step (`runtime:task_start`).
-                let parts = if s.source == crate::timeline::StageSource::Runtime {
-                    2
+                let kind = if s.source == crate::timeline::StageSource::Runtime {
+                    s.stage.kind_and_step()
                 } else {
-                    1
+                    s.kind().to_string()
                 };
-                let kind = s
-                    .stage
-                    .splitn(3, ':')
-                    .take(parts)
-                    .collect::<Vec<_>>()
-                    .join(":");
                 self.stage
                     .get_or_create(&StageLabel { stage: kind })
                     .observe(secs);

@@ -20,7 +20,7 @@ use super::runtime_span::{self, RuntimeSpan};
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
 use crate::cri::CriCall;
-use crate::timeline::{Collector, PodTimeline, Timeline};
+use crate::timeline::{Collector, PodTimeline, StageKind, Timeline};
 
 /// How long a pod that ran but is not Ready (or failed) goes without a new stage before
 /// its startup is exported as it stands.
@@ -179,10 +179,10 @@ impl LiveExport {
             if st.exported.contains(&pod.uid) {
                 continue;
             }
-            if pod.stage("ready").is_some() {
+            if pod.stage(StageKind::Ready).is_some() {
                 st.pending.remove(&pod.uid);
                 self.export(&mut st, &pod);
-            } else if pod.stage("running").is_some() || pod.failures().next().is_some() {
+            } else if pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some() {
                 st.pending.insert(pod.uid.clone(), pod);
             }
         }

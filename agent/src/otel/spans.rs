@@ -21,7 +21,7 @@
 //! Times stay CLOCK_MONOTONIC here; the SDK conversion places them in wall time.
 
 use crate::cri::CriCall;
-use crate::timeline::{PodTimeline, Stage, StageSource};
+use crate::timeline::{PodTimeline, Stage, StageKind, StageSource};
 
 use super::ids;
 
@@ -53,8 +53,8 @@ pub struct PodSpan {
 
 /// When the pod's startup ends: Ready, else Running, else its last stage.
 pub fn startup_end(pod: &PodTimeline) -> Option<u64> {
-    pod.stage("ready")
-        .or_else(|| pod.stage("running"))
+    pod.stage(StageKind::Ready)
+        .or_else(|| pod.stage(StageKind::Running))
         .map(|s| s.end_ns)
         .or_else(|| pod.stages.iter().map(|s| s.end_ns).max())
 }
@@ -84,7 +84,7 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     if let Some(ip) = &pod.ip {
         root_attrs.push(("podtrace.pod_ip", str(ip)));
     }
-    let ran = pod.stage("running").is_some();
+    let ran = pod.stage(StageKind::Running).is_some();
     let root = PodSpan {
         trace_id,
         span_id: root_id,
@@ -189,7 +189,7 @@ fn call_span(
         attributes.push(("container.image.name", str(&c.image)));
     }
     if let Some(s) = stage {
-        attributes.push(("podtrace.stage", str(&s.stage)));
+        attributes.push(("podtrace.stage", str(s.stage.to_string())));
     }
     PodSpan {
         trace_id,
@@ -217,7 +217,7 @@ fn stage_span(
     pod_attrs: &[(&'static str, Value)],
 ) -> PodSpan {
     let mut attributes = pod_attrs.to_vec();
-    attributes.push(("podtrace.stage", str(&s.stage)));
+    attributes.push(("podtrace.stage", str(s.stage.to_string())));
     attributes.push(("podtrace.source", str(s.source.to_string())));
     if let Some(c) = &s.container {
         attributes.push(("k8s.container.name", str(c)));
@@ -225,7 +225,7 @@ fn stage_span(
     if let Some(id) = &s.container_id {
         attributes.push(("container.id", str(id)));
     }
-    if let Some(plugin) = s.stage.strip_prefix("cni_plugin:") {
+    if let Some(plugin) = s.stage.cni_plugin() {
         attributes.push(("podtrace.cni.plugin", str(plugin)));
     }
     if let Some(code) = s.exit_code {
@@ -242,9 +242,9 @@ fn stage_span(
     }
     PodSpan {
         trace_id,
-        span_id: ids::stage_span_id(&s.pod_uid, &s.stage, s.start_ns),
+        span_id: ids::stage_span_id(&s.pod_uid, &s.stage.to_string(), s.start_ns),
         parent: Some(parent),
-        name: s.stage.clone(),
+        name: s.stage.to_string(),
         kind: Kind::Internal,
         start_ns: s.start_ns,
         end_ns: s.end_ns,

@@ -49,40 +49,31 @@ pub struct Replayed {
 const TAIL: Duration = Duration::from_secs(5);
 
 fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
-    let c = &trace.header.config;
-    let ns = |key: &str, default: Duration| {
-        c.get(key)
-            .and_then(|v| v.as_u64())
-            .map(Duration::from_nanos)
-            .unwrap_or(default)
-    };
-    let allocatable: NodeAllocatable = c
-        .get("allocatable")
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or(NodeAllocatable {
+    // A trace without the agent's settings replays with the defaults.
+    let c = trace.header.config.run();
+    let allocatable: NodeAllocatable = c.map_or(
+        NodeAllocatable {
             milli_cpu: i64::MAX / 4,
             memory_bytes: i64::MAX / 4,
             max_pods: 110,
-        });
+        },
+        |c| c.allocatable.clone(),
+    );
     let mut s = KubeletSettings::with_allocatable(allocatable);
-    s.resync_interval = ns("resync_interval_ns", s.resync_interval);
-    s.error_backoff = ns("error_backoff_ns", s.error_backoff);
-    s.backoff_initial = ns("backoff_initial_ns", s.backoff_initial);
-    s.backoff_max = ns("backoff_max_ns", s.backoff_max);
-    s.max_parallel_image_pulls = match c.get("max_parallel_image_pulls") {
-        Some(serde_json::Value::Null) => None,
-        Some(v) => v.as_u64().map(|n| n as usize).or(Some(1)),
-        None => Some(1),
-    };
+    if let Some(c) = c {
+        s.resync_interval = Duration::from_nanos(c.resync_interval_ns);
+        s.error_backoff = Duration::from_nanos(c.error_backoff_ns);
+        s.backoff_initial = Duration::from_nanos(c.backoff_initial_ns);
+        s.backoff_max = Duration::from_nanos(c.backoff_max_ns);
+        // Exits reach the PLEG as the recording has them (`ReplayRuntime::exit_notice`),
+        // as a process watcher's would, so the relist runs at its recorded period.
+        s.relist_period = Duration::from_nanos(c.relist_period_ns);
+    }
+    s.max_parallel_image_pulls = c.map_or(Some(1), |c| c.max_parallel_image_pulls);
     if let Some(p) = what_if.max_parallel_image_pulls {
         s.max_parallel_image_pulls = p;
     }
-    // Exits reach the PLEG as the recording has them (`ReplayRuntime::exit_notice`), as
-    // a process watcher's would, so the relist runs at its recorded period.
-    s.relist_period = ns("relist_period_ns", s.relist_period);
-    s.node = c
-        .get("node")
-        .and_then(|v| serde_json::from_value(v.clone()).ok());
+    s.node = c.and_then(|c| c.node.clone());
     s.cgroup_root = None;
     s.secrets_dir = None;
     s.housekeeping = false;

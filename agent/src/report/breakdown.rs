@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{PodTimeline, Stage, StageSource, pipeline_rank};
+use crate::timeline::{PodTimeline, Stage, StageKind, StageName, StageSource};
 
 /// The row for instants no stage covers.
 pub const GAP: &str = "gap";
@@ -75,9 +75,62 @@ pub struct Part {
     pub opaque: bool,
 }
 
+/// What a part is named after: a stage, or the runtime's own work inside RunPodSandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PartOf {
+    Stage(StageName),
+    /// `runtime_sandbox`: RunPodSandbox less what the kernel timed in it.
+    RuntimeSandbox,
+}
+
+impl PartOf {
+    /// The part's name in the breakdown.
+    fn name(&self) -> String {
+        match self {
+            PartOf::Stage(s) => s.to_string(),
+            PartOf::RuntimeSandbox => "runtime_sandbox".to_string(),
+        }
+    }
+
+    /// The stage kind the part stands for: the runtime's own sandbox work stands where
+    /// RunPodSandbox does.
+    fn kind(&self) -> &StageKind {
+        match self {
+            PartOf::Stage(s) => s.kind(),
+            PartOf::RuntimeSandbox => &StageKind::SandboxRequested,
+        }
+    }
+
+    /// The part's pipeline position. The runtime's steps made of several of its spans
+    /// (the sandbox image's pull, the network's setup) hold its other steps: at the same
+    /// instant the inner one (the pull's first registry request) is the more specific.
+    fn order(&self) -> usize {
+        let inner = match self {
+            PartOf::Stage(s) if *s.kind() == StageKind::Runtime => s.name().is_some_and(|n| {
+                !n.starts_with("sandbox_image_pull") && !n.starts_with("network_setup")
+            }),
+            _ => false,
+        };
+        self.kind().rank() * 2 + usize::from(inner)
+    }
+
+    /// A CRI call's own time, less what the kernel timed inside it.
+    fn opaque(&self) -> bool {
+        match self {
+            PartOf::RuntimeSandbox => true,
+            PartOf::Stage(s) => matches!(
+                s.kind(),
+                StageKind::ContainerCreate | StageKind::ContainerStart
+            ),
+        }
+    }
+}
+
 /// A span some part claims.
 struct Claim {
-    part: String,
+    part: PartOf,
+    /// The part's name, as the breakdown lists it.
+    name: String,
     what: String,
     start: u64,
     end: u64,
@@ -89,34 +142,13 @@ struct Claim {
     background: bool,
 }
 
-/// Parts that wait behind work that has parts of its own.
-const BACKGROUND: &[&str] = &["pod_worker_wait"];
-
-/// Parts that are a CRI call's own time, less what the kernel timed inside it.
-const OPAQUE: &[&str] = &["runtime_sandbox", "container_create", "container_start"];
-
-/// A part's pipeline position: the runtime's own sandbox work stands where
-/// RunPodSandbox does. The runtime's steps made of several of its spans (the sandbox
-/// image's pull, the network's setup) hold its other steps: at the same instant the
-/// inner one (the pull's first registry request) is the more specific.
-fn order(part: &str) -> usize {
-    let rank = if part == "runtime_sandbox" {
-        pipeline_rank("sandbox_requested")
-    } else {
-        pipeline_rank(part)
-    };
-    let inner = part.starts_with("runtime:")
-        && !part.starts_with("runtime:sandbox_image_pull")
-        && !part.starts_with("runtime:network_setup");
-    rank * 2 + usize::from(inner)
-}
-
-fn claim(part: String, what: String, start: u64, end: u64) -> Claim {
-    let kind = part.split_once(':').map_or(part.as_str(), |(k, _)| k);
+fn claim(part: PartOf, what: String, start: u64, end: u64) -> Claim {
     Claim {
-        order: order(&part),
-        opaque: OPAQUE.contains(&kind),
-        background: BACKGROUND.contains(&kind),
+        order: part.order(),
+        opaque: part.opaque(),
+        // A pod worker's wait is behind work that has parts of its own.
+        background: *part.kind() == StageKind::PodWorkerWait,
+        name: part.name(),
         part,
         what,
         start,
@@ -129,80 +161,75 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
     let mut out = Vec::new();
     for s in &p.stages {
         let c = s.container.clone().unwrap_or_default();
+        let stage = || PartOf::Stage(s.stage.clone());
         let (part, what) = match s.kind() {
-            "pod_cgroup_created" => (
-                s.stage.clone(),
-                "the agent creating the pod's cgroups".to_string(),
-            ),
-            "sandbox_requested" => (
-                "runtime_sandbox".to_string(),
+            StageKind::PodCgroupCreated => {
+                (stage(), "the agent creating the pod's cgroups".to_string())
+            }
+            StageKind::SandboxRequested => (
+                PartOf::RuntimeSandbox,
                 "RunPodSandbox less what the kernel timed in it: the runtime's own work"
                     .to_string(),
             ),
-            "shim_start" => (s.stage.clone(), runtime_what("the shim starting", &c)),
-            "shim_create" => (
-                s.stage.clone(),
+            StageKind::ShimStart => (stage(), runtime_what("the shim starting", &c)),
+            StageKind::ShimCreate => (
+                stage(),
                 runtime_what("the new shim daemon until it ran runc create", &c),
             ),
-            "runc_create" => (s.stage.clone(), runtime_what("runc create", &c)),
-            "runc_init" => (
-                s.stage.clone(),
+            StageKind::RuncCreate => (stage(), runtime_what("runc create", &c)),
+            StageKind::RuncInit => (
+                stage(),
                 runtime_what("runc init setting the container up", &c),
             ),
-            "runc_start" => (s.stage.clone(), runtime_what("runc start", &c)),
-            "sandbox_cgroup" => (
-                s.stage.clone(),
-                "runc creating the sandbox's cgroups".to_string(),
-            ),
-            "container_cgroup" => (s.stage.clone(), format!("runc creating {c}'s cgroups")),
-            "netns_created" => (
-                s.stage.clone(),
-                "the pod's network namespace created".to_string(),
-            ),
-            "cni_add" => (s.stage.clone(), "CNI ADD between plugin runs".to_string()),
-            "cni_plugin" => (s.stage.clone(), plugin_what(s)),
-            "sandbox_ready" => (
-                s.stage.clone(),
+            StageKind::RuncStart => (stage(), runtime_what("runc start", &c)),
+            StageKind::SandboxCgroup => {
+                (stage(), "runc creating the sandbox's cgroups".to_string())
+            }
+            StageKind::ContainerCgroup => (stage(), format!("runc creating {c}'s cgroups")),
+            StageKind::NetnsCreated => (stage(), "the pod's network namespace created".to_string()),
+            StageKind::CniAdd => (stage(), "CNI ADD between plugin runs".to_string()),
+            StageKind::CniPlugin => (stage(), plugin_what(s)),
+            StageKind::SandboxReady => (
+                stage(),
                 "the status read that found the sandbox ready".to_string(),
             ),
-            "sidecar_wait" | "init_wait" => (s.stage.clone(), format!("{c} waiting {}", s.detail)),
-            "startup_probe_wait" => (
-                s.stage.clone(),
+            StageKind::SidecarWait | StageKind::InitWait => {
+                (stage(), format!("{c} waiting {}", s.detail))
+            }
+            StageKind::StartupProbeWait => (
+                stage(),
                 format!("{c} running until its startup probe passed"),
             ),
-            "pod_worker_wait" => (
-                s.stage.clone(),
-                format!("the pod worker busy: {}", s.detail),
-            ),
-            "network_wait" => (s.stage.clone(), format!("waiting: {}", s.detail)),
-            "back_off_wait" => (s.stage.clone(), format!("in back-off: {}", s.detail)),
-            "init_run" => (
-                s.stage.clone(),
+            StageKind::PodWorkerWait => (stage(), format!("the pod worker busy: {}", s.detail)),
+            StageKind::NetworkWait => (stage(), format!("waiting: {}", s.detail)),
+            StageKind::BackOffWait => (stage(), format!("in back-off: {}", s.detail)),
+            StageKind::InitRun => (
+                stage(),
                 format!("init container {c} running until it exited"),
             ),
-            "image_puller_wait" => (
-                s.stage.clone(),
+            StageKind::ImagePullerWait => (
+                stage(),
                 format!("{c} queued at the image puller: {}", s.detail),
             ),
-            "image_pull" => (s.stage.clone(), format!("pulling {c}'s image")),
-            "container_create" => (s.stage.clone(), format!("CreateContainer for {c}")),
-            "container_start" => {
+            StageKind::ImagePull => (stage(), format!("pulling {c}'s image")),
+            StageKind::ContainerCreate => (stage(), format!("CreateContainer for {c}")),
+            StageKind::ContainerStart => {
                 out.extend(start_claims(p, s));
                 continue;
             }
-            "post_start" => (s.stage.clone(), format!("{c}'s postStart hook")),
-            "runtime" => (s.stage.clone(), runtime_span_what(s)),
+            StageKind::PostStart => (stage(), format!("{c}'s postStart hook")),
+            StageKind::Runtime => (stage(), runtime_span_what(s)),
             _ => continue,
         };
         if s.duration_ns > 0 {
             out.push(claim(part, what, s.start_ns, s.end_ns));
         }
     }
-    if let (Some(running), Some(ready)) = (p.stage("running"), p.stage("ready"))
+    if let (Some(running), Some(ready)) = (p.stage(StageKind::Running), p.stage(StageKind::Ready))
         && ready.start_ns > running.start_ns
     {
         out.push(claim(
-            "ready".into(),
+            PartOf::Stage(StageKind::Ready.into()),
             "waiting for readiness probes after Running".into(),
             running.start_ns,
             ready.start_ns,
@@ -213,7 +240,7 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
 
 /// What a stage made of the runtime's own spans was.
 fn runtime_span_what(s: &Stage) -> String {
-    let step = s.stage.split(':').nth(1).unwrap_or_default();
+    let step = s.stage.runtime_step().unwrap_or_default();
     let c = s.container.as_deref().unwrap_or_default();
     let what = match step {
         "sandbox_image_pull" => "the runtime pulling the sandbox (pause) image",
@@ -244,7 +271,7 @@ fn runtime_what(step: &str, c: &str) -> String {
 }
 
 fn plugin_what(s: &Stage) -> String {
-    let name = s.stage.trim_start_matches("cni_plugin:");
+    let name = s.stage.cni_plugin().unwrap_or_default();
     if s.detail.contains("delegated by") {
         format!(
             "{name}'s run (IPAM, {})",
@@ -261,12 +288,12 @@ fn plugin_what(s: &Stage) -> String {
 fn start_claims(p: &PodTimeline, start: &Stage) -> Vec<Claim> {
     let c = start.container.clone().unwrap_or_default();
     let exec = p.stages.iter().find(|s| {
-        s.kind() == "app_first_exec"
+        *s.kind() == StageKind::AppFirstExec
             && s.container_id.is_some()
             && s.container_id == start.container_id
     });
     let mut out = vec![claim(
-        start.stage.clone(),
+        PartOf::Stage(start.stage.clone()),
         format!("StartContainer for {c} less what the kernel timed in it"),
         start.start_ns,
         start.end_ns,
@@ -275,7 +302,7 @@ fn start_claims(p: &PodTimeline, start: &Stage) -> Vec<Claim> {
         && e.start_ns > start.end_ns
     {
         out.push(claim(
-            format!("app_first_exec:{c}"),
+            PartOf::Stage(StageName::of(StageKind::AppFirstExec, &c)),
             format!("from StartContainer's return until {c}'s first exec"),
             start.end_ns,
             e.start_ns,
@@ -289,10 +316,10 @@ fn start_claims(p: &PodTimeline, start: &Stage) -> Vec<Claim> {
 /// running at the same instant).
 pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
     let seen = p.seen_ns?;
-    let running = p.stage("running")?.start_ns;
-    let (end, end_name) = match p.stage("ready") {
-        Some(r) if r.start_ns > running => (r.start_ns, "ready"),
-        _ => (running, "running"),
+    let running = p.stage(StageKind::Running)?.start_ns;
+    let (end, end_name) = match p.stage(StageKind::Ready) {
+        Some(r) if r.start_ns > running => (r.start_ns, StageKind::Ready),
+        _ => (running, StageKind::Running),
     };
     if end <= seen {
         return None;
@@ -312,8 +339,8 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
         .collect();
     cuts.sort_unstable();
     cuts.dedup();
-    // Part name -> (first instant it took, ns, what, opaque).
-    let mut taken: BTreeMap<&str, (u64, u64, &str, bool)> = BTreeMap::new();
+    // Part name -> (first instant it took, ns, the claim).
+    let mut taken: BTreeMap<&str, (u64, u64, &Claim)> = BTreeMap::new();
     let mut gap = 0;
     for w in cuts.windows(2) {
         let (a, b) = (w[0], w[1]);
@@ -325,7 +352,7 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
             .map(|(_, c)| c);
         match winner {
             Some(c) => {
-                let e = taken.entry(&c.part).or_insert((a, 0, &c.what, c.opaque));
+                let e = taken.entry(&c.name).or_insert((a, 0, c));
                 e.1 += b - a;
             }
             None => gap += b - a,
@@ -333,25 +360,25 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
     }
     let total = end - seen;
     let share = |ns: u64| ns as f64 * 100.0 / total as f64;
-    let mut parts: Vec<(u64, Part)> = taken
+    let mut parts: Vec<(u64, &PartOf, Part)> = taken
         .into_iter()
-        .map(|(part, (first, ns, what, opaque))| {
+        .map(|(name, (first, ns, c))| {
             (
                 first,
+                &c.part,
                 Part {
-                    part: part.to_string(),
-                    what: what.to_string(),
+                    part: name.to_string(),
+                    what: c.what.clone(),
                     ns,
                     share: share(ns),
-                    opaque,
+                    opaque: c.opaque,
                 },
             )
         })
         .collect();
-    parts.sort_by(|a, b| {
-        (a.0, order(&a.1.part), &a.1.part).cmp(&(b.0, order(&b.1.part), &b.1.part))
-    });
-    let mut parts: Vec<Part> = parts.into_iter().map(|(_, p)| p).collect();
+    parts.sort_by(|a, b| (a.0, a.1.order(), &a.2.part).cmp(&(b.0, b.1.order(), &b.2.part)));
+    let notes = unexplained(p, &parts);
+    let mut parts: Vec<Part> = parts.into_iter().map(|(_, _, p)| p).collect();
     parts.push(Part {
         part: GAP.into(),
         what: "time no stage explains: the agent between stages".into(),
@@ -359,10 +386,9 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
         share: share(gap),
         opaque: false,
     });
-    let notes = unexplained(p, &parts);
     Some(Breakdown {
         total_ns: total,
-        end: end_name.into(),
+        end: end_name.to_string(),
         parts,
         notes,
     })
@@ -371,25 +397,23 @@ pub fn breakdown(p: &PodTimeline) -> Option<Breakdown> {
 /// The opaque parts the runtime's own spans did not break down, and why: the runtime
 /// sent none for the pod at all (no receiver, or a runtime that does not trace), or
 /// none inside that call.
-fn unexplained(p: &PodTimeline, parts: &[Part]) -> Vec<String> {
+fn unexplained(p: &PodTimeline, parts: &[(u64, &PartOf, Part)]) -> Vec<String> {
     let runtime: Vec<&Stage> = p
         .stages
         .iter()
         .filter(|s| s.source == StageSource::Runtime)
         .collect();
-    let call_of = |part: &str| -> Option<&Stage> {
-        let stage = if part == "runtime_sandbox" {
-            "sandbox_requested"
-        } else {
-            part
-        };
-        p.stages.iter().find(|s| s.stage == stage)
+    let call_of = |part: &PartOf| -> Option<&Stage> {
+        match part {
+            PartOf::RuntimeSandbox => p.stage(StageKind::SandboxRequested),
+            PartOf::Stage(name) => p.stages.iter().find(|s| s.stage == *name),
+        }
     };
     let bare: Vec<&str> = parts
         .iter()
-        .filter(|x| x.opaque && x.ns > 0)
-        .filter(|x| {
-            let Some(call) = call_of(&x.part) else {
+        .filter(|(_, _, x)| x.opaque && x.ns > 0)
+        .filter(|(_, part, _)| {
+            let Some(call) = call_of(part) else {
                 return false;
             };
             !runtime.iter().any(|r| {
@@ -398,7 +422,7 @@ fn unexplained(p: &PodTimeline, parts: &[Part]) -> Vec<String> {
                     && r.container == call.container
             })
         })
-        .map(|x| x.part.as_str())
+        .map(|(_, _, x)| x.part.as_str())
         .collect();
     if bare.is_empty() {
         return Vec::new();

@@ -112,7 +112,7 @@ fn outcome(p: &PodTimeline) -> String {
         .stages
         .iter()
         .max_by_key(|s| s.end_ns)
-        .map_or("no stage", |s| s.stage.as_str());
+        .map_or("no stage".to_string(), |s| s.stage.to_string());
     match p.failures().next() {
         Some(f) => format!(
             "did not reach Running; last stage {last}; first failure {}",

@@ -6,18 +6,18 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{PIPELINE, PodTimeline, Stage, StageSource, pipeline_rank};
+use crate::timeline::{PodTimeline, Stage, StageKind, StageName, StageSource};
 
 /// Stage kinds that are points in time: their duration is always zero, so a latency
 /// distribution of them says nothing. Their timing shows in the breakdown instead.
-const POINTS: &[&str] = &[
-    "pod_seen",
-    "admitted",
-    "pause_exec",
-    "app_first_exec",
-    "init_run",
-    "running",
-    "ready",
+const POINTS: &[StageKind] = &[
+    StageKind::PodSeen,
+    StageKind::Admitted,
+    StageKind::PauseExec,
+    StageKind::AppFirstExec,
+    StageKind::InitRun,
+    StageKind::Running,
+    StageKind::Ready,
 ];
 
 /// The derived row for pod_seen -> running.
@@ -60,11 +60,11 @@ fn group(s: &Stage) -> Option<String> {
         return None;
     }
     match s.kind() {
-        k if POINTS.contains(&k) => None,
-        "cni_plugin" => Some(s.stage.clone()),
+        k if POINTS.contains(k) => None,
+        StageKind::CniPlugin => Some(s.stage.to_string()),
         // The runtime's own steps, pooled by step (`runtime:task_start` for every
         // container's).
-        "runtime" => Some(s.stage.splitn(3, ':').take(2).collect::<Vec<_>>().join(":")),
+        StageKind::Runtime => Some(s.stage.kind_and_step()),
         k => Some(k.to_string()),
     }
 }
@@ -72,11 +72,12 @@ fn group(s: &Stage) -> Option<String> {
 /// Row order: the pipeline's, then the derived rows; groups it does not list sort after
 /// these, by name.
 fn rank(group: &str) -> usize {
+    let known = StageKind::PIPELINE.len();
     match group {
-        STARTUP => PIPELINE.len() + 1,
-        TO_READY => PIPELINE.len() + 2,
-        _ => match pipeline_rank(group) {
-            r if r == PIPELINE.len() => PIPELINE.len() + 3,
+        STARTUP => known + 1,
+        TO_READY => known + 2,
+        _ => match StageName::parse(group).kind().rank() {
+            r if r == known => known + 3,
             r => r,
         },
     }
@@ -96,10 +97,10 @@ pub fn samples<'a>(
             }
         }
         if let Some(seen) = p.seen_ns {
-            if let Some(r) = p.stage("running") {
+            if let Some(r) = p.stage(StageKind::Running) {
                 add(STARTUP.into(), r.start_ns.saturating_sub(seen), true);
             }
-            if let Some(r) = p.stage("ready") {
+            if let Some(r) = p.stage(StageKind::Ready) {
                 add(TO_READY.into(), r.start_ns.saturating_sub(seen), true);
             }
         }

@@ -13,7 +13,7 @@ use svg::node::element::{Circle, Group, Line, Polygon, Rectangle, Text, Title};
 
 use super::TraceInput;
 use super::stats::{in_pipeline_order, percentile, samples};
-use crate::timeline::{PodTimeline, Stage, StageSource};
+use crate::timeline::{PodTimeline, Stage, StageKind, StageSource};
 
 const WIDTH: f64 = 1200.0;
 const LABEL_X: f64 = 16.0;
@@ -173,8 +173,8 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         .unwrap_or(0);
     // A pod that ran is drawn until it was Running (or Ready): later restarts would
     // squeeze its startup into a sliver. They stay in `podtrace timeline`.
-    let until = p.stage("running").map(|r| {
-        p.stage("ready")
+    let until = p.stage(StageKind::Running).map(|r| {
+        p.stage(StageKind::Ready)
             .map_or(r.start_ns, |ready| ready.start_ns.max(r.start_ns))
     });
     let stages: Vec<&Stage> = p
@@ -190,7 +190,7 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
     } else {
         format!("{}/{}", p.namespace, p.name)
     };
-    let title = match (p.seen_ns, p.stage("running")) {
+    let title = match (p.seen_ns, p.stage(StageKind::Running)) {
         (Some(seen), Some(r)) => format!(
             "Waterfall: {name} ({trace}), Running after {}",
             ms(r.start_ns.saturating_sub(seen))
@@ -286,8 +286,12 @@ fn stage_row(mut g: Group, scale: &Scale, y: f64, i: usize, s: &Stage) -> Group 
     if i % 2 == 1 {
         g = g.add(stripe(y));
     }
-    let indent = if s.kind() == "cni_plugin" { 14.0 } else { 0.0 };
-    g = g.add(text(LABEL_X + indent, y + 14.5, 12.0, s.stage.clone()));
+    let indent = if *s.kind() == StageKind::CniPlugin {
+        14.0
+    } else {
+        0.0
+    };
+    g = g.add(text(LABEL_X + indent, y + 14.5, 12.0, s.stage.to_string()));
     let mut tip = format!(
         "{}: start +{}, {} ({}){}",
         s.stage,

@@ -26,6 +26,8 @@ mod runtime_args;
 mod runtime_spans;
 mod runtime_stages;
 mod seeing;
+mod stage_kind;
+mod stage_name;
 mod stages;
 mod waits;
 
@@ -36,9 +38,11 @@ pub use attribution::{Attribution, Owner, Rule};
 pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
-pub use model::{PIPELINE, PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
+pub use model::{PodTimeline, Stage, StageSource, Timeline};
 pub use runtime_spans::{Step as RuntimeStep, step_of as runtime_step_of};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
+pub use stage_kind::StageKind;
+pub use stage_name::StageName;
 
 use crate::trace::TraceRecord;
 

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use podtrace_core::record::GrpcCode;
 
+use super::stage_kind::StageKind;
+use super::stage_name::StageName;
+
 /// Where a stage's times come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,7 +44,7 @@ pub struct Stage {
     pub namespace: String,
     pub pod: String,
     /// `pod_seen`, `cni_plugin:bridge`, `container_start:app`, ...
-    pub stage: String,
+    pub stage: StageName,
     /// CLOCK_MONOTONIC ns. A point in time (an exec, a decision) has `end_ns == start_ns`.
     pub start_ns: u64,
     pub end_ns: u64,
@@ -85,7 +88,7 @@ impl Stage {
         pod_uid: &str,
         namespace: &str,
         pod: &str,
-        stage: String,
+        stage: StageName,
         start_ns: u64,
         end_ns: u64,
         source: StageSource,
@@ -116,59 +119,9 @@ impl Stage {
 
     /// The part of the name before `:` (`cni_plugin` for `cni_plugin:bridge`; `runtime`
     /// for every `runtime:<step>`).
-    pub fn kind(&self) -> &str {
-        self.stage.split_once(':').map_or(&self.stage, |(k, _)| k)
+    pub fn kind(&self) -> &StageKind {
+        self.stage.kind()
     }
-}
-
-/// Stage kinds in the order the pipeline performs them. It breaks ties wherever stages
-/// are ordered: on a timeline (a point and the span it opens list in pipeline order), in
-/// a breakdown (a later step is the more specific when spans start together; the runtime's
-/// steps come after the CRI calls they run inside) and in the report's stage table.
-pub const PIPELINE: &[&str] = &[
-    "pod_seen",
-    "pod_worker_wait",
-    "network_wait",
-    "back_off_wait",
-    "admitted",
-    "pod_cgroup_created",
-    "sandbox_requested",
-    "netns_created",
-    "cni_add",
-    "cni_plugin",
-    "sandbox_ready",
-    "startup_probe_wait",
-    "sidecar_wait",
-    "init_wait",
-    "image_puller_wait",
-    "image_pull",
-    "container_create",
-    "container_created",
-    "container_start",
-    "container_started",
-    "runtime",
-    "shim_start",
-    "shim_create",
-    "runc_create",
-    "runc_init",
-    "sandbox_cgroup",
-    "container_cgroup",
-    "runc_start",
-    "pause_exec",
-    "app_first_exec",
-    "init_run",
-    "post_start",
-    "running",
-    "ready",
-];
-
-/// Where a stage kind (or a `kind:name` stage) stands in [`PIPELINE`]; unknown kinds last.
-pub fn pipeline_rank(stage: &str) -> usize {
-    let kind = stage.split_once(':').map_or(stage, |(k, _)| k);
-    PIPELINE
-        .iter()
-        .position(|k| *k == kind)
-        .unwrap_or(PIPELINE.len())
 }
 
 /// One pod's stages and what the kernel attributed to it.
@@ -206,14 +159,17 @@ impl PodTimeline {
 
     /// From the first sight of the pod to Running, if it got there.
     pub fn to_running_ns(&self) -> Option<u64> {
-        let running = self.stage("running")?.start_ns;
+        let running = self.stage(StageKind::Running)?.start_ns;
         let seen = self
             .seen_ns
             .or_else(|| self.stages.iter().map(|s| s.start_ns).min())?;
         Some(running.saturating_sub(seen))
     }
 
-    pub fn stage(&self, name: &str) -> Option<&Stage> {
+    /// The first stage of this name: a kind alone (`StageKind::Running`) or a kind and
+    /// what it is about (`container_start:app`).
+    pub fn stage(&self, name: impl Into<StageName>) -> Option<&Stage> {
+        let name = name.into();
         self.stages.iter().find(|s| s.stage == name)
     }
 
@@ -267,7 +223,7 @@ impl Timeline {
                 kernel_events: BTreeMap::new(),
                 notes: Vec::new(),
             });
-            if s.stage == "pod_seen" {
+            if s.stage.is(&StageKind::PodSeen) {
                 p.seen_ns = Some(s.start_ns);
             }
             if let Some(id) = &s.sandbox_id

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::model::{Stage, StageSource};
+use super::stage_kind::StageKind;
+use super::stage_name::StageName;
 use super::stages::PodBuilder;
 use crate::trace::{Observation, ObservedRecord, ObservedVia};
 
@@ -59,7 +61,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         for o in observed {
             if o.what == Observation::SandboxReady {
                 let t = o.happened_ns();
-                let mut s = self.stage("sandbox_ready".into(), t, t, StageSource::Runtime);
+                let mut s = self.stage(StageKind::SandboxReady.into(), t, t, StageSource::Runtime);
                 s.sandbox_id = Some(o.sandbox_id.clone());
                 s.detail = match o.ip.as_str() {
                     "" => format!("no pod IP (host network); {}", via_detail(o)),
@@ -92,23 +94,24 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 s
             };
             for (what, kind) in [
-                (Observation::ContainerCreated, "container_created"),
-                (Observation::ContainerStarted, "container_started"),
+                (Observation::ContainerCreated, StageKind::ContainerCreated),
+                (Observation::ContainerStarted, StageKind::ContainerStarted),
             ] {
                 if let Some(o) = of(what) {
                     let t = o.happened_ns();
-                    let mut s = self.stage(format!("{kind}:{name}"), t, t, StageSource::Runtime);
+                    let mut s = self.stage(StageName::of(kind, name), t, t, StageSource::Runtime);
                     s.detail = via_detail(o).into();
                     self.stages.push(with(s));
                 }
             }
-            if let Some(s) = self.cgroup_stage(format!("container_cgroup:{name}"), id) {
+            if let Some(s) = self.cgroup_stage(StageName::of(StageKind::ContainerCgroup, name), id)
+            {
                 self.stages.push(with(s));
             }
-            for s in self.runtime_stages(id, &format!(":{name}")) {
+            for s in self.runtime_stages(id, Some(name)) {
                 self.stages.push(with(s));
             }
-            if let Some(s) = self.first_exec(format!("app_first_exec:{name}"), |o| {
+            if let Some(s) = self.first_exec(StageName::of(StageKind::AppFirstExec, name), |o| {
                 o.container_id.as_deref() == Some(id)
             }) {
                 self.stages.push(with(s));
@@ -127,7 +130,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     /// pod_seen: the first sign of the pod anything recorded, the kernel's (its pod
     /// cgroup, made before the client asks for a sandbox) or the runtime's.
     fn observed_seen(&mut self, observed: &[&'a ObservedRecord]) {
-        if self.stages.iter().any(|s| s.stage == "pod_seen") {
+        if self.stages.iter().any(|s| s.stage.is(&StageKind::PodSeen)) {
             return;
         }
         let kernel = self.kernel.first().map(|(e, _)| e.ktime_ns());
@@ -143,7 +146,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         } else {
             StageSource::Runtime
         };
-        let mut s = self.stage("pod_seen".into(), t, t, source);
+        let mut s = self.stage(StageKind::PodSeen.into(), t, t, source);
         s.detail = detail.into();
         self.stages.push(s);
     }
@@ -159,7 +162,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .filter(|(t, _, exited)| !exited || *t == last)
             .map(|(_, n, _)| *n)
             .collect();
-        let mut s = self.stage("running".into(), last, last, StageSource::Runtime);
+        let mut s = self.stage(StageKind::Running.into(), last, last, StageSource::Runtime);
         s.detail = format!(
             "all {} containers the runtime showed started ({})",
             running.len(),

@@ -8,22 +8,15 @@
 //! the task's start time at its exec.
 
 use super::runtime_args::{self, Program};
+use super::stage_kind::StageKind;
 use crate::ebpf::KernelEvent;
-
-/// The kinds, in the order the runtime runs them.
-pub const KINDS: &[&str] = &[
-    "shim_start",
-    "shim_create",
-    "runc_create",
-    "runc_init",
-    "runc_start",
-];
 
 /// One runtime step of a sandbox or container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeStep {
-    /// One of [`KINDS`].
-    pub kind: &'static str,
+    /// `shim_start`, `shim_create`, `runc_create`, `runc_init` or `runc_start`: the order
+    /// the runtime runs them in is their order in [`StageKind::PIPELINE`].
+    pub kind: StageKind,
     pub start_ns: u64,
     /// The process's exit (for `runc_init`, `runc create`'s); `None` when not seen.
     pub end_ns: Option<u64>,
@@ -51,17 +44,17 @@ pub fn runtime_steps<'e>(
             continue;
         }
         let kind = match (run.program, run.command) {
-            (Program::Shim, "start") => "shim_start",
-            (Program::Shim, "") => "shim_create",
-            (Program::Oci, "create") => "runc_create",
-            (Program::Oci, "start") => "runc_start",
+            (Program::Shim, "start") => StageKind::ShimStart,
+            (Program::Shim, "") => StageKind::ShimCreate,
+            (Program::Oci, "create") => StageKind::RuncCreate,
+            (Program::Oci, "start") => StageKind::RuncStart,
             _ => continue,
         };
         if steps.iter().any(|s| s.kind == kind) {
             continue;
         }
         let (pid, at) = (r.meta.tgid, r.meta.ktime_ns);
-        let exit = if kind == "shim_create" {
+        let exit = if kind == StageKind::ShimCreate {
             // It serves until the sandbox goes; its end is set below.
             None
         } else {
@@ -81,10 +74,10 @@ pub fn runtime_steps<'e>(
         // shim daemon is forked by `shim start`, inside that step already.
         let forked = r
             .forked_ns
-            .filter(|_| kind != "shim_create")
+            .filter(|_| kind != StageKind::ShimCreate)
             .and_then(|f| spawned_at(f, at));
         let mut step = RuntimeStep {
-            kind,
+            kind: kind.clone(),
             start_ns: forked.unwrap_or(at),
             end_ns: exit.map(|x| x.0),
             pid,
@@ -92,7 +85,7 @@ pub fn runtime_steps<'e>(
             signal: exit.and_then(|x| x.2),
             detail: format!("{program} {}", run.command),
         };
-        if kind == "shim_create" {
+        if kind == StageKind::ShimCreate {
             step.detail =
                 "the new shim daemon: its start-up and the Create request, until it ran runc create"
                     .into();
@@ -102,7 +95,7 @@ pub fn runtime_steps<'e>(
         if let Some(f) = forked {
             step.detail.push_str(&format!(", {}", forked_detail(f, at)));
         }
-        if kind == "runc_create"
+        if kind == StageKind::RuncCreate
             && let Some(init) = init_of(events.clone(), pid, at, step.end_ns)
         {
             steps.push(init);
@@ -111,12 +104,12 @@ pub fn runtime_steps<'e>(
     }
     let create = steps
         .iter()
-        .find(|s| s.kind == "runc_create")
+        .find(|s| s.kind == StageKind::RuncCreate)
         .map(|s| s.start_ns);
-    for s in steps.iter_mut().filter(|s| s.kind == "shim_create") {
+    for s in steps.iter_mut().filter(|s| s.kind == StageKind::ShimCreate) {
         s.end_ns = create.filter(|c| *c >= s.start_ns);
     }
-    steps.sort_by_key(|s| (s.start_ns, KINDS.iter().position(|k| *k == s.kind)));
+    steps.sort_by_key(|s| (s.start_ns, s.kind.rank()));
     steps
 }
 
@@ -171,7 +164,7 @@ fn init_of<'e>(
     })?;
     let end = create_end.filter(|end| *end >= exec.ktime_ns);
     Some(RuntimeStep {
-        kind: "runc_init",
+        kind: StageKind::RuncInit,
         start_ns: exec.ktime_ns,
         end_ns: end,
         pid: exec.tgid,
@@ -262,7 +255,7 @@ mod tests {
         let steps = runtime_steps(events.iter(), ID);
         let got: Vec<(&str, u64, Option<u64>, u32)> = steps
             .iter()
-            .map(|s| (s.kind, s.start_ns, s.end_ns, s.pid))
+            .map(|s| (s.kind.as_str(), s.start_ns, s.end_ns, s.pid))
             .collect();
         assert_eq!(
             got,
@@ -327,7 +320,10 @@ mod tests {
             exit(400_000_100_000, 40, 0),
         ];
         let steps = runtime_steps(events.iter(), ID);
-        let got: Vec<(&str, u64)> = steps.iter().map(|s| (s.kind, s.start_ns)).collect();
+        let got: Vec<(&str, u64)> = steps
+            .iter()
+            .map(|s| (s.kind.as_str(), s.start_ns))
+            .collect();
         assert_eq!(
             got,
             vec![

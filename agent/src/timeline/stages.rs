@@ -13,9 +13,11 @@ use podtrace_core::record::CriMethod;
 use super::attribution::{Attribution, Owner, Rule};
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
-use super::model::{PodTimeline, Stage, StageSource, Timeline, pipeline_rank};
+use super::model::{PodTimeline, Stage, StageSource, Timeline};
 use super::runtime_spans;
 use super::runtime_stages::{forked_detail, runtime_steps, spawned_at};
+use super::stage_kind::StageKind;
+use super::stage_name::StageName;
 use crate::cri::CriCall;
 use crate::ebpf::event::kind_name;
 use crate::ebpf::{KernelEvent, NetnsCall};
@@ -109,7 +111,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     pub(super) fn stage(
         &self,
-        name: String,
+        name: StageName,
         start_ns: u64,
         end_ns: u64,
         source: StageSource,
@@ -125,7 +127,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         )
     }
 
-    fn cri_stage(&self, name: String, call: &CriCall) -> Stage {
+    fn cri_stage(&self, name: StageName, call: &CriCall) -> Stage {
         let mut s = self.stage(name, call.start_ns, call.end_ns, StageSource::Cri);
         s.ok = call.ok();
         s.code = Some(call.code);
@@ -149,7 +151,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
         }
         for call in self.calls_named(CriMethod::RunPodSandbox) {
-            let mut s = self.cri_stage("sandbox_requested".into(), call);
+            let mut s = self.cri_stage(StageKind::SandboxRequested.into(), call);
             if call.attempt > 0 {
                 s.detail = format!("attempt {}; {}", call.attempt, s.detail)
                     .trim_end_matches("; ")
@@ -170,7 +172,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             self.notes
                 .push("no kernel event was attributed to this pod: CRI timing only".into());
         }
-        let rank = |s: &Stage| pipeline_rank(&s.stage);
+        let rank = |s: &Stage| s.kind().rank();
         self.stages.sort_by_key(|s| (s.start_ns, rank(s), s.end_ns));
         let mut kernel_events: BTreeMap<String, u64> = BTreeMap::new();
         for (e, _) in self.kernel {
@@ -182,7 +184,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .stages
             .iter()
             .rev()
-            .find(|s| s.stage == "sandbox_ready")
+            .find(|s| s.stage.is(&StageKind::SandboxReady))
             .and_then(|s| s.detail.strip_prefix("ip "))
             .and_then(|rest| rest.split([' ', ';']).next())
             .map(str::to_string);
@@ -193,7 +195,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             seen_ns: self
                 .stages
                 .iter()
-                .find(|s| s.stage == "pod_seen")
+                .find(|s| s.stage.is(&StageKind::PodSeen))
                 .map(|s| s.start_ns),
             sandbox_ids: sandboxes,
             containers,
@@ -223,7 +225,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             (None, None) => None,
         };
         if let Some((t, source, detail)) = seen {
-            let mut s = self.stage("pod_seen".into(), t, t, source);
+            let mut s = self.stage(StageKind::PodSeen.into(), t, t, source);
             s.detail = detail.into();
             self.stages.push(s);
         }
@@ -231,7 +233,12 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             Some(c) => {
                 // Only an admitted pod gets a pod worker, and a worker's first act is to
                 // read the pod's state from the runtime.
-                let mut s = self.stage("admitted".into(), c.start_ns, c.start_ns, StageSource::Cri);
+                let mut s = self.stage(
+                    StageKind::Admitted.into(),
+                    c.start_ns,
+                    c.start_ns,
+                    StageSource::Cri,
+                );
                 s.detail = format!("pod worker's first sync ({})", c.method);
                 self.stages.push(s);
             }
@@ -258,7 +265,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .collect();
         if let (Some((first, cg)), Some((last, _))) = (mkdirs.first(), mkdirs.last()) {
             let mut s = self.stage(
-                "pod_cgroup_created".into(),
+                StageKind::PodCgroupCreated.into(),
                 first.ktime_ns(),
                 last.ktime_ns(),
                 StageSource::Kernel,
@@ -288,9 +295,10 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     /// A wait the agent recorded: `<kind>_wait`, or `<kind>_wait:<c>` when one container
     /// waited.
     fn wait_stage(&self, w: &crate::trace::PodWaitRecord) -> Stage {
+        let kind = StageKind::from(w.wait.wait);
         let name = match &w.wait.container {
-            Some(c) => format!("{}_wait:{c}", w.wait.wait.name()),
-            None => format!("{}_wait", w.wait.wait.name()),
+            Some(c) => StageName::of(kind, c),
+            None => StageName::new(kind),
         };
         let mut s = self.stage(name, w.start_ns, w.end_ns, StageSource::Agent);
         s.container = w.wait.container.clone();
@@ -350,7 +358,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         });
         if let Some((meta, start, inum, syscall)) = netns {
             let mut s = with(self.stage(
-                "netns_created".into(),
+                StageKind::NetnsCreated.into(),
                 start,
                 meta.ktime_ns,
                 StageSource::Kernel,
@@ -361,13 +369,13 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             self.stages.push(s);
         }
         self.cni_stages(id);
-        for s in self.runtime_stages(id, "") {
+        for s in self.runtime_stages(id, None) {
             self.stages.push(with(s));
         }
-        if let Some(s) = self.cgroup_stage("sandbox_cgroup".into(), id) {
+        if let Some(s) = self.cgroup_stage(StageKind::SandboxCgroup.into(), id) {
             self.stages.push(with(s));
         }
-        if let Some(s) = self.first_exec("pause_exec".into(), |o| {
+        if let Some(s) = self.first_exec(StageKind::PauseExec.into(), |o| {
             o.sandbox_id.as_deref() == Some(id) && o.container_id.is_none()
         }) {
             self.stages.push(with(s));
@@ -385,7 +393,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             });
             let s = match status {
                 Some(st) => {
-                    let mut s = self.cri_stage("sandbox_ready".into(), st);
+                    let mut s = self.cri_stage(StageKind::SandboxReady.into(), st);
                     s.detail = match st.response.get("ip").filter(|ip| !ip.is_empty()) {
                         Some(ip) => format!("ip {ip}"),
                         None => "no pod IP (host network)".into(),
@@ -394,7 +402,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 }
                 None => {
                     let mut s = self.stage(
-                        "sandbox_ready".into(),
+                        StageKind::SandboxReady.into(),
                         run.end_ns,
                         run.end_ns,
                         StageSource::Cri,
@@ -442,7 +450,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 _ => None,
             });
             let mut s = self.stage(
-                format!("cni_plugin:{plugin}"),
+                StageName::of(StageKind::CniPlugin, plugin.as_str()),
                 forked.unwrap_or(at),
                 exit.map_or(at, |(t, _, _)| t),
                 StageSource::Kernel,
@@ -475,7 +483,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         }
         let start = plugins.iter().map(|s| s.start_ns).min().unwrap_or(0);
         let end = plugins.iter().map(|s| s.end_ns).max().unwrap_or(start);
-        let mut add = self.stage("cni_add".into(), start, end, StageSource::Kernel);
+        let mut add = self.stage(StageKind::CniAdd.into(), start, end, StageSource::Kernel);
         add.sandbox_id = Some(id.to_string());
         let failed = plugins.iter().find(|s| !s.ok);
         add.ok = failed.is_none();
@@ -483,14 +491,14 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         add.detail = match failed {
             Some(f) => format!(
                 "{} failed{}",
-                f.stage.trim_start_matches("cni_plugin:"),
+                f.stage.cni_plugin().unwrap_or_default(),
                 f.exit_code
                     .map(|c| format!(" with exit code {c}"))
                     .unwrap_or_default()
             ),
             None => plugins
                 .iter()
-                .map(|s| s.stage.trim_start_matches("cni_plugin:"))
+                .map(|s| s.stage.cni_plugin().unwrap_or_default())
                 .collect::<Vec<_>>()
                 .join(", "),
         };
@@ -499,18 +507,17 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     }
 
     /// The runtime's own steps for sandbox or container `id` (shim start, runc create,
-    /// init and start), named with `suffix`.
-    pub(super) fn runtime_stages(&self, id: &str, suffix: &str) -> Vec<Stage> {
+    /// init and start), named after `container` when they are a container's.
+    pub(super) fn runtime_stages(&self, id: &str, container: Option<&str>) -> Vec<Stage> {
         runtime_steps(self.kernel.iter().map(|(e, _)| *e), id)
             .into_iter()
             .map(|step| {
                 let end = step.end_ns.unwrap_or(step.start_ns);
-                let mut s = self.stage(
-                    format!("{}{suffix}", step.kind),
-                    step.start_ns,
-                    end,
-                    StageSource::Kernel,
-                );
+                let name = match container {
+                    Some(c) => StageName::of(step.kind.clone(), c),
+                    None => StageName::new(step.kind.clone()),
+                };
+                let mut s = self.stage(name, step.start_ns, end, StageSource::Kernel);
                 s.pid = Some(step.pid);
                 s.exit_code = step.exit_code;
                 s.signal = step.signal;
@@ -525,7 +532,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// The cgroup runc made for sandbox or container `id`, across hierarchies, until the
     /// task was moved in.
-    pub(super) fn cgroup_stage(&self, name: String, id: &str) -> Option<Stage> {
+    pub(super) fn cgroup_stage(&self, name: StageName, id: &str) -> Option<Stage> {
         let events: Vec<(&KernelEvent, &crate::ebpf::Cgroup)> = self
             .kernel
             .iter()
@@ -569,7 +576,11 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
 
     /// The first program the runtime started inside a cgroup of the pod: the first exec
     /// there that is not runc setting itself up.
-    pub(super) fn first_exec(&self, name: String, whose: impl Fn(&Owner) -> bool) -> Option<Stage> {
+    pub(super) fn first_exec(
+        &self,
+        name: StageName,
+        whose: impl Fn(&Owner) -> bool,
+    ) -> Option<Stage> {
         let (e, filename) = self.kernel.iter().find_map(|(e, o)| match e {
             KernelEvent::Exec { filename, .. }
                 if o.rule == Rule::CgroupId && whose(o) && !is_runtime_helper_exec(filename) =>
@@ -643,7 +654,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 });
                 if let Some(e) = present {
                     let mut s = self.stage(
-                        format!("image_pull:{name}"),
+                        StageName::of(StageKind::ImagePull, &name),
                         e.at_ns,
                         e.at_ns,
                         StageSource::Agent,
@@ -654,7 +665,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             }
             for c in pulls {
                 claimed.insert(std::ptr::from_ref(c));
-                let mut s = self.cri_stage(format!("image_pull:{name}"), c);
+                let mut s = self.cri_stage(StageName::of(StageKind::ImagePull, &name), c);
                 if s.ok {
                     s.detail = image.clone();
                 }
@@ -665,7 +676,8 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 .filter(|c| c.container == name)
                 .collect();
             for create in creates {
-                let mut s = self.cri_stage(format!("container_create:{name}"), create);
+                let mut s =
+                    self.cri_stage(StageName::of(StageKind::ContainerCreate, &name), create);
                 if s.ok {
                     s.detail = create.image.clone();
                 }
@@ -681,22 +693,26 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                     s.sandbox_id = non_empty(&create.sandbox_id);
                     s
                 };
-                if let Some(s) = self.cgroup_stage(format!("container_cgroup:{name}"), id) {
+                if let Some(s) =
+                    self.cgroup_stage(StageName::of(StageKind::ContainerCgroup, &name), id)
+                {
                     self.stages.push(with_id(s));
                 }
                 let start = self
                     .calls_named(CriMethod::StartContainer)
                     .find(|c| c.container_id == id);
                 if let Some(c) = start {
-                    let s = self.cri_stage(format!("container_start:{name}"), c);
+                    let s = self.cri_stage(StageName::of(StageKind::ContainerStart, &name), c);
                     self.stages.push(s);
                 }
-                for s in self.runtime_stages(id, &format!(":{name}")) {
+                for s in self.runtime_stages(id, Some(&name)) {
                     self.stages.push(with_id(s));
                 }
-                if let Some(s) = self.first_exec(format!("app_first_exec:{name}"), |o| {
-                    o.container_id.as_deref() == Some(id)
-                }) {
+                if let Some(s) = self
+                    .first_exec(StageName::of(StageKind::AppFirstExec, &name), |o| {
+                        o.container_id.as_deref() == Some(id)
+                    })
+                {
                     self.stages.push(with_id(s));
                 }
                 if let (Some(c), Some(started)) = (spec, start) {
@@ -714,7 +730,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
             return;
         };
-        let name = format!("post_start:{}", c.name);
+        let name = StageName::of(StageKind::PostStart, &c.name);
         if hook.exec.is_some()
             && let Some(call) = self
                 .calls_named(CriMethod::ExecSync)
@@ -775,7 +791,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 None => return,
             }
         }
-        let mut s = self.stage("running".into(), last, last, StageSource::Cri);
+        let mut s = self.stage(StageKind::Running.into(), last, last, StageSource::Cri);
         s.detail = format!("all {} containers started", regular.len());
         self.stages.push(s);
         let Some(spec) = spec else {
@@ -829,7 +845,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 None => return,
             }
         }
-        let mut s = self.stage("ready".into(), ready, ready, StageSource::Cri);
+        let mut s = self.stage(StageKind::Ready.into(), ready, ready, StageSource::Cri);
         s.detail = gated_by.into();
         self.stages.push(s);
     }
@@ -872,7 +888,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             let container = if call.container.is_empty() && call.method == CriMethod::PullImage {
                 self.stages
                     .iter()
-                    .find(|s| s.kind() == "image_pull" && s.start_ns == call.start_ns)
+                    .find(|s| *s.kind() == StageKind::ImagePull && s.start_ns == call.start_ns)
                     .and_then(|s| s.container.clone())
                     .unwrap_or_default()
             } else if call.container.is_empty() && !call.container_id.is_empty() {
@@ -882,9 +898,9 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             };
             for r in runtime_spans::call_stages(call, &mine) {
                 let name = if container.is_empty() {
-                    format!("runtime:{}", r.step.name())
+                    StageName::of(StageKind::Runtime, r.step.name())
                 } else {
-                    format!("runtime:{}:{container}", r.step.name())
+                    StageName::of(StageKind::Runtime, format!("{}:{container}", r.step.name()))
                 };
                 let mut s = self.stage(name, r.start_ns, r.end_ns, StageSource::Runtime);
                 s.ok = r.ok;

@@ -276,7 +276,7 @@ fn the_stages_come_in_the_order_the_runtime_performs_them() {
     let t = build(&run("portmap", 0));
     assert_eq!(t.pods.len(), 1, "{t:#?}");
     let p = &t.pods[0];
-    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let names: Vec<String> = p.stages.iter().map(|s| s.stage.to_string()).collect();
     assert_eq!(
         names,
         [
@@ -321,7 +321,11 @@ fn the_stages_come_in_the_order_the_runtime_performs_them() {
     assert_eq!(stage("app_first_exec:app").detail, "/bin/sleep");
     assert_eq!(stage("sandbox_ready").detail, "ip 10.244.77.9");
     assert_eq!(p.ip.as_deref(), Some("10.244.77.9"));
-    for s in p.stages.iter().filter(|s| s.kind() == "cni_plugin") {
+    for s in p
+        .stages
+        .iter()
+        .filter(|s| s.kind().as_str() == "cni_plugin")
+    {
         assert_eq!(s.sandbox_id.as_deref(), Some(SANDBOX), "{s:?}");
     }
     // The compile and its exit stay on the node; the other pod's plugin is not ours.
@@ -378,7 +382,7 @@ fn a_failed_plugin_shows_with_its_exit_code() {
     let add = p.stage("cni_add").unwrap();
     assert_eq!((add.ok, add.exit_code), (false, Some(1)));
     assert_eq!(add.detail, "tuning failed with exit code 1");
-    let failed: Vec<&str> = p.failures().map(|s| s.stage.as_str()).collect();
+    let failed: Vec<String> = p.failures().map(|s| s.stage.to_string()).collect();
     assert_eq!(failed, ["cni_add", "cni_plugin:tuning"]);
 }
 
@@ -824,7 +828,7 @@ fn a_pull_queued_at_the_image_puller_is_a_stage_naming_whose_pull_went_first() {
     let records = run_with_queued_pull();
     let t = build(&records);
     let p = &t.pods[0];
-    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let names: Vec<String> = p.stages.iter().map(|s| s.stage.to_string()).collect();
     let wait = names.iter().position(|n| *n == "image_puller_wait:app");
     let pull = names.iter().position(|n| *n == "image_pull:app");
     assert!(
@@ -897,7 +901,7 @@ fn sidecar_pod(probed: bool) -> Vec<TraceRecord> {
 fn the_time_the_app_waits_for_its_sidecar_is_a_stage_saying_what_it_waited_for() {
     let t = build(&sidecar_pod(false));
     let p = &t.pods[0];
-    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let names: Vec<String> = p.stages.iter().map(|s| s.stage.to_string()).collect();
     let s = p
         .stage("sidecar_wait:app")
         .unwrap_or_else(|| panic!("{names:?}"));
@@ -914,7 +918,7 @@ fn the_time_the_app_waits_for_its_sidecar_is_a_stage_saying_what_it_waited_for()
         !build(&run("portmap", 0)).pods[0]
             .stages
             .iter()
-            .any(|s| s.kind() == "sidecar_wait")
+            .any(|s| s.kind().as_str() == "sidecar_wait")
     );
 }
 
@@ -1098,7 +1102,7 @@ fn an_observed_pod_gets_its_kernel_stages_and_the_runtimes_times_and_nothing_gue
     let p = &t.pods[0];
     assert_eq!((p.name.as_str(), p.uid.as_str()), ("web", UID));
     assert_eq!(p.ip.as_deref(), Some("10.244.77.9"));
-    let names: Vec<&str> = p.stages.iter().map(|s| s.stage.as_str()).collect();
+    let names: Vec<String> = p.stages.iter().map(|s| s.stage.to_string()).collect();
     for kernel in [
         "pod_cgroup_created",
         "netns_created",
@@ -1137,8 +1141,8 @@ fn an_observed_pod_gets_its_kernel_stages_and_the_runtimes_times_and_nothing_gue
     assert_eq!(running.start_ns, 240 * MS);
     assert_eq!(p.containers.get(CONTAINER).map(String::as_str), Some("app"));
     assert_eq!(
-        names.last(),
-        Some(&"running"),
+        names.last().map(String::as_str),
+        Some("running"),
         "the runtime's start of the last container ends the startup: {names:?}"
     );
 }
@@ -1287,7 +1291,7 @@ fn an_observed_pods_runtime_spans_hang_inside_the_runtimes_server_spans() {
     assert_eq!(
         p.stages
             .iter()
-            .filter(|s| s.stage.starts_with("runtime:task_start"))
+            .filter(|s| s.stage.runtime_step() == Some("task_start"))
             .count(),
         1
     );
@@ -1333,7 +1337,7 @@ fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
         kernel: "k".into(),
         runtime_name: "containerd".into(),
         runtime_version: "2.1.0".into(),
-        config: serde_json::json!({}),
+        config: crate::trace::TraceConfig::empty(),
         started_wall_ns: 0,
         started_ns: 0,
         observed: Some(crate::trace::ObservedHeader {

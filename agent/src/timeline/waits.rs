@@ -8,17 +8,23 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::model::StageSource;
 use super::runtime_stages::exit_of;
+use super::stage_kind::StageKind;
+use super::stage_name::StageName;
 use super::stages::PodBuilder;
 
 /// Kinds of stage that begin a container's own work.
-const WORK_BEGINS: &[&str] = &["image_puller_wait", "image_pull", "container_create"];
+const WORK_BEGINS: &[StageKind] = &[
+    StageKind::ImagePullerWait,
+    StageKind::ImagePull,
+    StageKind::ContainerCreate,
+];
 
 impl PodBuilder<'_, '_> {
     /// When `next`'s own work began.
     fn work_began(&self, next: &str) -> Option<u64> {
         self.stages
             .iter()
-            .filter(|s| s.container.as_deref() == Some(next) && WORK_BEGINS.contains(&s.kind()))
+            .filter(|s| s.container.as_deref() == Some(next) && WORK_BEGINS.contains(s.kind()))
             .map(|s| s.start_ns)
             .min()
     }
@@ -49,8 +55,8 @@ impl PodBuilder<'_, '_> {
             let Some(next) = Self::after_init(init, &spec.containers, i) else {
                 continue;
             };
-            let start_stage = format!("container_start:{}", c.name);
-            let probe_stage = format!("startup_probe_wait:{}", c.name);
+            let start_stage = StageName::of(StageKind::ContainerStart, &c.name);
+            let probe_stage = StageName::of(StageKind::StartupProbeWait, &c.name);
             let started = self
                 .stages
                 .iter()
@@ -77,7 +83,7 @@ impl PodBuilder<'_, '_> {
                 continue;
             }
             let mut s = self.stage(
-                format!("sidecar_wait:{}", next.name),
+                StageName::of(StageKind::SidecarWait, &next.name),
                 started,
                 began,
                 StageSource::Agent,
@@ -113,7 +119,7 @@ impl PodBuilder<'_, '_> {
             if crate::kubelet::pod_actions::is_restartable_init_container(c) {
                 continue;
             }
-            let exec_stage = format!("app_first_exec:{}", c.name);
+            let exec_stage = StageName::of(StageKind::AppFirstExec, &c.name);
             let Some(exec) = self.stages.iter().find(|s| s.stage == exec_stage) else {
                 continue;
             };
@@ -126,7 +132,7 @@ impl PodBuilder<'_, '_> {
                 continue;
             };
             let mut run = self.stage(
-                format!("init_run:{}", c.name),
+                StageName::of(StageKind::InitRun, &c.name),
                 at,
                 exited,
                 StageSource::Kernel,
@@ -149,7 +155,7 @@ impl PodBuilder<'_, '_> {
             };
             // An exit before StartContainer returned waits for the call first: that
             // time is the call's.
-            let start_stage = format!("container_start:{}", c.name);
+            let start_stage = StageName::of(StageKind::ContainerStart, &c.name);
             let returned = self
                 .stages
                 .iter()
@@ -160,7 +166,7 @@ impl PodBuilder<'_, '_> {
                 continue;
             };
             let mut s = self.stage(
-                format!("init_wait:{}", next.name),
+                StageName::of(StageKind::InitWait, &next.name),
                 from,
                 began,
                 StageSource::Agent,

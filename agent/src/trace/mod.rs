@@ -2,12 +2,14 @@
 //! (pod config changes, CRI calls, kernel events, pod events), then stages, then a footer.
 //! `docs/trace-format.md` is the reference; `docs/trace-format.schema.json` the schema.
 
+mod config;
 mod line;
 mod observed;
 mod reader;
 mod record;
 mod writer;
 
+pub use config::{ObserveMode, ObservedConfig, RunConfig, TraceConfig};
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
     Footer, Header, Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use podtrace_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan};
 use serde::{Deserialize, Serialize};
 
+use super::config::TraceConfig;
 pub use super::observed::{
     Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
 };
@@ -24,8 +25,9 @@ pub struct Header {
     pub kernel: String,
     pub runtime_name: String,
     pub runtime_version: String,
-    /// The agent's settings for the run (flags, node allocatable, back-off).
-    pub config: serde_json::Value,
+    /// The settings of the run (the agent's flags, node allocatable, back-off) or of the
+    /// observer.
+    pub config: TraceConfig,
     /// When the trace started, on both clocks, to place monotonic times in wall time.
     pub started_wall_ns: i64,
     pub started_ns: u64,

@@ -258,7 +258,7 @@ mod tests {
             kernel: "k".into(),
             runtime_name: "r".into(),
             runtime_version: "1".into(),
-            config: serde_json::json!({}),
+            config: super::super::TraceConfig::empty(),
             started_wall_ns: 0,
             started_ns: 1,
             observed: None,

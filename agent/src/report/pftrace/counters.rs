@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::timeline::PodTimeline;
+use crate::timeline::{PodTimeline, StageKind};
 use crate::trace::TraceRecord;
 
 /// One counter: its name and its value from each instant it changed.
@@ -24,13 +24,13 @@ pub fn series(start_ns: u64, pods: &[PodTimeline], records: &[TraceRecord]) -> V
     for p in pods {
         if let Some(seen) = p.seen_ns {
             step("pods starting", seen, 1);
-            if let Some(running) = p.stage("running") {
+            if let Some(running) = p.stage(StageKind::Running) {
                 step("pods starting", running.start_ns.max(seen), -1);
             }
         }
         for s in &p.stages {
-            let kind = s.stage.split_once(':').map_or(s.stage.as_str(), |(k, _)| k);
-            if kind.ends_with("_wait") {
+            let kind = s.kind();
+            if kind.is_wait() {
                 let name = format!("pods in {kind}");
                 step(&name, s.start_ns, 1);
                 step(&name, s.end_ns, -1);
@@ -85,7 +85,7 @@ mod tests {
                 uid,
                 "ns",
                 uid,
-                name.to_string(),
+                (*name).into(),
                 *start,
                 *end,
                 StageSource::Agent,

@@ -215,7 +215,7 @@ impl Builder {
         pb::TrackEvent {
             r#type: Some(Type::SliceBegin as i32),
             track_uuid: Some(track),
-            name_field: Some(NameField::Name(s.stage.clone())),
+            name_field: Some(NameField::Name(s.stage.to_string())),
             categories: vec![s.source.to_string()],
             debug_annotations: annotations::annotations(&stage_args(s)),
             flow_ids: flows.out.get(&index).cloned().unwrap_or_default(),

@@ -140,7 +140,7 @@ mod tests {
         let got: Vec<(char, u64)> = edges(&[&parent, &child, &point])
             .iter()
             .map(|e| match e {
-                Edge::Begin(s) => (s.stage.chars().next().unwrap(), e.at_ns()),
+                Edge::Begin(s) => (s.stage.to_string().chars().next().unwrap(), e.at_ns()),
                 Edge::End(at) => ('/', *at),
             })
             .collect();
