@@ -1,5 +1,6 @@
 //! `podtrace kernel-events`: the eBPF probes watching a real sandbox come up on the lab,
-//! unshare/setns (and clone, on request) reporting the netns each task ends up in, a ring buffer too small
+//! unshare/setns (and clone, on request) reporting the netns each task ends up in, from
+//! kernel functions where kprobes attach and from syscall tracepoints otherwise, a ring buffer too small
 //! for a burst counting what it dropped, and nodes without BPF privileges or tracefs
 //! where podtrace says once what is missing and carries on.
 
@@ -250,42 +251,88 @@ fn find_netns(w: &Watched, syscall: &str, comm: &str, inode: u64) -> Option<Valu
         .cloned()
 }
 
+/// Whether this kernel lets kprobes attach through perf, as the loader attaches them.
+fn kernel_has_kprobes() -> bool {
+    std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
+}
+
+/// unshare and setns (nsenter) report the namespace the task ends up in, from the
+/// kernel functions where the kernel allows kprobes and from the syscall tracepoints
+/// otherwise or on request; clone is left out unless asked for.
 #[test]
-fn namespace_syscalls_report_the_netns_the_task_ends_up_in() {
+fn namespace_creation_and_entry_report_the_netns_from_kernel_functions_or_tracepoints() {
     let _one = serial();
-    let watcher = Watcher::start(&[]);
-    let unshared = Command::new("unshare")
-        .args(["--net", "readlink", "/proc/self/ns/net"])
-        .output()
-        .expect("unshare");
-    let cloned = clone_into_new_netns();
-    let entered = Command::new("nsenter")
-        .args(["--net=/proc/self/ns/net", "readlink", "/proc/self/ns/net"])
-        .output()
-        .expect("nsenter");
-    let w = watcher.stop();
-    assert!(w.status.success(), "{}", w.stderr);
-    let find = |syscall: &str, comm: &str, inode: u64| {
-        find_netns(&w, syscall, comm, inode).unwrap_or_else(|| {
-            let seen: Vec<&Value> = w.of_kind("netns").collect();
-            panic!("no {syscall} by {comm} into netns {inode}: {seen:#?}")
-        })
+    let preferred = if kernel_has_kprobes() {
+        "kprobes"
+    } else {
+        "tracepoints"
     };
-    let u = find("unshare", "unshare", printed_inode(&unshared));
-    assert_eq!(u["ret"], 0);
-    assert_eq!(u["flags"].as_u64().unwrap() & 0x4000_0000, 0x4000_0000);
-    let s = find("setns", "nsenter", printed_inode(&entered));
-    assert_eq!(s["ret"], 0);
-    assert!(s["fd"].as_i64().is_some_and(|fd| fd >= 0), "{s}");
-    for e in [&u, &s] {
-        assert!(ns(e, "start_ns") <= ns(e, "ktime_ns"), "{e}");
+    for (args, hooks) in [
+        (&[][..], preferred),
+        (&["--netns-hooks", "tracepoints"][..], "tracepoints"),
+    ] {
+        let watcher = Watcher::start(args);
+        let unshared = Command::new("unshare")
+            .args(["--net", "readlink", "/proc/self/ns/net"])
+            .output()
+            .expect("unshare");
+        let cloned = clone_into_new_netns();
+        let entered = Command::new("nsenter")
+            .args(["--net=/proc/self/ns/net", "readlink", "/proc/self/ns/net"])
+            .output()
+            .expect("nsenter");
+        let w = watcher.stop();
+        assert!(w.status.success(), "{}", w.stderr);
+        assert_eq!(w.summary["netns_hooks"], hooks, "{args:?}: {}", w.stderr);
+        assert!(
+            w.stderr
+                .contains(&format!("network namespace events from {hooks} on ")),
+            "{args:?}: {}",
+            w.stderr
+        );
+        let find = |syscall: &str, comm: &str, inode: u64| {
+            find_netns(&w, syscall, comm, inode).unwrap_or_else(|| {
+                let seen: Vec<&Value> = w.of_kind("netns").collect();
+                panic!("{hooks}: no {syscall} by {comm} into netns {inode}: {seen:#?}")
+            })
+        };
+        let u = find("unshare", "unshare", printed_inode(&unshared));
+        assert_eq!(u["ret"], 0, "{u}");
+        assert_eq!(u["flags"].as_u64().unwrap() & 0x4000_0000, 0x4000_0000);
+        let s = find("setns", "nsenter", printed_inode(&entered));
+        assert_eq!(s["ret"], 0, "{s}");
+        // The syscall sees the fd; the kernel function only the namespace.
+        if hooks == "tracepoints" {
+            assert!(s["fd"].as_i64().is_some_and(|fd| fd >= 0), "{s}");
+        } else {
+            assert!(s["fd"].is_null(), "{s}");
+        }
+        for e in [&u, &s] {
+            assert!(ns(e, "start_ns") <= ns(e, "ktime_ns"), "{e}");
+        }
+        // clone is opt-in: without --clone-netns its tracepoints stay off.
+        assert_eq!(
+            find_netns(&w, "clone", "perl", printed_inode(&cloned)),
+            None,
+            "{hooks}: clone reported without --clone-netns"
+        );
     }
-    // clone is opt-in: without --clone-netns its tracepoints stay off.
-    assert_eq!(
-        find_netns(&w, "clone", "perl", printed_inode(&cloned)),
-        None,
-        "clone reported without --clone-netns"
-    );
+    if !kernel_has_kprobes() {
+        // Asked for kprobes where there are none: refused by name, nothing watched.
+        let out = Command::new(podtrace_bin())
+            .args(["kernel-events", "--duration", "1", "--summary-only"])
+            .args(["--netns-hooks", "kprobes", "--probes"])
+            .arg(require_probes())
+            .output()
+            .expect("podtrace kernel-events");
+        assert!(!out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out)
+                .contains("kernel-function hooks did not attach (this kernel has no kprobes"),
+            "{}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]

@@ -66,6 +66,9 @@ pub mod names {
     pub const NSPROXY_NET_NS_OFFSET: &str = "NSPROXY_NET_NS_OFFSET";
     /// Byte offset of `net.ns.inum` (the netns inode) from the start of `struct net`.
     pub const NET_INUM_OFFSET: &str = "NET_INUM_OFFSET";
+    /// Byte offset of `ns_common.inum`: a namespace's inode, from the `struct ns_common`
+    /// the kernel hands a namespace's `install` operation.
+    pub const NS_COMMON_INUM_OFFSET: &str = "NS_COMMON_INUM_OFFSET";
     /// Byte offset of `task_struct.exit_code`.
     pub const TASK_EXIT_CODE_OFFSET: &str = "TASK_EXIT_CODE_OFFSET";
     /// Byte offset of `task_struct.real_parent`.
@@ -107,7 +110,9 @@ pub enum EventKind {
     CgroupRmdir = 4,
     /// `cgroup:cgroup_attach_task`: [`CgroupEvent`].
     CgroupAttach = 5,
-    /// unshare, setns or clone with `CLONE_NEWNET`, after it returned: [`NetnsEvent`].
+    /// unshare, setns or clone with `CLONE_NEWNET`, after it returned (from the syscall
+    /// tracepoints, or from the kernel functions that create and enter a network
+    /// namespace): [`NetnsEvent`].
     Netns = 6,
     /// exec of a file in the CNI plugin directory: [`CniExecEvent`].
     CniExec = 7,
@@ -231,7 +236,8 @@ pub struct CgroupEvent {
 #[derive(Debug, Clone, Copy)]
 pub struct NetnsEvent {
     pub header: EventHeader,
-    /// `bpf_ktime_get_ns()` at syscall entry; the header's time is the return.
+    /// `bpf_ktime_get_ns()` at syscall entry (or entry of the kernel function that
+    /// reported it); the header's time is the return.
     pub start_ns: u64,
     /// The flags the syscall was given (clone flags, unshare flags, setns nstype).
     pub flags: u64,
@@ -242,7 +248,7 @@ pub struct NetnsEvent {
     pub syscall: u32,
     /// Inode of the network namespace the task is in after the call; 0 if unknown.
     pub netns_inum: u32,
-    /// setns: the namespace fd; -1 otherwise.
+    /// setns: the namespace fd; -1 otherwise, and when a kernel function reported it.
     pub fd: i32,
     /// clone, reported by the child: the thread that called clone; 0 otherwise.
     pub parent_pid: u32,

@@ -1,5 +1,7 @@
-//! podtrace's eBPF probes: classic tracepoints only (kprobes and fentry are not
-//! available on the nodes podtrace targets). Every event goes through one ring buffer;
+//! podtrace's eBPF probes: classic tracepoints, and kprobes on the two kernel functions
+//! that create and enter a network namespace (`netns_fn.rs`), which user space attaches
+//! instead of the namespace syscall tracepoints where the kernel allows them and falls
+//! back from where it does not. Every event goes through one ring buffer;
 //! a failed reservation is counted per CPU and per kind in `LOST`, so user space can
 //! report every event it did not get.
 //!
@@ -21,6 +23,7 @@ mod cgroup;
 mod cni;
 mod filter;
 mod netns;
+mod netns_fn;
 mod runtime;
 mod sched;
 mod task;

@@ -15,6 +15,8 @@ static NSPROXY_NET_NS_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static NET_INUM_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
+static NS_COMMON_INUM_OFFSET: u32 = 0;
+#[unsafe(no_mangle)]
 static TASK_EXIT_CODE_OFFSET: u32 = 0;
 #[unsafe(no_mangle)]
 static TASK_REAL_PARENT_OFFSET: u32 = 0;
@@ -45,24 +47,28 @@ fn global(g: &'static u32) -> usize {
 /// resolved, or the task has no nsproxy any more because it is exiting).
 #[inline(always)]
 pub fn current_netns_inum() -> u32 {
-    let (nsproxy_off, net_ns_off, inum_off) = (
-        global(&TASK_NSPROXY_OFFSET),
-        global(&NSPROXY_NET_NS_OFFSET),
-        global(&NET_INUM_OFFSET),
-    );
-    if nsproxy_off == 0 || inum_off == 0 {
+    let nsproxy_off = global(&TASK_NSPROXY_OFFSET);
+    if nsproxy_off == 0 {
         return 0;
     }
     // SAFETY: bpf_probe_read_kernel checks every address; a bad one is an error, not a
     // fault.
-    unsafe {
+    let nsproxy = unsafe {
         let task = bpf_get_current_task() as *const u8;
-        let Ok(nsproxy) = bpf_probe_read_kernel(task.add(nsproxy_off) as *const *const u8) else {
-            return 0;
-        };
-        if nsproxy.is_null() {
-            return 0;
-        }
+        bpf_probe_read_kernel(task.add(nsproxy_off) as *const *const u8)
+    };
+    nsproxy.map_or(0, nsproxy_netns_inum)
+}
+
+/// Inode number of the network namespace of `nsproxy`; 0 when unknown or null.
+#[inline(always)]
+pub fn nsproxy_netns_inum(nsproxy: *const u8) -> u32 {
+    let (net_ns_off, inum_off) = (global(&NSPROXY_NET_NS_OFFSET), global(&NET_INUM_OFFSET));
+    if inum_off == 0 || nsproxy.is_null() {
+        return 0;
+    }
+    // SAFETY: as above, the helper checks every address.
+    unsafe {
         let Ok(net) = bpf_probe_read_kernel(nsproxy.add(net_ns_off) as *const *const u8) else {
             return 0;
         };
@@ -71,6 +77,17 @@ pub fn current_netns_inum() -> u32 {
         }
         bpf_probe_read_kernel(net.add(inum_off) as *const u32).unwrap_or(0)
     }
+}
+
+/// Inode number of the namespace whose `struct ns_common` is at `ns`; 0 when unknown.
+#[inline(always)]
+pub fn ns_common_inum(ns: *const u8) -> u32 {
+    let off = global(&NS_COMMON_INUM_OFFSET);
+    if off == 0 || ns.is_null() {
+        return 0;
+    }
+    // SAFETY: as above, the helper checks the address.
+    unsafe { bpf_probe_read_kernel(ns.add(off) as *const u32).unwrap_or(0) }
 }
 
 /// The current task's `exit_code`, or `i32::MIN` when unknown.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::ebpf::{
     DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EventReceiver,
-    KernelEvent, KernelProbes, LostEvents, NetnsAttach, ProbeConfig, ProbeSummary, ProbesObject,
-    ProgramStats,
+    KernelEvent, KernelProbes, LostEvents, NetnsAttach, NetnsHookChoice, ProbeConfig, ProbeSummary,
+    ProbesObject, ProgramStats,
 };
 
 /// How often losses are reported while the probes run.
@@ -51,6 +51,33 @@ pub struct EbpfArgs {
     /// overhead between those calls.
     #[arg(long, hide = true)]
     pub netns_on_demand: bool,
+    /// What reports network namespace creation and entry: kprobes on the kernel
+    /// functions that do them, where the kernel allows (they cost only when called),
+    /// else the unshare and setns syscall tracepoints (which slow every syscall on the
+    /// node while attached). `kprobes` fails where they do not attach.
+    #[arg(long, value_enum, default_value_t = NetnsHooksArg::Auto, value_name = "HOOKS")]
+    pub netns_hooks: NetnsHooksArg,
+}
+
+/// `--netns-hooks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetnsHooksArg {
+    /// kprobes where the kernel allows them, else tracepoints.
+    Auto,
+    /// kprobes on unshare_nsproxy_namespaces and netns_install.
+    Kprobes,
+    /// The unshare and setns syscall tracepoints.
+    Tracepoints,
+}
+
+impl From<NetnsHooksArg> for NetnsHookChoice {
+    fn from(a: NetnsHooksArg) -> Self {
+        match a {
+            NetnsHooksArg::Auto => NetnsHookChoice::Auto,
+            NetnsHooksArg::Kprobes => NetnsHookChoice::KernelFunctions,
+            NetnsHooksArg::Tracepoints => NetnsHookChoice::SyscallTracepoints,
+        }
+    }
 }
 
 impl EbpfArgs {
@@ -63,6 +90,7 @@ impl EbpfArgs {
             .clone()
             .unwrap_or_else(|| DEFAULT_CNI_BIN_DIR.to_string());
         config.clone_netns = self.clone_netns;
+        config.netns_hooks = self.netns_hooks.into();
         if self.netns_on_demand {
             config.netns_attach = NetnsAttach::OnDemand;
         }
@@ -158,7 +186,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
     let (probes, mut events) = match args.ebpf.start() {
         Ok(Some(started)) => started,
         Ok(None) => {
-            print_summary(args.json, None, &[]);
+            print_summary(args.json, None, &[], None);
             return ExitCode::SUCCESS;
         }
         Err(code) => return code,
@@ -173,7 +201,13 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
             .as_deref()
             .unwrap_or(DEFAULT_CNI_BIN_DIR)
     );
-    if let Some(gate) = probes.netns_gate() {
+    eprintln!(
+        "podtrace: network namespace events from {}",
+        probes.netns_hooks()
+    );
+    if let Some(gate) = probes.netns_gate()
+        && !gate.programs().is_empty()
+    {
         eprintln!(
             "podtrace: on demand, not attached: {}",
             gate.programs().join(", ")
@@ -239,6 +273,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
         eprintln!("podtrace: {e}");
         Vec::new()
     });
+    let hooks = probes.netns_hooks().kind();
     // Events the reader drains while stopping still reach the channel: print them too.
     let stopping = probes.stop();
     tokio::pin!(stopping);
@@ -266,7 +301,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
                     summary.lost.total, args.ebpf.ringbuf_bytes
                 );
             }
-            print_summary(args.json, Some(&summary), &programs);
+            print_summary(args.json, Some(&summary), &programs, Some(hooks));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -286,7 +321,13 @@ fn write_event(out: &mut impl Write, json: bool, event: &KernelEvent) -> std::io
 }
 
 /// The last line: how many events were read and lost, or that there were none to read.
-fn print_summary(json: bool, summary: Option<&ProbeSummary>, programs: &[ProgramStats]) {
+/// `netns_hooks`: [`crate::ebpf::NetnsHooks::kind`] of the probes that ran.
+fn print_summary(
+    json: bool,
+    summary: Option<&ProbeSummary>,
+    programs: &[ProgramStats],
+    netns_hooks: Option<&str>,
+) {
     let lost = summary.map(|s| s.lost.clone()).unwrap_or_default();
     if json {
         let doc = serde_json::json!({
@@ -297,6 +338,7 @@ fn print_summary(json: bool, summary: Option<&ProbeSummary>, programs: &[Program
             "lost": lost.total,
             "lost_by_kind": lost.by_kind,
             "programs": programs,
+            "netns_hooks": netns_hooks,
         });
         println!("{doc}");
     } else {

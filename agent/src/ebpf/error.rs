@@ -59,6 +59,11 @@ pub enum EbpfError {
         #[source]
         source: Box<aya::EbpfError>,
     },
+    /// Kernel-function hooks were asked for and the kernel refused them.
+    #[error(
+        "the network namespace kernel-function hooks did not attach ({why}); leave out --netns-hooks kprobes to fall back to the syscall tracepoints"
+    )]
+    NetnsFunctions { why: String },
     /// A program the loader attaches is not in the object, or is not a tracepoint.
     #[error("program {program} in {path}: {reason}")]
     ProgramMissing {

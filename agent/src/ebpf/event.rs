@@ -126,7 +126,7 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 flags: e.flags,
                 ret: e.ret,
                 netns_inum: (e.netns_inum != 0).then_some(e.netns_inum),
-                fd: (syscall == NetnsSyscall::Setns).then_some(e.fd),
+                fd: (syscall == NetnsSyscall::Setns && e.fd >= 0).then_some(e.fd),
                 parent_pid: (e.parent_pid != 0).then_some(e.parent_pid),
             }
         }

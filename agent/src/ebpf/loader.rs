@@ -20,6 +20,7 @@ use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
+use super::netns_hooks::{NetnsHookChoice, NetnsHooks, attach_functions};
 use super::object::ProbesObject;
 use super::pace::{POLL_PERIOD, ReadPace};
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
@@ -128,8 +129,12 @@ pub struct ProbeConfig {
     /// CNI plugins enter it with setns, while clone runs in every fork on the node, and
     /// with its tracepoints enabled every fork pays for them.
     pub clone_netns: bool,
-    /// When the network-namespace programs are attached.
+    /// When the network-namespace programs are attached. Only the syscall tracepoints
+    /// are held back: kernel-function hooks cost nothing while nothing calls them, so
+    /// they are attached from the start.
     pub netns_attach: NetnsAttach,
+    /// Which hooks feed the network-namespace events.
+    pub netns_hooks: NetnsHookChoice,
     /// Report the node's own processes' execs and exits as context around pod work:
     /// always with [`NetnsAttach::Always`], while the gate is held with
     /// [`NetnsAttach::OnDemand`]. Off: never; the probes drop them in the kernel.
@@ -154,6 +159,7 @@ impl ProbeConfig {
             ebpf_log: None,
             clone_netns: false,
             netns_attach: NetnsAttach::Always,
+            netns_hooks: NetnsHookChoice::Auto,
             node_processes: true,
             wake_for_pod_work: true,
             read_period: POLL_PERIOD,
@@ -202,6 +208,7 @@ pub struct KernelProbes {
     reader: Option<JoinHandle<Result<ReaderStats, EbpfError>>>,
     attached: Vec<&'static str>,
     skipped: Vec<(&'static str, String)>,
+    netns_hooks: NetnsHooks,
     offsets: KernelOffsets,
     object: ProbesObject,
     ringbuf_bytes: u32,
@@ -211,7 +218,7 @@ pub struct KernelProbes {
 impl KernelProbes {
     /// Loads and attaches the probes and starts reading. Must run inside a tokio
     /// runtime. The receiver yields events in ring-buffer order.
-    pub fn start(config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
+    pub fn start(mut config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
         find_tracefs()?;
         let offsets = KernelOffsets::from_btf_file(Path::new(VMLINUX_BTF))?;
         check_ringbuf_size(config.ringbuf_bytes)?;
@@ -236,6 +243,8 @@ impl KernelProbes {
             .set_global(names::TASK_NSPROXY_OFFSET, &offsets.task_nsproxy, true)
             .set_global(names::NSPROXY_NET_NS_OFFSET, &offsets.nsproxy_net_ns, true)
             .set_global(names::NET_INUM_OFFSET, &offsets.net_inum, true)
+            // Optional: an object built before kernel-function hooks has no such global.
+            .set_global(names::NS_COMMON_INUM_OFFSET, &offsets.ns_common_inum, false)
             .set_global(names::TASK_EXIT_CODE_OFFSET, &offsets.task_exit_code, true)
             // Optional: an object built before exec events carried the parent has no
             // such globals, and its events simply report no parent.
@@ -283,15 +292,19 @@ impl KernelProbes {
             &mut ebpf,
             config.node_processes && config.netns_attach == NetnsAttach::Always,
         )?;
-        if let Some(logger) = config.ebpf_log {
+        if let Some(logger) = config.ebpf_log.take() {
             aya_log::EbpfLogger::init_with_logger(&mut ebpf, logger).map_err(|source| {
                 EbpfError::Log {
                     source: Box::new(source),
                 }
             })?;
         }
-        let (attached, skipped, gated) =
-            attach_all(&mut ebpf, &path, config.clone_netns, config.netns_attach)?;
+        let Attached {
+            attached,
+            skipped,
+            gated,
+            netns_hooks,
+        } = attach_all(&mut ebpf, &path, &config)?;
 
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
@@ -313,6 +326,7 @@ impl KernelProbes {
                 reader: Some(reader),
                 attached,
                 skipped,
+                netns_hooks,
                 offsets,
                 object: config.object.clone(),
                 ringbuf_bytes: config.ringbuf_bytes,
@@ -336,6 +350,11 @@ impl KernelProbes {
     /// The gate over the namespace programs, when they attach on demand.
     pub fn netns_gate(&self) -> Option<NetnsGate> {
         self.gate.clone()
+    }
+
+    /// Which hooks feed the network-namespace events.
+    pub fn netns_hooks(&self) -> &NetnsHooks {
+        &self.netns_hooks
     }
 
     /// Optional programs that could not attach, with why.
@@ -577,31 +596,44 @@ pub(super) fn set_node_processes(ebpf: &mut Ebpf, on: bool) -> Result<(), EbpfEr
         .map_err(map_err)
 }
 
-type Attached = (
-    Vec<&'static str>,
-    Vec<(&'static str, String)>,
-    Vec<&'static ProgramSpec>,
-);
+/// What [`attach_all`] attached, skipped and left for the gate.
+struct Attached {
+    attached: Vec<&'static str>,
+    skipped: Vec<(&'static str, String)>,
+    gated: Vec<&'static ProgramSpec>,
+    netns_hooks: NetnsHooks,
+}
 
-/// Loads every program and attaches those that run from the start. With
-/// [`NetnsAttach::OnDemand`], the namespace programs are loaded (so the verifier has
-/// accepted them) and returned for the gate instead.
-fn attach_all(
-    ebpf: &mut Ebpf,
-    path: &Path,
-    clone_netns: bool,
-    netns: NetnsAttach,
-) -> Result<Attached, EbpfError> {
+/// Loads every program and attaches those that run from the start: the namespace
+/// programs are the kernel-function hooks where they attach (and are wanted), else the
+/// syscall tracepoints. With [`NetnsAttach::OnDemand`], those tracepoints are loaded (so
+/// the verifier has accepted them) and returned for the gate instead.
+fn attach_all(ebpf: &mut Ebpf, path: &Path, config: &ProbeConfig) -> Result<Attached, EbpfError> {
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
     let mut gated = Vec::new();
+    let netns_hooks = match config.netns_hooks {
+        NetnsHookChoice::SyscallTracepoints => NetnsHooks::SyscallTracepoints { why: None },
+        choice => match attach_functions(ebpf) {
+            Ok(programs) => {
+                attached.extend(programs);
+                NetnsHooks::KernelFunctions
+            }
+            Err(why) if choice == NetnsHookChoice::Auto => {
+                NetnsHooks::SyscallTracepoints { why: Some(why) }
+            }
+            Err(why) => return Err(EbpfError::NetnsFunctions { why }),
+        },
+    };
+    tracing::info!("network namespace events from {netns_hooks}");
     for spec in PROGRAMS {
         let optional = match spec.need {
+            Need::Netns if netns_hooks == NetnsHooks::KernelFunctions => continue,
             Need::Required | Need::Netns => false,
-            Need::CloneNetns if !clone_netns => continue,
+            Need::CloneNetns if !config.clone_netns => continue,
             Need::CloneNetns => true,
         };
-        let on_demand = netns == NetnsAttach::OnDemand && spec.need != Need::Required;
+        let on_demand = config.netns_attach == NetnsAttach::OnDemand && spec.need != Need::Required;
         match attach_one(ebpf, path, spec, !on_demand) {
             Ok(()) if on_demand => gated.push(spec),
             Ok(()) => attached.push(spec.program),
@@ -611,7 +643,12 @@ fn attach_all(
             Err(e) => return Err(e),
         }
     }
-    Ok((attached, skipped, gated))
+    Ok(Attached {
+        attached,
+        skipped,
+        gated,
+        netns_hooks,
+    })
 }
 
 /// Loads `spec`'s program and, with `attach`, attaches it.

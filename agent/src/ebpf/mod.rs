@@ -1,7 +1,8 @@
 //! Kernel events from eBPF probes: the user-space side.
 //!
 //! The probes (`agent-ebpf/probes`, built by `cargo xtask build-ebpf`) attach to classic
-//! tracepoints and write [`podtrace_ebpf_common`] records into one ring buffer. This
+//! tracepoints (and, for network namespaces where the kernel allows, to kernel functions:
+//! [`NetnsHooks`]) and write [`podtrace_ebpf_common`] records into one ring buffer. This
 //! module loads them ([`KernelProbes::start`]), resolves the kernel struct offsets they
 //! need from BTF ([`btf`]), writes their filters, reads the ring buffer asynchronously
 //! (every few milliseconds, every millisecond while the agent waits for an event it needs
@@ -22,6 +23,7 @@ pub mod event;
 mod fuzz_seeds;
 mod loader;
 mod netns_gate;
+mod netns_hooks;
 pub mod object;
 mod pace;
 mod reader;
@@ -34,6 +36,7 @@ pub use loader::{
     NetnsAttach, ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
 pub use netns_gate::{NETNS_LINGER, NetnsGate, NetnsHold};
+pub use netns_hooks::{NetnsHookChoice, NetnsHooks};
 pub use object::{ObjectSource, ProbesObject};
 pub use pace::ReadPace;
 pub use reader::EventReceiver;

@@ -6,7 +6,9 @@
 //! makes 150 syscalls per exec. The agent creates and enters pod namespaces only inside
 //! a few CRI calls, so it holds the gate around those calls: the programs are attached
 //! before the call goes out and detached once no such call has run for
-//! [`NETNS_LINGER`]. The same window reports the execs and exits of the node's own
+//! [`NETNS_LINGER`]. Where the kernel-function hooks feed the namespace events instead
+//! ([`super::NetnsHooks`]), the gate holds no programs: they cost nothing while unused.
+//! The same window reports the execs and exits of the node's own
 //! processes, as context around pod work; outside it the probes drop them in the kernel.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -103,7 +105,7 @@ impl NetnsGate {
             st.open = true;
             st.set_node_processes(true);
         }
-        if st.links.is_empty() {
+        if st.links.is_empty() && !st.programs.is_empty() {
             let began = Instant::now();
             match st.attach() {
                 Ok(links) => {
@@ -122,9 +124,11 @@ impl NetnsGate {
         NetnsHold { gate: self.clone() }
     }
 
-    /// True while the programs are attached.
+    /// True while the programs are attached; always when the gate holds none (the
+    /// namespace events come from kernel-function hooks, attached from the start).
     pub fn is_attached(&self) -> bool {
-        !self.lock().links.is_empty()
+        let st = self.lock();
+        st.programs.is_empty() || !st.links.is_empty()
     }
 
     /// How many times the programs were attached so far.

@@ -23,6 +23,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         &[
             "the_binary_copied_alone_loads_its_embedded_probes",
             "a_sandbox_is_seen_from_the_kernel",
+            "namespace_creation_and_entry_report_the_netns_from_kernel_functions_or_tracepoints",
         ],
     ),
     (

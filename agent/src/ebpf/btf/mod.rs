@@ -33,6 +33,10 @@ pub struct KernelOffsets {
     pub nsproxy_net_ns: u32,
     /// `net.ns.inum`: `ns_common` embedded in `struct net`, then its inode number.
     pub net_inum: u32,
+    /// `ns_common.inum`: a namespace's inode from its `ns_common` (what `netns_install`
+    /// is handed). 0 when missing (a setns the kernel-function hook reports then has no
+    /// inode).
+    pub ns_common_inum: u32,
     /// `task_struct.exit_code`.
     pub task_exit_code: u32,
     /// `task_struct.real_parent`.
@@ -78,6 +82,10 @@ impl KernelOffsets {
             task_nsproxy: r.offset("task_struct", &["nsproxy"])?,
             nsproxy_net_ns: r.offset("nsproxy", &["net_ns"])?,
             net_inum: r.offset("net", &["ns", "inum"])?,
+            ns_common_inum: match r.offset("ns_common", &["inum"]) {
+                Err(EbpfError::BtfMemberMissing { .. }) => 0,
+                other => other?,
+            },
             task_exit_code: r.offset("task_struct", &["exit_code"])?,
             task_real_parent: r.offset("task_struct", &["real_parent"])?,
             task_tgid: r.offset("task_struct", &["tgid"])?,
