@@ -90,6 +90,11 @@ fn cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2() {
         "{text}"
     );
     assert!(text.contains("cgroups:        v2 (unified)"), "{text}");
+    // Debian's kernel has kprobes: the namespace probes are kernel functions here.
+    assert!(
+        text.contains("netns probes:   kprobes on the kernel functions"),
+        "{text}"
+    );
     assert!(text.contains("NetworkReady    true"), "{text}");
 }
 

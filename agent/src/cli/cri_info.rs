@@ -64,6 +64,13 @@ pub async fn run(args: &CriArgs) -> ExitCode {
         Ok(_) => println!("cgroups:        v1"),
         Err(e) => println!("cgroups:        {e}"),
     }
+    // What the probes will try first; `kernel-events` says what attached.
+    match crate::ebpf::kprobes_present() {
+        Ok(()) => {
+            println!("netns probes:   kprobes on the kernel functions (the kernel has kprobes)")
+        }
+        Err(why) => println!("netns probes:   syscall tracepoints ({why})"),
+    }
     println!("conditions:");
     let mut all_ready = true;
     for c in status.status.map(|s| s.conditions).unwrap_or_default() {

@@ -36,7 +36,7 @@ pub use loader::{
     NetnsAttach, ProbeConfig, ProbeSummary, ProgramStats, find_tracefs,
 };
 pub use netns_gate::{NETNS_LINGER, NetnsGate, NetnsHold};
-pub use netns_hooks::{NetnsHookChoice, NetnsHooks};
+pub use netns_hooks::{NetnsHookChoice, NetnsHooks, kprobes_present};
 pub use object::{ObjectSource, ProbesObject};
 pub use pace::ReadPace;
 pub use reader::EventReceiver;

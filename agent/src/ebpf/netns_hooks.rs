@@ -97,13 +97,21 @@ impl fmt::Display for NetnsHooks {
     }
 }
 
+/// Whether this kernel has kprobes to attach through, or why not. Present is not yet
+/// attached: a kernel may still refuse a function (a lockdown, a function inlined away).
+pub fn kprobes_present() -> Result<(), String> {
+    if Path::new(KPROBE_PMU).exists() {
+        Ok(())
+    } else {
+        Err(format!("this kernel has no kprobes: no {KPROBE_PMU}"))
+    }
+}
+
 /// Loads and attaches every kernel-function program, or none: on a failure, those
 /// already attached are unloaded (which detaches them) and the error says which program
 /// and function failed, and why.
 pub(super) fn attach_functions(ebpf: &mut Ebpf) -> Result<Vec<&'static str>, String> {
-    if !Path::new(KPROBE_PMU).exists() {
-        return Err(format!("this kernel has no kprobes: no {KPROBE_PMU}"));
-    }
+    kprobes_present()?;
     let mut done: Vec<&'static str> = Vec::with_capacity(FUNCTION_PROGRAMS.len());
     for p in &FUNCTION_PROGRAMS {
         if let Err(why) = attach_function(ebpf, p) {
