@@ -280,13 +280,15 @@ impl Metrics {
         );
         podtrace.register(
             "ebpf_netns_probes_attached",
-            "1 while the network-namespace probes (syscall tracepoints) are attached: around \
-             the CRI calls that create or enter pod namespaces, and a second after",
+            "1 while the network-namespace probes are attached: kernel-function hooks \
+             always, syscall tracepoints around the CRI calls that create or enter pod \
+             namespaces, and a second after",
             self.netns_attached.clone(),
         );
         podtrace.register(
             "ebpf_netns_probe_attaches",
-            "Times the network-namespace probes were attached",
+            "Times the network-namespace syscall tracepoints were attached (0 where \
+             kernel-function hooks feed the namespace events)",
             self.netns_attaches.clone(),
         );
         podtrace.register(
