@@ -114,7 +114,24 @@ impl Drop for RemoveOnDrop {
 }
 
 fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    bytes_response(status, body.to_string().into_bytes())
+}
+
+/// `body` written straight to JSON: no `serde_json::Value` tree of it on the way, which
+/// for a hundred pods or a busy timeline is several times the size of the text, and
+/// would be allocated on every request a watcher makes while pods start.
+fn json_of<T: serde::Serialize + ?Sized>(body: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => bytes_response(StatusCode::OK, bytes),
+        Err(e) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            serde_json::json!({ "error": e.to_string() }),
+        ),
+    }
+}
+
+fn bytes_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -123,12 +140,18 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
     resp
 }
 
+/// `GET /pods`.
+#[derive(serde::Serialize)]
+struct PodsBody<'a> {
+    pods: &'a [super::status_store::PodRecord],
+}
+
 fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>> {
     let (store, timeline) = (&state.store, &state.timeline);
     match (method, path) {
-        (&Method::GET, "/pods") => {
-            json(StatusCode::OK, serde_json::json!({ "pods": store.list() }))
-        }
+        (&Method::GET, "/pods") => json_of(&PodsBody {
+            pods: &store.list(),
+        }),
         (&Method::GET, "/events") => {
             let events: Vec<serde_json::Value> = store
                 .list()
@@ -151,21 +174,9 @@ fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>
             if let Some(enrich) = &state.enrich {
                 enrich(&mut diagnosis);
             }
-            match serde_json::to_value(diagnosis) {
-                Ok(v) => json(StatusCode::OK, v),
-                Err(e) => json(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    serde_json::json!({ "error": e.to_string() }),
-                ),
-            }
+            json_of(&diagnosis)
         }
-        (&Method::GET, "/timeline") => match serde_json::to_value(timeline.timeline()) {
-            Ok(v) => json(StatusCode::OK, v),
-            Err(e) => json(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                serde_json::json!({ "error": e.to_string() }),
-            ),
-        },
+        (&Method::GET, "/timeline") => json_of(&timeline.timeline()),
         (_, path) => json(
             StatusCode::NOT_FOUND,
             serde_json::json!({ "error": format!("no such resource {path:?}; try /pods, /events, /timeline or /diagnose") }),
