@@ -115,7 +115,8 @@ fn take() -> Option<Entered> {
 /// Both functions return an `int`: the upper half of the register is not part of it.
 #[inline(always)]
 fn returned(ctx: &RetProbeContext) -> i64 {
-    ctx.ret::<u64>().map_or(i64::MIN, |r| i64::from(r as u32 as i32))
+    ctx.ret::<u64>()
+        .map_or(i64::MIN, |r| i64::from(r as u32 as i32))
 }
 
 #[inline(always)]
