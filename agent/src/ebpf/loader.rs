@@ -304,7 +304,7 @@ impl KernelProbes {
             skipped,
             gated,
             netns_hooks,
-        } = attach_all(&mut ebpf, &path, &config)?;
+        } = attach_all(&mut ebpf, &path, &config, &offsets)?;
 
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
@@ -608,12 +608,26 @@ struct Attached {
 /// programs are the kernel-function hooks where they attach (and are wanted), else the
 /// syscall tracepoints. With [`NetnsAttach::OnDemand`], those tracepoints are loaded (so
 /// the verifier has accepted them) and returned for the gate instead.
-fn attach_all(ebpf: &mut Ebpf, path: &Path, config: &ProbeConfig) -> Result<Attached, EbpfError> {
+fn attach_all(
+    ebpf: &mut Ebpf,
+    path: &Path,
+    config: &ProbeConfig,
+    offsets: &KernelOffsets,
+) -> Result<Attached, EbpfError> {
     let mut attached = Vec::new();
     let mut skipped = Vec::new();
     let mut gated = Vec::new();
     let netns_hooks = match config.netns_hooks {
         NetnsHookChoice::SyscallTracepoints => NetnsHooks::SyscallTracepoints { why: None },
+        // Without the inode of the namespace being entered, a setns from the kernel
+        // function could not be tied to its pod; the tracepoints read it another way.
+        choice if offsets.ns_common_inum == 0 => {
+            let why = "the kernel's BTF has no ns_common.inum".to_string();
+            if choice == NetnsHookChoice::KernelFunctions {
+                return Err(EbpfError::NetnsFunctions { why });
+            }
+            NetnsHooks::SyscallTracepoints { why: Some(why) }
+        }
         choice => match attach_functions(ebpf) {
             Ok(programs) => {
                 attached.extend(programs);
