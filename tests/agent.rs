@@ -646,7 +646,7 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
-    if std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists() {
+    if podtrace::ebpf::kprobes_present().is_ok() {
         // ... from kernel-function hooks, attached throughout and never gated.
         for want in [
             "podtrace_ebpf_netns_probe_attaches_total 0",

@@ -70,7 +70,7 @@ fn lab_runtime_is_ready_with_network() {
     assert!(text.contains("cgroups:        v1"), "{text}");
     // What the probes will try first follows the kernel (this host's is built without
     // kprobes).
-    let expected = if std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists() {
+    let expected = if podtrace::ebpf::kprobes_present().is_ok() {
         "netns probes:   kprobes on the kernel functions"
     } else {
         "netns probes:   syscall tracepoints (this kernel has no kprobes"

@@ -253,7 +253,7 @@ fn find_netns(w: &Watched, syscall: &str, comm: &str, inode: u64) -> Option<Valu
 
 /// Whether this kernel lets kprobes attach through perf, as the loader attaches them.
 fn kernel_has_kprobes() -> bool {
-    std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
+    podtrace::ebpf::kprobes_present().is_ok()
 }
 
 /// unshare and setns (nsenter) report the namespace the task ends up in, from the
