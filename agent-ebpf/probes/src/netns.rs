@@ -205,21 +205,49 @@ fn try_exit(ctx: &TracePointContext) -> Result<u32, u32> {
         );
     }
     let inum = task::current_netns_inum();
+    submit(&Outcome {
+        start_ns: pending.start_ns,
+        flags: pending.flags,
+        ret,
+        syscall: pending.syscall,
+        netns_inum: inum,
+        fd: pending.fd,
+        parent_pid: pending.parent_pid,
+    })
+    .map(|_| 0)
+    .map_err(|_| 1)
+}
+
+/// What a [`NetnsEvent`] reports beyond its header.
+pub(crate) struct Outcome {
+    pub start_ns: u64,
+    pub flags: u64,
+    pub ret: i64,
+    pub syscall: u32,
+    pub netns_inum: u32,
+    pub fd: i32,
+    pub parent_pid: u32,
+}
+
+/// Reserves and submits a [`NetnsEvent`] for the current task (the tracepoints here and
+/// the kernel-function hooks of `netns_fn.rs`); `Err` when the ring buffer was full.
+#[inline(always)]
+pub(crate) fn submit(o: &Outcome) -> Result<(), ()> {
     let Some(mut entry) = reserve::<NetnsEvent>(EventKind::Netns) else {
-        return Err(1);
+        return Err(());
     };
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is the reserved entry.
     unsafe {
         fill_header(&raw mut (*ev).header, EventKind::Netns);
-        (*ev).start_ns = pending.start_ns;
-        (*ev).flags = pending.flags;
-        (*ev).ret = ret;
-        (*ev).syscall = pending.syscall;
-        (*ev).netns_inum = inum;
-        (*ev).fd = pending.fd;
-        (*ev).parent_pid = pending.parent_pid;
+        (*ev).start_ns = o.start_ns;
+        (*ev).flags = o.flags;
+        (*ev).ret = o.ret;
+        (*ev).syscall = o.syscall;
+        (*ev).netns_inum = o.netns_inum;
+        (*ev).fd = o.fd;
+        (*ev).parent_pid = o.parent_pid;
     }
     entry.submit();
-    Ok(0)
+    Ok(())
 }

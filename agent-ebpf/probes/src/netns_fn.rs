@@ -19,9 +19,10 @@ use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
 use aya_ebpf::macros::{kprobe, kretprobe, map};
 use aya_ebpf::maps::LruHashMap;
 use aya_ebpf::programs::{ProbeContext, RetProbeContext};
-use podtrace_ebpf_common::{CLONE_NEWNET, EventKind, NetnsEvent, NetnsSyscall};
+use podtrace_ebpf_common::{CLONE_NEWNET, NetnsSyscall};
 
-use crate::{current_tid, fill_header, reserve, task};
+use crate::netns::{Outcome, submit};
+use crate::{current_tid, task};
 
 /// A function call between entry and return.
 #[repr(C)]
@@ -121,21 +122,17 @@ fn returned(ctx: &RetProbeContext) -> i64 {
 
 #[inline(always)]
 fn report(entered: &Entered, ret: i64, inum: u32) -> u32 {
-    let Some(mut entry) = reserve::<NetnsEvent>(EventKind::Netns) else {
-        return 1;
+    let outcome = Outcome {
+        start_ns: entered.start_ns,
+        flags: entered.flags,
+        ret,
+        syscall: entered.syscall,
+        netns_inum: inum,
+        fd: -1,
+        parent_pid: 0,
     };
-    let ev = entry.as_mut_ptr();
-    // SAFETY: `ev` is the reserved entry.
-    unsafe {
-        fill_header(&raw mut (*ev).header, EventKind::Netns);
-        (*ev).start_ns = entered.start_ns;
-        (*ev).flags = entered.flags;
-        (*ev).ret = ret;
-        (*ev).syscall = entered.syscall;
-        (*ev).netns_inum = inum;
-        (*ev).fd = -1;
-        (*ev).parent_pid = 0;
+    match submit(&outcome) {
+        Ok(()) => 0,
+        Err(()) => 1,
     }
-    entry.submit();
-    0
 }
