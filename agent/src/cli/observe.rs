@@ -118,7 +118,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         runtime.stream.is_err(),
         (anchor.wall_ns, anchor.mono_ns),
     );
-    let (writer, out) = match open_trace(&args, header).await {
+    let (writer, out) = match open_trace(&args, header) {
         Ok(w) => w,
         Err(code) => return code,
     };
@@ -296,17 +296,12 @@ fn sources(runtime: &Runtime, kernel: bool, runtime_spans: bool) -> Vec<String> 
 }
 
 /// The trace file, with `header` written, and where every record goes from here on.
-async fn open_trace(
-    args: &ObserveArgs,
-    header: Header,
-) -> Result<(TraceWriter, Outputs), ExitCode> {
+fn open_trace(args: &ObserveArgs, header: Header) -> Result<(TraceWriter, Outputs), ExitCode> {
     let header_copy = header.clone();
-    let writer = TraceWriter::create(&args.trace, header)
-        .await
-        .map_err(|e| {
-            eprintln!("podtrace: --trace {}: {e}", args.trace.display());
-            ExitCode::from(super::EXIT_BAD_INPUT)
-        })?;
+    let writer = TraceWriter::create(&args.trace, header).map_err(|e| {
+        eprintln!("podtrace: --trace {}: {e}", args.trace.display());
+        ExitCode::from(super::EXIT_BAD_INPUT)
+    })?;
     let collector = Arc::new(Collector::new());
     collector.push(&TraceRecord::Header(header_copy));
     let out = Outputs {

@@ -180,7 +180,7 @@ impl RunRecorder {
                     started_ns: anchor.mono_ns,
                     observed: None,
                 };
-                let w = TraceWriter::create(path, header).await.map_err(|e| {
+                let w = TraceWriter::create(path, header).map_err(|e| {
                     eprintln!("podtrace: --trace {}: {e}", path.display());
                     ExitCode::from(super::EXIT_BAD_INPUT)
                 })?;

@@ -1,14 +1,22 @@
-//! Writing a trace: records go through a channel to one writer task, so the pipeline
-//! never waits on the disk; the task makes them durable in order (see [`TraceWriter::create`]).
+//! Writing a trace: records go through a channel to one writer thread, so the pipeline
+//! never waits on the disk; the thread makes them durable in order (see
+//! [`TraceWriter::create`]).
+//!
+//! The writer is an OS thread with a plain file, not a task on the async runtime: an
+//! async file hands every write and flush to the runtime's blocking pool and back, two
+//! thread switches per batch, which were most of `observe`'s CPU time while pods started
+//! (its kernel events arrive in bursts of a few at a time).
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
-use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::record::{Footer, Header, TraceRecord};
 use crate::cri::{CallSink, CriCall};
@@ -26,6 +34,16 @@ pub struct TraceSink {
 }
 
 impl TraceSink {
+    /// A sink for `path` and the receiving end the writer takes from.
+    fn channel(path: &Path, capacity: usize) -> (TraceSink, mpsc::Receiver<TraceRecord>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let stats = Arc::new(WriterStats {
+            path: path.to_path_buf(),
+            ..WriterStats::default()
+        });
+        (TraceSink { tx, stats }, rx)
+    }
+
     pub fn send(&self, record: TraceRecord) {
         if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(record)
             && self.stats.dropped.fetch_add(1, Ordering::Relaxed) == 0
@@ -58,6 +76,8 @@ impl CallSink for TraceSink {
 pub const SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Records taken from the channel per write: one flush (and at most one sync) each.
 const BATCH: usize = 1024;
+/// The file's buffer: a batch of kernel events is one write.
+const BUFFER_BYTES: usize = 64 * 1024;
 
 /// What the writer could not do, shared with whoever reports it (`/metrics`, the footer).
 #[derive(Debug, Default)]
@@ -85,17 +105,17 @@ impl WriterStats {
     }
 }
 
-/// The writer task and its file.
+/// The writer thread and its file.
 pub struct TraceWriter {
     path: PathBuf,
-    task: tokio::task::JoinHandle<BTreeMap<String, u64>>,
+    done: oneshot::Receiver<BTreeMap<String, u64>>,
     sink: TraceSink,
     stats: Arc<WriterStats>,
 }
 
 impl TraceWriter {
-    /// Creates `path` (0600: it holds pod specs and commands) and writes the header now;
-    /// returns the writer and the sink.
+    /// Creates `path` (0600: it holds pod specs and commands), writes the header now, and
+    /// starts the writer thread; returns the writer and the sink.
     ///
     /// Durability: every batch of records is flushed to the kernel as soon as it is
     /// written, so a killed podtrace loses none of what it had recorded, and the file is
@@ -103,33 +123,31 @@ impl TraceWriter {
     /// node crash costs at most the last second. A write error (a full disk) stops the
     /// writing, not the pods: it is said once, and every record from then on is counted
     /// in [`WriterStats::unwritten`].
-    pub async fn create(path: &Path, header: Header) -> std::io::Result<TraceWriter> {
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)
-            .await?;
-        // An existing file keeps its mode through O_TRUNC.
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .await?;
-        let mut out = tokio::io::BufWriter::new(file);
-        let (tx, rx) = mpsc::channel::<TraceRecord>(QUEUE_RECORDS);
-        write_line(&mut out, &TraceRecord::Header(header)).await?;
-        out.flush().await?;
-        let stats = Arc::new(WriterStats {
-            path: path.to_path_buf(),
-            ..WriterStats::default()
-        });
-        let task = tokio::spawn(write_records(out, rx, path.to_path_buf(), stats.clone()));
+    pub fn create(path: &Path, header: Header) -> std::io::Result<TraceWriter> {
+        let out = open(path, &header)?;
+        let (sink, rx) = TraceSink::channel(path, QUEUE_RECORDS);
+        TraceWriter::start(out, rx, sink)
+    }
+
+    fn start(
+        out: BufWriter<File>,
+        rx: mpsc::Receiver<TraceRecord>,
+        sink: TraceSink,
+    ) -> std::io::Result<TraceWriter> {
+        let stats = sink.stats.clone();
+        let path = stats.path.clone();
+        let (done_tx, done) = oneshot::channel();
+        let thread_stats = stats.clone();
+        std::thread::Builder::new()
+            .name("podtrace-trace".into())
+            .spawn(move || {
+                let counts = write_records(out, rx, &thread_stats);
+                let _ = done_tx.send(counts);
+            })?;
         Ok(TraceWriter {
-            path: path.to_path_buf(),
-            task,
-            sink: TraceSink {
-                tx,
-                stats: stats.clone(),
-            },
+            path,
+            done,
+            sink,
             stats,
         })
     }
@@ -153,30 +171,51 @@ impl TraceWriter {
         // Waits for room: the footer is never dropped.
         let _ = self.sink.tx.send(TraceRecord::Footer(footer)).await;
         drop(self.sink);
-        self.task.await.map_err(std::io::Error::other)
+        self.done
+            .await
+            .map_err(|_| std::io::Error::other("the trace writer thread ended without a footer"))
     }
 }
 
-async fn write_records(
-    mut out: tokio::io::BufWriter<tokio::fs::File>,
+/// The file, private, with the header written and flushed.
+fn open(path: &Path, header: &Header) -> std::io::Result<BufWriter<File>> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode through O_TRUNC.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    let mut out = BufWriter::with_capacity(BUFFER_BYTES, file);
+    write_line(
+        &mut out,
+        &mut Vec::new(),
+        &TraceRecord::Header(header.clone()),
+    )?;
+    out.flush()?;
+    Ok(out)
+}
+
+fn write_records(
+    mut out: BufWriter<File>,
     mut rx: mpsc::Receiver<TraceRecord>,
-    path: PathBuf,
-    stats: Arc<WriterStats>,
+    stats: &WriterStats,
 ) -> BTreeMap<String, u64> {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let mut last_sync = tokio::time::Instant::now();
+    let mut last_sync = Instant::now();
     let fail = |e: std::io::Error, lost: u64| {
         stats.unwritten.fetch_add(lost, Ordering::Relaxed);
         if stats.failure.set(e.to_string()).is_ok() {
             eprintln!(
                 "podtrace: trace {}: stopped writing: {e}; the pods keep running, and the records from here on are counted, not written",
-                path.display()
+                stats.path.display()
             );
         }
     };
     let mut batch = Vec::with_capacity(BATCH);
-    loop {
-        let Some(first) = rx.recv().await else { break };
+    let mut line = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
         batch.push(first);
         while batch.len() < BATCH {
             match rx.try_recv() {
@@ -198,7 +237,7 @@ async fn write_records(
             }
             if stats.failure().is_some() {
                 stats.unwritten.fetch_add(1, Ordering::Relaxed);
-            } else if let Err(e) = write_line(&mut out, &record).await {
+            } else if let Err(e) = write_line(&mut out, &mut line, &record) {
                 fail(e, in_buffer + 1);
                 in_buffer = 0;
             } else {
@@ -209,14 +248,13 @@ async fn write_records(
             }
         }
         if stats.failure().is_none() {
-            if let Err(e) = out.flush().await {
+            let sync = done || last_sync.elapsed() >= SYNC_EVERY;
+            if let Err(e) = out.flush() {
                 fail(e, in_buffer);
-            } else if (done || last_sync.elapsed() >= SYNC_EVERY)
-                && let Err(e) = out.get_ref().sync_data().await
-            {
+            } else if sync && let Err(e) = out.get_ref().sync_data() {
                 fail(e, 0);
-            } else if done || last_sync.elapsed() >= SYNC_EVERY {
-                last_sync = tokio::time::Instant::now();
+            } else if sync {
+                last_sync = Instant::now();
             }
         }
         if done {
@@ -230,19 +268,23 @@ async fn write_records(
         }
     }
     if stats.failure().is_none() {
-        let _ = out.flush().await;
-        let _ = out.get_ref().sync_data().await;
+        let _ = out.flush();
+        let _ = out.get_ref().sync_data();
     }
     counts
 }
 
-async fn write_line<W: tokio::io::AsyncWrite + Unpin>(
-    out: &mut W,
+/// One record as a line. It is serialized whole before any of it reaches the file, so a
+/// record that cannot be serialized leaves no part of itself behind.
+fn write_line(
+    out: &mut BufWriter<File>,
+    line: &mut Vec<u8>,
     record: &TraceRecord,
 ) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    line.clear();
+    serde_json::to_writer(&mut *line, record).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    out.write_all(&line).await
+    out.write_all(line)
 }
 
 #[cfg(test)]
@@ -290,7 +332,7 @@ mod tests {
         // An existing, world-readable file is made private too.
         std::fs::write(&path, "old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let w = TraceWriter::create(&path, header()).await.unwrap();
+        let w = TraceWriter::create(&path, header()).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let sink = w.sink();
@@ -310,13 +352,14 @@ mod tests {
     async fn a_writer_that_falls_behind_drops_and_counts_but_keeps_the_footer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::create(&path, header()).await.unwrap();
-        let sink = w.sink();
-        // The writer task cannot run before this test yields: the queue fills.
+        let out = open(&path, &header()).unwrap();
+        let (sink, rx) = TraceSink::channel(&path, QUEUE_RECORDS);
+        // The writer has not started: the queue fills.
         let sent = QUEUE_RECORDS as u64 + 100;
         for i in 0..sent {
             sink.send(call(i));
         }
+        let w = TraceWriter::start(out, rx, sink).unwrap();
         let stats = w.stats();
         assert_eq!(stats.dropped(), 100);
         w.finish(Footer::default()).await.unwrap();
@@ -331,11 +374,11 @@ mod tests {
     async fn records_sent_are_on_disk_before_the_footer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let w = TraceWriter::create(&path, header()).await.unwrap();
+        let w = TraceWriter::create(&path, header()).unwrap();
         let sink = w.sink();
         sink.send(call(5));
         // Let the writer take the batch and flush it, as it does while the run goes on:
-        // its file writes run on tokio's blocking pool, so this polls the file (bounded).
+        // it writes on a thread of its own, so this polls the file (bounded).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::fs::read_to_string(&path).unwrap().lines().count() < 2
             && std::time::Instant::now() < deadline
