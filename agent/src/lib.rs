@@ -4,6 +4,7 @@
 //! `podtrace-core` crate) holds the deterministic decisions, `kuberuntime` carries them
 //! out over `cri`, and `cli` is the `podtrace` command.
 
+pub mod agent;
 pub mod cli;
 pub mod clock;
 pub mod cm;

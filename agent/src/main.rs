@@ -12,10 +12,10 @@ fn main() -> ExitCode {
         .init();
     let cli = podtrace::cli::Cli::parse();
     if cli.keeps_memory_low() {
-        podtrace::cli::malloc::tune();
+        podtrace::agent::malloc::tune();
     }
     if cli.is_long_running() {
-        podtrace::cli::malloc::exec_without_thread_caches();
+        podtrace::agent::malloc::exec_without_thread_caches();
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::agent::probes::{Probes, start_probes, unavailable_note};
 use crate::ebpf::{
-    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, EventReceiver,
-    KernelEvent, KernelProbes, LostEvents, NetnsAttach, NetnsHookChoice, ProbeConfig, ProbeSummary,
-    ProbesObject, ProgramStats,
+    DEFAULT_CGROUP_PREFIXES, DEFAULT_CNI_BIN_DIR, DEFAULT_RINGBUF_BYTES, KernelEvent, LostEvents,
+    NetnsAttach, NetnsHookChoice, ProbeConfig, ProbeSummary, ProbesObject, ProgramStats,
 };
 
 /// How often losses are reported while the probes run.
@@ -108,32 +108,18 @@ impl EbpfArgs {
 
     /// [`EbpfArgs::start`] with `config`, made from [`EbpfArgs::probe_config`].
     pub fn start_with(&self, config: ProbeConfig) -> Result<Option<Started>, ExitCode> {
-        let started = KernelProbes::start(config);
-        // Loading parsed the kernel's BTF twice (offsets, relocations): give that back.
-        super::malloc::trim();
-        match started {
-            Ok(started) => Ok(Some(started)),
-            Err(e) if e.is_unavailable() && !self.require_ebpf => {
-                eprintln!("podtrace: kernel events unavailable: {e}; continuing without them");
+        match start_probes(config, self.require_ebpf) {
+            Ok(Probes::Running(started)) => Ok(Some(*started)),
+            Ok(Probes::Unavailable(e)) => {
+                eprintln!("podtrace: {}", unavailable_note(&e));
                 Ok(None)
             }
-            Err(e) if e.is_unavailable() => {
-                eprintln!("podtrace: kernel events unavailable (--require-ebpf): {e}");
-                Err(ExitCode::FAILURE)
-            }
-            Err(e) => {
-                eprintln!("podtrace: {e}");
-                if let Some(source) = std::error::Error::source(&e) {
-                    eprintln!("podtrace: caused by: {source:#}");
-                }
-                Err(ExitCode::FAILURE)
-            }
+            Err(e) => Err(super::agent_failed(&e)),
         }
     }
 }
 
-/// Running probes and the events they report.
-pub type Started = (KernelProbes, EventReceiver);
+pub use crate::agent::probes::Started;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelEventsArgs {

@@ -7,20 +7,17 @@ mod diagnose;
 mod export;
 pub mod kernel_events;
 mod kubelet_args;
-pub mod malloc;
 mod node;
 mod observe;
+mod outcome_lines;
 mod output;
 mod pod_printer;
 mod pods;
 mod progress;
-mod recorder;
 mod replay;
 mod report;
 mod run;
-mod run_outcome;
 pub mod sched;
-mod start_feed;
 mod timeline;
 mod trace_file;
 mod trace_or_agent;
@@ -63,6 +60,22 @@ fn runtime_otlp_listen(flag: Option<&str>) -> Result<Option<crate::otel::Listen>
         })
 }
 
+/// Says why the agent stopped (with the cause underneath, when the probes failed) and
+/// gives the exit code for it.
+fn agent_failed(e: &crate::agent::AgentError) -> ExitCode {
+    eprintln!("podtrace: {e}");
+    if let crate::agent::AgentError::Probes(p) = e
+        && let Some(source) = std::error::Error::source(p)
+    {
+        eprintln!("podtrace: caused by: {source:#}");
+    }
+    if e.is_bad_input() {
+        ExitCode::from(EXIT_BAD_INPUT)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 /// The error for a `--pod`/POD argument that names no pod: it lists the pods there are,
 /// since a static pod runs under its node's name (`web` in a manifest is `web-<node>`).
 fn no_such_pod(query: &str, place: &str, pods: impl IntoIterator<Item = String>) -> String {
@@ -100,7 +113,7 @@ impl Cli {
         matches!(self.command, Command::Run(_) | Command::Observe(_))
     }
 
-    /// Whether glibc malloc is tuned to hand memory back ([`malloc::tune`]). A replay is a
+    /// Whether glibc malloc is tuned to hand memory back ([`crate::agent::malloc::tune`]). A replay is a
     /// batch job that builds and frees millions of small objects and then exits: what
     /// it holds meanwhile matters less than how fast it allocates, and the tuned
     /// thresholds (heap pages handed back and soon taken again) cost the 10,000-pod

@@ -215,8 +215,10 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         )),
         ..Footer::default()
     };
-    if let Some(probes) = probes {
-        super::recorder::stop_probes(probes, &mut footer).await;
+    if let Some(probes) = probes
+        && let Some(note) = crate::agent::recorder::stop_probes(probes, &mut footer).await
+    {
+        eprintln!("podtrace: {note}");
     }
     if let Some(f) = forwarder {
         let _ = f.await;

@@ -10,6 +10,7 @@ mod actuated;
 mod allocation;
 pub mod api;
 mod housekeeping;
+mod kernel_seen;
 mod pidfd_exit;
 mod pleg;
 mod pod_sync;
@@ -20,7 +21,6 @@ pub mod status_store;
 mod terminate;
 mod worker_waits;
 
-use crate::kubelet::observed_exit::with_observed_exit;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -38,6 +38,7 @@ use crate::metrics::Metrics;
 use crate::prober::{ProbeKind, ProbeManager, ProbeResult, ProbeUpdate};
 
 pub use housekeeping::Cleaned;
+pub use kernel_seen::KernelSeen;
 pub use pleg::{Pleg, PlegEvent};
 pub use settings::KubeletSettings;
 pub use shared::Shared;
@@ -113,12 +114,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         let shared = Arc::new(Shared::new(cfg, settings, pcm));
         // Show an exit as soon as the kernel reports it; the sync that follows the
         // runtime's confirmation publishes the runtime's own account.
-        let store = shared.store.clone();
-        pleg.set_exit_observer(Arc::new(move |uid, container_id, exit_code| {
-            store.update_status(uid, |current| {
-                with_observed_exit(current, container_id, exit_code)
-            });
-        }));
+        pleg.set_kernel_seen(KernelSeen::new(shared.store.clone()));
         Ok(Kubelet {
             cri,
             shared,
@@ -154,6 +150,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     /// What hitting the bounds of the sync loop's queues cost so far.
     pub fn queue_stats(&self) -> Arc<QueueStats> {
         self.queue_stats.clone()
+    }
+
+    /// Where the kernel's view of container starts and exits goes (from the probes).
+    pub fn kernel_seen(&self) -> KernelSeen {
+        KernelSeen::new(self.shared.store.clone())
     }
 
     /// The status store, for the local API and for callers waiting on pod states.

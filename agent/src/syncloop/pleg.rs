@@ -20,11 +20,8 @@ use crate::kubelet::observed_exit::exit_code_of_wait_status;
 use crate::kuberuntime::labels;
 use crate::kuberuntime::pod_status::container_pid;
 
+use super::KernelSeen;
 use super::pidfd_exit::exit_wait_status;
-
-/// Told of a container's exit the moment the kernel reports it, with its exit code:
-/// (pod UID, container ID, exit code). The runtime confirms it later.
-pub type ExitObserver = Arc<dyn Fn(&str, &str, i32) + Send + Sync>;
 
 /// How long to wait, after a container's process exits, for the kernel to have its exit
 /// status (from its zombie, or once its parent, the runtime's shim, has reaped it).
@@ -52,7 +49,9 @@ pub struct Pleg {
     tx: queues::Sender<PlegEvent>,
     /// Last relisted state of each container: (pod UID, state).
     seen: Arc<Mutex<BTreeMap<String, (String, i32)>>>,
-    exit_observer: Option<ExitObserver>,
+    /// Told of a container's exit the moment the kernel reports it; the runtime
+    /// confirms it later.
+    kernel_seen: Option<KernelSeen>,
 }
 
 impl Pleg {
@@ -62,15 +61,15 @@ impl Pleg {
             Pleg {
                 tx,
                 seen: Arc::new(Mutex::new(BTreeMap::new())),
-                exit_observer: None,
+                kernel_seen: None,
             },
             rx,
         )
     }
 
-    /// Tells `observer` of every exit a watched process reports.
-    pub fn set_exit_observer(&mut self, observer: ExitObserver) {
-        self.exit_observer = Some(observer);
+    /// Shows every exit a watched process reports through `seen`.
+    pub fn set_kernel_seen(&mut self, seen: KernelSeen) {
+        self.kernel_seen = Some(seen);
     }
 
     /// Watches a started container's process and reports its exit. `pid` is its host
@@ -96,10 +95,10 @@ impl Pleg {
             (Some(notice), _) => Either::Left(notice),
             (None, Some(pid)) => {
                 let (shown, exited) = tokio::sync::oneshot::channel::<()>();
-                let (observer, event) = (self.exit_observer.clone(), event.clone());
+                let (seen, event) = (self.kernel_seen.clone(), event.clone());
                 crate::event_thread::spawn(async move {
-                    if let (Some(code), Some(observe)) = (wait_exit(pid).await, observer) {
-                        observe(&event.uid, &event.container_id, code);
+                    if let (Some(code), Some(seen)) = (wait_exit(pid).await, seen) {
+                        seen.exit(&event.uid, &event.container_id, code);
                     }
                     let _ = shown.send(());
                 });

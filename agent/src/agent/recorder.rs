@@ -1,25 +1,25 @@
-//! What `podtrace run` records besides driving pods: the trace file (`--trace`), the
+//! What the agent records besides driving pods: the trace file (`--trace`), the
 //! kernel probes feeding it, and the in-memory records the agent builds timelines from.
 //! Everything recorded goes through one [`RecordSink`], which feeds both.
 
-use std::path::Path;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::kernel_events::EbpfArgs;
-use super::start_feed::{KernelExitObserver, StartFeed, StartObserver};
+use super::AgentError;
+use super::probes::{Probes, start_probes, unavailable_note};
+use super::start_feed::StartFeed;
 use crate::clock::wall_now;
 use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, CriMethod, RuntimeService};
-use crate::ebpf::{KernelProbes, NetnsGate, now_ktime_ns};
+use crate::ebpf::{KernelProbes, NetnsAttach, NetnsGate, ProbeConfig, now_ktime_ns};
 use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
 use crate::otel::{
     ClockAnchor, ExportQueue, Listen, LiveExport, RuntimeReceiver, RuntimeSpan, TraceGate,
 };
-use crate::syncloop::StatusStore;
+use crate::syncloop::{KernelSeen, StatusStore};
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
@@ -133,6 +133,15 @@ pub struct RunRecorder {
     otel_ticker: Option<tokio::task::JoinHandle<()>>,
     /// The receiver of the runtime's spans (`--runtime-otlp-listen`).
     receiver: Option<RuntimeReceiver>,
+    /// Said to the user by the caller: see [`RunRecorder::take_notes`].
+    notes: Vec<String>,
+}
+
+/// The probes a run asks for.
+pub struct ProbeRequest {
+    pub config: ProbeConfig,
+    /// A node that cannot run them fails the run (`--require-ebpf`).
+    pub require: bool,
 }
 
 /// How often the OTLP export looks for pods whose startup is over.
@@ -144,17 +153,17 @@ const RECEIVER_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
 const OTEL_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl RunRecorder {
-    /// Opens the trace (if asked for) and starts the probes (if anything will read their
-    /// events). Errors are printed; the `ExitCode` says how to exit.
+    /// Opens the trace (if asked for) and starts the probes (if `probes` says how). A
+    /// node that cannot run the probes, when they are not required, leaves a note
+    /// ([`RunRecorder::take_notes`]) and the run goes on without kernel events.
     pub async fn start(
         trace: Option<&Path>,
-        want_kernel_events: bool,
-        ebpf: &EbpfArgs,
+        probes: Option<ProbeRequest>,
         cgroup_root: Option<&str>,
         cri: &CriClient,
         node: &str,
         config: TraceConfig,
-    ) -> Result<RunRecorder, ExitCode> {
+    ) -> Result<RunRecorder, AgentError> {
         let anchor = ClockAnchor {
             wall_ns: wall_now(),
             mono_ns: now_ktime_ns(),
@@ -162,10 +171,7 @@ impl RunRecorder {
         let writer = match trace {
             None => None,
             Some(path) => {
-                let version = cri.version().await.map_err(|e| {
-                    eprintln!("podtrace: {e}");
-                    ExitCode::FAILURE
-                })?;
+                let version = cri.version().await.map_err(AgentError::RuntimeVersion)?;
                 let header = Header {
                     schema_version: SCHEMA_VERSION,
                     podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -180,9 +186,11 @@ impl RunRecorder {
                     started_ns: anchor.mono_ns,
                     observed: None,
                 };
-                let w = TraceWriter::create(path, header).map_err(|e| {
-                    eprintln!("podtrace: --trace {}: {e}", path.display());
-                    ExitCode::from(super::EXIT_BAD_INPUT)
+                let w = TraceWriter::create(path, header).map_err(|source| {
+                    AgentError::TraceCreate {
+                        path: path.to_path_buf(),
+                        source,
+                    }
                 })?;
                 Some(w)
             }
@@ -208,42 +216,64 @@ impl RunRecorder {
             anchor,
             otel_ticker: None,
             receiver: None,
+            notes: Vec::new(),
         };
-        if want_kernel_events {
-            let mut ebpf = ebpf.clone();
-            if let Some(root) = cgroup_root
-                && !ebpf.cgroup_prefixes.iter().any(|p| p == root)
-            {
-                ebpf.cgroup_prefixes.push(root.to_string());
-            }
-            ebpf.netns_on_demand = true;
-            if let Some((probes, mut events)) = ebpf.start()? {
-                recorder.sink.starts.set_pace(probes.pace());
-                if let Some(gate) = probes.netns_gate() {
-                    let _ = recorder.sink.netns.set(gate);
-                }
-                let sink = recorder.sink.clone();
-                // On the event thread with the reader: a container's first exec shows it
-                // running without waiting for the sync loop's runtime.
-                recorder.forwarder = Some(crate::event_thread::spawn(async move {
-                    let mut filter = KernelFilter::new();
-                    let mut keep = Vec::new();
-                    while let Some(e) = events.recv().await {
-                        sink.starts.kernel_event(&e);
-                        filter.offer(e, &mut keep);
-                        for e in keep.drain(..) {
-                            sink.send(TraceRecord::Kernel(e));
-                        }
-                    }
-                    tracing::debug!(
-                        dropped = filter.dropped(),
-                        "node-level kernel events away from pod work were not kept"
-                    );
-                }));
-                recorder.probes = Some(probes);
-            }
+        if let Some(request) = probes {
+            recorder.start_probes(request, cgroup_root)?;
         }
         Ok(recorder)
+    }
+
+    /// Starts the probes with the pod cgroups under `cgroup_root` watched and the
+    /// namespace programs attached only around the calls that need them.
+    fn start_probes(
+        &mut self,
+        request: ProbeRequest,
+        cgroup_root: Option<&str>,
+    ) -> Result<(), AgentError> {
+        let mut config = request.config;
+        if let Some(root) = cgroup_root
+            && !config.cgroup_prefixes.iter().any(|p| p == root)
+        {
+            config.cgroup_prefixes.push(root.to_string());
+        }
+        config.netns_attach = NetnsAttach::OnDemand;
+        let (probes, mut events) = match start_probes(config, request.require)? {
+            Probes::Running(started) => *started,
+            Probes::Unavailable(e) => {
+                self.notes.push(unavailable_note(&e));
+                return Ok(());
+            }
+        };
+        self.sink.starts.set_pace(probes.pace());
+        if let Some(gate) = probes.netns_gate() {
+            let _ = self.sink.netns.set(gate);
+        }
+        let sink = self.sink.clone();
+        // On the event thread with the reader: a container's first exec shows it running
+        // without waiting for the sync loop's runtime.
+        self.forwarder = Some(crate::event_thread::spawn(async move {
+            let mut filter = KernelFilter::new();
+            let mut keep = Vec::new();
+            while let Some(e) = events.recv().await {
+                sink.starts.kernel_event(&e);
+                filter.offer(e, &mut keep);
+                for e in keep.drain(..) {
+                    sink.send(TraceRecord::Kernel(e));
+                }
+            }
+            tracing::debug!(
+                dropped = filter.dropped(),
+                "node-level kernel events away from pod work were not kept"
+            );
+        }));
+        self.probes = Some(probes);
+        Ok(())
+    }
+
+    /// What the user should know that stopped nothing (probes unavailable), once each.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
     }
 
     pub fn sink(&self) -> RecordSink {
@@ -370,16 +400,10 @@ impl RunRecorder {
         self.sink.collector.clone()
     }
 
-    /// Tells `observer` of each container start the kernel shows, as it happens (when
-    /// the probes run).
-    pub fn observe_starts(&self, observer: StartObserver) {
-        self.sink.starts.set_observer(observer);
-    }
-
-    /// Tells `observer` of the exit of each container process whose start the kernel
-    /// showed, as it happens (when the probes run).
-    pub fn observe_exits(&self, observer: KernelExitObserver) {
-        self.sink.starts.set_exit_observer(observer);
+    /// Shows each container start the kernel reports, and the exit of its process, through
+    /// `seen` as it happens (when the probes run).
+    pub fn show_kernel_seen(&self, seen: KernelSeen) {
+        self.sink.starts.set_target(seen);
     }
 
     /// Sends the store's pod events and status changes to the trace.
@@ -434,14 +458,18 @@ impl RunRecorder {
         }
     }
 
-    /// Stops the probes (reporting losses) and closes the trace with its footer.
-    pub async fn finish(self) -> ExitCode {
+    /// Stops the probes and closes the trace with its footer. What was lost on the way
+    /// (kernel events, spans, trace records) is in the result; nothing is lost silently.
+    pub async fn finish(self) -> Finished {
+        let mut finished = Finished::default();
         let mut footer = Footer {
             ebpf: self.probes.is_some(),
             ..Footer::default()
         };
         if let Some(probes) = self.probes {
-            stop_probes(probes, &mut footer).await;
+            finished
+                .notes
+                .extend(stop_probes(probes, &mut footer).await);
         }
         if let Some(f) = self.forwarder {
             let _ = f.await;
@@ -459,11 +487,11 @@ impl RunRecorder {
                 .close(&self.sink.collector.timeline(), OTEL_CLOSE)
                 .await;
             if stats.dropped() > 0 {
-                eprintln!(
-                    "podtrace: the OTLP export dropped {} spans (sent {})",
+                finished.notes.push(format!(
+                    "the OTLP export dropped {} spans (sent {})",
                     stats.dropped(),
                     stats.exported()
-                );
+                ));
             }
         }
         if self.writer.is_some() {
@@ -474,36 +502,58 @@ impl RunRecorder {
         if let Some(w) = self.writer {
             let path = w.path().to_path_buf();
             let stats = w.stats();
-            if let Err(e) = w.finish(footer).await {
-                eprintln!("podtrace: writing {}: {e}", path.display());
-                return ExitCode::FAILURE;
+            if let Err(source) = w.finish(footer).await {
+                finished.failures.push(TraceLoss::Write { path, source });
+                return finished;
             }
             if stats.dropped() > 0 {
-                eprintln!(
-                    "podtrace: trace {}: {} records were dropped while the writer was behind",
-                    path.display(),
-                    stats.dropped()
-                );
+                finished.failures.push(TraceLoss::Dropped {
+                    path: path.clone(),
+                    records: stats.dropped(),
+                });
             }
             if stats.unwritten() > 0 {
-                eprintln!(
-                    "podtrace: trace {}: {} records could not be written ({})",
-                    path.display(),
-                    stats.unwritten(),
-                    stats.failure().unwrap_or("the writer stopped")
-                );
-            }
-            if stats.dropped() > 0 || stats.unwritten() > 0 {
-                return ExitCode::FAILURE;
+                finished.failures.push(TraceLoss::Unwritten {
+                    path,
+                    records: stats.unwritten(),
+                    why: stats.failure().unwrap_or("the writer stopped").to_string(),
+                });
             }
         }
-        ExitCode::SUCCESS
+        finished
     }
 }
 
-/// Stops the probes and puts what the kernel lost into the trace's footer (said once on
-/// stderr too: a loss is never silent).
-pub(super) async fn stop_probes(probes: KernelProbes, footer: &mut Footer) {
+/// How a run's recording ended.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// What was lost that does not fail the run (kernel events, exported spans).
+    pub notes: Vec<String>,
+    /// What the trace lost: the run fails, as its record is not whole.
+    pub failures: Vec<TraceLoss>,
+}
+
+/// Records the trace file lost.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceLoss {
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("trace {}: {records} records were dropped while the writer was behind", path.display())]
+    Dropped { path: PathBuf, records: u64 },
+    #[error("trace {}: {records} records could not be written ({why})", path.display())]
+    Unwritten {
+        path: PathBuf,
+        records: u64,
+        why: String,
+    },
+}
+
+/// Stops the probes and puts what the kernel lost into the trace's footer. A loss, or a
+/// failure to stop, comes back as a line to say: a loss is never silent.
+pub async fn stop_probes(probes: KernelProbes, footer: &mut Footer) -> Option<String> {
     match probes.stop().await {
         Ok(summary) => {
             footer.lost_events = summary.lost.total;
@@ -513,14 +563,14 @@ pub(super) async fn stop_probes(probes: KernelProbes, footer: &mut Footer) {
                 .iter()
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect();
-            if summary.lost.total > 0 {
-                eprintln!(
-                    "podtrace: the kernel lost {} events (ring buffer full)",
+            (summary.lost.total > 0).then(|| {
+                format!(
+                    "the kernel lost {} events (ring buffer full)",
                     summary.lost.total
-                );
-            }
+                )
+            })
         }
-        Err(e) => eprintln!("podtrace: stopping the probes: {e}"),
+        Err(e) => Some(format!("stopping the probes: {e}")),
     }
 }
 

@@ -3,28 +3,22 @@
 //! one is looked for the ring-buffer reader hurries so the exec reaches the agent within
 //! about a millisecond instead of its usual ten (the probes also wake it for the execs
 //! and exits of pod work). The exits of the processes those starts were seen in are fed
-//! the same way.
+//! the same way, through the sync loop's [`KernelSeen`].
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use crate::cri::CriCall;
 use crate::ebpf::{KernelEvent, ReadPace};
-use crate::syncloop::start_watch::{
-    Observed, ObservedExit, ObservedStart, START_LIMIT_NS, StartWatch,
-};
-
-/// Told of every container start the kernel shows.
-pub type StartObserver = Arc<dyn Fn(&ObservedStart) + Send + Sync>;
-/// Told of the exit of every container process whose start the kernel showed.
-pub type KernelExitObserver = Arc<dyn Fn(&ObservedExit) + Send + Sync>;
+use crate::syncloop::KernelSeen;
+use crate::syncloop::start_watch::{Observed, START_LIMIT_NS, StartWatch};
 
 #[derive(Default)]
 pub struct StartFeed {
     watch: Mutex<StartWatch>,
     /// Set when the probes run: without kernel events there is nothing to look for.
     pace: OnceLock<ReadPace>,
-    observer: OnceLock<StartObserver>,
-    exit_observer: OnceLock<KernelExitObserver>,
+    /// Where what the kernel shows goes: set when the sync loop runs.
+    seen: OnceLock<KernelSeen>,
 }
 
 impl StartFeed {
@@ -32,16 +26,12 @@ impl StartFeed {
         let _ = self.pace.set(pace);
     }
 
-    pub fn set_observer(&self, observer: StartObserver) {
-        let _ = self.observer.set(observer);
-    }
-
-    pub fn set_exit_observer(&self, observer: KernelExitObserver) {
-        let _ = self.exit_observer.set(observer);
+    pub fn set_target(&self, seen: KernelSeen) {
+        let _ = self.seen.set(seen);
     }
 
     fn active(&self) -> Option<&ReadPace> {
-        self.observer.get()?;
+        self.seen.get()?;
         self.pace.get()
     }
 
@@ -66,7 +56,7 @@ impl StartFeed {
     }
 
     pub fn kernel_event(&self, e: &KernelEvent) {
-        let (Some(pace), Some(observer)) = (self.active(), self.observer.get()) else {
+        let (Some(pace), Some(target)) = (self.active(), self.seen.get()) else {
             return;
         };
         let seen = {
@@ -78,12 +68,8 @@ impl StartFeed {
             seen
         };
         match seen {
-            Some(Observed::Start(start)) => observer(&start),
-            Some(Observed::Exit(exit)) => {
-                if let Some(observe) = self.exit_observer.get() {
-                    observe(&exit);
-                }
-            }
+            Some(Observed::Start(start)) => target.start(&start),
+            Some(Observed::Exit(exit)) => target.observed_exit(&exit),
             None => {}
         }
     }

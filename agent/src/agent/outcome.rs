@@ -1,4 +1,4 @@
-//! Where each pod of `podtrace run --until-ready` ended up: settled when every container
+//! Where each pod of a one-shot run (`podtrace run --until-ready`) ended up: settled when every container
 //! runs, when the pod ended, or when something stands in the way that will not pass by
 //! itself; and, for every container that is not running, what it is waiting on.
 
@@ -175,32 +175,6 @@ pub fn outcome_of(rec: &PodRecord) -> PodOutcome {
         not_running,
         seconds: (end - rec.first_seen) as f64 / 1e9,
         events: rec.events.iter().map(|e| e.event.clone()).collect(),
-    }
-}
-
-/// One line per pod; under a pod not wholly running, a line per container that is not,
-/// with its state and why.
-pub fn print_outcome(o: &PodOutcome) {
-    let who = format!("{}/{}", o.namespace, o.name);
-    let tail = match &o.reason {
-        Some(r) if o.phase != phase::RUNNING => {
-            format!("  {r}: {}", o.message.as_deref().unwrap_or(""))
-        }
-        _ => String::new(),
-    };
-    println!(
-        "{who:<32} {:<9} {:<15} {:>7.3}s{tail}",
-        o.phase,
-        o.ip.as_deref().unwrap_or("-"),
-        o.seconds
-    );
-    for c in &o.not_running {
-        let why = match (&c.reason, &c.message) {
-            (Some(r), Some(m)) if !m.is_empty() => format!("{r}: {m}"),
-            (Some(r), _) => r.clone(),
-            (None, _) => String::new(),
-        };
-        println!("  container {:<22} {:<11} {why}", c.container, c.state);
     }
 }
 
