@@ -25,6 +25,7 @@ use crate::kubelet::probe_results::ProbeResults;
 use crate::kubelet::resize_actions::desired_resources;
 use crate::kubelet::runtime_pod::ContainerResources;
 use crate::kubelet::runtime_pod::{ContainerState, Nanos, RuntimePodStatus};
+use crate::kubelet::sync_outcome::SyncSummary;
 
 /// Everything SyncPod reads besides the pod and its runtime status.
 pub struct SyncContext<'a> {
@@ -116,6 +117,17 @@ impl PodSyncResult {
             }
         }
         Some(started)
+    }
+
+    /// What the pod worker's next step depends on.
+    pub fn summary(&self) -> SyncSummary {
+        SyncSummary {
+            image_pull_failed: self.containers.values().any(|o| {
+                matches!(o, ContainerOutcome::BackOff { reason, .. } if *reason == SyncReason::ErrImagePull)
+            }),
+            failed: self.failed(),
+            retry_at: self.retry_at(),
+        }
     }
 
     /// True when a step failed outright (not a back-off wait).

@@ -1,46 +1,9 @@
 //! A container's probe as the prober runs it: the API object with the API server's defaults
 //! applied and its validation done, so the worker never sees a zero period or two handlers.
 
-use std::fmt;
-
 use k8s_openapi::api::core::v1::{HTTPGetAction, Probe, TCPSocketAction};
-use serde::Serialize;
 
-/// Which of a container's probes; kubelet's `probeType`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum ProbeKind {
-    Liveness,
-    Readiness,
-    Startup,
-}
-
-impl ProbeKind {
-    pub const ALL: [ProbeKind; 3] = [
-        ProbeKind::Liveness,
-        ProbeKind::Readiness,
-        ProbeKind::Startup,
-    ];
-
-    /// The container field the probe comes from, for messages that point at the manifest.
-    pub fn field(self) -> &'static str {
-        match self {
-            ProbeKind::Liveness => "livenessProbe",
-            ProbeKind::Readiness => "readinessProbe",
-            ProbeKind::Startup => "startupProbe",
-        }
-    }
-}
-
-impl fmt::Display for ProbeKind {
-    /// kubelet's spelling, as in the `Unhealthy` event: "Liveness probe failed: ...".
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProbeKind::Liveness => "Liveness",
-            ProbeKind::Readiness => "Readiness",
-            ProbeKind::Startup => "Startup",
-        })
-    }
-}
+pub use podtrace_core::kubelet::probe_results::ProbeKind;
 
 /// What a probe does each period. Exactly one handler, as the API server enforces.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,33 +11,11 @@
 //! 4. When a readiness worker's container becomes started, `expedite(now)` probes it at
 //!    once (kubelet's manual trigger) instead of at the next period.
 
-use std::fmt;
-
-use serde::Serialize;
-
 use super::spec::{ProbeKind, ProbeSpec};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
-/// A probe's published result; kubelet's `results.Result`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub enum ProbeResult {
-    Success,
-    Failure,
-    /// Not known yet (a startup probe before its first verdict). As a raw result from an
-    /// action it means the prober itself erred, and kubelet throws such a result away.
-    Unknown,
-}
-
-impl fmt::Display for ProbeResult {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ProbeResult::Success => "Success",
-            ProbeResult::Failure => "Failure",
-            ProbeResult::Unknown => "Unknown",
-        })
-    }
-}
+pub use podtrace_core::kubelet::probe_results::ProbeResult;
 
 /// The result a worker publishes before its first verdict: a container is not ready until
 /// proven so, alive until proven dead, and of unknown startup.

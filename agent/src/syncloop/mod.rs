@@ -35,7 +35,7 @@ use crate::kubelet::pod_workers::{PodWork, PodWorkers, UpdateType, WorkKind, Wor
 use crate::kuberuntime::event::{EventRecorder, PodEvent};
 use crate::kuberuntime::{RuntimeConfig, labels};
 use crate::metrics::Metrics;
-use crate::prober::{ProbeKind, ProbeManager, ProbeResult, ProbeUpdate};
+use crate::prober::{ProbeManager, ProbeResult, ProbeUpdate};
 
 pub use housekeeping::Cleaned;
 pub use kernel_seen::KernelSeen;
@@ -335,38 +335,11 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     /// A probe result changed: record it where the core reads it, and sync the pod so
     /// readiness reaches its status and a liveness failure restarts the container.
     fn handle_probe(&mut self, u: ProbeUpdate) {
-        let mut startup_passed = false;
-        let changed = {
-            let mut all = shared::lock(&self.shared.probes);
-            let r = all.entry(u.pod_uid.clone()).or_default();
-            let before = r.clone();
-            let id = u.container_id.clone();
-            match u.kind {
-                ProbeKind::Liveness if u.result == ProbeResult::Failure => {
-                    r.liveness_failed.insert(id);
-                }
-                ProbeKind::Liveness => {
-                    r.liveness_failed.remove(&id);
-                }
-                ProbeKind::Startup => {
-                    if u.result == ProbeResult::Failure {
-                        r.startup_failed.insert(id.clone());
-                    }
-                    if u.result == ProbeResult::Success {
-                        if r.not_started.remove(&id) {
-                            startup_passed = true;
-                        }
-                    } else {
-                        r.not_started.insert(id);
-                    }
-                }
-                ProbeKind::Readiness => {
-                    r.ready.insert(id, u.result == ProbeResult::Success);
-                }
-            }
-            *r != before
-        };
-        if startup_passed {
+        let applied = shared::lock(&self.shared.probes)
+            .entry(u.pod_uid.clone())
+            .or_default()
+            .apply(u.kind, u.result, &u.container_id);
+        if applied.startup_passed {
             // Until now the container counted as not started: what follows a sidecar
             // waited for this.
             let waited = crate::prober::now_ns().saturating_sub(u.started_at_ns);
@@ -395,7 +368,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     Some(u.container_name.clone()),
                 ));
         }
-        if changed && let Some(pod) = self.pod_manager.get(&u.pod_uid).cloned() {
+        if applied.changed
+            && let Some(pod) = self.pod_manager.get(&u.pod_uid).cloned()
+        {
             self.update_worker(UpdateType::Sync, pod, "a probe result");
         }
     }

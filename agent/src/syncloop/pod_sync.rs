@@ -13,10 +13,11 @@ use crate::kubelet::pod_actions::is_restartable_init_container;
 use crate::kubelet::pod_startup_latency::init_container_runs;
 use crate::kubelet::pod_workers::WorkOutcome;
 use crate::kubelet::status::generate_api_pod_status;
+use crate::kubelet::sync_outcome::outcome_after_sync;
 use crate::kuberuntime::event::{EventRecorder, PodEvent, PodWait, WaitKind};
 use crate::kuberuntime::pod_status::status_after_start;
 use crate::kuberuntime::{
-    ContainerOutcome, PodSyncResult, SyncContext, SyncReason, get_pod_status, labels, sync_pod,
+    ContainerOutcome, PodSyncResult, SyncContext, get_pod_status, labels, sync_pod,
 };
 
 use super::pleg::Pleg;
@@ -141,7 +142,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
     }
     register_probes(shared, prober, pod, &latest);
 
-    work_outcome(&result)
+    outcome_after_sync(result.summary(), wall_now())
 }
 
 /// The network-readiness gate: no new pod network while the runtime's network is not
@@ -243,29 +244,6 @@ fn remember_reasons(shared: &Shared, uid: &str, result: &PodSyncResult) {
                 pod_reasons.insert(name.clone(), (reason.to_string(), message.clone()));
             }
         }
-    }
-}
-
-/// What the pod worker does next after a sync with `result`.
-fn work_outcome(result: &PodSyncResult) -> WorkOutcome {
-    let pull_failed = result.containers.values().any(|o| {
-        matches!(o, ContainerOutcome::BackOff { reason, .. } if *reason == SyncReason::ErrImagePull)
-    });
-    if pull_failed {
-        // kubelet shows ErrImagePull for the failed attempt and ImagePullBackOff while it
-        // waits; sync again at once so the wait is published as such.
-        WorkOutcome::RetryAt(wall_now())
-    } else if result.failed()
-        || result
-            .pod_error
-            .as_ref()
-            .is_some_and(|e| e.retry_at.is_none())
-    {
-        WorkOutcome::Failed
-    } else if let Some(at) = result.retry_at() {
-        WorkOutcome::RetryAt(at)
-    } else {
-        WorkOutcome::Synced
     }
 }
 

@@ -10,7 +10,7 @@ use super::pod_actions::{
     PodActions, container_changed, containers, init_containers, is_restartable_init_container,
     starting_resized_init_container,
 };
-use super::probe_results::{ProbeResults, ProbeState};
+use super::probe_results::{ProbeResult, ProbeResults};
 use super::resize_actions::compute_pod_resize_action;
 use super::restart_rules::{container_should_restart, restart_on_failure};
 use super::runtime_pod::{ContainerState, ContainerStatus, RuntimePodStatus};
@@ -75,8 +75,8 @@ pub fn compute_init_container_actions(
                 if c.startup_probe.is_some() {
                     match probes.startup(&st.id) {
                         // Not probed yet, or no verdict: wait.
-                        None | Some(ProbeState::Unknown) => break 'sidecar,
-                        Some(ProbeState::Failure) => {
+                        None | Some(ProbeResult::Unknown) => break 'sidecar,
+                        Some(ProbeResult::Failure) => {
                             actions.kill(
                                 st,
                                 format!("Init container {} failed startup probe", c.name),
@@ -84,7 +84,7 @@ pub fn compute_init_container_actions(
                             to_start.push(i);
                             break 'sidecar;
                         }
-                        Some(ProbeState::Success) => {}
+                        Some(ProbeResult::Success) => {}
                     }
                 }
                 if i == init.len() - 1 {
@@ -101,7 +101,7 @@ pub fn compute_init_container_actions(
                 // A sidecar's liveness does not hold back the next init container, but a
                 // failure restarts it.
                 if c.liveness_probe.is_some()
-                    && probes.liveness(&st.id) == Some(ProbeState::Failure)
+                    && probes.liveness(&st.id) == Some(ProbeResult::Failure)
                 {
                     actions.kill(
                         st,

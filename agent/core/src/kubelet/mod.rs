@@ -26,6 +26,7 @@ pub mod restart_rules;
 pub mod runtime_pod;
 pub mod sandbox_gc;
 pub mod status;
+pub mod sync_outcome;
 
 pub use pod_actions::{PodActions, compute_pod_actions};
 pub use runtime_pod::RuntimePodStatus;

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::container_hash::container_hash;
 use super::init_container_actions::compute_init_container_actions;
-use super::probe_results::{ProbeResults, ProbeState};
+use super::probe_results::{ProbeResult, ProbeResults};
 use super::resize_actions::{ResourceName, compute_pod_resize_action, desired_resources};
 use super::restart_rules::{container_should_restart, restart_on_failure, runs_once};
 use super::runtime_pod::{
@@ -283,9 +283,9 @@ pub fn compute_pod_actions(
             // A changed spec restarts the container whatever the restart policy.
             restart = true;
             format!("Container {} definition changed", c.name)
-        } else if probes.liveness(&st.id) == Some(ProbeState::Failure) {
+        } else if probes.liveness(&st.id) == Some(ProbeResult::Failure) {
             format!("Container {} failed liveness probe", c.name)
-        } else if probes.startup(&st.id) == Some(ProbeState::Failure) {
+        } else if probes.startup(&st.id) == Some(ProbeResult::Failure) {
             format!("Container {} failed startup probe", c.name)
         } else if !compute_pod_resize_action(pod, i, false, st, &mut actions) {
             // Its resize policy restarts it; the resize recorded the kill.

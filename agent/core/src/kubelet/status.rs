@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::pod_actions::{is_restartable_init_container, should_container_be_restarted};
-use super::probe_results::{ProbeResults, ProbeState};
+use super::probe_results::{ProbeResult, ProbeResults};
 use super::resize_actions::desired_resources;
 use super::runtime_pod::{
     ContainerResources, ContainerState, ContainerStatus, RuntimePodStatus, SandboxState,
@@ -214,7 +214,7 @@ fn container_status(
         started: Some(
             running
                 && if c.startup_probe.is_some() {
-                    probes.startup(id) == Some(ProbeState::Success)
+                    probes.startup(id) == Some(ProbeResult::Success)
                 } else {
                     !probes.not_started.contains(id)
                 },
