@@ -43,6 +43,9 @@ pub enum AgentError {
     PodCgroups(#[from] crate::cm::CmError),
     #[error(transparent)]
     Api(#[from] crate::syncloop::api::ApiError),
+    /// The observer's API (which it can do without).
+    #[error("{0} (--api-socket, or --no-api)")]
+    ObserverApi(crate::syncloop::api::ApiError),
     #[error("--metrics-addr {addr:?}: {source}")]
     MetricsAddr {
         addr: String,

@@ -8,13 +8,15 @@
 //! [`observer`] is the loop around it, and [`runtime_view`] the only way it reaches the
 //! runtime: a view with the reading calls and nothing else. [`observed_pods`] folds what
 //! it saw into the pods its API serves; [`runtime_spans`] ties the runtime's spans to
-//! those pods; [`ipam`] reads the node's IPAM store for `diagnose --live`.
+//! those pods; [`ipam`] reads the node's IPAM store for `diagnose --live`. [`session`]
+//! runs it all in phases, as `podtrace observe` does.
 
 pub mod ipam;
 pub mod observed_pods;
 pub mod observer;
 pub mod runtime_spans;
 pub mod runtime_view;
+pub mod session;
 pub mod watch;
 
 #[cfg(test)]

@@ -1,0 +1,393 @@
+//! The observer's later phases: started (probes, trace, API, span receiver), observing
+//! until told to stop, then finished in order so what was observed reaches the trace.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::probes::{Probes, start_probes, unavailable_note};
+use crate::agent::recorder::{TraceLoss, stop_probes};
+use crate::agent::{AgentError, ProbeRequest};
+use crate::clock::wall_now;
+use crate::ebpf::{KernelProbes, ProbeConfig, now_ktime_ns};
+use crate::observe::ipam::{IpamStore, add_evidence};
+use crate::observe::{ObserveConfig, ObserveSummary, ObservedPods, ObservedSpans, Watcher};
+use crate::otel::{ClockAnchor, Listen, ReceiverStats, RuntimeReceiver};
+use crate::syncloop::StatusStore;
+use crate::syncloop::api;
+use crate::timeline::Collector;
+use crate::trace::{
+    Footer, Header, ObserveMode, ObservedConfig, ObservedFooter, ObservedHeader, SCHEMA_VERSION,
+    TraceConfig, TraceRecord, TraceWriter,
+};
+
+use super::connect::Connected;
+use super::outputs::Outputs;
+
+/// Between lists beside the event stream.
+const RELIST: Duration = Duration::from_secs(1);
+/// How often the kernel's events are read while they flow. The observer acts on none of
+/// them (each carries the kernel's time), so it reads ten times less often than the
+/// agent and is never woken for one: at 4 pods created at once, the agent's pace cost it
+/// a thread wakeup or more per event, most of its CPU time.
+const READ_PERIOD: Duration = Duration::from_millis(100);
+/// How long the runtime's OTLP receiver may take to finish the requests under way at the
+/// end.
+const RECEIVER_CLOSE: Duration = Duration::from_secs(2);
+
+/// What the observer is asked to do: `podtrace observe`'s flags, parsed.
+pub struct Options {
+    pub trace: PathBuf,
+    /// Between lists when polling.
+    pub poll: Duration,
+    /// The node's name in the trace; the host name when not given.
+    pub node_name: Option<String>,
+    /// Where to serve the API; `None` serves none.
+    pub api_socket: Option<PathBuf>,
+    pub runtime_otlp: Option<Listen>,
+    /// The probes from the flags (`None`: `--no-ebpf`); the CNI directory is the
+    /// runtime's unless the flags named one.
+    pub probes: Option<ProbeRequest>,
+    /// `--cni-bin-dir`, when given.
+    pub cni_bin_dir: Option<String>,
+}
+
+/// The observer with everything started.
+pub struct Running {
+    runtime: Connected,
+    poll: Duration,
+    trace: PathBuf,
+    anchor: ClockAnchor,
+    writer: TraceWriter,
+    out: Outputs,
+    store: Arc<StatusStore>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    spans: Arc<ObservedSpans>,
+    span_stats: ReceiverStats,
+    receiver: Option<RuntimeReceiver>,
+    probes: Option<KernelProbes>,
+    forwarder: Option<tokio::task::JoinHandle<()>>,
+    sources: Vec<String>,
+    notes: Vec<String>,
+}
+
+/// How the observer's run ended.
+pub struct Finished {
+    pub summary: ObserveSummary,
+    /// What was lost or refused that does not fail the run.
+    pub notes: Vec<String>,
+    /// What the trace lost: the run fails.
+    pub failures: Vec<TraceLoss>,
+}
+
+impl Connected {
+    /// Starts the probes, the trace, the API and the span receiver.
+    pub async fn start(self, mut opts: Options) -> Result<Running, AgentError> {
+        let mut notes = Vec::new();
+        let started = match opts.probes.take() {
+            None => None,
+            Some(request) => {
+                let config = observer_probes(
+                    request.config,
+                    opts.cni_bin_dir.clone().or(self.cni_bin_dir()),
+                );
+                match start_probes(config, request.require)? {
+                    Probes::Running(started) => Some(*started),
+                    Probes::Unavailable(e) => {
+                        notes.push(unavailable_note(&e));
+                        None
+                    }
+                }
+            }
+        };
+        let sources = self.sources(started.is_some(), opts.runtime_otlp.is_some());
+        let anchor = ClockAnchor {
+            wall_ns: wall_now(),
+            mono_ns: now_ktime_ns(),
+        };
+        let header = observed_header(&self, &opts, &sources, anchor);
+        let (writer, out) = open_trace(&opts.trace, header)?;
+        let store = Arc::new(StatusStore::default());
+        let server = match &opts.api_socket {
+            None => None,
+            Some(socket) => {
+                let state = api_state(store.clone(), out.collector.clone(), &self);
+                Some(api::serve(socket, state).map_err(AgentError::ObserverApi)?)
+            }
+        };
+        let spans = Arc::new(ObservedSpans::new());
+        let span_stats = ReceiverStats::default();
+        let receiver = match opts.runtime_otlp {
+            Some(listen) => {
+                let out = out.clone();
+                let deliver = Arc::new(move |kept: Vec<crate::otel::RuntimeSpan>| {
+                    for s in kept {
+                        out.send(TraceRecord::RuntimeSpan(Box::new(s)));
+                    }
+                });
+                let r = RuntimeReceiver::start(
+                    listen,
+                    spans.clone(),
+                    anchor,
+                    span_stats.clone(),
+                    deliver,
+                )
+                .await?;
+                Some(r)
+            }
+            None => None,
+        };
+        let (probes, forwarder) = match started {
+            Some((probes, events)) => (Some(probes), Some(out.forward_kernel_events(events))),
+            None => (None, None),
+        };
+        Ok(Running {
+            runtime: self,
+            poll: opts.poll,
+            trace: opts.trace,
+            anchor,
+            writer,
+            out,
+            store,
+            server,
+            spans,
+            span_stats,
+            receiver,
+            probes,
+            forwarder,
+            sources,
+            notes,
+        })
+    }
+}
+
+impl Running {
+    /// The runtime's name and version, and what the trace is observed from.
+    pub fn describe(&self) -> (String, String, Vec<String>) {
+        (
+            self.runtime.version.runtime_name.clone(),
+            self.runtime.version.runtime_version.clone(),
+            self.sources.clone(),
+        )
+    }
+
+    /// What the user should know that stopped nothing, once each.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Follows the runtime until `stop` resolves, then stops everything in order: the
+    /// API, the span receiver, the probes, the trace with its footer.
+    pub async fn observe(self, stop: impl Future<Output = ()>) -> Finished {
+        let mut watcher = Watcher::new(self.anchor.wall_ns, self.anchor.mono_ns);
+        let config = ObserveConfig {
+            poll: self.poll,
+            relist: RELIST,
+        };
+        let observed = self.out.clone();
+        let mut pods =
+            ObservedPods::new(self.store.clone(), self.anchor.wall_ns, self.anchor.mono_ns);
+        let learner = self.spans.clone();
+        let streamed = self.runtime.stream.is_ok();
+        let summary = crate::observe::observe(
+            &self.runtime.view,
+            streamed,
+            config,
+            &mut watcher,
+            now_ktime_ns,
+            move |r| {
+                pods.apply(&r);
+                learner.learn(&r);
+                observed.send(TraceRecord::Observed(r));
+            },
+            stop,
+        )
+        .await;
+        self.finish(summary).await
+    }
+
+    async fn finish(self, summary: ObserveSummary) -> Finished {
+        let mut notes = self.notes;
+        if let Some(server) = self.server {
+            server.abort();
+            let _ = server.await;
+        }
+        // The runtime's last batch may still be on its way (containerd sends every few
+        // seconds); what comes after this is not taken.
+        if let Some(r) = self.receiver {
+            r.stop(RECEIVER_CLOSE).await;
+            self.spans.drop_held(&self.span_stats);
+            notes.push(format!(
+                "the runtime sent {} spans; {} were of no pod observed, {} malformed",
+                self.span_stats.received(),
+                self.span_stats.dropped("unknown_pod"),
+                self.span_stats.dropped("malformed")
+            ));
+        }
+        let streamed = self.runtime.stream.is_ok();
+        let mut footer = Footer {
+            ebpf: self.probes.is_some(),
+            observed: Some(observed_footer(&summary, streamed, &self.span_stats)),
+            ..Footer::default()
+        };
+        if let Some(probes) = self.probes {
+            notes.extend(stop_probes(probes, &mut footer).await);
+        }
+        if let Some(f) = self.forwarder {
+            let _ = f.await;
+        }
+        footer.ended_ns = now_ktime_ns();
+        let mut failures = Vec::new();
+        let stats = self.writer.stats();
+        if let Err(source) = self.writer.finish(footer).await {
+            failures.push(TraceLoss::Write {
+                path: self.trace.clone(),
+                source,
+            });
+        } else {
+            if stats.dropped() > 0 {
+                failures.push(TraceLoss::Dropped {
+                    path: self.trace.clone(),
+                    records: stats.dropped(),
+                });
+            }
+            if stats.unwritten() > 0 {
+                failures.push(TraceLoss::Unwritten {
+                    path: self.trace.clone(),
+                    records: stats.unwritten(),
+                    why: stats
+                        .failure()
+                        .unwrap_or("the writer fell behind")
+                        .to_string(),
+                });
+            }
+        }
+        Finished {
+            summary,
+            notes,
+            failures,
+        }
+    }
+}
+
+/// The probes as the observer runs them: every program attached all the time, the pods'
+/// processes only (the node's own execs and exits are dropped in the kernel: an observer
+/// times pods, and the agent's context around its own pod work means nothing here), and
+/// no wakeup for any event.
+fn observer_probes(mut config: ProbeConfig, cni_bin_dir: Option<String>) -> ProbeConfig {
+    if let Some(dir) = cni_bin_dir {
+        config.cni_bin_dir = dir;
+    }
+    config.node_processes = false;
+    config.wake_for_pod_work = false;
+    config.read_period = READ_PERIOD;
+    config
+}
+
+/// The trace file, with `header` written, and where every record goes from here on.
+fn open_trace(path: &Path, header: Header) -> Result<(TraceWriter, Outputs), AgentError> {
+    let header_copy = header.clone();
+    let writer = TraceWriter::create(path, header).map_err(|source| AgentError::TraceCreate {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let collector = Arc::new(Collector::new());
+    collector.push(&TraceRecord::Header(header_copy));
+    let out = Outputs {
+        sink: writer.sink(),
+        collector,
+    };
+    Ok((writer, out))
+}
+
+/// The trace's header: the node, the runtime, and what the trace was observed from.
+fn observed_header(
+    runtime: &Connected,
+    opts: &Options,
+    sources: &[String],
+    anchor: ClockAnchor,
+) -> Header {
+    let node = opts.node_name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "localhost".into())
+            .to_lowercase()
+    });
+    let polling = runtime.stream.is_err();
+    let poll_ms = opts.poll.as_millis() as u64;
+    Header {
+        schema_version: SCHEMA_VERSION,
+        podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        node,
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        runtime_name: runtime.version.runtime_name.clone(),
+        runtime_version: runtime.version.runtime_version.clone(),
+        config: TraceConfig::Observe(ObservedConfig {
+            cri_events: !polling,
+            mode: ObserveMode::Observe,
+            poll_ms,
+        }),
+        started_wall_ns: anchor.wall_ns,
+        started_ns: anchor.mono_ns,
+        observed: Some(ObservedHeader {
+            sources: sources.to_vec(),
+            poll_ms: polling.then_some(poll_ms),
+        }),
+    }
+}
+
+/// What the API answers from, with the node's IPAM state read for each diagnosis asked
+/// for: the store of the network the runtime's CNI configuration names.
+fn api_state(
+    store: Arc<StatusStore>,
+    collector: Arc<Collector>,
+    runtime: &Connected,
+) -> api::ApiState {
+    let mut state = api::ApiState::new(store, collector.clone());
+    let ipam = runtime
+        .shape
+        .as_ref()
+        .and_then(|s| s.cni_conf_dir.as_deref())
+        .and_then(|d| IpamStore::of_conf_dir(Path::new(d)));
+    if let Some(ipam) = ipam {
+        state.enrich = Some(Arc::new(move |d| {
+            let Ok(held) = ipam.held() else {
+                return;
+            };
+            let timeline = collector.timeline();
+            let attempts = |uid: &str| {
+                timeline
+                    .pods
+                    .iter()
+                    .find(|p| p.uid == uid)
+                    .map(|p| p.sandbox_ids.clone())
+                    .unwrap_or_default()
+            };
+            add_evidence(d, &ipam, &held, &attempts);
+        }));
+    }
+    state
+}
+
+/// What the observer missed on the runtime's side, for the footer.
+fn observed_footer(
+    summary: &ObserveSummary,
+    streamed: bool,
+    spans: &ReceiverStats,
+) -> ObservedFooter {
+    ObservedFooter {
+        stream_missed: summary.stream_missed,
+        stream_ended: summary.polling_because.clone().filter(|_| streamed),
+        runtime_spans_received: spans.received(),
+        runtime_spans_dropped: ["unknown_pod", "malformed"]
+            .into_iter()
+            .map(|r| (r.to_string(), spans.dropped(r)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        runtime_errors: summary.runtime_errors.values().sum(),
+    }
+}
