@@ -274,6 +274,16 @@ impl StatusStore {
         }
     }
 
+    /// Every pod, ordered by namespace and name, handed to `f` where it lies: no copy of
+    /// every record for a reader that only serializes them. Status updates wait while `f`
+    /// runs, so it must be quick.
+    pub fn with_sorted<R>(&self, f: impl FnOnce(&[&PodRecord]) -> R) -> R {
+        let pods = self.lock();
+        let mut all: Vec<&PodRecord> = pods.values().collect();
+        all.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+        f(&all)
+    }
+
     /// Every pod, ordered by namespace and name.
     pub fn list(&self) -> Vec<PodRecord> {
         let mut all: Vec<PodRecord> = self.lock().values().cloned().collect();
