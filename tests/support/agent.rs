@@ -3,10 +3,11 @@
 //! other's pods. Dropping it removes its manifests, waits for its pods to go, and stops it.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use xtask::agent_process::{AgentPlaces, AgentProcess};
 
 use super::{Scratch, lab, podtrace_bin, static_name};
 
@@ -16,7 +17,7 @@ pub struct Agent {
     pub socket: PathBuf,
     /// Where the agent serves `/metrics`.
     pub metrics_addr: String,
-    child: Option<Child>,
+    process: Option<AgentProcess>,
     extra: Vec<String>,
 }
 
@@ -30,7 +31,7 @@ impl Agent {
             metrics_addr: free_loopback_addr(),
             scratch,
             node: node.to_string(),
-            child: None,
+            process: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         agent.spawn();
@@ -46,64 +47,36 @@ impl Agent {
         self.scratch.path().join("manifests")
     }
 
-    /// (Re)starts the agent process over the same directories.
+    /// (Re)starts the agent process over the same directories, and waits until its API
+    /// answers (failing at once if it exits first).
     pub fn spawn(&mut self) {
-        let cgroup_root = format!("/podtrace-test-{}", self.node);
-        let mut cmd = Command::new(podtrace_bin());
-        cmd.args(["run", "--manifests"])
-            .arg(self.manifests())
-            .args(["--node-name", &self.node, "--cgroup-root", &cgroup_root])
-            .arg("--api-socket")
-            .arg(&self.socket)
-            .args(["--metrics-addr", &self.metrics_addr])
-            .arg("--root-dir")
-            .arg(self.scratch.root_dir())
-            .arg("--pod-logs-dir")
-            .arg(self.scratch.logs_dir())
+        /// Only keeps a hung agent from hanging the suite: the wait ends on evidence.
+        const HUNG: Duration = Duration::from_secs(600);
+        let places = AgentPlaces {
+            node: self.node.clone(),
+            manifests: self.manifests(),
+            socket: self.socket.clone(),
+            root_dir: self.scratch.root_dir(),
+            logs_dir: self.scratch.logs_dir(),
+            metrics_addr: self.metrics_addr.clone(),
+        };
+        let bin = podtrace_bin();
+        let mut cmd = AgentProcess::command(&bin, &places);
+        cmd.args(["--cgroup-root", &format!("/podtrace-test-{}", self.node)])
             .args(&self.extra)
             .env("PODTRACE_LAB_DIR", lab().root)
             .env_remove("PODTRACE_CRI")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        self.child = Some(cmd.spawn().expect("start podtrace run"));
-        self.wait_until_serving();
-    }
-
-    /// Waits on evidence that the agent is up: its API answering. Before that it loads
-    /// its probes and syncs with the runtime, which takes seconds on a quiet host and
-    /// minutes in an emulated guest on a busy machine, so no guess of speed bounds the
-    /// wait: it ends when the API answers, or fails at once when the agent exits. The
-    /// bound only keeps a hung agent from hanging the suite.
-    fn wait_until_serving(&mut self) {
-        const HUNG: Duration = Duration::from_secs(600);
-        let start = Instant::now();
-        loop {
-            let child = self.child.as_mut().expect("the agent was started");
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "the agent exited ({status}) before its API answered on {}",
-                    self.socket.display()
-                );
-            }
-            let pid = child.id();
-            if self.socket.exists() && self.records().is_some() {
-                return;
-            }
-            if start.elapsed() > HUNG {
-                panic!(
-                    "the agent (pid {pid}) ran {HUNG:?} without its API answering on {}: hung",
-                    self.socket.display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let process =
+            AgentProcess::start(cmd, &bin, &self.socket, HUNG).unwrap_or_else(|e| panic!("{e:#}"));
+        self.process = Some(process);
     }
 
     /// SIGKILL, as a crash would.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut p) = self.process.take() {
+            p.kill();
         }
     }
 
@@ -148,15 +121,7 @@ impl Agent {
     }
 
     fn api(&self, what: &str) -> Option<Value> {
-        let out = Command::new(podtrace_bin())
-            .args([what, "-o", "json", "--api-socket"])
-            .arg(&self.socket)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&out.stdout).ok()
+        self.process.as_ref()?.query(what).ok()
     }
 
     /// The agent's timeline of every pod (`podtrace timeline -o json`).
@@ -313,7 +278,7 @@ impl Agent {
     /// Removes the manifests, waits (a minute at most) for the pods to go, and stops the
     /// agent with SIGTERM, so it finishes its trace.
     pub fn stop(&mut self) {
-        if self.child.is_none() {
+        if self.process.is_none() {
             return;
         }
         if let Ok(entries) = std::fs::read_dir(self.manifests()) {
@@ -325,10 +290,10 @@ impl Agent {
         while !self.pods().is_empty() && start.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(100));
         }
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let _ = c.wait();
+        if let Some(mut p) = self.process.take()
+            && let Err(e) = p.stop(Duration::from_secs(60))
+        {
+            eprintln!("{e:#}");
         }
     }
 }

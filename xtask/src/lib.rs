@@ -1,6 +1,7 @@
 //! Workflows behind `cargo xtask`. The library half exists so that integration tests can
 //! start, inspect and tear down the node lab with the same code the CLI uses.
 
+pub mod agent_process;
 pub mod lab;
 pub mod poll;
 pub mod runtime_debs;
