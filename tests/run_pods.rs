@@ -97,16 +97,18 @@ spec:
 }
 
 fn wait_for_file(path: &std::path::Path) -> String {
-    for _ in 0..100 {
-        if let Ok(t) = std::fs::read_to_string(path)
-            && !t.is_empty()
-        {
-            return t;
-        }
-        // Bounded: at most 5 s for a shell to run one echo.
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("{} was never written", path.display());
+    // A shell in the container writes it soon after it starts; the bound is for a broken
+    // run, not a guess of how soon (an emulated guest is many times slower).
+    podtrace_tests::eventually(
+        &format!("{} to be written", path.display()),
+        std::time::Duration::from_secs(120),
+        std::time::Duration::from_millis(50),
+        || match std::fs::read_to_string(path) {
+            Ok(t) if !t.is_empty() => Ok(t),
+            Ok(_) => Err("empty".to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+    )
 }
 
 fn cleanup(scratch: &Scratch, manifest: &std::path::Path) {

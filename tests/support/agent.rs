@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use xtask::agent_process::{AgentPlaces, AgentProcess};
@@ -147,12 +147,13 @@ impl Agent {
     /// The `/metrics` exposition once `done` holds for it, polled every 100 ms (metrics
     /// are observed on the agent's own schedule), or as it is after `timeout`.
     pub fn metrics_when(&self, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        let mut text = self.metrics();
-        while !done(&text) && start.elapsed() < timeout {
-            std::thread::sleep(Duration::from_millis(100));
+        let every = Duration::from_millis(100);
+        let poll = xtask::poll::Poll::new("the metrics", timeout, every);
+        let mut text = String::new();
+        let _ = poll.holds(|| {
             text = self.metrics();
-        }
+            done(&text)
+        });
         text
     }
 
@@ -238,21 +239,13 @@ impl Agent {
         limit: Duration,
         check: impl Fn(&[Value]) -> bool,
     ) -> Vec<Value> {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.records()
-                && check(&v)
-            {
-                return v;
+        super::eventually(what, limit, Duration::from_millis(50), || {
+            match self.records() {
+                Some(v) if check(&v) => Ok(v),
+                Some(v) => Err(Value::Array(v)),
+                None => Err(Value::String("no answer from the agent's API".into())),
             }
-            if start.elapsed() > limit {
-                panic!(
-                    "timed out after {limit:?} waiting for {what}; pods:\n{:#}",
-                    Value::Array(self.pods())
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     /// Waits until the pod of the manifest that names it `name` satisfies `check`, and
@@ -286,10 +279,13 @@ impl Agent {
                 let _ = std::fs::remove_file(e.path());
             }
         }
-        let start = Instant::now();
-        while !self.pods().is_empty() && start.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        // Best effort: a test that left pods behind still stops its agent.
+        let gone = xtask::poll::Poll::new(
+            "the pods' removal",
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+        );
+        let _ = gone.holds(|| self.pods().is_empty());
         if let Some(mut p) = self.process.take()
             && let Err(e) = p.stop(Duration::from_secs(60))
         {

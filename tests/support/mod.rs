@@ -9,9 +9,41 @@ pub mod otlp;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
 use xtask::lab::LabPaths;
+
+/// The tests' one bounded wait: looks every `every` until `probe` gives `Ok`, and once
+/// `bound` has passed without it, panics naming `what` and showing what the last look
+/// saw (`probe`'s last `Err`, with `{:#}`). Waits end on evidence; the bound only keeps a
+/// broken run from hanging the suite.
+pub fn eventually<T, S: std::fmt::Display>(
+    what: &str,
+    bound: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, S>,
+) -> T {
+    let mut last = None;
+    let got = xtask::poll::Poll::new(what, bound, every).within(|| {
+        Ok::<_, std::convert::Infallible>(match probe() {
+            Ok(value) => Some(value),
+            Err(seen) => {
+                last = Some(seen);
+                None
+            }
+        })
+    });
+    match got {
+        Ok(Some(value)) => value,
+        Ok(None) | Err(_) => match last {
+            Some(seen) => {
+                panic!("timed out after {bound:?} waiting for {what}; last seen: {seen:#}")
+            }
+            None => panic!("timed out after {bound:?} waiting for {what}"),
+        },
+    }
+}
 
 /// The `podtrace` binary `cargo xtask test` built (or the default debug build).
 pub fn podtrace_bin() -> PathBuf {

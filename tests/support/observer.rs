@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -93,19 +93,20 @@ impl Observer {
     /// Asks the observer's API (`podtrace <args>`) until `done` holds of the answer, then
     /// returns it; panics with the last answer after [`API_SHOWS`].
     pub fn wait_api(&self, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let answer = self.api(args);
-            if done(&answer) {
-                return answer;
-            }
-            assert!(
-                started.elapsed() < API_SHOWS,
-                "the observer's API (podtrace {args:?}) did not show {what} in {API_SHOWS:?}: {answer:#}"
-            );
-            // Between two asks: each builds every pod's timeline.
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        // Between two asks, 200 ms: each builds every pod's timeline.
+        super::eventually(
+            &format!("the observer's API (podtrace {args:?}) to show {what}"),
+            API_SHOWS,
+            Duration::from_millis(200),
+            || {
+                let answer = self.api(args);
+                if done(&answer) {
+                    Ok(answer)
+                } else {
+                    Err(answer)
+                }
+            },
+        )
     }
 
     /// SIGTERM, then the exit status and what it printed last.

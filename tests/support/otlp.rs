@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -156,23 +156,14 @@ impl Receiver {
         timeout: Duration,
         done: impl Fn(&[ReceivedSpan]) -> bool,
     ) -> Vec<ReceivedSpan> {
-        let start = Instant::now();
-        loop {
+        super::eventually(what, timeout, Duration::from_millis(100), || {
             let spans = self.spans();
             if done(&spans) {
-                return spans;
+                return Ok(spans);
             }
-            assert!(
-                start.elapsed() < timeout,
-                "the receiver did not get {what} in {timeout:?}; it has {} spans: {:#?}",
-                spans.len(),
-                spans
-                    .iter()
-                    .map(|s| (&s.service, &s.name))
-                    .collect::<Vec<_>>()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            let seen: Vec<_> = spans.iter().map(|s| (&s.service, &s.name)).collect();
+            Err(format!("{} spans: {seen:?}", spans.len()))
+        })
     }
 
     /// Stops listening; later exports to it fail.
