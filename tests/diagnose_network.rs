@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts};
 use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
@@ -139,6 +139,20 @@ fn network_ready(paths: &LabPaths) -> (bool, String, String) {
     })
 }
 
+/// Waits until containerd reports NetworkReady=false (it watches its CNI configuration
+/// directory and reloads on change); its reason and message.
+fn not_ready(paths: &LabPaths) -> (String, String) {
+    podtrace_tests::eventually(
+        "containerd to report NetworkReady=false without a conflist",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match network_ready(paths) {
+            (false, reason, message) => Ok((reason, message)),
+            (true, _, _) => Err("still NetworkReady=true"),
+        },
+    )
+}
+
 #[test]
 fn a_removed_cni_configuration_is_network_not_ready() {
     let _one = one_lab();
@@ -147,18 +161,7 @@ fn a_removed_cni_configuration_is_network_not_ready() {
     std::fs::remove_file(lab.0.cni_conflist()).expect("remove the conflist");
     // containerd watches its CNI config directory and reloads on change; each look is
     // one CRI call, bounded.
-    let start = Instant::now();
-    let (reason, message) = loop {
-        let (ready, reason, message) = network_ready(&lab.0);
-        if !ready {
-            break (reason, message);
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "containerd still reports NetworkReady=true without a conflist"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (reason, message) = not_ready(&lab.0);
     assert_eq!(reason, "NetworkPluginNotReady");
 
     let scratch = Scratch::new();
@@ -189,14 +192,7 @@ fn a_pod_created_before_the_network_is_ready_waits_for_it_as_a_stage() {
     let conflist = lab.0.cni_conflist();
     let saved = std::fs::read(&conflist).expect("read the conflist");
     std::fs::remove_file(&conflist).expect("remove the conflist");
-    let start = Instant::now();
-    while network_ready(&lab.0).0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "containerd still reports NetworkReady=true without a conflist"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    not_ready(&lab.0);
 
     // An agent (not `--until-ready`, which settles on a pod the network holds back)
     // retries after its error back-off; once it has met the closed gate, the network

@@ -3,14 +3,17 @@
 //! left of the sandboxes the crash cut short.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::{require_lab, runtime_objects};
+use podtrace_tests::{eventually, require_lab, runtime_objects};
 use serde_json::Value;
 use xtask::lab::{self, LabState};
 
 use xtask::lab::IMAGE_APP as APP;
+
+/// Between two looks at the runtime.
+const LOOK: Duration = Duration::from_millis(100);
 const PODS: usize = 10;
 
 fn names() -> Vec<String> {
@@ -26,18 +29,6 @@ fn entries(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> BTreeSet<Strin
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Polls `check` every 100 ms for at most `limit`.
-fn eventually(what: &str, limit: Duration, check: impl Fn() -> Result<(), String>) {
-    let start = Instant::now();
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(e) if start.elapsed() > limit => panic!("{what} within {limit:?}: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
 }
 
 #[test]
@@ -58,7 +49,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
         );
     }
     // Kill containerd in the middle of the creations: once the first sandbox exists.
-    eventually("a first sandbox", Duration::from_secs(60), || {
+    eventually("a first sandbox", Duration::from_secs(60), LOOK, || {
         let made = names()
             .iter()
             .filter(|n| {
@@ -67,21 +58,17 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
                     .is_empty()
             })
             .count();
-        if made > 0 {
-            Ok(())
-        } else {
-            Err("none yet".into())
-        }
+        if made > 0 { Ok(()) } else { Err("none yet") }
     });
     // SAFETY: kill(2) on the lab's containerd, whose pid lab.json records.
     unsafe { libc::kill(state.containerd_pid as i32, libc::SIGKILL) };
-    eventually("containerd to die", Duration::from_secs(10), || {
+    eventually("containerd to die", Duration::from_secs(10), LOOK, || {
         if std::path::Path::new(&format!("/proc/{}", state.containerd_pid)).exists()
             && !std::fs::read_to_string(format!("/proc/{}/stat", state.containerd_pid))
                 .unwrap_or_default()
                 .contains(") Z")
         {
-            Err("still running".into())
+            Err("still running")
         } else {
             Ok(())
         }
@@ -123,6 +110,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
     eventually(
         "one sandbox per pod and nothing else held",
         Duration::from_secs(120),
+        LOOK,
         || {
             for uid in &uids {
                 let (sandboxes, _) = runtime_objects(uid);
