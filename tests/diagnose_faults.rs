@@ -4,7 +4,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
 use podtrace_tests::agent::Agent;
@@ -87,31 +87,32 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
     ];
     // Each look is one API call; the verdicts settle as the agent records the pulls,
     // exits and back-offs, well within the limit.
-    let limit = Duration::from_secs(120);
-    let start = Instant::now();
-    let d = loop {
-        let d = diagnose(&agent.socket, &[]);
-        // The kernel's exit events reach the agent through the ring buffer, on their
-        // own path: wait for them too.
-        if let Some(d) = &d
-            && expected
-                .iter()
-                .all(|(n, c)| verdict(d, n).is_some_and(|p| p.verdict.cause == *c))
-            && verdict(d, "diag-crash").is_some_and(|p| {
-                p.verdict
-                    .evidence
-                    .iter()
-                    .any(|e| e.starts_with("the kernel saw its process end:"))
-            })
-        {
-            break d.clone();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "verdicts did not settle in {limit:?}: {d:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let d = podtrace_tests::eventually(
+        "the verdicts to settle",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || {
+            let d = diagnose(&agent.socket, &[]);
+            // The kernel's exit events reach the agent through the ring buffer, on their
+            // own path: wait for them too.
+            match d {
+                Some(d)
+                    if expected
+                        .iter()
+                        .all(|(n, c)| verdict(&d, n).is_some_and(|p| p.verdict.cause == *c))
+                        && verdict(&d, "diag-crash").is_some_and(|p| {
+                            p.verdict
+                                .evidence
+                                .iter()
+                                .any(|e| e.starts_with("the kernel saw its process end:"))
+                        }) =>
+                {
+                    Ok(d)
+                }
+                other => Err(format!("{other:#?}")),
+            }
+        },
+    );
     eprintln!("{d:#?}");
 
     let ok = verdict(&d, "diag-healthy").unwrap();

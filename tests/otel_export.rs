@@ -450,25 +450,26 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
         agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
         // The runtime's spans come in batches after the pod ran: until its network
         // setup (whose end the runtime's last sandbox spans mark) is a stage.
-        let deadline = Instant::now() + MINUTE;
-        let stages = loop {
-            let timeline = agent.timeline();
-            let stages: Vec<serde_json::Value> = stages_of(&timeline, &agent.name(&name))
-                .into_iter()
-                .cloned()
-                .collect();
-            let refs: Vec<&serde_json::Value> = stages.iter().collect();
-            if stage_named(&refs, "runtime:network_setup").is_some()
-                && stage_named(&refs, "runtime:task_start").is_some()
-            {
-                break stages;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} has no runtime stages in the agent's timeline: {stages:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let stages = podtrace_tests::eventually(
+            &format!("{name}'s runtime stages in the agent's timeline"),
+            MINUTE,
+            Duration::from_millis(200),
+            || {
+                let timeline = agent.timeline();
+                let stages: Vec<serde_json::Value> = stages_of(&timeline, &agent.name(&name))
+                    .into_iter()
+                    .cloned()
+                    .collect();
+                let refs: Vec<&serde_json::Value> = stages.iter().collect();
+                if stage_named(&refs, "runtime:network_setup").is_some()
+                    && stage_named(&refs, "runtime:task_start").is_some()
+                {
+                    Ok(stages)
+                } else {
+                    Err(serde_json::Value::Array(stages))
+                }
+            },
+        );
         let refs: Vec<&serde_json::Value> = stages.iter().collect();
         if stage_named(&refs, "runtime:sandbox_image_pull").is_some() {
             found = Some(name);
