@@ -500,25 +500,7 @@ impl RunRecorder {
         }
         footer.ended_ns = now_ktime_ns();
         if let Some(w) = self.writer {
-            let path = w.path().to_path_buf();
-            let stats = w.stats();
-            if let Err(source) = w.finish(footer).await {
-                finished.failures.push(TraceLoss::Write { path, source });
-                return finished;
-            }
-            if stats.dropped() > 0 {
-                finished.failures.push(TraceLoss::Dropped {
-                    path: path.clone(),
-                    records: stats.dropped(),
-                });
-            }
-            if stats.unwritten() > 0 {
-                finished.failures.push(TraceLoss::Unwritten {
-                    path,
-                    records: stats.unwritten(),
-                    why: stats.failure().unwrap_or("the writer stopped").to_string(),
-                });
-            }
+            finished.failures = close_trace(w, footer).await;
         }
         finished
     }
@@ -549,6 +531,30 @@ pub enum TraceLoss {
         records: u64,
         why: String,
     },
+}
+
+/// Writes the trace's footer and closes it; what the trace lost on the way, if anything.
+pub async fn close_trace(writer: TraceWriter, footer: Footer) -> Vec<TraceLoss> {
+    let path = writer.path().to_path_buf();
+    let stats = writer.stats();
+    if let Err(source) = writer.finish(footer).await {
+        return vec![TraceLoss::Write { path, source }];
+    }
+    let mut losses = Vec::new();
+    if stats.dropped() > 0 {
+        losses.push(TraceLoss::Dropped {
+            path: path.clone(),
+            records: stats.dropped(),
+        });
+    }
+    if stats.unwritten() > 0 {
+        losses.push(TraceLoss::Unwritten {
+            path,
+            records: stats.unwritten(),
+            why: stats.failure().unwrap_or("the writer stopped").to_string(),
+        });
+    }
+    losses
 }
 
 /// Stops the probes and puts what the kernel lost into the trace's footer. A loss, or a

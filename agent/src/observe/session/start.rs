@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::probes::{Probes, start_probes, unavailable_note};
-use crate::agent::recorder::{TraceLoss, stop_probes};
+use crate::agent::recorder::{TraceLoss, close_trace, stop_probes};
 use crate::agent::{AgentError, ProbeRequest};
 use crate::clock::wall_now;
 use crate::ebpf::{KernelProbes, ProbeConfig, now_ktime_ns};
@@ -57,7 +57,6 @@ pub struct Options {
 pub struct Running {
     runtime: Connected,
     poll: Duration,
-    trace: PathBuf,
     anchor: ClockAnchor,
     writer: TraceWriter,
     out: Outputs,
@@ -145,7 +144,6 @@ impl Connected {
         Ok(Running {
             runtime: self,
             poll: opts.poll,
-            trace: opts.trace,
             anchor,
             writer,
             out,
@@ -238,31 +236,7 @@ impl Running {
             let _ = f.await;
         }
         footer.ended_ns = now_ktime_ns();
-        let mut failures = Vec::new();
-        let stats = self.writer.stats();
-        if let Err(source) = self.writer.finish(footer).await {
-            failures.push(TraceLoss::Write {
-                path: self.trace.clone(),
-                source,
-            });
-        } else {
-            if stats.dropped() > 0 {
-                failures.push(TraceLoss::Dropped {
-                    path: self.trace.clone(),
-                    records: stats.dropped(),
-                });
-            }
-            if stats.unwritten() > 0 {
-                failures.push(TraceLoss::Unwritten {
-                    path: self.trace.clone(),
-                    records: stats.unwritten(),
-                    why: stats
-                        .failure()
-                        .unwrap_or("the writer fell behind")
-                        .to_string(),
-                });
-            }
-        }
+        let failures = close_trace(self.writer, footer).await;
         Finished {
             summary,
             notes,
