@@ -52,6 +52,10 @@ enum Cmd {
     Replay,
     /// Run the benchmarks and write BENCHMARKS.md and target/bench/samples.json.
     Bench(bench::BenchArgs),
+    /// Benchmark 4's measurement on this machine's kernel alone, written as JSON: what
+    /// `bench` runs in the modern node and renders on the host.
+    #[command(hide = true)]
+    BenchProbeOverhead(bench::ProbeOverheadArgs),
     /// Fuzz the manifest reader, the trace reader, the agent API and the eBPF decoder.
     Fuzz(fuzz::FuzzArgs),
     /// The modern node: Debian trixie in a QEMU guest (cgroup v2, systemd, containerd 2.x).
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         Cmd::Record { names } => record::run(&names),
         Cmd::Replay => record::replay_all(),
         Cmd::Bench(args) => bench::run(&args),
+        Cmd::BenchProbeOverhead(args) => bench::probe_overhead_alone(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
     };
     match result {

@@ -52,6 +52,50 @@ pub struct BenchArgs {
     /// Seconds each fuzz target runs in the fuzzing benchmark (8).
     #[arg(long, default_value_t = fuzzing::SECONDS, value_name = "N")]
     pub fuzz_seconds: u64,
+    /// The kernels the probe overhead benchmark (4) runs on: this machine's (`host`) and
+    /// the modern node's (`node`, in its QEMU guest); default both.
+    #[arg(long = "probe-kernel", value_enum, value_name = "KERNEL")]
+    pub probe_kernels: Vec<probe_overhead::Kernel>,
+    /// At most N rounds in each of benchmark 4's series, on every kernel or on the one
+    /// named (`node=8`; repeatable): a shorter run, whose verdicts may then be
+    /// undecided. Default each series' own cap.
+    #[arg(long, value_name = "[KERNEL=]N")]
+    pub probe_rounds_cap: Vec<probe_overhead::RoundsCap>,
+}
+
+/// `xtask bench-probe-overhead`: benchmark 4's measurement alone.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ProbeOverheadArgs {
+    /// The podtrace binary whose `kernel-events` loads the probes.
+    #[arg(long, value_name = "PATH")]
+    pub podtrace: PathBuf,
+    /// Where the run's logs go.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Where what it measured goes, as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// The workload's binary (a busybox, run as `true`); default the first found here.
+    #[arg(long, value_name = "PATH")]
+    pub exec: Option<PathBuf>,
+    /// At most this many rounds in each series.
+    #[arg(long, value_name = "N")]
+    pub cap: Option<usize>,
+}
+
+/// Benchmark 4 measured here, its figures written to `args.out` for another machine to
+/// render (the modern node's run).
+pub fn probe_overhead_alone(args: &ProbeOverheadArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let measured =
+        probe_overhead::measure(&args.podtrace, &args.dir, args.exec.as_deref(), args.cap)?;
+    let text = serde_json::to_string(&measured)?;
+    // Written whole, then renamed: a run cut short leaves no half a result.
+    let partial = args.out.with_extension("partial");
+    std::fs::write(&partial, text).with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, &args.out)
+        .with_context(|| format!("renaming {} to {}", partial.display(), args.out.display()))
 }
 
 /// One line of a benchmark's results table.
@@ -114,6 +158,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             (args.churn_rounds != churn::ROUNDS)
                 .then(|| format!("--churn-rounds {}", args.churn_rounds)),
         )
+        .chain(args.probe_kernels.iter().map(|k| {
+            format!(
+                "--probe-kernel {}",
+                clap::ValueEnum::to_possible_value(k)
+                    .map_or_else(String::new, |v| v.get_name().to_string())
+            )
+        }))
+        .chain(
+            args.probe_rounds_cap
+                .iter()
+                .map(|c| format!("--probe-rounds-cap {c}")),
+        )
         .collect::<Vec<_>>()
         .join(" ");
     let selected: Vec<u8> = BENCHMARKS
@@ -155,7 +211,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             1 => with_lab(|| direct::overhead(&bin, &dir, args.overhead_pods)),
             2 => with_lab(|| direct::throughput(&bin, &dir)),
             3 => with_lab(|| seeing::run(&bin, &dir)),
-            4 => probe_overhead::run(&bin, &dir),
+            4 => probe_overhead::run(
+                &bin,
+                &dir,
+                if args.probe_kernels.is_empty() {
+                    &[probe_overhead::Kernel::Host, probe_overhead::Kernel::Node]
+                } else {
+                    &args.probe_kernels
+                },
+                &args.probe_rounds_cap,
+            ),
             5 => replay_speed::run(&bin, &dir, args.replay_pods),
             6 => with_lab(|| memory::run(&bin, &dir)),
             7 => with_lab(|| churn::run(&bin, &dir, args.churn_rounds)),

@@ -19,6 +19,7 @@
 //! met or missed verdict is wrong with probability at most 5%, whenever the run stops.
 //! Fewer looks keep each look's interval narrower; that is why the batches are large.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::stats::{median, median_interval};
@@ -28,7 +29,7 @@ use super::stats::{median, median_interval};
 const MISS: f64 = 0.05;
 
 /// When a benchmark stops running rounds: see the module's documentation.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Rule {
     /// The goal: the median round ratio must be at least this.
     pub line: f64,
@@ -41,7 +42,7 @@ pub struct Rule {
 }
 
 /// Which side of the line the interval put the median on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Verdict {
     /// The whole interval at or above the line.
     Met,
@@ -73,7 +74,7 @@ impl Verdict {
 }
 
 /// What a run of rounds concluded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     pub verdict: Verdict,
     /// The median of the round ratios.
@@ -94,6 +95,20 @@ impl Rule {
             min_rounds,
             batch,
             cap,
+        }
+    }
+
+    /// The rule with at most `cap` rounds (a shorter run asked for on the command line):
+    /// its first look moves down to the cap when it was past it.
+    pub fn capped(self, cap: Option<usize>) -> Rule {
+        let Some(cap) = cap.map(|c| c.max(1)) else {
+            return self;
+        };
+        let cap = cap.min(self.cap);
+        Rule {
+            min_rounds: self.min_rounds.min(cap),
+            cap,
+            ..self
         }
     }
 
@@ -265,6 +280,20 @@ mod tests {
     }
 
     const RULE: Rule = Rule::new(0.99, 16, 8, 48);
+
+    #[test]
+    fn a_capped_rule_stops_at_the_cap_and_never_runs_longer_than_its_own() {
+        let rule = Rule::new(0.99, 32, 32, 160);
+        assert_eq!(rule.capped(None), rule);
+        let short = rule.capped(Some(16));
+        assert_eq!((short.min_rounds, short.cap, short.batch), (16, 16, 32));
+        assert_eq!(short.looks(), 1);
+        assert_eq!(rule.capped(Some(64)).cap, 64);
+        assert_eq!(rule.capped(Some(64)).min_rounds, 32);
+        // A cap above the rule's own changes nothing; a cap of 0 still runs one round.
+        assert_eq!(rule.capped(Some(500)), rule);
+        assert_eq!(rule.capped(Some(0)).cap, 1);
+    }
 
     #[test]
     fn looks_come_at_the_minimum_every_batch_after_and_at_the_cap() {

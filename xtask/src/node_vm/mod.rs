@@ -98,6 +98,45 @@ pub fn up(paths: &NodeVmPaths) -> anyhow::Result<(machine::VmState, Booted)> {
     Ok((state, Booted::Now))
 }
 
+/// Runs `command` in the modern node with the host directory `stage` copied in as
+/// `/opt/<its name>`, and brings the guest path `result` back into `host_dir`: boots the
+/// node for it when it is down and stops it after, and leaves nothing of the stage behind.
+pub fn run_staged(
+    stage: &std::path::Path,
+    command: &[String],
+    result: &str,
+    host_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let name = stage
+        .file_name()
+        .with_context(|| format!("{}: not a directory to stage", stage.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let paths = NodeVmPaths::from_env();
+    let (state, booted) = up(&paths)?;
+    let guest = state.guest(&paths);
+    let in_guest = format!("/opt/{}", shlex::try_quote(&name)?);
+    let run = || -> anyhow::Result<()> {
+        guest.check(&format!("rm -rf {in_guest}"))?;
+        guest.copy_in(&[stage.to_path_buf()], "/opt")?;
+        let status = guest.exec(&ssh::join_args(command)?, None)?;
+        if !status.success() {
+            bail!(
+                "in the modern node, `{}` failed ({status})",
+                command.join(" ")
+            );
+        }
+        guest.copy_out(result, host_dir)
+    };
+    let ran = run();
+    let cleaned = guest.check(&format!("rm -rf {in_guest}"));
+    if booted == Booted::Now {
+        down(&paths, false)?;
+    }
+    ran?;
+    cleaned.map(|_| ())
+}
+
 pub fn down(paths: &NodeVmPaths, purge: bool) -> anyhow::Result<()> {
     let was = machine::stop(paths)?;
     let left = machine::leftover_qemus(paths);

@@ -7,6 +7,7 @@
 //! kernel's BPF statistics on for that run only, so each program's run time per hit
 //! comes from the kernel.
 
+mod in_node;
 mod report;
 mod verdict;
 
@@ -72,7 +73,7 @@ const GOAL_ALL_RATIO: f64 = 0.98;
 const GOAL_LOST: u64 = 0;
 const GOAL_NS_PER_HIT: f64 = 500.0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Arm {
     On,
     Off,
@@ -98,7 +99,7 @@ fn order(round: usize) -> [Arm; 4] {
 }
 
 /// What one arm's workload did.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct ArmRun {
     execs: u64,
     seconds: f64,
@@ -133,7 +134,21 @@ struct ExecTarget {
     shown: String,
 }
 
-fn exec_target() -> anyhow::Result<ExecTarget> {
+/// `explicit` when given (a busybox, run as `true`: the host's static one, taken into the
+/// modern node so both kernels run the same workload), else the first candidate there is.
+fn exec_target(explicit: Option<&Path>) -> anyhow::Result<ExecTarget> {
+    if let Some(path) = explicit {
+        if !path.is_file() {
+            bail!("--exec {}: no such file", path.display());
+        }
+        let shown = format!("{} true", path.display());
+        return Ok(ExecTarget {
+            path: CString::new(path.as_os_str().as_encoded_bytes())
+                .with_context(|| format!("--exec {}: a NUL in the path", path.display()))?,
+            argv: vec![CString::new("true")?],
+            shown,
+        });
+    }
     let candidates: [(&str, &[&str]); 4] = [
         ("/bin/busybox", &["true"]),
         ("/usr/bin/busybox", &["true"]),
@@ -266,7 +281,7 @@ impl ProgramRun {
 }
 
 /// The last line `podtrace kernel-events --json` prints.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Summary {
     kind: String,
     ebpf: bool,
@@ -526,6 +541,7 @@ fn other_tracepoint_programs() -> Vec<String> {
 }
 
 /// What the runs with the kernel's statistics on measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Counted {
     /// The probes on for [`LOSS_RUN`] at full speed.
     run: ArmRun,
@@ -583,10 +599,18 @@ fn joined(ratios: &[f64]) -> String {
         .join(", ")
 }
 
-/// What the on arms run.
+/// What an arm runs beside the workload.
 enum Mode {
+    /// Nothing: the untraced baseline.
+    Untraced,
     /// `podtrace kernel-events` with these arguments.
     Probes {
+        name: &'static str,
+        args: &'static [&'static str],
+    },
+    /// `podtrace kernel-events` with these arguments, stopped (SIGSTOP) once attached and
+    /// settled: the programs run their full paths, nothing reads what they write.
+    ReaderPaused {
         name: &'static str,
         args: &'static [&'static str],
     },
@@ -597,14 +621,15 @@ enum Mode {
 impl Mode {
     fn name(&self) -> &'static str {
         match self {
-            Mode::Probes { name, .. } => name,
+            Mode::Untraced => "untraced",
+            Mode::Probes { name, .. } | Mode::ReaderPaused { name, .. } => name,
             Mode::SyscallTracepoints(_) => "syscall-tracepoints",
         }
     }
 }
 
-/// As the agent runs them between sandbox operations: the namespace programs (syscall
-/// tracepoints) loaded but detached.
+/// As the agent runs them between sandbox operations: the namespace programs loaded but
+/// detached.
 const AGENT_MODE: Mode = Mode::Probes {
     name: "agent",
     args: AGENT_ARGS,
@@ -616,16 +641,26 @@ const ALL_ON_MODE: Mode = Mode::Probes {
     name: "all-attached",
     args: &[],
 };
+/// Every program attached, the reader stopped: with a ring of [`PAUSED_RING_BYTES`], so a
+/// window's events fit in it and nothing is lost (a full ring would cut the programs'
+/// paths short at the reservation).
+const PAUSED_MODE: Mode = Mode::ReaderPaused {
+    name: "reader-paused",
+    args: &["--ringbuf-bytes", "16777216"],
+};
+const PAUSED_RING_BYTES: u64 = 16 << 20;
 /// Rounds with every program attached, until the median of their ratios is clear of its
 /// own, lower goal: 16 before; looks at 16, 32 and 48, at most three times those 16 (the
 /// agent's part, the longest, grows by 2.5 at most, and the benchmark by about 2.2).
 const ALL_ON_RULE: Rule = Rule::new(GOAL_ALL_RATIO, 16, 16, 48);
-/// Rounds with only the syscall tracepoints enabled, beside the all-attached figure: as
-/// many as before, always (a rule whose one look is its cap). Its decision judges
-/// nothing; its interval is an ordinary 95% one.
-const TRACEPOINTS_ALONE: Rule = Rule::new(GOAL_ALL_RATIO, 16, 16, 16);
+/// Each part of the every-program cost (the kernel's tracepoints, the programs, the
+/// reader) is a series of rounds of its own, its two arms side by side, until its
+/// interval is clear of 1: the part is then told from nothing, its interval narrower than
+/// itself. Looks at 16 and 32.
+const SPLIT_RULE: Rule = Rule::new(1.0, 16, 16, 32);
 
 /// Alternating rounds, what their rule concluded, and the reader's CPU in their on arms.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Alternated {
     rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>>,
     decision: Decision,
@@ -704,18 +739,22 @@ fn window(done: &AtomicU64, length: Duration) -> ArmRun {
     }
 }
 
+/// Rounds of `on` against `off` as `rule` takes them, each arm a window onto one
+/// continuous run of the workload.
+#[allow(clippy::too_many_arguments)]
 fn alternate(
     bin: &Path,
     work: &Path,
     target: &ExecTarget,
     workers: usize,
     rule: &Rule,
-    mode: &Mode,
+    on: &Mode,
+    off: &Mode,
 ) -> anyhow::Result<Alternated> {
     let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
     std::thread::scope(|s| {
         let loops = continuous(s, target, workers, &done, &stop);
-        let rounds = alternate_windows(bin, work, &done, &stop, rule, mode);
+        let rounds = alternate_windows(bin, work, &done, &stop, rule, on, off);
         stop.store(true, Ordering::Relaxed);
         for l in loops {
             l.join().map_err(|_| anyhow!("an exec worker panicked"))??;
@@ -724,77 +763,97 @@ fn alternate(
     })
 }
 
-/// The rounds of [`alternate`], as many as `rule` takes, each arm a window onto the
-/// running workload after [`SETTLE`]: an on arm's probes start before its settle and stop
-/// after its window.
+/// One arm's window, what kernel-events summed up if the arm ran it, and its reader's
+/// CPU time in the window.
+type ArmWindow = (ArmRun, Option<Summary>, u64);
+
+/// One arm: `mode` set up, [`SETTLE`] while the workload runs on, then the window. Probes
+/// start before the settle and stop after the window, so neither lands in it.
+fn arm(bin: &Path, log: PathBuf, done: &AtomicU64, mode: &Mode) -> anyhow::Result<ArmWindow> {
+    match mode {
+        Mode::Untraced => {
+            std::thread::sleep(SETTLE);
+            Ok((window(done, ARM), None, 0))
+        }
+        Mode::Probes { args, .. } => {
+            let probes = Probes::start(bin, log, args)?;
+            std::thread::sleep(SETTLE);
+            let before = probes.cpu_ns();
+            let run = window(done, ARM);
+            let reader_ns = probes.cpu_ns().saturating_sub(before);
+            let (summary, _) = probes.stop()?;
+            Ok((run, Some(summary), reader_ns))
+        }
+        Mode::ReaderPaused { args, .. } => {
+            let probes = Probes::start(bin, log, args)?;
+            // The reader drains what attaching left before it stops.
+            std::thread::sleep(SETTLE);
+            probes.pause();
+            let run = window(done, ARM);
+            let (summary, _) = probes.stop()?;
+            Ok((run, Some(summary), 0))
+        }
+        Mode::SyscallTracepoints(names) => {
+            let enabled = SyscallTracepoints::enable(names)?;
+            std::thread::sleep(SETTLE);
+            let run = window(done, ARM);
+            drop(enabled);
+            Ok((run, None, 0))
+        }
+    }
+}
+
+/// The rounds of [`alternate`], as many as `rule` takes.
 fn alternate_windows(
     bin: &Path,
     work: &Path,
     done: &AtomicU64,
     stop: &AtomicBool,
     rule: &Rule,
-    mode: &Mode,
+    on: &Mode,
+    off: &Mode,
 ) -> anyhow::Result<Alternated> {
     let mut rounds: Vec<Vec<(Arm, ArmRun, Option<Summary>)>> = Vec::new();
     // The reader's own CPU time during the on arms, and the arms' length.
     let (mut reader_ns, mut on_seconds) = (0_u64, 0.0_f64);
+    let series = format!("{} against {}", on.name(), off.name());
     let decision = rule.run(|round| -> anyhow::Result<f64> {
         let mut arms = Vec::new();
-        for (i, arm) in order(round).into_iter().enumerate() {
+        for (i, which) in order(round).into_iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 bail!("the exec workload stopped");
             }
-            let (run, summary) = match arm {
-                Arm::Off => {
-                    std::thread::sleep(SETTLE);
-                    (window(done, ARM), None)
-                }
-                Arm::On => match mode {
-                    Mode::Probes { name, args } => {
-                        let probes = Probes::start(
-                            bin,
-                            work.join(format!("kernel-events-{name}-r{}-{}.log", round + 1, i + 1)),
-                            args,
-                        )?;
-                        std::thread::sleep(SETTLE);
-                        let before = probes.cpu_ns();
-                        let run = window(done, ARM);
-                        reader_ns += probes.cpu_ns().saturating_sub(before);
-                        on_seconds += run.seconds;
-                        let (summary, _) = probes.stop()?;
-                        (run, Some(summary))
-                    }
-                    Mode::SyscallTracepoints(names) => {
-                        let enabled = SyscallTracepoints::enable(names)?;
-                        std::thread::sleep(SETTLE);
-                        let run = window(done, ARM);
-                        drop(enabled);
-                        (run, None)
-                    }
-                },
-            };
-            arms.push((arm, run, summary));
+            let mode = if which == Arm::On { on } else { off };
+            let log = work.join(format!(
+                "kernel-events-{}-r{}-{}.log",
+                mode.name(),
+                round + 1,
+                i + 1
+            ));
+            let (run, summary, cpu) = arm(bin, log, done, mode)?;
+            if which == Arm::On {
+                reader_ns += cpu;
+                on_seconds += run.seconds;
+            }
+            arms.push((which, run, summary));
         }
         let pairs: Vec<(Arm, ArmRun)> = arms.iter().map(|(a, r, _)| (*a, *r)).collect();
         eprintln!(
-            "bench: probe overhead ({}): round {} of at most {} ({}): {:.0} execs/s with the \
-             probes, {:.0} without: {:.3}×",
-            mode.name(),
+            "bench: probe overhead ({series}): round {} of at most {} ({}): {:.0} execs/s \
+             {}, {:.0} {}: {:.3}×",
             round + 1,
             rule.cap,
             order(round).map(Arm::name).join(" "),
             rate(&runs_of(&pairs, Arm::On)),
+            on.name(),
             rate(&runs_of(&pairs, Arm::Off)),
+            off.name(),
             ratio(&pairs)
         );
         rounds.push(arms);
         Ok(ratio(&pairs))
     })?;
-    eprintln!(
-        "bench: probe overhead ({}): {}",
-        mode.name(),
-        decision.text()
-    );
+    eprintln!("bench: probe overhead ({series}): {}", decision.text());
 
     Ok(Alternated {
         rounds,
@@ -804,8 +863,35 @@ fn alternate_windows(
     })
 }
 
-/// Everything the benchmark measured, in the order it ran.
-struct Measured {
+/// The every-program cost in parts, each a series of its own two arms side by side:
+/// the kernel's syscall tracepoints against untraced, the programs with their reader
+/// paused against those tracepoints, and every program read against the reader paused.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Split {
+    /// The syscall tracepoints the all-attached programs sit on: none where the
+    /// namespace programs hook kernel functions.
+    syscall_tracepoints: Vec<String>,
+    /// Tracepoints alone against untraced; `None` without syscall tracepoints.
+    kernel: Option<Alternated>,
+    /// The programs, reader paused, against the tracepoints alone (or untraced).
+    programs: Alternated,
+    /// Every program attached and read against the reader paused.
+    reader: Alternated,
+}
+
+/// Everything the benchmark measured on one kernel, in the order it ran: what the modern
+/// node's run sends back to the host as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Measured {
+    /// The kernel's release (`uname -r`).
+    kernel: String,
+    /// Whether the CPU was emulated (the modern node's QEMU runs without KVM): the host
+    /// that booted it says so, and the programs' run time per hit is then not judged.
+    #[serde(default)]
+    emulated: bool,
+    /// The most rounds any series ran (`--probe-rounds-cap`), when capped.
+    #[serde(default)]
+    cap: Option<usize>,
     workers: usize,
     /// The exec workload's command, as shown.
     target: String,
@@ -819,24 +905,132 @@ struct Measured {
     agent: Alternated,
     /// The alternating rounds with every program attached.
     all_on: Alternated,
-    /// The syscall tracepoints the all-attached programs sit on, and rounds with only
-    /// them enabled (none when there are no such tracepoints).
-    syscall_tracepoints: Vec<String>,
-    tracepoints_alone: Option<Alternated>,
+    split: Split,
     counted: Counted,
 }
 
-pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
-    Ok(report::render(&measure(bin, dir)?))
+/// Where benchmark 4 runs: this machine's kernel, and the modern node's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kernel {
+    /// This machine's kernel.
+    Host,
+    /// The modern node's kernel, in its QEMU guest.
+    Node,
 }
 
-/// The warm-up, the alternating rounds of each mode, then the counted runs with the
-/// kernel's statistics on.
-fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
+/// `--probe-rounds-cap [KERNEL=]N`: at most N rounds in each series, on that kernel or on
+/// every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundsCap {
+    pub kernel: Option<Kernel>,
+    pub rounds: usize,
+}
+
+impl std::str::FromStr for RoundsCap {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RoundsCap, String> {
+        let (kernel, n) = match s.split_once('=') {
+            Some((k, n)) => (
+                Some(
+                    <Kernel as clap::ValueEnum>::from_str(k, false)
+                        .map_err(|_| format!("{s:?}: {k:?} is not a kernel (host or node)"))?,
+                ),
+                n,
+            ),
+            None => (None, s),
+        };
+        let rounds = n
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("{s:?}: {n:?} is not a number of rounds (1 or more)"))?;
+        Ok(RoundsCap { kernel, rounds })
+    }
+}
+
+impl std::fmt::Display for RoundsCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kernel {
+            Some(Kernel::Host) => write!(f, "host={}", self.rounds),
+            Some(Kernel::Node) => write!(f, "node={}", self.rounds),
+            None => write!(f, "{}", self.rounds),
+        }
+    }
+}
+
+/// The cap for `kernel`: its own if given, else one for every kernel.
+fn cap_for(caps: &[RoundsCap], kernel: Kernel) -> Option<usize> {
+    caps.iter()
+        .rev()
+        .find(|c| c.kernel == Some(kernel))
+        .or_else(|| caps.iter().rev().find(|c| c.kernel.is_none()))
+        .map(|c| c.rounds)
+}
+
+/// Benchmark 4 on each of `kernels`, `caps` capping their series' rounds. A kernel whose
+/// run fails is said in the verdict; the other's figures stay.
+pub fn run(
+    bin: &Path,
+    dir: &Path,
+    kernels: &[Kernel],
+    caps: &[RoundsCap],
+) -> anyhow::Result<Outcome> {
+    let mut runs = Vec::new();
+    for kernel in kernels {
+        let cap = cap_for(caps, *kernel);
+        let measured = match kernel {
+            Kernel::Host => measure(bin, dir, None, cap),
+            Kernel::Node => in_node::measure(bin, dir, cap),
+        };
+        if let Err(e) = &measured {
+            eprintln!(
+                "bench: probe overhead on the {} failed: {e:#}",
+                kernel.label()
+            );
+        }
+        runs.push((*kernel, measured.map_err(|e| format!("{e:#}"))));
+    }
+    if runs.iter().all(|(_, m)| m.is_err()) {
+        bail!(
+            "{}",
+            runs.iter()
+                .map(|(k, m)| format!("{}: {}", k.label(), m.as_ref().err().map_or("", |e| e)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(report::render(&runs))
+}
+
+impl Kernel {
+    fn label(self) -> &'static str {
+        match self {
+            Kernel::Host => "host",
+            Kernel::Node => "modern node",
+        }
+    }
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+/// The warm-up, the alternating rounds of each mode, the split, then the counted runs
+/// with the kernel's statistics on. `exec` is the workload's binary when not found here;
+/// `cap` caps every series' rounds.
+pub fn measure(
+    bin: &Path,
+    dir: &Path,
+    exec: Option<&Path>,
+    cap: Option<usize>,
+) -> anyhow::Result<Measured> {
     let work = dir.join("probe-overhead");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let target = exec_target()?;
+    let target = exec_target(exec)?;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let others = other_tracepoint_programs();
     if !others.is_empty() {
@@ -856,27 +1050,12 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
 
     // The agent's configuration between the CRI calls that create or enter pod
     // namespaces (the verdict's), then every program attached, as during those calls.
-    let agent = alternate(bin, &work, &target, workers, &AGENT_RULE, &AGENT_MODE)?;
-    let all_on = alternate(bin, &work, &target, workers, &ALL_ON_RULE, &ALL_ON_MODE)?;
-    // The syscall tracepoints those programs sit on, enabled with no program: the part
-    // of the all-attached cost that is the kernel's, whatever the programs do.
-    let syscall_tracepoints = syscall_programs(
-        all_on
-            .summaries()
-            .flat_map(|s| s.programs.iter().map(|p| p.program.as_str())),
-    );
-    let tracepoints_alone = if syscall_tracepoints.is_empty() {
-        None
-    } else {
-        Some(alternate(
-            bin,
-            &work,
-            &target,
-            workers,
-            &TRACEPOINTS_ALONE,
-            &Mode::SyscallTracepoints(syscall_tracepoints.clone()),
-        )?)
+    let series = |rule: Rule, on: &Mode, off: &Mode| {
+        alternate(bin, &work, &target, workers, &rule.capped(cap), on, off)
     };
+    let agent = series(AGENT_RULE, &AGENT_MODE, &Mode::Untraced)?;
+    let all_on = series(ALL_ON_RULE, &ALL_ON_MODE, &Mode::Untraced)?;
+    let split = split(&all_on, series)?;
 
     // The kernel's statistics on for the counted runs alone: counting costs two clock
     // reads per program run, which the alternating arms must not pay.
@@ -903,6 +1082,9 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
         counted.summary.lost
     );
     Ok(Measured {
+        kernel: kernel_release(),
+        emulated: false,
+        cap,
         workers,
         target: target.shown,
         others,
@@ -911,9 +1093,39 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
         warm,
         agent,
         all_on,
-        syscall_tracepoints,
-        tracepoints_alone,
+        split,
         counted,
+    })
+}
+
+/// The split's three series (two without syscall tracepoints under the programs).
+fn split(
+    all_on: &Alternated,
+    series: impl Fn(Rule, &Mode, &Mode) -> anyhow::Result<Alternated>,
+) -> anyhow::Result<Split> {
+    // The syscall tracepoints those programs sit on, enabled with no program: the part
+    // of the all-attached cost that is the kernel's, whatever the programs do.
+    let syscall_tracepoints = syscall_programs(
+        all_on
+            .summaries()
+            .flat_map(|s| s.programs.iter().map(|p| p.program.as_str())),
+    );
+    let tracepoints = Mode::SyscallTracepoints(syscall_tracepoints.clone());
+    let (kernel, below_programs) = if syscall_tracepoints.is_empty() {
+        (None, &Mode::Untraced)
+    } else {
+        (
+            Some(series(SPLIT_RULE, &tracepoints, &Mode::Untraced)?),
+            &tracepoints,
+        )
+    };
+    let programs = series(SPLIT_RULE, &PAUSED_MODE, below_programs)?;
+    let reader = series(SPLIT_RULE, &ALL_ON_MODE, &PAUSED_MODE)?;
+    Ok(Split {
+        syscall_tracepoints,
+        kernel,
+        programs,
+        reader,
     })
 }
 
@@ -923,6 +1135,22 @@ mod tests {
 
     fn run(execs: u64, seconds: f64) -> ArmRun {
         ArmRun { execs, seconds }
+    }
+
+    #[test]
+    fn a_rounds_cap_names_its_kernel_or_every_one() {
+        let caps: Vec<RoundsCap> = ["16", "node=8"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert_eq!(cap_for(&caps, Kernel::Host), Some(16));
+        assert_eq!(cap_for(&caps, Kernel::Node), Some(8));
+        assert_eq!(cap_for(&[], Kernel::Node), None);
+        assert_eq!(caps[1].to_string(), "node=8");
+        let e = "guest=8".parse::<RoundsCap>().unwrap_err();
+        assert!(e.contains("\"guest\" is not a kernel"), "{e}");
+        let e = "node=0".parse::<RoundsCap>().unwrap_err();
+        assert!(e.contains("\"0\" is not a number of rounds"), "{e}");
     }
 
     #[test]

@@ -3,41 +3,84 @@
 
 use serde_json::json;
 
+use super::super::sequential::Verdict;
 use super::super::{Figure, Outcome};
-use super::verdict::verdict;
+use super::verdict::judged;
 use super::{
     AGENT_RULE, AGENT_RUN, ALL_ON_RULE, ARM, Alternated, Arm, ArmRun, Counted, GOAL_ALL_RATIO,
-    GOAL_LOST, GOAL_NS_PER_HIT, GOAL_RATIO, LOSS_RUN, Measured, PAUSED_EXECS, ProgramRun, SETTLE,
-    Summary, TRACEPOINTS_ALONE, WARMUP, joined, program_row, rate, worst_per_hit,
+    GOAL_LOST, GOAL_NS_PER_HIT, GOAL_RATIO, Kernel, LOSS_RUN, Measured, PAUSED_EXECS,
+    PAUSED_RING_BYTES, ProgramRun, SETTLE, SPLIT_RULE, Split, Summary, WARMUP, joined, program_row,
+    rate, worst_per_hit,
 };
 
-/// The figures, verdict, method and samples of a run.
-pub(super) fn render(m: &Measured) -> Outcome {
-    let loss = &m.counted.summary;
-    let verdict = verdict(
-        &m.agent.decision,
-        &m.all_on.decision,
-        m.tracepoints_alone.as_ref().map(|a| a.decision.median),
-        loss.lost,
-        loss.events,
-        worst_per_hit(&loss.programs),
-    );
-    let mut figures = ratio_figures(m);
-    figures.extend(counted_figures(m));
+/// Each kernel's run: what it measured, or why it could not.
+pub(super) type KernelRun = (Kernel, Result<Measured, String>);
+
+/// The figures, verdict, method and samples of a run on one or more kernels: the goals
+/// hold on every kernel, and a kernel whose run failed leaves them undecided at best.
+pub(super) fn render(runs: &[KernelRun]) -> Outcome {
+    let mut figures = Vec::new();
+    let mut verdicts = Vec::new();
+    let mut texts = Vec::new();
+    for (kernel, measured) in runs {
+        match measured {
+            Ok(m) => {
+                let label = format!("{} (kernel {})", kernel.label(), m.kernel);
+                let (v, text) = kernel_verdict(m);
+                verdicts.push(v);
+                texts.push(format!("{label}: {text}"));
+                figures.extend(
+                    ratio_figures(m)
+                        .into_iter()
+                        .chain(split_figures(m))
+                        .chain(counted_figures(m))
+                        .map(|f| Figure::new(&format!("{}: {}", kernel.label(), f.name), f.value)),
+                );
+            }
+            Err(e) => {
+                verdicts.push(Verdict::Undecided);
+                texts.push(format!("{}: not measured: {e}", kernel.label()));
+                figures.push(Figure::new(
+                    &format!("{}: the run", kernel.label()),
+                    format!("failed: {e}"),
+                ));
+            }
+        }
+    }
+    let first = runs.iter().find_map(|(_, m)| m.as_ref().ok());
     Outcome {
         number: 4,
         title: "Probe overhead",
-        method: method(m),
+        method: first.map_or_else(String::new, |m| method(m, runs)),
         figures,
         goal: format!(
-            "workload ≥ {GOAL_RATIO}× of untraced in the agent's configuration and \
-             ≥ {GOAL_ALL_RATIO}× with every program attached (medians of rounds, each \
-             interval clear of its line), {GOAL_LOST} \
-             lost events, ≤ {GOAL_NS_PER_HIT:.0} ns per hit"
+            "on every kernel, workload ≥ {GOAL_RATIO}× of untraced in the agent's \
+             configuration and ≥ {GOAL_ALL_RATIO}× with every program attached (medians of \
+             rounds, each interval clear of its line), {GOAL_LOST} lost events, ≤ \
+             {GOAL_NS_PER_HIT:.0} ns per hit"
         ),
-        verdict,
-        samples: samples(m),
+        verdict: format!("{}: {}", Verdict::all(verdicts).word(), texts.join("; ")),
+        samples: json!({
+            "kernels": runs.iter().map(|(kernel, m)| match m {
+                Ok(m) => json!({"kernel": kernel.label(), "release": m.kernel, "run": samples(m)}),
+                Err(e) => json!({"kernel": kernel.label(), "error": e}),
+            }).collect::<Vec<_>>(),
+        }),
     }
+}
+
+/// One kernel's verdict on the goals, and its text.
+fn kernel_verdict(m: &Measured) -> (Verdict, String) {
+    let loss = &m.counted.summary;
+    judged(
+        &m.agent.decision,
+        &m.all_on.decision,
+        m.split.kernel.as_ref().map(|a| a.decision.median),
+        loss.lost,
+        loss.events,
+        worst_per_hit(&loss.programs),
+        m.emulated,
+    )
 }
 
 /// The alternating rounds' figures: each mode's ratio per round, median, pooled and
@@ -60,23 +103,93 @@ fn ratio_figures(m: &Measured) -> Vec<Figure> {
         "every program attached",
         " more",
     ));
-    if let Some(alone) = &m.tracepoints_alone {
-        figures.extend(mode_figures(
-            alone,
-            &format!(
-                "the kernel's share: the same syscall tracepoints ({}) enabled with no \
-                 program",
-                m.syscall_tracepoints.join(", ")
-            ),
-            "syscall tracepoints alone",
-            " more",
-        ));
-    }
     let (arms_lost, arms_events) = (m.agent.summed(|s| s.lost), m.agent.summed(|s| s.events));
     figures.push(Figure::new(
         "events lost in the alternating arms",
         format!("{arms_lost} of {}", arms_events + arms_lost),
     ));
+    figures
+}
+
+/// The every-program cost in its parts: each part's share of untraced execs/s (one minus
+/// the median ratio of its series), its interval, and whether the interval tells it from
+/// nothing.
+fn split_figures(m: &Measured) -> Vec<Figure> {
+    let Split {
+        syscall_tracepoints,
+        kernel,
+        programs,
+        reader,
+    } = &m.split;
+    let part = |a: &Alternated| -> String {
+        let d = &a.decision;
+        let share = |r: f64| (1.0 - r) * 100.0;
+        let interval = d.interval.map_or_else(
+            || "no interval".to_string(),
+            |(lo, hi)| format!("{:.1} to {:.1}%", share(hi), share(lo)),
+        );
+        let told = match d.verdict {
+            Verdict::Missed => "a cost",
+            Verdict::Met => "no cost",
+            Verdict::Undecided => "not told from nothing",
+        };
+        format!(
+            "{:.1}% ({interval}: {told}; {} rounds)",
+            share(d.median),
+            d.rounds
+        )
+    };
+    let mut figures = vec![Figure::new(
+        "every program attached, in parts (share of untraced execs/s, 95% interval)",
+        format!(
+            "the kernel's syscall tracepoints {}; the programs, their reader paused {}; \
+             the reader's wakeups, decoding and attribution {}",
+            kernel.as_ref().map_or_else(
+                || "none (no syscall tracepoint under the programs)".to_string(),
+                part
+            ),
+            part(programs),
+            part(reader)
+        ),
+    )];
+    if let Some(kernel) = kernel {
+        figures.push(Figure::new(
+            &format!(
+                "the kernel's part: {} enabled with no program, against untraced: ratio per \
+                 round",
+                syscall_tracepoints.join(", ")
+            ),
+            joined(&kernel.round_ratios()),
+        ));
+    }
+    figures.push(Figure::new(
+        &format!(
+            "the programs' part: every program attached, reader paused, against {}: ratio \
+             per round",
+            if kernel.is_some() {
+                "those tracepoints alone"
+            } else {
+                "untraced"
+            }
+        ),
+        joined(&programs.round_ratios()),
+    ));
+    figures.push(Figure::new(
+        "the reader's part: every program attached and read, against the reader paused: \
+         ratio per round",
+        joined(&reader.round_ratios()),
+    ));
+    // The paused arms are the programs' series' on arms and the reader's series' off arms.
+    let paused_lost = lost_in(programs, Arm::On) + lost_in(reader, Arm::Off);
+    if paused_lost > 0 {
+        figures.push(Figure::new(
+            "events lost with the reader paused",
+            format!(
+                "{paused_lost}: the ring filled, so those arms' programs stopped short at \
+                 the reservation and the split understates them"
+            ),
+        ));
+    }
     figures
 }
 
@@ -98,6 +211,16 @@ fn mode_figures(a: &Alternated, title: &str, short: &str, more: &str) -> [Figure
             d.interval_text(),
         ),
     ]
+}
+
+/// Events lost in the arms of one kind of a series.
+fn lost_in(a: &Alternated, which: Arm) -> u64 {
+    a.rounds
+        .iter()
+        .flatten()
+        .filter(|(arm, _, _)| *arm == which)
+        .filter_map(|(_, _, s)| s.as_ref().map(|s| s.lost))
+        .sum()
 }
 
 /// The counted runs' figures: events and losses at full speed, each program's run time
@@ -227,13 +350,29 @@ fn reader_cpu_figure(agent: &Alternated) -> Figure {
 }
 
 /// How the figures were made, for BENCHMARKS.md.
-fn method(m: &Measured) -> String {
+fn method(m: &Measured, runs: &[KernelRun]) -> String {
+    let caps = runs
+        .iter()
+        .filter_map(|(k, m)| Some((k.label(), m.as_ref().ok()?.cap?)))
+        .map(|(k, n)| format!("on the {k} at {n} rounds"))
+        .collect::<Vec<_>>();
+    let kernels = runs
+        .iter()
+        .map(|(k, m)| match m {
+            Ok(m) => format!("{} ({})", k.label(), m.kernel),
+            Err(_) => k.label().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" and ");
     format!(
-        "{} workers (one per CPU) each `posix_spawn` `{}` and wait for it, in a \
+        "On each kernel ({kernels}; the modern node is its QEMU guest under software \
+         emulation, where this xtask binary, podtrace's release build and the host's \
+         busybox are copied in, and the figures come back as JSON): {} workers (one per \
+         CPU) each `posix_spawn` `{}` and wait for it, in a \
          loop, as fast as they can. With the probes on, `podtrace kernel-events \
          --summary-only --json --netns-on-demand` (release build) has loaded every program \
          and attached them as the agent does between the CRI calls that create or enter \
-         pod namespaces (the unshare and setns syscall tracepoints loaded but detached: \
+         pod namespaces (the namespace programs loaded but detached: \
          the agent attaches them around RunPodSandbox, StopPodSandbox, RemovePodSandbox, \
          CreateContainer and StartContainer, and detaches them after a second without \
          such a call), and drains the ring buffer with the agent's reader (events \
@@ -249,11 +388,17 @@ fn method(m: &Measured) -> String {
          the rounds' ratios (the pooled ratio is shown too). {} More rounds with every \
          program attached (the agent during sandbox operations, and kernel-events) are \
          judged the same way against their own line: first look at {}, then every {}, \
-         at most {}. Then {} rounds with only the syscall \
-         tracepoints those programs sit on enabled, as counting perf events with no \
-         program: enabling any syscall tracepoint sends every syscall on the node \
-         through the kernel's slow entry and exit path, so that share of the cost is \
-         the kernel's whatever the programs do. The probes' load time is not \
+         at most {}. The every-program cost is then split into parts, each a series of \
+         its own two arms side by side, {}, until its interval is clear of 1 (the part \
+         told from nothing): the kernel's (the syscall tracepoints the programs sit on, \
+         enabled as counting perf events with no program, against untraced: enabling \
+         any syscall tracepoint sends every syscall on the node through the kernel's \
+         slow entry and exit path, whatever the programs do; absent where the namespace \
+         programs hook kernel functions), the programs' (every program attached with \
+         kernel-events stopped by SIGSTOP a second after attaching, so no reader runs, \
+         against those tracepoints alone, or untraced; with a {} MiB ring so that no \
+         event of a window is lost), and the reader's (every program attached and read, \
+         against the reader paused). The probes' load time is not \
          timed. Then {} s at full speed with every program attached counts events read \
          and lost. \
          The kernel's BPF statistics (BPF_ENABLE_STATS, released afterwards) are on for \
@@ -267,7 +412,7 @@ fn method(m: &Measured) -> String {
          configuration, gives the exec and exit programs' run time per hit there: between \
          sandbox operations the probes drop the node's own execs and exits (this \
          workload's) in the kernel, before reserving anything. The per-hit goal is judged \
-         on the run with every program attached.",
+         on the run with every program attached.{}",
         m.workers,
         m.target,
         WARMUP.as_secs(),
@@ -277,10 +422,20 @@ fn method(m: &Measured) -> String {
         ALL_ON_RULE.min_rounds,
         ALL_ON_RULE.batch,
         ALL_ON_RULE.cap,
-        TRACEPOINTS_ALONE.cap,
+        SPLIT_RULE.schedule(),
+        PAUSED_RING_BYTES >> 20,
         LOSS_RUN.as_secs(),
         m.stats_before,
-        AGENT_RUN.as_secs()
+        AGENT_RUN.as_secs(),
+        if caps.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " This run capped every series {} (`--probe-rounds-cap`): a verdict the cap \
+                 cut short says undecided.",
+                caps.join(" and ")
+            )
+        }
     )
 }
 
@@ -304,7 +459,15 @@ fn samples(m: &Measured) -> serde_json::Value {
         "decision": m.agent.decision.to_json(),
         "all_attached_rounds": rounds_json(&m.all_on),
         "all_attached_decision": m.all_on.decision.to_json(),
-        "tracepoints_alone_rounds": m.tracepoints_alone.as_ref().map(rounds_json),
+        "split": {
+            "syscall_tracepoints": m.split.syscall_tracepoints,
+            "kernel_rounds": m.split.kernel.as_ref().map(rounds_json),
+            "kernel_decision": m.split.kernel.as_ref().map(|a| a.decision.to_json()),
+            "programs_rounds": rounds_json(&m.split.programs),
+            "programs_decision": m.split.programs.decision.to_json(),
+            "reader_rounds": rounds_json(&m.split.reader),
+            "reader_decision": m.split.reader.decision.to_json(),
+        },
         "median_ratio": m.agent.decision.median,
         "pooled_ratio": m.agent.pooled(),
         "reader_cpu_ns_in_on_arms": m.agent.reader_ns,
@@ -375,4 +538,272 @@ fn programs_json(programs: &[ProgramRun]) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::sequential::Rule;
+    use super::super::{GOAL_ALL_RATIO, GOAL_RATIO};
+    use super::*;
+
+    fn summary(events: u64, lost: u64, programs: &[(&str, u64, u64)]) -> Summary {
+        Summary {
+            kind: "summary".into(),
+            ebpf: true,
+            events,
+            undecodable: 0,
+            lost,
+            lost_by_kind: Default::default(),
+            programs: programs
+                .iter()
+                .map(|(p, t, n)| ProgramRun {
+                    program: p.to_string(),
+                    run_time_ns: *t,
+                    run_count: *n,
+                })
+                .collect(),
+        }
+    }
+
+    /// 16 rounds whose on arms all ran at `ratio` of their off arms, judged against `line`;
+    /// each on arm's kernel-events lost `lost` events.
+    fn series(line: f64, ratio: f64, lost: u64) -> Alternated {
+        let arm = |which, execs| {
+            (
+                which,
+                ArmRun {
+                    execs,
+                    seconds: 1.0,
+                },
+                None,
+            )
+        };
+        let rounds: Vec<_> = (0..16)
+            .map(|_| {
+                let on = (
+                    Arm::On,
+                    ArmRun {
+                        execs: (1000.0 * ratio).round() as u64,
+                        seconds: 1.0,
+                    },
+                    Some(summary(100, lost, &[])),
+                );
+                vec![on.clone(), arm(Arm::Off, 1000), arm(Arm::Off, 1000), on]
+            })
+            .collect();
+        Alternated {
+            rounds,
+            decision: Rule::new(line, 16, 16, 16).decide(&[ratio; 16]),
+            reader_ns: 0,
+            on_seconds: 32.0,
+        }
+    }
+
+    fn measured(kernel: &str, all_on: f64, tracepoints: Option<f64>) -> Measured {
+        let counted_run = ArmRun {
+            execs: 3000,
+            seconds: 1.0,
+        };
+        let programs = [("sched_process_exec", 400_000, 1000)];
+        Measured {
+            kernel: kernel.into(),
+            emulated: false,
+            cap: None,
+            workers: 2,
+            target: "/bin/busybox true".into(),
+            others: vec![],
+            stats_before: "0".into(),
+            stats_after: "0".into(),
+            warm: counted_run,
+            agent: series(GOAL_RATIO, 0.995, 0),
+            all_on: series(GOAL_ALL_RATIO, all_on, 0),
+            split: Split {
+                syscall_tracepoints: tracepoints
+                    .map(|_| vec!["sys_enter_unshare".to_string()])
+                    .unwrap_or_default(),
+                kernel: tracepoints.map(|r| series(1.0, r, 0)),
+                programs: series(1.0, 0.97, 0),
+                reader: series(1.0, 1.0, 0),
+            },
+            counted: Counted {
+                run: counted_run,
+                summary: summary(2000, 0, &programs),
+                said: vec![],
+                irq_work: Some(10),
+                paused_run: counted_run,
+                paused: summary(200, 0, &programs),
+                agent: summary(0, 0, &programs),
+            },
+        }
+    }
+
+    #[test]
+    fn what_the_modern_node_measured_comes_back_whole_through_json() {
+        let mut m = measured("6.12.57+deb13-cloud-amd64", 0.99, None);
+        m.emulated = true;
+        let text = serde_json::to_string(&m).unwrap();
+        let back: Measured = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_string(&back).unwrap(), text);
+        // And renders as the host's own would.
+        let from_json = render(&[(Kernel::Node, Ok(back))]);
+        let direct = render(&[(Kernel::Node, Ok(m))]);
+        assert_eq!(from_json.verdict, direct.verdict);
+    }
+
+    #[test]
+    fn the_goals_hold_on_every_kernel_and_an_unmeasured_one_is_never_met() {
+        let both = render(&[
+            (Kernel::Host, Ok(measured("6.18.44", 0.99, Some(0.99)))),
+            (Kernel::Node, Ok(measured("6.12.57", 0.99, None))),
+        ]);
+        assert!(
+            both.verdict
+                .starts_with("met: host (kernel 6.18.44): met: "),
+            "{}",
+            both.verdict
+        );
+        assert!(
+            both.verdict
+                .contains("; modern node (kernel 6.12.57): met: "),
+            "{}",
+            both.verdict
+        );
+        // Every figure says whose kernel it is.
+        assert!(
+            both.figures
+                .iter()
+                .all(|f| f.name.starts_with("host: ") || f.name.starts_with("modern node: ")),
+        );
+
+        let one_failed = render(&[
+            (Kernel::Host, Ok(measured("6.18.44", 0.99, Some(0.99)))),
+            (Kernel::Node, Err("the guest did not boot".into())),
+        ]);
+        assert!(
+            one_failed
+                .verdict
+                .starts_with("undecided: host (kernel 6.18.44): met: "),
+            "{}",
+            one_failed.verdict
+        );
+        assert!(
+            one_failed
+                .verdict
+                .ends_with("; modern node: not measured: the guest did not boot"),
+            "{}",
+            one_failed.verdict
+        );
+        // The host's figures stay.
+        assert!(
+            one_failed
+                .figures
+                .iter()
+                .any(|f| f.name.starts_with("host: "))
+        );
+
+        // A kernel that misses makes the whole missed.
+        let missed = render(&[
+            (Kernel::Host, Ok(measured("6.18.44", 0.92, Some(0.99)))),
+            (Kernel::Node, Ok(measured("6.12.57", 0.99, None))),
+        ]);
+        assert!(
+            missed.verdict.starts_with("missed: host"),
+            "{}",
+            missed.verdict
+        );
+    }
+
+    #[test]
+    fn run_time_per_hit_is_judged_on_a_real_cpu_only() {
+        let mut m = measured("6.12.57", 0.99, None);
+        m.counted.summary = summary(2000, 0, &[("sched_process_exec", 32_000_000, 1000)]);
+        let real = render(&[(Kernel::Node, Ok(m.clone()))]);
+        assert!(real.verdict.starts_with("missed: "), "{}", real.verdict);
+        assert!(
+            real.verdict
+                .ends_with("sched_process_exec at 32000 ns per hit is 31500 ns over 500 ns"),
+            "{}",
+            real.verdict
+        );
+        m.emulated = true;
+        let emulated = render(&[(Kernel::Node, Ok(m))]);
+        assert!(
+            emulated.verdict.starts_with("met: "),
+            "{}",
+            emulated.verdict
+        );
+        assert!(
+            emulated.verdict.ends_with(
+                "worst 32000 ns per hit (sched_process_exec) on an emulated CPU, not judged"
+            ),
+            "{}",
+            emulated.verdict
+        );
+    }
+
+    #[test]
+    fn the_split_names_each_part_and_whether_its_interval_tells_it_from_nothing() {
+        let host = split_figures(&measured("6.18.44", 0.92, Some(0.98)));
+        let parts = &host[0].value;
+        assert!(
+            parts.starts_with(
+                "the kernel's syscall tracepoints 2.0% (2.0 to 2.0%: a cost; 16 rounds)"
+            ),
+            "{parts}"
+        );
+        assert!(
+            parts.contains("the programs, their reader paused 3.0% (3.0 to 3.0%: a cost"),
+            "{parts}"
+        );
+        assert!(
+            parts.ends_with(
+                "the reader's wakeups, decoding and attribution 0.0% (0.0 to 0.0%: no cost; \
+                 16 rounds)"
+            ),
+            "{parts}"
+        );
+        assert!(host[2].name.contains("against those tracepoints alone"));
+
+        // A part whose interval still holds 1 at the cap is not told from nothing.
+        let mut m = measured("6.18.44", 0.92, Some(0.98));
+        let straddling: Vec<f64> = [0.97, 1.03].iter().copied().cycle().take(16).collect();
+        m.split.reader.decision = Rule::new(1.0, 16, 16, 16).decide(&straddling);
+        let parts = &split_figures(&m)[0].value;
+        assert!(
+            parts.ends_with("attribution 0.0% (-3.0 to 3.0%: not told from nothing; 16 rounds)"),
+            "{parts}"
+        );
+
+        // Without syscall tracepoints (namespace programs on kernel functions), the
+        // programs are measured against untraced and there is no kernel's part.
+        let node = split_figures(&measured("6.12.57", 0.97, None));
+        assert!(
+            node[0]
+                .value
+                .starts_with("the kernel's syscall tracepoints none (no syscall tracepoint"),
+            "{}",
+            node[0].value
+        );
+        assert!(
+            node[1].name.contains("against untraced"),
+            "{}",
+            node[1].name
+        );
+        assert_eq!(node.len(), 3);
+    }
+
+    #[test]
+    fn events_lost_with_the_reader_paused_are_said_never_hidden() {
+        let mut m = measured("6.18.44", 0.92, None);
+        m.split.programs = series(1.0, 0.97, 5);
+        let figures = split_figures(&m);
+        let lost = figures.last().unwrap();
+        assert_eq!(lost.name, "events lost with the reader paused");
+        // 16 rounds of two paused (on) arms, 5 each.
+        assert!(
+            lost.value.starts_with("160: the ring filled"),
+            "{}",
+            lost.value
+        );
+    }
 }

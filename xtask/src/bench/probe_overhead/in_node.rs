@@ -1,0 +1,77 @@
+//! Benchmark 4 on the modern node's kernel: this xtask binary, podtrace's release build
+//! and the host's busybox (the same exec workload on both kernels) go into the guest,
+//! `xtask bench-probe-overhead` measures there, and what it measured comes back as JSON
+//! for the host to render beside its own.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use super::Measured;
+
+/// The staged directory's name: `/opt/<it>` in the guest.
+const STAGE: &str = "podtrace-bench";
+/// The workload's binary on the host, taken in when it is there.
+const BUSYBOX: &str = "/bin/busybox";
+const RESULT: &str = "measured.json";
+
+/// Measures in the modern node (booting it for the run when it is down), `cap` capping
+/// every series' rounds as on the host.
+pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Result<Measured> {
+    let node_dir = dir.join("probe-overhead-node");
+    let stage = node_dir.join(STAGE);
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage).with_context(|| format!("removing {}", stage.display()))?;
+    }
+    std::fs::create_dir_all(&stage).with_context(|| format!("creating {}", stage.display()))?;
+    let xtask = std::env::current_exe().context("finding this xtask binary")?;
+    place(&xtask, stage.join("xtask"))?;
+    place(bin, stage.join("podtrace"))?;
+    let busybox = Path::new(BUSYBOX).is_file();
+    if busybox {
+        place(Path::new(BUSYBOX), stage.join("busybox"))?;
+    }
+
+    let guest = format!("/opt/{STAGE}");
+    let mut command: Vec<String> = [
+        format!("{guest}/xtask"),
+        "bench-probe-overhead".into(),
+        "--podtrace".into(),
+        format!("{guest}/podtrace"),
+        "--dir".into(),
+        format!("{guest}/work"),
+        "--out".into(),
+        format!("{guest}/{RESULT}"),
+    ]
+    .into();
+    if busybox {
+        command.extend(["--exec".into(), format!("{guest}/busybox")]);
+    }
+    if let Some(cap) = cap {
+        command.extend(["--cap".into(), cap.to_string()]);
+    }
+    let back = node_dir.join("result");
+    if back.exists() {
+        std::fs::remove_dir_all(&back).with_context(|| format!("removing {}", back.display()))?;
+    }
+    crate::node_vm::run_staged(&stage, &command, &format!("{guest}/{RESULT}"), &back)?;
+    let path = back.join(RESULT);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut measured: Measured = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not what the modern node's run measures",
+            path.display()
+        )
+    })?;
+    // The modern node boots under QEMU's software emulation (`node_vm::machine`).
+    measured.emulated = true;
+    Ok(measured)
+}
+
+/// A hard link where the file system allows (the binaries are large), else a copy.
+fn place(from: &Path, to: PathBuf) -> anyhow::Result<()> {
+    std::fs::hard_link(from, &to)
+        .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+        .with_context(|| format!("staging {} as {}", from.display(), to.display()))
+}
