@@ -158,13 +158,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             (args.churn_rounds != churn::ROUNDS)
                 .then(|| format!("--churn-rounds {}", args.churn_rounds)),
         )
-        .chain(args.probe_kernels.iter().map(|k| {
-            format!(
-                "--probe-kernel {}",
-                clap::ValueEnum::to_possible_value(k)
-                    .map_or_else(String::new, |v| v.get_name().to_string())
-            )
-        }))
+        .chain(
+            args.probe_kernels
+                .iter()
+                .map(|k| format!("--probe-kernel {}", k.arg())),
+        )
         .chain(
             args.probe_rounds_cap
                 .iter()

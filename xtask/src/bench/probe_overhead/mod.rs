@@ -5,7 +5,9 @@
 //! continuous run of the workload. Then a
 //! 60 s run at the same full speed with the probes on counts lost events, with the
 //! kernel's BPF statistics on for that run only, so each program's run time per hit
-//! comes from the kernel.
+//! comes from the kernel. Between them, the every-program cost is split into the
+//! kernel's, the programs' and the reader's parts, each a paired series of its own. All
+//! of it runs on this machine's kernel and on the modern node's (`in_node.rs`).
 
 mod in_node;
 mod report;
@@ -741,7 +743,6 @@ fn window(done: &AtomicU64, length: Duration) -> ArmRun {
 
 /// Rounds of `on` against `off` as `rule` takes them, each arm a window onto one
 /// continuous run of the workload.
-#[allow(clippy::too_many_arguments)]
 fn alternate(
     bin: &Path,
     work: &Path,
@@ -952,8 +953,7 @@ impl std::str::FromStr for RoundsCap {
 impl std::fmt::Display for RoundsCap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.kernel {
-            Some(Kernel::Host) => write!(f, "host={}", self.rounds),
-            Some(Kernel::Node) => write!(f, "node={}", self.rounds),
+            Some(k) => write!(f, "{}={}", k.arg(), self.rounds),
             None => write!(f, "{}", self.rounds),
         }
     }
@@ -1004,6 +1004,14 @@ pub fn run(
 }
 
 impl Kernel {
+    /// As `--probe-kernel` takes it.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Kernel::Host => "host",
+            Kernel::Node => "node",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Kernel::Host => "host",

@@ -6,21 +6,9 @@
 use super::super::sequential::{Decision, Verdict};
 use super::{GOAL_LOST, GOAL_NS_PER_HIT};
 
-/// Every goal's result, and by how much a missed one missed. Missed if any goal is, else
-/// undecided if a ratio is, else met.
-#[cfg(test)]
-fn verdict(
-    agent: &Decision,
-    all_on: &Decision,
-    tracepoints_alone: Option<f64>,
-    lost: u64,
-    events: u64,
-    worst: Option<(&str, f64)>,
-) -> String {
-    judged(agent, all_on, tracepoints_alone, lost, events, worst, false).1
-}
-
-/// [`verdict`]'s text, with the verdict it starts with.
+/// Every goal's result, and by how much a missed one missed, after the verdict it starts
+/// with: missed if any goal is, else undecided if a ratio is, else met. On an `emulated`
+/// CPU the run time per hit is shown but not judged.
 pub(super) fn judged(
     agent: &Decision,
     all_on: &Decision,
@@ -95,14 +83,16 @@ mod tests {
 
     #[test]
     fn all_goals_met_is_met_with_every_figure() {
-        let met = verdict(
+        let met = judged(
             &decided(GOAL_RATIO, &[0.995]),
             &decided(GOAL_ALL_RATIO, &[0.985]),
             Some(0.99),
             0,
             5000,
             Some(("sched_process_exec", 420.0)),
-        );
+            false,
+        )
+        .1;
         assert!(
             met.starts_with(
                 "met: the workload in the agent's configuration, met: median ratio 0.995, 95% \
@@ -123,14 +113,16 @@ mod tests {
 
     #[test]
     fn each_missed_goal_is_named_with_by_how_much() {
-        let missed = verdict(
+        let missed = judged(
             &decided(GOAL_RATIO, &[0.95]),
             &decided(GOAL_ALL_RATIO, &[0.93]),
             Some(0.97),
             10,
             990,
             Some(("sys_enter_execve", 1250.0)),
-        );
+            false,
+        )
+        .1;
         assert!(
             missed.starts_with(
                 "missed: the workload in the agent's configuration, missed: median ratio 0.950"
@@ -160,14 +152,16 @@ mod tests {
 
     #[test]
     fn a_ratio_still_straddling_its_line_is_undecided_never_met_or_missed() {
-        let undecided = verdict(
+        let undecided = judged(
             &decided(GOAL_RATIO, &[0.97, 1.01]),
             &decided(GOAL_ALL_RATIO, &[0.99]),
             None,
             0,
             100,
             Some(("x", 10.0)),
-        );
+            false,
+        )
+        .1;
         assert!(
             undecided.starts_with(
                 "undecided: the workload in the agent's configuration, undecided: median \
@@ -180,14 +174,16 @@ mod tests {
             "{undecided}"
         );
         // Another goal missed makes the whole missed; the ratio stays undecided.
-        let lost = verdict(
+        let lost = judged(
             &decided(GOAL_RATIO, &[0.97, 1.01]),
             &decided(GOAL_ALL_RATIO, &[0.99]),
             None,
             1,
             99,
             Some(("x", 10.0)),
-        );
+            false,
+        )
+        .1;
         assert!(
             lost.starts_with(
                 "missed: the workload in the agent's configuration, undecided: median ratio"
@@ -199,37 +195,43 @@ mod tests {
 
     #[test]
     fn at_the_goals_is_met_and_nothing_counted_or_no_rounds_is_not() {
-        let exactly = verdict(
+        let exactly = judged(
             &decided(GOAL_RATIO, &[GOAL_RATIO]),
             &decided(GOAL_ALL_RATIO, &[GOAL_ALL_RATIO]),
             None,
             0,
             1,
             Some(("x", GOAL_NS_PER_HIT)),
-        );
+            false,
+        )
+        .1;
         assert!(exactly.starts_with("met"), "{exactly}");
-        let unknown = verdict(
+        let unknown = judged(
             &decided(GOAL_RATIO, &[1.0]),
             &decided(GOAL_ALL_RATIO, &[1.0]),
             None,
             0,
             1,
             None,
-        );
+            false,
+        )
+        .1;
         assert!(unknown.starts_with("missed: "), "{unknown}");
         assert!(
             unknown.ends_with("; no program run time was counted"),
             "{unknown}"
         );
         let no_rounds = Rule::new(GOAL_ALL_RATIO, 16, 16, 48).decide(&[]);
-        let none = verdict(
+        let none = judged(
             &decided(GOAL_RATIO, &[1.0]),
             &no_rounds,
             None,
             0,
             1,
             Some(("x", 10.0)),
-        );
+            false,
+        )
+        .1;
         assert!(none.starts_with("undecided: "), "{none}");
         assert!(
             none.contains("with every program attached, undecided: median ratio NaN"),
