@@ -98,6 +98,14 @@ pub fn up(paths: &NodeVmPaths) -> anyhow::Result<(machine::VmState, Booted)> {
     Ok((state, Booted::Now))
 }
 
+/// Puts `from` at `to` for staging into the guest: a hard link where the file system
+/// allows (the binaries are large), else a copy.
+pub fn place(from: &std::path::Path, to: PathBuf) -> anyhow::Result<()> {
+    std::fs::hard_link(from, &to)
+        .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+        .with_context(|| format!("staging {} as {}", from.display(), to.display()))
+}
+
 /// Runs `command` in the modern node with the host directory `stage` copied in as
 /// `/opt/<its name>`, and brings the guest path `result` back into `host_dir`: boots the
 /// node for it when it is down and stops it after, and leaves nothing of the stage behind.

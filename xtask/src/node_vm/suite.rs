@@ -393,12 +393,7 @@ fn stage(
     for sub in ["bin", "bpf", "tests"] {
         std::fs::create_dir_all(dir.join(sub))?;
     }
-    // Hard links where the file system allows: the test binaries are large.
-    let place = |from: &Path, to: PathBuf| -> anyhow::Result<()> {
-        std::fs::hard_link(from, &to)
-            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
-            .with_context(|| format!("staging {}", from.display()))
-    };
+    let place = super::place;
     place(podtrace, dir.join("bin/podtrace"))?;
     // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
     // test uses the embedded object instead).

@@ -3,11 +3,12 @@
 //! `xtask bench-probe-overhead` measures there, and what it measured comes back as JSON
 //! for the host to render beside its own.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 
 use super::Measured;
+use crate::node_vm::place;
 
 /// The staged directory's name: `/opt/<it>` in the guest.
 const STAGE: &str = "podtrace-bench";
@@ -67,11 +68,4 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     // The modern node boots under QEMU's software emulation (`node_vm::machine`).
     measured.emulated = true;
     Ok(measured)
-}
-
-/// A hard link where the file system allows (the binaries are large), else a copy.
-fn place(from: &Path, to: PathBuf) -> anyhow::Result<()> {
-    std::fs::hard_link(from, &to)
-        .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
-        .with_context(|| format!("staging {} as {}", from.display(), to.display()))
 }
