@@ -4,6 +4,7 @@ mod bench;
 mod build_ebpf;
 mod demo;
 mod fuzz;
+mod integration;
 mod licences;
 mod node_vm;
 mod record;

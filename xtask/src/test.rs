@@ -5,39 +5,7 @@ use anyhow::bail;
 use xtask::lab::{self, LabPaths};
 
 use crate::ui::Step;
-use crate::{setup, workspace};
-
-/// Integration tests that need no shared lab (some start and stop their own): they run
-/// while the shared lab is down.
-const SELF_MANAGED_LAB_TESTS: &[&str] = &[
-    "lab_lifecycle",
-    "cgroups",
-    "replay",
-    "timeline_cni_failure",
-    "report",
-    "perfetto_native",
-    "diagnose_network",
-];
-/// Integration tests that use the lab this command starts.
-const SHARED_LAB_TESTS: &[&str] = &[
-    "cri_info",
-    "run_pods",
-    "conformance",
-    "pipeline",
-    "agent",
-    "probes",
-    "grpc_probes",
-    "sidecars",
-    "resize",
-    "kernel_events",
-    "timeline",
-    "observe",
-    "diagnose_faults",
-    "crash_safe_trace",
-    "otel_export",
-    // Kills and restarts the lab's containerd: last, in a binary of its own.
-    "fault_containerd",
-];
+use crate::{integration, setup, workspace};
 
 #[derive(Debug, clap::Args)]
 pub struct TestArgs {
@@ -111,27 +79,49 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         eprintln!("the node lab is up; taking it down so the tests start from a clean node");
         lab::down(&paths, &crate::ui::lab_says)?;
     }
-    let integration = |tests: &[&str]| {
-        let mut cmd = workspace::cargo();
-        cmd.args(["test", "--package", workspace::TESTS_PACKAGE]);
-        for t in tests {
-            cmd.args(["--test", t]);
-        }
-        cmd.env("PODTRACE_BIN", &bin)
-            .env("PODTRACE_LAB_DIR", &paths.root)
-            .env("PODTRACE_EXAMPLES", workspace::root().join("examples"));
-        workspace::run(&mut cmd, "integration tests")
-    };
+    // Four binaries, built once; each module then runs on its own.
+    let built = integration::build(&integration::BINARIES.map(|b| b.name))?;
+    let examples = workspace::root().join("examples");
+    let env = [
+        ("PODTRACE_BIN", bin.as_os_str()),
+        ("PODTRACE_LAB_DIR", paths.root.as_os_str()),
+        ("PODTRACE_EXAMPLES", examples.as_os_str()),
+    ];
+    let modules = |b: &'static integration::Binary| b.modules.iter().copied();
 
-    eprintln!("[5/{total}] lab lifecycle tests (each starts and stops its own lab)");
-    integration(SELF_MANAGED_LAB_TESTS)?;
+    eprintln!("[5/{total}] tests without the shared lab (some start and stop a lab of their own)");
+    integration::run_modules(
+        &built,
+        &integration::NO_LAB,
+        modules(&integration::NO_LAB),
+        &env,
+    )?;
+    integration::run_modules(
+        &built,
+        &integration::OWN_LAB,
+        modules(&integration::OWN_LAB),
+        &env,
+    )?;
 
     let step = Step::start(6, total, "starting the node lab");
     lab::up(&paths, &|s| step.say(s))?;
     step.done("up");
     eprintln!("[7/{total}] integration tests on the lab");
     let host_started = std::time::Instant::now();
-    let mut result = integration(SHARED_LAB_TESTS);
+    let mut result = integration::run_modules(
+        &built,
+        &integration::SHARED_LAB,
+        integration::host_modules(&integration::SHARED_LAB),
+        &env,
+    )
+    .and_then(|_| {
+        integration::run_modules(
+            &built,
+            &integration::DESTRUCTIVE,
+            modules(&integration::DESTRUCTIVE),
+            &env,
+        )
+    });
     let mut times = vec![
         ("before the host lab's suite", host_started - started),
         ("the host lab's suite", host_started.elapsed()),

@@ -1,5 +1,5 @@
 //! Hook handlers that need no runtime: httpGet against a local server, sleep, and the
-//! handlers kubelet refuses. Exec hooks run against the lab in `tests/probes.rs`.
+//! handlers kubelet refuses. Exec hooks run against the lab in `tests/shared_lab/probes.rs`.
 
 use std::time::{Duration, Instant};
 

@@ -13,9 +13,9 @@ use xtask::lab::{self, LabPaths, LabState};
 use super::machine::VmState;
 use super::ssh::Guest;
 use super::{Booted, NodeVmPaths, recipe};
-use crate::workspace;
+use crate::{integration, workspace};
 
-/// The tests run in the guest: (test target, test names; empty = all of them).
+/// The tests run in the guest: (module of a test binary, test names; empty = all of them).
 pub const GUEST_TESTS: &[(&str, &[&str])] = &[
     ("modern_node", &[]),
     (
@@ -97,7 +97,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
 /// with the guest's socket served by containerd 1.7: what podtrace reads from the runtime
 /// (cri info), the example pods, the five-pod timeline, and OTLP export without runtime
 /// spans from the CRI calls. (The observer's polling, what it does on 1.x, is tested on
-/// the host lab: `tests/observe.rs`.)
+/// the host lab: `tests/shared_lab/observe.rs`.)
 pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
     (
         "modern_node",
@@ -118,7 +118,50 @@ pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
 ];
 
 /// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
-const CRI_POD_CLIENT: &str = "cri-pod-client";
+const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
+
+/// What runs in the guest: the built test binaries, and the tests of each module chosen
+/// from them, for the reference runtime and then the compatibility one.
+struct Suite<'a> {
+    built: &'a integration::Built,
+    reference: Vec<Planned>,
+    compat: Vec<Planned>,
+}
+
+/// One module's run: its binary and the libtest arguments that choose its tests.
+struct Planned {
+    module: &'static str,
+    binary: &'static str,
+    args: Vec<String>,
+}
+
+/// The runs of `tests` (module, test names; empty = all of them), from the built binaries'
+/// own lists: a name a binary does not have fails here, on the host, before the boot.
+fn plan(
+    built: &integration::Built,
+    tests: &[(&'static str, &'static [&'static str])],
+) -> anyhow::Result<Vec<Planned>> {
+    let mut listed: Vec<(&'static str, Vec<String>)> = Vec::new();
+    let mut planned = Vec::new();
+    for (module, names) in tests {
+        let binary = integration::binary_of(module)
+            .with_context(|| format!("the guest's test {module} is in no test binary"))?
+            .name;
+        if !listed.iter().any(|(b, _)| *b == binary) {
+            listed.push((binary, integration::list(built.executable(binary)?)?));
+        }
+        let (_, all) = listed
+            .iter()
+            .find(|(b, _)| *b == binary)
+            .expect("listed just above");
+        planned.push(Planned {
+            module,
+            binary,
+            args: integration::selection(all, module, names)?,
+        });
+    }
+    Ok(planned)
+}
 
 /// Tells the tests in the guest which containerd serves the node: `2` (the reference) or
 /// `1.7` (the compatibility runtime).
@@ -170,8 +213,28 @@ pub fn run_on_lab(
         .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
         .copied()
         .collect();
-    let binaries = build_test_binaries(&tests)?;
-    let report = with_guest(paths, lab_paths, &podtrace, &probes, &binaries)?;
+    let mut needed: Vec<&'static str> = Vec::new();
+    for (module, _) in &tests {
+        let binary = integration::binary_of(module)
+            .with_context(|| format!("the guest's test {module} is in no test binary"))?;
+        if !needed.contains(&binary.name) {
+            needed.push(binary.name);
+        }
+    }
+    let built = integration::build(&needed)?;
+    let reference = plan(&built, &tests)?;
+    let compat: Vec<(&'static str, &'static [&'static str])> = COMPAT_TESTS
+        .iter()
+        .filter(|(t, _)| tests.iter().any(|(m, _)| m == t))
+        .copied()
+        .collect();
+    let compat = plan(&built, &compat)?;
+    let suite = Suite {
+        built: &built,
+        reference,
+        compat,
+    };
+    let report = with_guest(paths, lab_paths, &podtrace, &probes, &suite)?;
     report.print();
     eprintln!(
         "modern-node suite: {} of {} test binaries passed in {:.0} s (boot {:.0} s)",
@@ -229,11 +292,11 @@ fn with_guest(
     lab_paths: &LabPaths,
     podtrace: &Path,
     probes: &Path,
-    binaries: &[(&'static str, PathBuf)],
+    suite: &Suite,
 ) -> anyhow::Result<Report> {
     eprintln!("node-vm [2/4] the modern node");
     let (state, booted) = super::up(paths)?;
-    let result = in_guest(&state, paths, lab_paths, podtrace, probes, binaries);
+    let result = in_guest(&state, paths, lab_paths, podtrace, probes, suite);
     if booted == Booted::Now {
         super::down(paths, false)?;
     }
@@ -246,24 +309,19 @@ fn in_guest(
     lab_paths: &LabPaths,
     podtrace: &Path,
     probes: &Path,
-    binaries: &[(&'static str, PathBuf)],
+    suite: &Suite,
 ) -> anyhow::Result<Report> {
     let guest = state.guest(paths);
     eprintln!("node-vm [3/4] copying podtrace, the probes, the tests and the examples in");
-    let stage = stage(podtrace, probes, binaries)?;
+    let stage = stage(podtrace, probes, suite.built)?;
     guest.check(&format!("rm -rf {WORK}"))?;
     guest.copy_in(&[stage], "/opt")?;
     install_lab_profile(&guest, lab_paths, recipe::REFERENCE_UNIT)?;
 
     eprintln!("node-vm [4/4] the suite, in the guest");
     let mut runs = Vec::new();
-    run_tests(&guest, GUEST_TESTS, binaries, "2", &mut runs)?;
-    let compat: Vec<(&'static str, &'static [&'static str])> = COMPAT_TESTS
-        .iter()
-        .filter(|(t, _)| binaries.iter().any(|(b, _)| b == t))
-        .copied()
-        .collect();
-    if !compat.is_empty() {
+    run_tests(&guest, &suite.reference, "2", &mut runs)?;
+    if !suite.compat.is_empty() {
         eprintln!("--- switching the node's runtime to containerd 1.7 (compatibility suite)");
         // Type=notify: `start` returns once containerd 1.7 serves its socket.
         guest.check(&format!(
@@ -272,7 +330,7 @@ fn in_guest(
             compat_unit = recipe::COMPAT_UNIT
         ))?;
         install_lab_profile(&guest, lab_paths, recipe::COMPAT_UNIT)?;
-        let switched = run_tests(&guest, &compat, binaries, "1.7", &mut runs);
+        let switched = run_tests(&guest, &suite.compat, "1.7", &mut runs);
         // Back to the reference runtime, so a guest left up serves what it booted with.
         guest.check(&format!(
             "systemctl stop {compat_unit} && systemctl start {ref_unit}",
@@ -291,37 +349,36 @@ fn in_guest(
     })
 }
 
-/// Runs `tests` in the guest against the runtime `runtime` names ([`RUNTIME_ENV`]).
+/// Runs `planned` in the guest against the runtime `runtime` names ([`RUNTIME_ENV`]).
 fn run_tests(
     guest: &Guest,
-    tests: &[(&'static str, &'static [&'static str])],
-    binaries: &[(&'static str, PathBuf)],
+    planned: &[Planned],
     runtime: &'static str,
     runs: &mut Vec<Run>,
 ) -> anyhow::Result<()> {
     let port = registry_port();
-    for (test, names) in tests {
-        if !binaries.iter().any(|(t, _)| t == test) {
-            continue;
-        }
-        let mut cmd = vec![
-            format!("{WORK}/tests/{test}"),
+    for p in planned {
+        let cmd: Vec<String> = [
+            format!("{WORK}/tests/{}", p.binary),
             "--test-threads=1".to_string(),
-        ];
-        if !names.is_empty() {
-            cmd.push("--exact".into());
-            cmd.extend(names.iter().map(|n| n.to_string()));
-        }
+        ]
+        .into_iter()
+        .chain(p.args.iter().cloned())
+        .collect();
         let script = format!(
             "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             cmd = super::ssh::join_args(&cmd)?
         );
-        eprintln!("--- {test} (in the guest, containerd {runtime})");
+        eprintln!(
+            "--- {} ({} tests, in the guest, containerd {runtime})",
+            p.module,
+            p.args.len() - 1
+        );
         let t = Instant::now();
         let status = guest.exec(&script, Some(port))?;
         runs.push(Run {
-            test,
+            test: p.module,
             runtime,
             ok: status.success(),
             seconds: t.elapsed().as_secs_f64(),
@@ -330,62 +387,8 @@ fn run_tests(
     Ok(())
 }
 
-/// `cargo test --no-run` for the guest's test targets; their executables by target name.
-fn build_test_binaries(
-    tests: &[(&'static str, &'static [&'static str])],
-) -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
-    let mut cmd = workspace::cargo();
-    cmd.args([
-        "test",
-        "--package",
-        workspace::TESTS_PACKAGE,
-        "--no-run",
-        "--message-format=json",
-    ]);
-    for (test, _) in tests {
-        cmd.args(["--test", test]);
-    }
-    let out = cmd
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("cargo test --no-run")?;
-    if !out.status.success() {
-        bail!("building the test binaries failed ({})", out.status);
-    }
-    let mut found = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let (Some(name), Some(exe)) = (msg["target"]["name"].as_str(), msg["executable"].as_str())
-        else {
-            continue;
-        };
-        if let Some((test, _)) = tests.iter().find(|(t, _)| *t == name)
-            && msg["target"]["kind"][0] == "test"
-        {
-            found.push((*test, PathBuf::from(exe)));
-        }
-        // The test package's own programs the tests run (cargo builds them with the
-        // tests): staged beside the test binaries.
-        if name == CRI_POD_CLIENT && msg["target"]["kind"][0] == "bin" {
-            found.push((CRI_POD_CLIENT, PathBuf::from(exe)));
-        }
-    }
-    for (test, _) in tests {
-        if !found.iter().any(|(t, _)| t == test) {
-            bail!("cargo built no executable for the test {test}");
-        }
-    }
-    Ok(found)
-}
-
 /// `target/node-vm/podtrace`: what goes to the guest's /opt/podtrace.
-fn stage(
-    podtrace: &Path,
-    probes: &Path,
-    binaries: &[(&'static str, PathBuf)],
-) -> anyhow::Result<PathBuf> {
+fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::Result<PathBuf> {
     let dir = workspace::target_dir().join("node-vm").join("podtrace");
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
@@ -398,9 +401,13 @@ fn stage(
     // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
     // test uses the embedded object instead).
     place(probes, dir.join("bpf/podtrace-probes.o"))?;
-    for (test, exe) in binaries {
-        place(exe, dir.join("tests").join(test))?;
+    for (binary, exe) in &built.binaries {
+        place(exe, dir.join("tests").join(binary))?;
     }
+    place(
+        &built.cri_pod_client,
+        dir.join("tests").join(CRI_POD_CLIENT),
+    )?;
     let examples = workspace::root().join("examples");
     let status = std::process::Command::new("cp")
         .arg("-r")

@@ -267,7 +267,7 @@ fn beside_two_clients(learn: Learn) {
     // Every line is a record the published schema allows.
     // Built in: the modern node's guest has the test binary, not the workspace.
     let schema: Value =
-        serde_json::from_str(include_str!("../docs/trace-format.schema.json")).unwrap();
+        serde_json::from_str(include_str!("../../docs/trace-format.schema.json")).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     for (n, line) in std::fs::read_to_string(&trace).unwrap().lines().enumerate() {
         let record: Value = serde_json::from_str(line).expect("a JSON line");

@@ -1,0 +1,41 @@
+//! Integration tests against the lab `cargo xtask test` starts (and, for the modules the
+//! modern-node suite names, inside its QEMU guest). Each module runs on its own, one
+//! after another (`xtask/src/integration.rs`): the probe tests see every exec on the node,
+//! so no other module's pods may run beside them.
+
+/// `podtrace run` as an agent: back-off, pull recovery, edits, deletion, adoption,
+/// housekeeping, hooks, readiness, liveness, invalid manifests.
+mod agent;
+/// Real-world-shaped manifests: the security context and namespaces the runtime applied,
+/// seen from inside the container, and kubelet's refusals.
+mod conformance;
+/// A trace cut short by a crash or a full disk keeps what was recorded.
+mod crash_safe_trace;
+/// What `podtrace cri info` reads from the runtime.
+mod cri_info;
+/// `podtrace diagnose` against the live agent: missing image, crash on start, healthy.
+mod diagnose_faults;
+/// gRPC liveness probes against a health server in the pod.
+mod grpc_probes;
+/// Loads the eBPF probes (root); the sandbox test uses the lab.
+mod kernel_events;
+/// Runs inside the modern node's guest (`cargo xtask node-vm test`), not on the host.
+mod modern_node;
+/// `podtrace observe` beside other CRI clients (cri-pod-client, a second podtrace); loads
+/// the probes.
+mod observe;
+/// OTLP export of pod startups to a test receiver, with the runtime's spans where it
+/// traces.
+mod otel_export;
+/// Init order, failing init, pull Never, admission, hostNetwork.
+mod pipeline;
+/// Exec, HTTP, TCP and sleep probes and hooks.
+mod probes;
+/// In-place pod resize: NotRequired, RestartContainer, infeasible.
+mod resize;
+/// The example pods and bad input to `podtrace run`.
+mod run_pods;
+/// Sidecars (restartable init containers): startup order, restarts, termination order.
+mod sidecars;
+/// Per-pod stage timelines on the lab (loads the probes).
+mod timeline;
