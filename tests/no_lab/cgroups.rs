@@ -9,48 +9,53 @@ use std::process::{Child, Command};
 use podtrace::cm::{CgroupDriver, CgroupLayout, CmError, PodContainerManager, cgroup_dir};
 use podtrace::config::load_paths;
 use podtrace::kubelet::qos::{QosClass, pod_qos};
+use xtask::lab::IMAGE_APP;
 
-const PODS: &str = r#"
+fn pods_yaml() -> String {
+    format!(
+        r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: guaranteed}
+metadata: {{name: guaranteed}}
 spec:
   terminationGracePeriodSeconds: 2
   initContainers:
   - name: setup
-    image: 127.0.0.1:5000/podtrace/app:1.0
-    resources: {limits: {cpu: 100m, memory: 32Mi}}
+    image: {IMAGE_APP}
+    resources: {{limits: {{cpu: 100m, memory: 32Mi}}}}
   containers:
   - name: app
-    image: 127.0.0.1:5000/podtrace/app:1.0
-    resources: {limits: {cpu: 250m, memory: 64Mi}}
+    image: {IMAGE_APP}
+    resources: {{limits: {{cpu: 250m, memory: 64Mi}}}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: burstable}
+metadata: {{name: burstable}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: limited
-    image: 127.0.0.1:5000/podtrace/app:1.0
+    image: {IMAGE_APP}
     resources:
-      requests: {cpu: 100m}
-      limits: {cpu: 200m, memory: 128Mi}
+      requests: {{cpu: 100m}}
+      limits: {{cpu: 200m, memory: 128Mi}}
   - name: cpu-unlimited
-    image: 127.0.0.1:5000/podtrace/app:1.0
+    image: {IMAGE_APP}
     resources:
-      requests: {cpu: 50m}
-      limits: {memory: 32Mi}
+      requests: {{cpu: 50m}}
+      limits: {{memory: 32Mi}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: besteffort}
+metadata: {{name: besteffort}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: app
-    image: 127.0.0.1:5000/podtrace/app:1.0
-"#;
+    image: {IMAGE_APP}
+"#
+    )
+}
 
 const MI: i64 = 1024 * 1024;
 
@@ -145,7 +150,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 fn pods() -> Vec<podtrace::config::StaticPod> {
     let dir = tempfile::tempdir().unwrap();
-    for (i, doc) in podtrace_tests::documents(PODS).iter().enumerate() {
+    for (i, doc) in podtrace_tests::documents(&pods_yaml()).iter().enumerate() {
         std::fs::write(dir.path().join(format!("pod-{i}.yaml")), doc).unwrap();
     }
     let (pods, errors) = load_paths(&[dir.path().to_path_buf()], NODE);

@@ -21,7 +21,8 @@ use podtrace_tests::agent::{Agent, phase};
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::{Scratch, ip_in_subnet, lab, podtrace_bin, stderr};
 use xtask::lab::{
-    LabOptions, LabPaths, POD_SUBNET, ResidueSnapshot, UpOutcome, down, snapshot_residue, up_with,
+    IMAGE_APP, LabOptions, LabPaths, POD_SUBNET, ResidueSnapshot, UpOutcome, down,
+    snapshot_residue, up_with,
 };
 
 /// One lab at a time: they share the lab root and the registry's port.
@@ -68,7 +69,7 @@ impl Drop for OwnLab {
 
 fn pod_yaml(name: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: app, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"
     )
 }
 

@@ -7,7 +7,9 @@ use std::net::TcpListener;
 use std::sync::Mutex;
 
 use podtrace_tests::{Scratch, lab, pod, stderr};
-use xtask::lab::{CONTAINERD_ENV, UpOutcome, down, snapshot_residue, status, up};
+use xtask::lab::{
+    CONTAINERD_ENV, IMAGE_APP, REGISTRY_ADDR, UpOutcome, down, snapshot_residue, status, up,
+};
 
 /// The lab is one per machine (port 5000, one bridge): these tests take turns.
 static ONE_LAB: Mutex<()> = Mutex::new(());
@@ -46,7 +48,7 @@ fn down_leaves_nothing_even_with_pods_still_running() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "left.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: left-a}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600'], ports: [{containerPort: 80, hostPort: 18080}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: left-b}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: left-a}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600'], ports: [{{containerPort: 80, hostPort: 18080}}]}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: left-b}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
@@ -75,7 +77,7 @@ fn down_leaves_nothing_even_with_pods_still_running() {
 fn busy_registry_port_is_a_clear_error_and_nothing_is_left() {
     let _turn = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let paths = lab();
-    let holder = TcpListener::bind("127.0.0.1:5000").expect("port 5000 is free before the test");
+    let holder = TcpListener::bind(REGISTRY_ADDR).expect("port 5000 is free before the test");
     let before = snapshot_residue(&paths);
     let err = match up(&paths, &quiet) {
         Ok(_) => panic!("up succeeded with port 5000 taken"),
@@ -104,7 +106,7 @@ fn a_lab_whose_containerd_was_killed_is_cleaned_up_by_the_next_up() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "stale.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: stale}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: stale}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));

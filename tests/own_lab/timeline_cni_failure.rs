@@ -9,7 +9,7 @@ use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
 use podtrace_tests::{Scratch, lab, pod, podtrace_bin, stderr, stdout};
-use xtask::lab::{LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
+use xtask::lab::{IMAGE_APP, LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
 
 /// Takes the lab down when the test ends, passed or not.
 struct OwnLab(LabPaths);
@@ -47,7 +47,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "fail.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: cni-fails, namespace: default}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: cni-fails, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let trace_path = scratch.path().join("fail.jsonl");
     // The agent retries the sandbox with back-off, as kubelet does; a few attempts are

@@ -10,6 +10,8 @@ use podtrace_tests::{Scratch, require_lab, runtime_objects};
 
 use xtask::lab::IMAGE_APP as APP;
 use xtask::lab::IMAGE_BIG10 as BIG10;
+use xtask::lab::IMAGE_BIG50 as BIG50;
+use xtask::lab::REGISTRY_ADDR;
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn pod_yaml(name: &str, containers: &str) -> String {
@@ -154,7 +156,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
 #[test]
 fn image_pull_back_off_recovers_once_the_image_is_pushed() {
     require_lab();
-    let image = format!("127.0.0.1:5000/podtrace/late-{}:1.0", std::process::id());
+    let image = format!("{REGISTRY_ADDR}/podtrace/late-{}:1.0", std::process::id());
     let agent = Agent::start(
         "latepush",
         &["--backoff-initial", "1s", "--backoff-max", "2s"],
@@ -301,7 +303,7 @@ fn an_agent_killed_mid_creation_adopts_its_pod_without_a_second_sandbox() {
         "slow.yaml",
         &pod_yaml(
             "adoptee",
-            "  - {name: c, image: 127.0.0.1:5000/podtrace/big50:1.0, imagePullPolicy: Always, command: [sleep, '3600']}\n",
+            &format!("  - {{name: c, image: {BIG50}, imagePullPolicy: Always, command: [sleep, '3600']}}\n"),
         ),
     );
     let p = agent.wait_pod("adoptee", "sandbox created", MINUTE, |p| {

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 
 use podtrace_tests::{podtrace, podtrace_with_env, require_lab, stderr, stdout};
+use xtask::lab::IMAGE_APP;
 
 #[test]
 fn lab_runtime_is_ready_with_network() {
@@ -264,7 +265,7 @@ fn a_cgroup_driver_nobody_names_is_exit_2_naming_what_the_runtime_said() {
     let manifest = dir.path().join("pod.yaml");
     std::fs::write(
         &manifest,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-driver}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0}\n",
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: no-driver}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}}}\n"),
     )
     .unwrap();
     let root = dir.path().join("root");

@@ -10,32 +10,37 @@ use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
 use podtrace_tests::agent::Agent;
 use podtrace_tests::ebpf::{require_probes, serial};
 use podtrace_tests::{ip_in_subnet, podtrace_bin, require_lab, static_name, stderr, stdout};
+use xtask::lab::{IMAGE_APP, REGISTRY_ADDR};
 
-const PODS: &str = "\
+fn pods() -> String {
+    format!(
+        "\
 apiVersion: v1
 kind: Pod
-metadata: {name: diag-healthy}
+metadata: {{name: diag-healthy}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
-  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}
+  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: diag-no-image}
+metadata: {{name: diag-no-image}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
-  - {name: app, image: 127.0.0.1:5000/podtrace/not-pushed:1.0, command: [sleep, '3600']}
+  - {{name: app, image: {REGISTRY_ADDR}/podtrace/not-pushed:1.0, command: [sleep, '3600']}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: diag-crash}
+metadata: {{name: diag-crash}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
-  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0, command: [/bin/sh, -c, 'echo crashing; exit 3']}
-";
+  - {{name: app, image: {IMAGE_APP}, command: [/bin/sh, -c, 'echo crashing; exit 3']}}
+"
+    )
+}
 
 /// `podtrace diagnose -o json` against the agent; exit code 1 (a pod has a problem) is
 /// an answer too.
@@ -79,7 +84,7 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
             "2s",
         ],
     );
-    agent.write("pods.yaml", PODS);
+    agent.write("pods.yaml", &pods());
     let expected = [
         ("diag-healthy", Cause::Healthy),
         ("diag-no-image", Cause::ImagePullFailed),

@@ -10,6 +10,7 @@ use podtrace_tests::agent::{Agent, container, container_pids, phase};
 use podtrace_tests::require_lab;
 
 use xtask::lab::IMAGE_APP as APP;
+use xtask::lab::REGISTRY_ADDR;
 const MINUTE: Duration = Duration::from_secs(60);
 const PORT: u16 = 9000;
 
@@ -58,7 +59,7 @@ fn a_grpc_liveness_probe_passes_then_restarts_the_container_when_not_serving() {
         &["--backoff-initial", "1s", "--backoff-max", "2s"],
     );
     // The lab's busybox base with this crate's health server in it.
-    let image = format!("127.0.0.1:5000/podtrace/grpc-{}:1.0", std::process::id());
+    let image = format!("{REGISTRY_ADDR}/podtrace/grpc-{}:1.0", std::process::id());
     xtask::lab::push_program_image(
         &agent.scratch.path().join("image"),
         &image,

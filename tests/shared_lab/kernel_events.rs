@@ -10,6 +10,7 @@ use podtrace::ebpf::now_ktime_ns;
 use podtrace_tests::ebpf::{Watched, Watcher, require_probes, serial};
 use podtrace_tests::{Scratch, pod, podtrace_bin, require_lab, runtime_objects, stderr};
 use serde_json::Value;
+use xtask::lab::IMAGE_APP;
 
 const POD: &str = "kernel-events-pod";
 const CNI_PLUGINS: [&str; 4] = ["loopback", "bridge", "host-local", "portmap"];
@@ -35,7 +36,7 @@ fn a_sandbox_is_seen_from_the_kernel() {
     let manifest = scratch.manifest(
         "pod.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {POD}, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {POD}, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"
         ),
     );
     let watcher = Watcher::start(&[]);

@@ -11,7 +11,7 @@ use podtrace_tests::{
     Scratch, ip_in_subnet, pod, podtrace, require_lab, runtime_objects, runtime_objects_labelled,
     stderr, stdout,
 };
-use xtask::lab::POD_SUBNET;
+use xtask::lab::{IMAGE_APP, POD_SUBNET};
 
 const CGROUP_FS: &str = "/sys/fs/cgroup";
 /// Where containerd (without `netns_mounts_under_state_dir`) mounts pod namespaces.
@@ -103,40 +103,44 @@ fn cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2() {
 /// kubelet and runc use now, ceil(10^((l^2 + 125 l) / 612 - 7/34)) with l = log2(shares),
 /// so 1024 shares is weight 100 (256 -> 35, 102 -> 17, 2 -> 1); cpu.max quota = milliCPU *
 /// 100 per 100 ms period; memory.max = the sum of the limits.
-const QOS_PODS: &str = r#"apiVersion: v1
+fn qos_pods() -> String {
+    format!(
+        r#"apiVersion: v1
 kind: Pod
-metadata: {name: qos-guaranteed}
+metadata: {{name: qos-guaranteed}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: c
-    image: 127.0.0.1:5000/podtrace/app:1.0
+    image: {IMAGE_APP}
     command: [sleep, "3600"]
     resources:
-      requests: {cpu: 250m, memory: 64Mi}
-      limits: {cpu: 250m, memory: 64Mi}
+      requests: {{cpu: 250m, memory: 64Mi}}
+      limits: {{cpu: 250m, memory: 64Mi}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: qos-burstable}
+metadata: {{name: qos-burstable}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: c
-    image: 127.0.0.1:5000/podtrace/app:1.0
+    image: {IMAGE_APP}
     command: [sleep, "3600"]
     resources:
-      requests: {cpu: 100m}
-      limits: {memory: 128Mi}
+      requests: {{cpu: 100m}}
+      limits: {{memory: 128Mi}}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: qos-besteffort}
+metadata: {{name: qos-besteffort}}
 spec:
   terminationGracePeriodSeconds: 2
   containers:
-  - {name: c, image: "127.0.0.1:5000/podtrace/app:1.0", command: [sleep, "3600"]}
-"#;
+  - {{name: c, image: "{IMAGE_APP}", command: [sleep, "3600"]}}
+"#
+    )
+}
 
 /// (pod, QoS slice below the root, cpu.weight, cpu.max, memory.max)
 const EXPECTED: [(&str, Option<&str>, &str, &str, &str); 3] = [
@@ -228,7 +232,7 @@ fn units_of(uid: &str) -> Vec<String> {
 fn qos_pods_get_kubelets_slices_and_limits_and_leave_nothing_behind() {
     require_modern_node();
     let scratch = Scratch::new();
-    let manifest = scratch.manifest("qos.yaml", QOS_PODS);
+    let manifest = scratch.manifest("qos.yaml", &qos_pods());
     let netns_before = netns_entries();
     // A root of the test's own, so other pods' slices do not count.
     let root = "ptqos";
@@ -330,7 +334,7 @@ fn a_slice_systemd_refuses_is_exit_2_and_creates_nothing() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pod.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: refused-slice}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: refused-slice}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let root_dir = scratch.root_dir().display().to_string();
     let out = podtrace(&[

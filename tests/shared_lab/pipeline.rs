@@ -5,6 +5,7 @@
 use podtrace_tests::{Scratch, pod, require_lab, runtime_objects, stderr};
 
 use xtask::lab::IMAGE_APP as APP;
+use xtask::lab::REGISTRY_ADDR;
 
 #[test]
 fn init_containers_run_one_at_a_time_in_order() {
@@ -130,7 +131,7 @@ fn pull_policy_never_with_a_missing_image_is_err_image_never_pull() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "never.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: never-pull}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/not-pulled:1.0, imagePullPolicy: Never}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: never-pull}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podtrace/not-pulled:1.0, imagePullPolicy: Never}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -138,7 +139,9 @@ fn pull_policy_never_with_a_missing_image_is_err_image_never_pull() {
     assert_eq!(p["reason"], "ErrImageNeverPull", "{p:#}");
     assert_eq!(
         p["message"],
-        "Container image \"127.0.0.1:5000/podtrace/not-pulled:1.0\" is not present with pull policy of Never"
+        format!(
+            "Container image \"{REGISTRY_ADDR}/podtrace/not-pulled:1.0\" is not present with pull policy of Never"
+        )
     );
     // Nothing was pulled.
     assert!(

@@ -20,6 +20,7 @@ use podtrace::prober::{
 use podtrace::queues::{self, Queue, QueueStats};
 use podtrace_tests::{Scratch, lab_cri, pod, require_lab, stderr};
 use tokio::sync::mpsc;
+use xtask::lab::IMAGE_APP;
 
 /// busybox httpd serving /tmp on a named port, plus a literal env var for `$(VAR)`.
 /// JSON, which is YAML for podtrace and parses straight into a `Pod` here.
@@ -30,7 +31,7 @@ fn manifest(name: &str) -> String {
         "metadata": {"name": name},
         "spec": {"terminationGracePeriodSeconds": 2, "containers": [{
             "name": "app",
-            "image": "127.0.0.1:5000/podtrace/app:1.0",
+            "image": IMAGE_APP,
             "command": ["/bin/sh", "-c",
                 "echo hi > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
             "env": [{"name": "GREETING", "value": "hello"}],

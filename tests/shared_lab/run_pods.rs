@@ -5,7 +5,7 @@
 use podtrace_tests::{
     Scratch, examples_dir, ip_in_subnet, pod, require_lab, runtime_objects, stderr,
 };
-use xtask::lab::POD_SUBNET;
+use xtask::lab::{IMAGE_APP, POD_SUBNET, REGISTRY_ADDR};
 
 #[test]
 fn example_pods_reach_running_with_lab_ips_and_clean_up() {
@@ -63,21 +63,23 @@ fn containers_see_their_pod_ip_through_field_refs_and_share_an_empty_dir() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "ip.yaml",
-        r#"apiVersion: v1
+        &format!(
+            r#"apiVersion: v1
 kind: Pod
-metadata: {name: reports-ip}
+metadata: {{name: reports-ip}}
 spec:
   terminationGracePeriodSeconds: 2
-  volumes: [{name: out, emptyDir: {}}]
+  volumes: [{{name: out, emptyDir: {{}}}}]
   containers:
   - name: writer
-    image: 127.0.0.1:5000/podtrace/app:1.0
+    image: {IMAGE_APP}
     command: ["/bin/sh", "-c", "echo $(MY_IP) $(MY_NODE) > /out/ip; exec sleep 3600"]
     env:
-    - {name: MY_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
-    - {name: MY_NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}
-    volumeMounts: [{name: out, mountPath: /out}]
-"#,
+    - {{name: MY_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
+    - {{name: MY_NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}
+    volumeMounts: [{{name: out, mountPath: /out}}]
+"#
+        ),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--node-name", "lab-node"]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
@@ -128,7 +130,7 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
     let not_pod = bad_yaml.with_file_name("b-service.yaml");
     std::fs::write(
         &not_pod,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: good-one}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: good-one}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: s}}\n"),
     )
     .unwrap();
     let no_image = scratch.manifest(
@@ -185,7 +187,7 @@ fn a_missing_image_fails_that_pod_only() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pods.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: missing-image}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/does-not-exist:1.0}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: fine}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: missing-image}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podtrace/does-not-exist:1.0}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: fine}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -213,7 +215,7 @@ fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pod.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: no-cni-dir}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {name: c, image: 127.0.0.1:5000/podtrace/app:1.0, command: [sleep, '3600']}\n",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: no-cni-dir}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let root = scratch.root_dir().display().to_string();
     let out = podtrace_tests::podtrace(&[

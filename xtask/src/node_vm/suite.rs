@@ -237,7 +237,7 @@ pub fn run_on_lab(
     let report = with_guest(paths, lab_paths, &podtrace, &probes, &suite)?;
     report.print();
     eprintln!(
-        "modern-node suite: {} of {} test binaries passed in {:.0} s (boot {:.0} s)",
+        "modern-node suite: {} of {} test runs passed in {:.0} s (boot {:.0} s)",
         report.passed(),
         report.runs.len(),
         started.elapsed().as_secs_f64(),
