@@ -130,6 +130,12 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 "peak RSS before any pod (VmHWM after loading the probes)",
                 format!("{:.1} MiB", mib(idle_hwm)),
             ),
+            // Tells the probes' load from the burst of creating the pods: whichever of the
+            // two is higher is the run's peak until the cleanup.
+            Figure::new(
+                &format!("peak RSS by the time {PODS} pods were Running (VmHWM then)"),
+                format!("{:.1} MiB", mib(busy_hwm)),
+            ),
             Figure::new(
                 "RSS after cleanup",
                 format!("{:.1} MiB", mib(max(&after_rss))),
