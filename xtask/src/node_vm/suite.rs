@@ -120,6 +120,29 @@ pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
 /// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
 const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
 
+/// The suite's modules `only` names (all of them when it is empty), or which name is not
+/// one.
+fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'static str])>> {
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !GUEST_TESTS.iter().any(|(t, _)| t == o))
+    {
+        bail!(
+            "--only {unknown}: not a test of the suite (it has {})",
+            GUEST_TESTS
+                .iter()
+                .map(|(t, _)| *t)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(GUEST_TESTS
+        .iter()
+        .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
+        .copied()
+        .collect())
+}
+
 /// What runs in the guest: the built test binaries, and the tests of each module chosen
 /// from them, for the reference runtime and then the compatibility one.
 struct Suite<'a> {
@@ -171,6 +194,8 @@ pub const RUNTIME_ENV: &str = "PODTRACE_NODE_RUNTIME";
 const WORK: &str = recipe::GUEST_WORK_DIR;
 
 pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
+    // A name that is not in the suite fails before anything starts.
+    selected(only)?;
     // The guest's registry is the host lab's.
     let lab_paths = LabPaths::from_env();
     let lab_was_up = lab_paths.state_file().exists();
@@ -195,24 +220,7 @@ pub fn run_on_lab(
     eprintln!("node-vm [1/4] building podtrace and the test binaries");
     let podtrace = workspace::build_podtrace(true)?;
     let probes = crate::build_ebpf::run()?;
-    if let Some(unknown) = only
-        .iter()
-        .find(|o| !GUEST_TESTS.iter().any(|(t, _)| t == o))
-    {
-        bail!(
-            "--only {unknown}: not a test of the suite (it has {})",
-            GUEST_TESTS
-                .iter()
-                .map(|(t, _)| *t)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    let tests: Vec<(&'static str, &'static [&'static str])> = GUEST_TESTS
-        .iter()
-        .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
-        .copied()
-        .collect();
+    let tests = selected(only)?;
     let mut needed: Vec<&'static str> = Vec::new();
     for (module, _) in &tests {
         let binary = integration::binary_of(module)
