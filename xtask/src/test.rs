@@ -87,41 +87,18 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         ("PODTRACE_LAB_DIR", paths.root.as_os_str()),
         ("PODTRACE_EXAMPLES", examples.as_os_str()),
     ];
-    let modules = |b: &'static integration::Binary| b.modules.iter().copied();
 
     eprintln!("[5/{total}] tests without the shared lab (some start and stop a lab of their own)");
-    integration::run_modules(
-        &built,
-        &integration::NO_LAB,
-        modules(&integration::NO_LAB),
-        &env,
-    )?;
-    integration::run_modules(
-        &built,
-        &integration::OWN_LAB,
-        modules(&integration::OWN_LAB),
-        &env,
-    )?;
+    integration::run_on_host(&built, &integration::NO_LAB, &env)?;
+    integration::run_on_host(&built, &integration::OWN_LAB, &env)?;
 
     let step = Step::start(6, total, "starting the node lab");
     lab::up(&paths, &|s| step.say(s))?;
     step.done("up");
     eprintln!("[7/{total}] integration tests on the lab");
     let host_started = std::time::Instant::now();
-    let mut result = integration::run_modules(
-        &built,
-        &integration::SHARED_LAB,
-        integration::host_modules(&integration::SHARED_LAB),
-        &env,
-    )
-    .and_then(|_| {
-        integration::run_modules(
-            &built,
-            &integration::DESTRUCTIVE,
-            modules(&integration::DESTRUCTIVE),
-            &env,
-        )
-    });
+    let mut result = integration::run_on_host(&built, &integration::SHARED_LAB, &env)
+        .and_then(|_| integration::run_on_host(&built, &integration::DESTRUCTIVE, &env));
     let mut times = vec![
         ("before the host lab's suite", host_started - started),
         ("the host lab's suite", host_started.elapsed()),
