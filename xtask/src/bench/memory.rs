@@ -47,7 +47,26 @@ pub fn sample(pid: u32) -> anyhow::Result<(Vec<u64>, u64)> {
     Ok((rss, hwm))
 }
 
+/// What one run of the benchmark read from /proc/<pid>/status, in KiB, and its times.
+struct Memory {
+    idle_rss: Vec<u64>,
+    idle_hwm: u64,
+    busy_rss: Vec<u64>,
+    busy_hwm: u64,
+    busy_file: u64,
+    busy_anon: u64,
+    after_rss: Vec<u64>,
+    after_hwm: u64,
+    took: Duration,
+    cleanup: Duration,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+/// Runs the agent through no pods, 100 pods Running and their cleanup, sampling each.
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Memory> {
     let work: PathBuf = dir.join("memory");
     let mut agent = Agent::start(bin, &work, NODE, &[])?;
     let pid = agent.pid();
@@ -81,8 +100,38 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
     std::thread::sleep(SETTLE);
     let (after_rss, after_hwm) = sample(pid)?;
     agent.stop()?;
+    Ok(Memory {
+        idle_rss,
+        idle_hwm,
+        busy_rss,
+        busy_hwm,
+        busy_file,
+        busy_anon,
+        after_rss,
+        after_hwm,
+        took,
+        cleanup,
+    })
+}
+
+/// The figures, verdict and samples of a run.
+fn render(m: &Memory) -> Outcome {
+    let Memory {
+        idle_rss,
+        idle_hwm,
+        busy_rss,
+        busy_hwm,
+        busy_file,
+        busy_anon,
+        after_rss,
+        after_hwm,
+        took,
+        cleanup,
+    } = m;
+    let (idle_hwm, busy_hwm, busy_file, busy_anon, after_hwm) =
+        (*idle_hwm, *busy_hwm, *busy_file, *busy_anon, *after_hwm);
     let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
-    let busy = max_mib(&busy_rss);
+    let busy = max_mib(busy_rss);
     let peak = mib(after_hwm);
     // The peak bounds every sample, the 100-pod one included.
     let met = peak <= GOAL_MIB;
@@ -95,7 +144,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             (peak / GOAL_MIB - 1.0) * 100.0
         )
     };
-    Ok(Outcome {
+    Outcome {
         number: 6,
         title: "Memory",
         method: format!(
@@ -109,7 +158,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         figures: vec![
             Figure::new(
                 "RSS, no pods (max of samples)",
-                format!("{:.1} MiB", mib(max(&idle_rss))),
+                format!("{:.1} MiB", mib(max(idle_rss))),
             ),
             Figure::new(
                 &format!("RSS, {PODS} pods Running (max of samples)"),
@@ -119,7 +168,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 &format!("RSS per pod ({PODS} pods − none) / {PODS}"),
                 format!(
                     "{:.0} KiB",
-                    (max(&busy_rss) as f64 - max(&idle_rss) as f64) / PODS as f64
+                    (max(busy_rss) as f64 - max(idle_rss) as f64) / PODS as f64
                 ),
             ),
             Figure::new(
@@ -138,7 +187,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             ),
             Figure::new(
                 "RSS after cleanup",
-                format!("{:.1} MiB", mib(max(&after_rss))),
+                format!("{:.1} MiB", mib(max(after_rss))),
             ),
             Figure::new(
                 "peak RSS over the whole run (VmHWM at the end)",
@@ -168,5 +217,5 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "seconds_to_running": took.as_secs_f64(),
             "seconds_to_cleanup": cleanup.as_secs_f64(),
         }),
-    })
+    }
 }
