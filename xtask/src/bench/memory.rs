@@ -116,23 +116,9 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Memory> {
 
 /// The figures, verdict and samples of a run.
 fn render(m: &Memory) -> Outcome {
-    let Memory {
-        idle_rss,
-        idle_hwm,
-        busy_rss,
-        busy_hwm,
-        busy_file,
-        busy_anon,
-        after_rss,
-        after_hwm,
-        took,
-        cleanup,
-    } = m;
-    let (idle_hwm, busy_hwm, busy_file, busy_anon, after_hwm) =
-        (*idle_hwm, *busy_hwm, *busy_file, *busy_anon, *after_hwm);
     let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
-    let busy = max_mib(busy_rss);
-    let peak = mib(after_hwm);
+    let busy = max_mib(&m.busy_rss);
+    let peak = mib(m.after_hwm);
     // The peak bounds every sample, the 100-pod one included.
     let met = peak <= GOAL_MIB;
     let verdict = if met {
@@ -158,7 +144,7 @@ fn render(m: &Memory) -> Outcome {
         figures: vec![
             Figure::new(
                 "RSS, no pods (max of samples)",
-                format!("{:.1} MiB", mib(max(idle_rss))),
+                format!("{:.1} MiB", mib(max(&m.idle_rss))),
             ),
             Figure::new(
                 &format!("RSS, {PODS} pods Running (max of samples)"),
@@ -168,26 +154,26 @@ fn render(m: &Memory) -> Outcome {
                 &format!("RSS per pod ({PODS} pods − none) / {PODS}"),
                 format!(
                     "{:.0} KiB",
-                    (max(busy_rss) as f64 - max(idle_rss) as f64) / PODS as f64
+                    (max(&m.busy_rss) as f64 - max(&m.idle_rss) as f64) / PODS as f64
                 ),
             ),
             Figure::new(
                 &format!("of it with {PODS} pods: file-backed (the binary) / anonymous (heap)"),
-                format!("{:.1} MiB / {:.1} MiB", mib(busy_file), mib(busy_anon)),
+                format!("{:.1} MiB / {:.1} MiB", mib(m.busy_file), mib(m.busy_anon)),
             ),
             Figure::new(
                 "peak RSS before any pod (VmHWM after loading the probes)",
-                format!("{:.1} MiB", mib(idle_hwm)),
+                format!("{:.1} MiB", mib(m.idle_hwm)),
             ),
             // Tells the probes' load from the burst of creating the pods: whichever of the
             // two is higher is the run's peak until the cleanup.
             Figure::new(
                 &format!("peak RSS by the time {PODS} pods were Running (VmHWM then)"),
-                format!("{:.1} MiB", mib(busy_hwm)),
+                format!("{:.1} MiB", mib(m.busy_hwm)),
             ),
             Figure::new(
                 "RSS after cleanup",
-                format!("{:.1} MiB", mib(max(after_rss))),
+                format!("{:.1} MiB", mib(max(&m.after_rss))),
             ),
             Figure::new(
                 "peak RSS over the whole run (VmHWM at the end)",
@@ -197,8 +183,8 @@ fn render(m: &Memory) -> Outcome {
                 &format!("time to {PODS} Running / to cleaned up"),
                 format!(
                     "{:.1} s / {:.1} s",
-                    took.as_secs_f64(),
-                    cleanup.as_secs_f64()
+                    m.took.as_secs_f64(),
+                    m.cleanup.as_secs_f64()
                 ),
             ),
         ],
@@ -206,16 +192,16 @@ fn render(m: &Memory) -> Outcome {
         verdict,
         samples: json!({
             "pods": PODS,
-            "idle_rss_kib": idle_rss,
-            "idle_hwm_kib": idle_hwm,
-            "busy_rss_kib": busy_rss,
-            "busy_hwm_kib": busy_hwm,
-            "busy_file_kib": busy_file,
-            "busy_anon_kib": busy_anon,
-            "after_rss_kib": after_rss,
-            "after_hwm_kib": after_hwm,
-            "seconds_to_running": took.as_secs_f64(),
-            "seconds_to_cleanup": cleanup.as_secs_f64(),
+            "idle_rss_kib": m.idle_rss,
+            "idle_hwm_kib": m.idle_hwm,
+            "busy_rss_kib": m.busy_rss,
+            "busy_hwm_kib": m.busy_hwm,
+            "busy_file_kib": m.busy_file,
+            "busy_anon_kib": m.busy_anon,
+            "after_rss_kib": m.after_rss,
+            "after_hwm_kib": m.after_hwm,
+            "seconds_to_running": m.took.as_secs_f64(),
+            "seconds_to_cleanup": m.cleanup.as_secs_f64(),
         }),
     }
 }
