@@ -8,6 +8,7 @@ mod image;
 mod machine;
 mod paths;
 mod recipe;
+mod session;
 mod ssh;
 pub mod suite;
 

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 
 use anyhow::{Context, bail};
+use xtask::poll::Poll;
 
 /// The name the guest's host key is pinned under (its port changes from boot to boot).
 pub const HOST_KEY_ALIAS: &str = "podtrace-node-vm";
@@ -75,6 +76,18 @@ impl Guest {
             .stdin(Stdio::null())
             .output()
             .context("running ssh (package openssh-client)")
+    }
+
+    /// Whether the guest runs a command over ssh within `bound`. A guest busy under
+    /// emulation can miss one connect timeout and still be alive, so this tries again
+    /// until the bound has passed.
+    pub fn answers(&self, bound: std::time::Duration) -> bool {
+        Poll::new(
+            "the guest to answer",
+            bound,
+            std::time::Duration::from_secs(2),
+        )
+        .holds(|| self.output("true").is_ok_and(|o| o.status.success()))
     }
 
     /// Like [`Guest::output`], failing unless the command succeeds; returns its stdout.

@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use xtask::lab::{self, LabPaths, LabState};
+use xtask::lab::{self, LabPaths};
 
-use super::machine::VmState;
-use super::ssh::Guest;
-use super::{Booted, NodeVmPaths, recipe};
+use super::{NodeVmPaths, session};
 use crate::{integration, workspace};
 
 /// The tests run in the guest: (module of a test binary, test names; empty = all of them).
@@ -143,19 +141,18 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'st
         .collect())
 }
 
-/// What runs in the guest: the built test binaries, and the tests of each module chosen
-/// from them, for the reference runtime and then the compatibility one.
-struct Suite<'a> {
-    built: &'a integration::Built,
-    reference: Vec<Planned>,
-    compat: Vec<Planned>,
+/// What runs in the guest: the tests of each module, chosen from the built binaries, for
+/// the reference runtime and then the compatibility one.
+pub struct Suite {
+    pub reference: Vec<Planned>,
+    pub compat: Vec<Planned>,
 }
 
 /// One module's run: its binary and the libtest arguments that choose its tests.
-struct Planned {
-    module: &'static str,
-    binary: &'static str,
-    args: Vec<String>,
+pub struct Planned {
+    pub module: &'static str,
+    pub binary: &'static str,
+    pub args: Vec<String>,
 }
 
 /// The runs of `tests` (module, test names; empty = all of them), from the built binaries'
@@ -189,9 +186,6 @@ fn plan(
 /// Tells the tests in the guest which containerd serves the node: `2` (the reference) or
 /// `1.7` (the compatibility runtime).
 pub const RUNTIME_ENV: &str = "PODTRACE_NODE_RUNTIME";
-
-/// Where the binaries and examples go in the guest.
-const WORK: &str = recipe::GUEST_WORK_DIR;
 
 pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
     // A name that is not in the suite fails before anything starts.
@@ -237,12 +231,10 @@ pub fn run_on_lab(
         .copied()
         .collect();
     let compat = plan(&built, &compat)?;
-    let suite = Suite {
-        built: &built,
-        reference,
-        compat,
-    };
-    let report = with_guest(paths, lab_paths, &podtrace, &probes, &suite)?;
+    let suite = Suite { reference, compat };
+    let stage = stage(&podtrace, &probes, &built)?;
+    eprintln!("node-vm [2/4] the modern node");
+    let report = session::with_guest(paths, lab_paths, stage, &suite)?;
     report.print();
     eprintln!(
         "modern-node suite: {} of {} test runs passed in {:.0} s (boot {:.0} s)",
@@ -251,6 +243,12 @@ pub fn run_on_lab(
         started.elapsed().as_secs_f64(),
         report.boot_seconds
     );
+    if let Some(lost) = &report.lost {
+        bail!(
+            "the modern-node suite stopped: the guest stopped answering during {lost}, after a reboot too; its console is in {}",
+            results_dir().display()
+        );
+    }
     if report.passed() != report.runs.len() {
         bail!(
             "the modern-node suite failed; the guest's logs are in {}",
@@ -260,17 +258,20 @@ pub fn run_on_lab(
     Ok(())
 }
 
-struct Run {
-    test: &'static str,
-    /// Which containerd served the node: "2" or "1.7".
-    runtime: &'static str,
-    ok: bool,
-    seconds: f64,
+pub struct Run {
+    pub test: &'static str,
+    pub runtime: &'static str,
+    pub ok: bool,
+    pub seconds: f64,
+    /// Set when the test ran a second time on a freshly booted guest.
+    pub rerun: bool,
 }
 
-struct Report {
-    runs: Vec<Run>,
-    boot_seconds: f64,
+pub struct Report {
+    pub runs: Vec<Run>,
+    pub boot_seconds: f64,
+    /// The module during which the guest stopped answering for good, if it did.
+    pub lost: Option<&'static str>,
 }
 
 impl Report {
@@ -285,114 +286,19 @@ impl Report {
         );
         for r in &self.runs {
             eprintln!(
-                "{:<14} {:<10} {:>8.1}  {}",
+                "{:<14} {:<10} {:>8.1}  {}{}",
                 r.test,
                 r.runtime,
                 r.seconds,
-                if r.ok { "ok" } else { "FAILED" }
+                if r.ok { "ok" } else { "FAILED" },
+                if r.rerun {
+                    " (run again on a fresh boot: the guest stopped answering the first time)"
+                } else {
+                    ""
+                }
             );
         }
     }
-}
-
-fn with_guest(
-    paths: &NodeVmPaths,
-    lab_paths: &LabPaths,
-    podtrace: &Path,
-    probes: &Path,
-    suite: &Suite,
-) -> anyhow::Result<Report> {
-    eprintln!("node-vm [2/4] the modern node");
-    let (state, booted) = super::up(paths)?;
-    let result = in_guest(&state, paths, lab_paths, podtrace, probes, suite);
-    if booted == Booted::Now {
-        super::down(paths, false)?;
-    }
-    result
-}
-
-fn in_guest(
-    state: &VmState,
-    paths: &NodeVmPaths,
-    lab_paths: &LabPaths,
-    podtrace: &Path,
-    probes: &Path,
-    suite: &Suite,
-) -> anyhow::Result<Report> {
-    let guest = state.guest(paths);
-    eprintln!("node-vm [3/4] copying podtrace, the probes, the tests and the examples in");
-    let stage = stage(podtrace, probes, suite.built)?;
-    guest.check(&format!("rm -rf {WORK}"))?;
-    guest.copy_in(&[stage], "/opt")?;
-    install_lab_profile(&guest, lab_paths, recipe::REFERENCE_UNIT)?;
-
-    eprintln!("node-vm [4/4] the suite, in the guest");
-    let mut runs = Vec::new();
-    run_tests(&guest, &suite.reference, "2", &mut runs)?;
-    if !suite.compat.is_empty() {
-        eprintln!("--- switching the node's runtime to containerd 1.7 (compatibility suite)");
-        // Type=notify: `start` returns once containerd 1.7 serves its socket.
-        guest.check(&format!(
-            "systemctl stop {ref_unit} && systemctl start {compat_unit}",
-            ref_unit = recipe::REFERENCE_UNIT,
-            compat_unit = recipe::COMPAT_UNIT
-        ))?;
-        install_lab_profile(&guest, lab_paths, recipe::COMPAT_UNIT)?;
-        let switched = run_tests(&guest, &suite.compat, "1.7", &mut runs);
-        // Back to the reference runtime, so a guest left up serves what it booted with.
-        guest.check(&format!(
-            "systemctl stop {compat_unit} && systemctl start {ref_unit}",
-            ref_unit = recipe::REFERENCE_UNIT,
-            compat_unit = recipe::COMPAT_UNIT
-        ))?;
-        install_lab_profile(&guest, lab_paths, recipe::REFERENCE_UNIT)?;
-        switched?;
-    }
-    if runs.iter().any(|r| !r.ok) {
-        collect_logs(&guest, paths);
-    }
-    Ok(Report {
-        runs,
-        boot_seconds: state.boot_seconds,
-    })
-}
-
-/// Runs `planned` in the guest against the runtime `runtime` names ([`RUNTIME_ENV`]).
-fn run_tests(
-    guest: &Guest,
-    planned: &[Planned],
-    runtime: &'static str,
-    runs: &mut Vec<Run>,
-) -> anyhow::Result<()> {
-    let port = registry_port();
-    for p in planned {
-        let cmd: Vec<String> = [
-            format!("{WORK}/tests/{}", p.binary),
-            "--test-threads=1".to_string(),
-        ]
-        .into_iter()
-        .chain(p.args.iter().cloned())
-        .collect();
-        let script = format!(
-            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
-            lab = recipe::GUEST_LAB_DIR,
-            cmd = super::ssh::join_args(&cmd)?
-        );
-        eprintln!(
-            "--- {} ({} tests, in the guest, containerd {runtime})",
-            p.module,
-            p.args.len() - 1
-        );
-        let t = Instant::now();
-        let status = guest.exec(&script, Some(port))?;
-        runs.push(Run {
-            test: p.module,
-            runtime,
-            ok: status.success(),
-            seconds: t.elapsed().as_secs_f64(),
-        });
-    }
-    Ok(())
 }
 
 /// `target/node-vm/podtrace`: what goes to the guest's /opt/podtrace.
@@ -428,39 +334,6 @@ fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::
     Ok(dir)
 }
 
-/// The guest's lab profile: the host lab's state, with the guest's runtime in it. The
-/// images and the registry are the host lab's; containerd, CNI and the cgroups are the
-/// guest's own.
-fn install_lab_profile(guest: &Guest, lab_paths: &LabPaths, unit: &str) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(lab_paths.state_file())
-        .with_context(|| format!("reading {}", lab_paths.state_file().display()))?;
-    let mut state: LabState = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a lab state", lab_paths.state_file().display()))?;
-    let containerd_pid: u32 = guest
-        .check(&format!("systemctl show -p MainPID --value {unit}"))?
-        .trim()
-        .parse()
-        .context("the guest's containerd has no main pid")?;
-    let guest_lab = LabPaths::new(recipe::GUEST_LAB_DIR);
-    state.root = guest_lab.root.clone();
-    state.containerd_pid = containerd_pid;
-    state.registry_pid = 0;
-    state.cri_socket = recipe::CONTAINERD_SOCKET.into();
-    state.containerd_log = format!("journalctl -u {unit}").into();
-    state.registry_log = lab_paths.registry_log();
-    state.containerd_config = if unit == recipe::COMPAT_UNIT {
-        recipe::COMPAT_CONFIG
-    } else {
-        recipe::CONTAINERD_CONFIG
-    }
-    .into();
-    state.cni_conflist = Path::new(recipe::CNI_CONF_DIR).join(lab::CNI_CONFLIST);
-    guest.write_file(
-        &guest_lab.state_file().display().to_string(),
-        &(serde_json::to_string_pretty(&state)? + "\n"),
-    )
-}
-
 pub fn registry_port() -> u16 {
     lab::REGISTRY_ADDR
         .rsplit_once(':')
@@ -470,15 +343,4 @@ pub fn registry_port() -> u16 {
 
 pub fn results_dir() -> PathBuf {
     workspace::target_dir().join("node-vm").join("results")
-}
-
-/// The guest's containerd journal and unit list, brought back after a failure.
-fn collect_logs(guest: &Guest, paths: &NodeVmPaths) {
-    let dir = results_dir();
-    let _ = std::fs::create_dir_all(&dir);
-    let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd -u containerd-1.7 > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; true";
-    if guest.check(script).is_ok() {
-        let _ = guest.copy_out("/tmp/node-vm-results", &dir);
-    }
-    let _ = std::fs::copy(paths.console_log(), dir.join("console.log"));
 }
