@@ -125,15 +125,10 @@ impl CriClient {
                 let mut request = tonic::Request::new(req);
                 request.set_timeout(after);
                 super::trace_context::inject(&mut request);
+                let started = tokio::time::Instant::now();
                 match tokio::time::timeout(after, call(request)).await {
                     Err(_) => Err(CriError::Timeout { method, after }),
-                    // The deadline, as tonic's client (Cancelled, "Timeout expired") or the
-                    // runtime (DeadlineExceeded) reports it when it fires first.
-                    Ok(Err(status))
-                        if status.code() == tonic::Code::DeadlineExceeded
-                            || (status.code() == tonic::Code::Cancelled
-                                && status.message() == "Timeout expired") =>
-                    {
+                    Ok(Err(status)) if is_deadline(&status, started.elapsed(), after) => {
                         Err(CriError::Timeout { method, after })
                     }
                     Ok(Err(status)) => Err(CriError::Call {
@@ -145,6 +140,21 @@ impl CriClient {
                 }
             })
         }
+    }
+}
+
+/// Whether a failed call ended at its deadline, however the deadline showed: the runtime's
+/// DeadlineExceeded, tonic's own timer (Cancelled, "Timeout expired"), or the runtime
+/// resetting the stream when the `grpc-timeout` it was sent ran out (Cancelled, an h2
+/// error), which can reach the client before its own timer fires. The runtime's clock
+/// started when the request arrived, after the client's, so its reset comes no earlier
+/// than `after`. As in kubelet, whose gRPC client reports a call whose context deadline
+/// passed as DeadlineExceeded.
+fn is_deadline(status: &tonic::Status, elapsed: Duration, after: Duration) -> bool {
+    match status.code() {
+        tonic::Code::DeadlineExceeded => true,
+        tonic::Code::Cancelled => status.message() == "Timeout expired" || elapsed >= after,
+        _ => false,
     }
 }
 
@@ -374,5 +384,55 @@ impl ImageService for CriClient {
         })(req)
         .await
         .map(|r| r.image_ref)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_deadline;
+    use std::time::Duration;
+    use tonic::{Code, Status};
+
+    const AFTER: Duration = Duration::from_secs(3);
+
+    #[test]
+    fn a_call_that_ends_at_its_deadline_is_a_deadline_however_it_ended() {
+        let early = Duration::from_millis(2_999);
+        let at = AFTER;
+        let cases = [
+            // (code, message, elapsed, is it the deadline)
+            (
+                Code::DeadlineExceeded,
+                "context deadline exceeded",
+                early,
+                true,
+            ),
+            (Code::Cancelled, "Timeout expired", early, true),
+            // The runtime reset the stream when its grpc-timeout ran out.
+            (Code::Cancelled, "h2 protocol error: http2 error", at, true),
+            (
+                Code::Cancelled,
+                "h2 protocol error: http2 error",
+                AFTER * 2,
+                true,
+            ),
+            // Cancelled before the deadline: something else cancelled it.
+            (
+                Code::Cancelled,
+                "h2 protocol error: http2 error",
+                early,
+                false,
+            ),
+            // Other failures stay what they are, whenever they came.
+            (Code::Unavailable, "connection reset", at, false),
+            (Code::NotFound, "no such image", at, false),
+        ];
+        for (code, message, elapsed, want) in cases {
+            assert_eq!(
+                is_deadline(&Status::new(code, message), elapsed, AFTER),
+                want,
+                "{code:?} {message:?} after {elapsed:?}"
+            );
+        }
     }
 }
