@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use super::pods::sleep_pod;
-use super::sequential::{Rule, Verdict, explain};
+use super::sequential::{Decision, Rule, Verdict, explain};
 use super::stats::percentile;
 use super::{Figure, Outcome};
 
@@ -186,6 +186,11 @@ fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, 
 }
 
 pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
+    Ok(render_overhead(pods, &measure_overhead(bin, dir, pods)?))
+}
+
+/// Benchmark 1's runs: each pod's time to Running, per arm, in the order they ran.
+fn measure_overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Vec<(Arm, Vec<f64>)>> {
     let work = dir.join("overhead");
     let mut samples: Vec<(Arm, Vec<f64>)> = Vec::new();
     // One pod at a time, each arm in a process of its own per pod, so a pod's time is its
@@ -205,6 +210,10 @@ pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> 
             eprintln!("bench: overhead: {} of {pods} pods per arm", i + 1);
         }
     }
+    Ok(samples)
+}
+
+fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
     let pooled = |arm: Arm| -> Vec<f64> {
         samples
             .iter()
@@ -236,7 +245,7 @@ pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> 
         }
         format!("missed: {}", misses.join("; "))
     };
-    Ok(Outcome {
+    Outcome {
         number: 1,
         title: "Pipeline overhead",
         method: format!(
@@ -274,14 +283,30 @@ pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> 
             "runs": samples.iter().map(|(a, s)| json!({"arm": a.name(), "seconds": s}))
                 .collect::<Vec<_>>(),
         }),
-    })
+    }
+}
+
+/// Benchmark 2 at one concurrency: each arm's batch times (podtrace's, then the direct
+/// driver's) and the decision on the rounds' ratios.
+struct AtConcurrency {
+    c: usize,
+    took: [Vec<f64>; 2],
+    decision: Decision,
 }
 
 pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    let (measured, raw) = measure_throughput(bin, dir)?;
+    Ok(render_throughput(&measured, raw))
+}
+
+/// Benchmark 2's runs at every concurrency, and every batch's raw figures.
+fn measure_throughput(
+    bin: &Path,
+    dir: &Path,
+) -> anyhow::Result<(Vec<AtConcurrency>, Vec<serde_json::Value>)> {
     let work = dir.join("throughput");
-    let mut figures = Vec::new();
     let mut raw = Vec::new();
-    let mut decisions = Vec::new();
+    let mut measured = Vec::new();
     for &c in CONCURRENCY {
         let rule = rule_at(c);
         // One untimed pod per arm first: the first pod after a pause pays for cold
@@ -309,16 +334,30 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             // direct batch's time over podtrace's.
             Ok(took[1][b] / took[0][b])
         })?;
-        let rounds = decision.rounds;
-        let pods = (c * rounds) as f64;
-        let (tp, td) = (
-            pods / took[0].iter().sum::<f64>(),
-            pods / took[1].iter().sum::<f64>(),
-        );
+        let (tp, td) = pooled_pods_per_s(c, &took, decision.rounds);
         eprintln!(
             "bench: throughput: concurrency {c}: {tp:.1} vs {td:.1} pods/s pooled: {}",
             decision.text()
         );
+        measured.push(AtConcurrency { c, took, decision });
+    }
+    Ok((measured, raw))
+}
+
+/// Pods per second of each arm (podtrace, direct) over all of a concurrency's rounds.
+fn pooled_pods_per_s(c: usize, took: &[Vec<f64>; 2], rounds: usize) -> (f64, f64) {
+    let pods = (c * rounds) as f64;
+    (
+        pods / took[0].iter().sum::<f64>(),
+        pods / took[1].iter().sum::<f64>(),
+    )
+}
+
+fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) -> Outcome {
+    let mut figures = Vec::new();
+    for AtConcurrency { c, took, decision } in measured {
+        let rounds = decision.rounds;
+        let (tp, td) = pooled_pods_per_s(*c, took, rounds);
         let interval = decision.interval_text();
         figures.push(Figure::new(
             &format!(
@@ -331,19 +370,18 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
                 decision.median
             ),
         ));
-        decisions.push((c, decision));
     }
-    let overall = Verdict::all(decisions.iter().map(|(_, d)| d.verdict));
+    let overall = Verdict::all(measured.iter().map(|m| m.decision.verdict));
     let verdict = format!(
         "{}: {}",
         overall.word(),
-        decisions
+        measured
             .iter()
-            .map(|(c, d)| format!("at concurrency {c}, {}", d.text()))
+            .map(|m| format!("at concurrency {}, {}", m.c, m.decision.text()))
             .collect::<Vec<_>>()
             .join("; ")
     );
-    Ok(Outcome {
+    Outcome {
         number: 2,
         title: "Throughput",
         method: format!(
@@ -370,12 +408,12 @@ pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         verdict,
         samples: json!({
             "batches": raw,
-            "decisions": decisions
+            "decisions": measured
                 .iter()
-                .map(|(c, d)| json!({"concurrency": c, "decision": d.to_json()}))
+                .map(|m| json!({"concurrency": m.c, "decision": m.decision.to_json()}))
                 .collect::<Vec<_>>(),
         }),
-    })
+    }
 }
 
 /// When each concurrency stops running rounds ([`Rule`]). Before, a run took 24, 16, 10

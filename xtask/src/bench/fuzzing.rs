@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{Figure, Outcome};
-use crate::fuzz;
+use crate::fuzz::{self, FuzzRun};
 
 pub const SECONDS: u64 = 60;
 
@@ -17,12 +17,20 @@ pub fn build() -> anyhow::Result<()> {
 
 /// Runs each target, already built by [`build`], for `seconds`.
 pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
+    Ok(render(seconds, &measure(seconds)?))
+}
+
+fn measure(seconds: u64) -> anyhow::Result<Vec<FuzzRun>> {
     let mut runs = Vec::new();
     for target in fuzz::TARGETS {
         let r = fuzz::fuzz(target, seconds)?;
         eprintln!("bench: {}", fuzz::summary(&r));
         runs.push(r);
     }
+    Ok(runs)
+}
+
+fn render(seconds: u64, runs: &[FuzzRun]) -> Outcome {
     let crashed: Vec<&str> = runs
         .iter()
         .filter(|r| r.crash.is_some())
@@ -36,7 +44,7 @@ pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
     } else {
         format!("missed: {} crashed", crashed.join(", "))
     };
-    Ok(Outcome {
+    Outcome {
         number: 8,
         title: "Fuzzing",
         method: format!(
@@ -77,5 +85,5 @@ pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
                 }))
                 .collect::<Vec<_>>()
         ),
-    })
+    }
 }

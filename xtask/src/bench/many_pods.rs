@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::json;
 
 use super::direct::{Arm, create_sampled};
-use super::sequential::{Rule, Verdict};
+use super::sequential::{Decision, Rule, Verdict};
 use super::units::{max_mib, mib};
 use super::{Figure, Outcome};
 
@@ -26,7 +26,21 @@ const GOAL_MIB: f64 = 40.0;
 /// kubelet's --max-pods the podtrace arm runs with (`direct.rs`): above the batch.
 const MAX_PODS: usize = 1000;
 
+/// What benchmark 11 measured: each arm's batch times (podtrace's, then the direct
+/// driver's), the agent's peak RSS per batch, every batch's raw figures, and the decision
+/// on the rounds' ratios.
+struct Measured {
+    took: [Vec<f64>; 2],
+    rss_kib: Vec<u64>,
+    raw: Vec<serde_json::Value>,
+    decision: Decision,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let work = dir.join("many-pods");
     // One untimed pod per arm first, as in benchmark 2: the first pod after a pause pays
     // for cold caches.
@@ -67,12 +81,27 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         // podtrace's in this round (its two batches ran next to each other).
         Ok(took[1][round] / took[0][round])
     })?;
+    Ok(Measured {
+        took,
+        rss_kib,
+        raw,
+        decision,
+    })
+}
+
+fn render(m: &Measured) -> Outcome {
+    let Measured {
+        took,
+        rss_kib,
+        raw,
+        decision,
+    } = m;
     let rounds = decision.rounds;
     let sum = |v: &[f64]| v.iter().sum::<f64>();
     let (podtrace, direct) = (sum(&took[0]), sum(&took[1]));
     let round_ratios: Vec<f64> = took[0].iter().zip(&took[1]).map(|(p, d)| d / p).collect();
     let pooled = direct / podtrace;
-    let peak_mib = max_mib(&rss_kib);
+    let peak_mib = max_mib(rss_kib);
     let memory_met = peak_mib <= GOAL_MIB;
     let memory = if memory_met {
         format!("peak RSS {peak_mib:.1} MiB")
@@ -103,7 +132,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             .join(", ")
     };
     let interval = decision.interval_text();
-    Ok(Outcome {
+    Outcome {
         number: 11,
         title: "250 pods at once",
         method: format!(
@@ -161,5 +190,5 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "round_ratios": round_ratios,
             "decision": decision.to_json(),
         }),
-    })
+    }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::sequential::Rule;
+use super::sequential::{Decision, Rule};
 use super::stats::percentile;
 use super::{Figure, Outcome};
 use crate::lab::{IMAGE_APP, LabPaths};
@@ -168,7 +168,21 @@ fn pods(client: &Path, round: usize, arm: &str) -> anyhow::Result<Vec<f64>> {
     Ok(ms)
 }
 
+/// What benchmark 12 measured: every pod's time to Running in ms, alone and observed,
+/// the observer's CPU time over each observed arm, each round's ratio, and the decision.
+struct Measured {
+    without: Vec<f64>,
+    with: Vec<f64>,
+    observer_cpu_ms: Vec<f64>,
+    ratios: Vec<f64>,
+    decision: Decision,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let client = build_client()?;
     let dir = dir.join("observer");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -208,7 +222,24 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         ratios.push(ratio);
         Ok(ratio)
     })?;
-    let (p50_without, p50_with) = (percentile(&without, 50.0), percentile(&with, 50.0));
+    Ok(Measured {
+        without,
+        with,
+        observer_cpu_ms,
+        ratios,
+        decision,
+    })
+}
+
+fn render(m: &Measured) -> Outcome {
+    let Measured {
+        without,
+        with,
+        observer_cpu_ms,
+        ratios,
+        decision,
+    } = m;
+    let (p50_without, p50_with) = (percentile(without, 50.0), percentile(with, 50.0));
     let pooled = p50_without / p50_with;
     let interval = decision.interval_text();
     let figures = vec![
@@ -220,8 +251,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "time to Running p90: alone / observed",
             format!(
                 "{:.1} ms / {:.1} ms",
-                percentile(&without, 90.0),
-                percentile(&with, 90.0)
+                percentile(without, 90.0),
+                percentile(with, 90.0)
             ),
         ),
         Figure::new(
@@ -240,12 +271,12 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "the observer's CPU time per pod (its arm's pods, start to teardown)",
             format!(
                 "{:.1} ms p50, {:.1} ms p90",
-                percentile(&observer_cpu_ms, 50.0) / PODS as f64,
-                percentile(&observer_cpu_ms, 90.0) / PODS as f64
+                percentile(observer_cpu_ms, 50.0) / PODS as f64,
+                percentile(observer_cpu_ms, 90.0) / PODS as f64
             ),
         ),
     ];
-    Ok(Outcome {
+    Outcome {
         number: 12,
         title: "observer cost",
         method: format!(
@@ -274,5 +305,5 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             "decision": decision.to_json(),
             "observer_cpu_ms_per_arm": observer_cpu_ms,
         }),
-    })
+    }
 }

@@ -77,7 +77,18 @@ fn round(bin: &Path, work: &Path, extra: &[String]) -> anyhow::Result<Vec<f64>> 
     Ok(ms)
 }
 
+/// What benchmark 10 measured: each arm's name and its pods' times to Running, in ms
+/// (all rounds, [`PODS`] per round in round order).
+struct Measured {
+    arms: Vec<&'static str>,
+    samples: Vec<Vec<f64>>,
+}
+
 pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     // A port nothing listens on: connections are refused.
     let refused = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     // A listener that takes connections and never answers.
@@ -112,6 +123,14 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             samples[i].extend(ms);
         }
     }
+    Ok(Measured {
+        arms: arms.iter().map(|(n, _)| *n).collect(),
+        samples,
+    })
+}
+
+fn render(m: &Measured) -> Outcome {
+    let (arms, samples) = (&m.arms, &m.samples);
     let base = percentile(&samples[0], 50.0);
     // Each round's median of the export-off arm: how far the same setting moves from
     // round to round on this machine.
@@ -123,7 +142,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         / base;
     let mut figures = Vec::new();
     let mut worst: f64 = 0.0;
-    for (i, (name, _)) in arms.iter().enumerate() {
+    for (i, name) in arms.iter().enumerate() {
         let p50 = percentile(&samples[i], 50.0);
         let p90 = percentile(&samples[i], 90.0);
         let ratio = p50 / base;
@@ -147,7 +166,7 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         format!("{:.1}% of its p50", noise * 100.0),
     ));
     let met = worst - 1.0 <= noise;
-    Ok(Outcome {
+    Outcome {
         number: 10,
         title: "OTLP collector away",
         method: format!(
@@ -170,8 +189,8 @@ pub fn run(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
             )
         },
         samples: json!({
-            "arms": arms.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "arms": arms,
             "startup_ms": samples,
         }),
-    })
+    }
 }

@@ -249,7 +249,20 @@ fn to_json(s: &[Shares]) -> Value {
     )
 }
 
+/// What benchmark 9 measured: each pod's shares alone, each round's of eight at once,
+/// and the runtime they ran on (whether it exported its spans, and its description).
+struct Measured {
+    alone: Vec<Shares>,
+    rounds: Vec<Vec<Shares>>,
+    runtime_traces: bool,
+    runtime: String,
+}
+
 pub fn run_all(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
+    Ok(render(&measure(bin, dir)?))
+}
+
+fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let work = dir.join("shares");
     let pods = pods();
     // The runtime pulls its sandbox image inside the first RunPodSandbox on a node; a
@@ -271,14 +284,24 @@ pub fn run_all(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         eprintln!("bench: 9. eight at once, round {r} of {ROUNDS}");
         rounds.push(run(bin, &work, &format!("eight-{r}"), &pods)?);
     }
+    Ok(Measured {
+        alone,
+        rounds,
+        runtime_traces: runtime_traces(),
+        runtime: super::machine::describe().runtime,
+    })
+}
+
+fn render(m: &Measured) -> Outcome {
+    let (alone, rounds) = (&m.alone, &m.rounds);
     let all: Vec<Shares> = rounds.iter().flatten().cloned().collect();
     let (gap8, opaque8) = (worst_gap(&all), worst_opaque(&all));
     let met = gap8.gap <= GOAL_GAP && opaque8.opaque <= GOAL_OPAQUE;
     let mut figures = vec![
-        Figure::new("alone: largest gap", describe_gap(worst_gap(&alone))),
+        Figure::new("alone: largest gap", describe_gap(worst_gap(alone))),
         Figure::new(
             "alone: largest opaque part",
-            describe_opaque(worst_opaque(&alone)),
+            describe_opaque(worst_opaque(alone)),
         ),
     ];
     for (i, r) in rounds.iter().enumerate() {
@@ -310,7 +333,7 @@ pub fn run_all(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         &format!("eight at once, all {ROUNDS} rounds: largest opaque part"),
         describe_opaque(opaque8),
     ));
-    Ok(Outcome {
+    Outcome {
         number: 9,
         title: "startup explained",
         method: format!(
@@ -325,12 +348,12 @@ pub fn run_all(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
              it (network namespace, CNI plugins, shim start, runc create/init/start, cgroups) \
              and the runtime's own spans (its network setup, metadata writes, task create and \
              start) are taken out. Image pulls are their own stage.",
-            receiver = if runtime_traces() {
+            receiver = if m.runtime_traces {
                 format!(" --runtime-otlp-listen {}", xtask::lab::RUNTIME_OTLP_ADDR)
             } else {
                 String::new()
             },
-            runtime = super::machine::describe().runtime,
+            runtime = m.runtime,
         ),
         figures,
         goal: format!(
@@ -338,8 +361,8 @@ pub fn run_all(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
         ),
         verdict: if met { "met" } else { "not met" }.into(),
         samples: json!({
-            "alone": to_json(&alone),
+            "alone": to_json(alone),
             "eight_at_once": rounds.iter().map(|r| to_json(r)).collect::<Vec<_>>(),
         }),
-    })
+    }
 }
