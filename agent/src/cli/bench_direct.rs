@@ -78,7 +78,7 @@ async fn create_in(
     if let (Some(pcm), Some(linux)) = (pcm, sandbox_config.linux.as_mut()) {
         linux.cgroup_parent = pcm.pod_cgroup_name(pod).map_err(|e| e.to_string())?;
     }
-    let sandbox_id = create_pod_sandbox(cri, sandbox_config.clone(), "", true)
+    let sandbox_id = create_pod_sandbox(cri, Box::new(sandbox_config.clone()), "", true)
         .await
         .map_err(|e| e.to_string())?;
     *sandbox = Some(sandbox_id.clone());

@@ -331,8 +331,9 @@ pub async fn start_container<R: RuntimeService + ImageService>(
         config: Some(config),
         sandbox_config: Some(sandbox_config.clone()),
     };
-    let container_id = cri
-        .create_container(req)
+    // Boxed: the request (container and sandbox config, about 15 KB inline) lives only
+    // while the call does, not in every pod's sync future (see `sync_pod`).
+    let container_id = Box::pin(cri.create_container(req))
         .await
         .map_err(|e| SyncError::cri(SyncReason::CreateContainerError, e).for_container(&c.name))?;
     ctx.events.record(PodEvent::normal(

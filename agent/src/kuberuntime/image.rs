@@ -230,10 +230,9 @@ pub async fn ensure_image_exists<I: ImageService>(
         who.clone(),
     ));
     let started = std::time::Instant::now();
-    match images
-        .pull_image(spec, ctx.auth.clone(), Some(ctx.sandbox.clone()))
-        .await
-    {
+    // Boxed: the call carries the pod's sandbox config (about 9 KB inline), which would
+    // otherwise sit in every pod's sync future for the whole sync (see `sync_pod`).
+    match Box::pin(images.pull_image(spec, ctx.auth.clone(), Some(ctx.sandbox.clone()))).await {
         Ok(image_ref) => {
             ctx.events.record(PodEvent::normal(
                 "Pulled",

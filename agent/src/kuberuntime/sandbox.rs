@@ -108,7 +108,7 @@ fn dns_config(pod: &Pod, cfg: &RuntimeConfig) -> api::DnsConfig {
 /// Creates the pod's log directory and runs the sandbox; returns its ID.
 pub async fn create_pod_sandbox<R: RuntimeService>(
     cri: &R,
-    config: api::PodSandboxConfig,
+    config: Box<api::PodSandboxConfig>,
     runtime_handler: &str,
     touch_host: bool,
 ) -> Result<String, SyncError> {
@@ -116,11 +116,11 @@ pub async fn create_pod_sandbox<R: RuntimeService>(
         create_log_dir(&config.log_directory)?;
     }
     let req = api::RunPodSandboxRequest {
-        config: Some(config),
+        config: Some(*config),
         runtime_handler: runtime_handler.to_string(),
     };
-    let resp = cri
-        .run_pod_sandbox(req)
+    // Boxed: the request lives only while the call does (see `sync_pod`).
+    let resp = Box::pin(cri.run_pod_sandbox(req))
         .await
         .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
     Ok(resp.pod_sandbox_id)

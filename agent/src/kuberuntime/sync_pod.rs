@@ -220,7 +220,7 @@ async fn execute<R: RuntimeService + ImageService>(
         if ctx.cfg.touch_host {
             mount_pod_volumes(pod, ctx.cfg)?;
         }
-        let mut config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
+        let mut config = Box::new(generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg));
         set_cgroup_parent(&mut config, ctx.cgroup_parent);
         let handler = runtime_handler(pod, ctx.cfg)?;
         set_user_namespace(&mut config, user_namespace(pod, ctx.cfg, &handler)?);
@@ -258,7 +258,10 @@ async fn execute<R: RuntimeService + ImageService>(
         ));
     }
 
-    let mut sandbox_config = generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg);
+    // A pod's sync future lives, at its largest size, for the whole sync, and a burst
+    // of pods holds one each: the sandbox config (a prost struct of about 9 KB inline)
+    // is boxed, and the calls that carry it are boxed where they are made.
+    let mut sandbox_config = Box::new(generate_pod_sandbox_config(pod, actions.attempt, ctx.cfg));
     set_cgroup_parent(&mut sandbox_config, ctx.cgroup_parent);
     let handler = runtime_handler(pod, ctx.cfg)?;
     set_user_namespace(&mut sandbox_config, user_namespace(pod, ctx.cfg, &handler)?);
