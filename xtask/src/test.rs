@@ -49,6 +49,13 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
             .args(["--", "--check"]),
         "cargo fmt --check (the probes)",
     )?;
+    workspace::run(
+        workspace::cargo()
+            .args(["fmt", "--manifest-path"])
+            .arg(workspace::root().join("agent/fuzz/Cargo.toml"))
+            .args(["--", "--check"]),
+        "cargo fmt --check (the fuzzers)",
+    )?;
     eprintln!("[3/{total}] cargo clippy -D warnings");
     workspace::run(
         workspace::cargo().args([
@@ -60,6 +67,19 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
             "warnings",
         ]),
         "cargo clippy",
+    )?;
+    // The fuzzers are their own workspace too (cargo-fuzz builds them with its sanitizer
+    // flags), so nothing above compiles them: linted here, against the agent as it is
+    // now and with their lock file as committed, they cannot drift from its API unseen.
+    // Checked into this target directory, they reuse the dependencies checked above.
+    workspace::run(
+        workspace::cargo()
+            .args(["clippy", "--locked", "--bins", "--manifest-path"])
+            .arg(workspace::root().join("agent/fuzz/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(workspace::target_dir())
+            .args(["--", "-D", "warnings"]),
+        "cargo clippy (the fuzzers)",
     )?;
     crate::licences::check()?;
     eprintln!("[4/{total}] unit tests");

@@ -17,12 +17,13 @@ fuzz_target!(|data: &[u8]| {
         .expect("a runtime");
     runtime.block_on(async {
         let (mut client, server) = tokio::io::duplex(1 << 16);
-        let serving = tokio::spawn(api::serve_connection(
-            server,
-            Arc::new(StatusStore::default()),
-            Arc::new(Collector::new()),
-        ));
-        client.write_all(data).await.expect("the request is written");
+        let state =
+            api::ApiState::new(Arc::new(StatusStore::default()), Arc::new(Collector::new()));
+        let serving = tokio::spawn(api::serve_connection(server, state));
+        client
+            .write_all(data)
+            .await
+            .expect("the request is written");
         client.shutdown().await.expect("the request ends");
         let mut response = Vec::new();
         // Bounded: a connection that neither answers nor closes is a hang, and a finding.

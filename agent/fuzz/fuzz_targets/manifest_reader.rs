@@ -20,6 +20,9 @@ fuzz_target!(|data: &[u8]| {
     }
     for e in &errors {
         let message = e.to_string();
-        assert!(message.contains("fuzz.yaml"), "an error that names no file: {message}");
+        assert!(
+            message.contains("fuzz.yaml"),
+            "an error that names no file: {message}"
+        );
     }
 });
