@@ -40,22 +40,23 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         workspace::cargo().args(["fmt", "--all", "--", "--check"]),
         "cargo fmt --check",
     )?;
-    // The probes are their own workspace (built for the BPF target), so `--all` above
-    // does not reach them.
-    workspace::run(
-        workspace::cargo()
-            .args(["fmt", "--manifest-path"])
-            .arg(workspace::root().join("agent-ebpf/probes/Cargo.toml"))
-            .args(["--", "--check"]),
-        "cargo fmt --check (the probes)",
-    )?;
-    workspace::run(
-        workspace::cargo()
-            .args(["fmt", "--manifest-path"])
-            .arg(workspace::root().join("agent/fuzz/Cargo.toml"))
-            .args(["--", "--check"]),
-        "cargo fmt --check (the fuzzers)",
-    )?;
+    // The probes (built for the BPF target) and the fuzzers (built with cargo-fuzz's
+    // sanitizer flags) are workspaces of their own, so `--all` above reaches neither.
+    for (manifest, what) in [
+        (
+            "agent-ebpf/probes/Cargo.toml",
+            "cargo fmt --check (the probes)",
+        ),
+        ("agent/fuzz/Cargo.toml", "cargo fmt --check (the fuzzers)"),
+    ] {
+        workspace::run(
+            workspace::cargo()
+                .args(["fmt", "--manifest-path"])
+                .arg(workspace::root().join(manifest))
+                .args(["--", "--check"]),
+            what,
+        )?;
+    }
     eprintln!("[3/{total}] cargo clippy -D warnings");
     workspace::run(
         workspace::cargo().args([
@@ -68,10 +69,9 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         ]),
         "cargo clippy",
     )?;
-    // The fuzzers are their own workspace too (cargo-fuzz builds them with its sanitizer
-    // flags), so nothing above compiles them: linted here, against the agent as it is
-    // now and with their lock file as committed, they cannot drift from its API unseen.
-    // Checked into this target directory, they reuse the dependencies checked above.
+    // Nothing above compiles the fuzzers: linted here, against the agent as it is now and
+    // with their lock file as committed, they cannot drift from its API unseen. Checked
+    // into this target directory, they reuse the dependencies checked above.
     workspace::run(
         workspace::cargo()
             .args(["clippy", "--locked", "--bins", "--manifest-path"])
