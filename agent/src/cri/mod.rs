@@ -23,7 +23,7 @@ pub use recording::{
     CallHold, CallSink, CriCall, CriMethod, GrpcCode, Recording, ResponseFields, grpc_code,
     tonic_code,
 };
-pub use service::{ImageService, ListedContainerState, RuntimeService};
+pub use service::{ImageService, RuntimeService};
 
 /// The CRI v1 messages, re-exported so callers name one path.
 pub use k8s_cri::v1 as api;

@@ -8,16 +8,6 @@ use super::api;
 /// Result of one CRI call.
 pub type CriResult<T> = Result<T, CriError>;
 
-/// A listed container as the PLEG's relist compares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedContainerState {
-    pub id: String,
-    /// The value of the label the caller asked for (the pod UID), empty without it.
-    pub label: String,
-    /// `api::ContainerState` as an integer, as `api::Container` carries it.
-    pub state: i32,
-}
-
 /// kubelet's `RuntimeService`: sandboxes, containers, exec and runtime status.
 pub trait RuntimeService: Send + Sync {
     fn version(&self) -> impl Future<Output = CriResult<api::VersionResponse>> + Send;
@@ -73,25 +63,29 @@ pub trait RuntimeService: Send + Sync {
         timeout_seconds: i64,
     ) -> impl Future<Output = CriResult<api::ExecSyncResponse>> + Send;
 
-    /// Not a CRI call: ListContainers reduced to what a relist compares, each container's
-    /// ID, state and the value of its label `label`. The default lists whole containers,
-    /// so a real runtime answers it with one ListContainers; the replay runtime, which holds
-    /// its containers in memory, answers without copying every label and annotation.
-    fn list_container_states(
+    /// Not a CRI call: ListContainers reduced to what a relist compares. `visit` is called
+    /// with each listed container's ID, the value of its label `label` (empty without
+    /// it) and its state (`api::ContainerState` as an integer), in the runtime's listing
+    /// order; an error comes before any visit. The default lists whole containers, so a
+    /// real runtime answers it with one ListContainers; the replay runtime, which holds its
+    /// containers in memory, visits them in place, copying nothing: the relist runs every
+    /// second over every container.
+    fn visit_container_states<F>(
         &self,
         filter: Option<api::ContainerFilter>,
         label: &str,
-    ) -> impl Future<Output = CriResult<Vec<ListedContainerState>>> + Send {
+        mut visit: F,
+    ) -> impl Future<Output = CriResult<()>> + Send
+    where
+        F: FnMut(&str, &str, i32) + Send,
+    {
         async move {
             let containers = self.list_containers(filter).await?;
-            Ok(containers
-                .into_iter()
-                .map(|mut c| ListedContainerState {
-                    label: c.labels.remove(label).unwrap_or_default(),
-                    id: c.id,
-                    state: c.state,
-                })
-                .collect())
+            for c in &containers {
+                let value = c.labels.get(label).map_or("", String::as_str);
+                visit(&c.id, value, c.state);
+            }
+            Ok(())
         }
     }
 

@@ -17,9 +17,7 @@ use podtrace_core::record::CriMethod;
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
 use crate::cri::service::CriResult;
-use crate::cri::{
-    CriCall, CriError, ImageService, ListedContainerState, RuntimeService, api, tonic_code,
-};
+use crate::cri::{CriCall, CriError, ImageService, RuntimeService, api, tonic_code};
 
 /// What the recording could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -553,26 +551,26 @@ impl RuntimeService for ReplayRuntime {
             .collect())
     }
 
-    /// The same containers as `list_containers`, after the same read time, without copying
-    /// their labels and annotations: the relist runs every second over every container.
-    async fn list_container_states(
+    /// The same containers as `list_containers`, after the same read time, visited where
+    /// they are held: nothing is copied.
+    async fn visit_container_states<F>(
         &self,
         filter: Option<api::ContainerFilter>,
         label: &str,
-    ) -> CriResult<Vec<ListedContainerState>> {
+        mut visit: F,
+    ) -> CriResult<()>
+    where
+        F: FnMut(&str, &str, i32) + Send,
+    {
         self.read_delay(CriMethod::ListContainers).await;
         let want = filter.map(|f| f.label_selector).unwrap_or_default();
         let mut st = self.lock();
         Self::advance(&mut st);
-        Ok(st
-            .objects
-            .containers_matching(&want)
-            .map(|(id, c)| ListedContainerState {
-                id: id.clone(),
-                label: c.config.labels.get(label).cloned().unwrap_or_default(),
-                state: c.state as i32,
-            })
-            .collect())
+        for (id, c) in st.objects.containers_matching(&want) {
+            let value = c.config.labels.get(label).map_or("", String::as_str);
+            visit(id, value, c.state as i32);
+        }
+        Ok(())
     }
 
     async fn container_status(
@@ -807,29 +805,33 @@ mod tests {
     }
 
     #[test]
-    fn listed_states_are_the_listed_containers_reduced() {
+    fn visited_states_are_the_listed_containers_reduced() {
         in_virtual_time(|| async {
             let rt = runtime();
             start(&rt).await;
             let label = crate::kuberuntime::labels::POD_UID;
-            let full: Vec<ListedContainerState> = rt
+            let full: Vec<(String, String, i32)> = rt
                 .list_containers(None)
                 .await
                 .unwrap()
                 .into_iter()
-                .map(|c| ListedContainerState {
-                    label: c.labels.get(label).cloned().unwrap_or_default(),
-                    id: c.id,
-                    state: c.state,
+                .map(|c| {
+                    (
+                        c.id,
+                        c.labels.get(label).cloned().unwrap_or_default(),
+                        c.state,
+                    )
                 })
                 .collect();
-            let states = rt.list_container_states(None, label).await.unwrap();
+            let mut states = Vec::new();
+            rt.visit_container_states(None, label, |id, value, state| {
+                states.push((id.to_string(), value.to_string(), state));
+            })
+            .await
+            .unwrap();
             assert_eq!(states, full);
             assert_eq!(states.len(), 1);
-            assert_eq!(
-                states[0].state,
-                api::ContainerState::ContainerRunning as i32
-            );
+            assert_eq!(states[0].2, api::ContainerState::ContainerRunning as i32);
         });
     }
 

@@ -175,8 +175,19 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         let mut relist = tokio::time::interval(settings.relist_period);
         relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut updates_open = true;
+        // One timer for the workers' next deadline, moved when the deadline moves: not a
+        // new one each turn of the loop, which runs once per event.
+        let wake = tokio::time::sleep_until(instant_at(i64::MAX / 2));
+        tokio::pin!(wake);
+        let mut wake_at = None;
         loop {
             let deadline = self.workers.next_deadline();
+            if let Some(d) = deadline
+                && wake_at != Some(d)
+            {
+                wake.as_mut().reset(instant_at(d));
+                wake_at = Some(d);
+            }
             // Branches are polled in this order, never at random: replay must see the
             // same interleaving every time it runs the same trace.
             tokio::select! {
@@ -188,7 +199,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 Some(done) = self.done_rx.recv() => self.complete(done),
                 Some(ev) = self.pleg_rx.recv() => self.handle_pleg(ev),
                 Some(u) = self.probe_rx.recv() => self.handle_probe(u),
-                _ = tokio::time::sleep_until(instant_at(deadline.unwrap_or(i64::MAX / 2))), if deadline.is_some() => {
+                () = &mut wake, if deadline.is_some() => {
                     let now = wall_now();
                     for work in self.workers.due(now) {
                         self.dispatch(work);

@@ -44,11 +44,20 @@ const EXIT_SETTLE_LIMIT: Duration = Duration::from_secs(2);
 const EXIT_SETTLE_FIRST: Duration = Duration::from_millis(4);
 const EXIT_SETTLE_MAX_STEP: Duration = Duration::from_millis(32);
 
+/// A container as a relist saw it.
+#[derive(Debug)]
+struct Seen {
+    uid: String,
+    state: i32,
+    /// Listed by the relist under way; what is not, by its end, is gone.
+    listed: bool,
+}
+
 #[derive(Clone)]
 pub struct Pleg {
     tx: queues::Sender<PlegEvent>,
-    /// Last relisted state of each container: (pod UID, state).
-    seen: Arc<Mutex<BTreeMap<String, (String, i32)>>>,
+    /// Each container as the last relist saw it, by container ID.
+    seen: Arc<Mutex<BTreeMap<String, Seen>>>,
     /// Told of a container's exit the moment the kernel reports it; the runtime
     /// confirms it later.
     kernel_seen: Option<KernelSeen>,
@@ -119,7 +128,10 @@ impl Pleg {
     }
 
     /// One relist: compares every podtrace container's state with the last relist and
-    /// reports the pods whose containers changed.
+    /// reports the pods whose containers changed: those that appeared or changed state,
+    /// in container ID order, then those that are gone, in container ID order. What the
+    /// last relist saw is updated in place, so a container whose state did not change
+    /// costs no copy.
     pub async fn relist<R: RuntimeService>(&self, cri: &R, node: &str) {
         let filter = api::ContainerFilter {
             label_selector: std::collections::HashMap::from([
@@ -131,41 +143,66 @@ impl Pleg {
             ]),
             ..Default::default()
         };
-        let Ok(containers) = cri
-            .list_container_states(Some(filter), labels::POD_UID)
-            .await
-        else {
-            return;
-        };
-        let now: BTreeMap<String, (String, i32)> = containers
-            .into_iter()
-            .map(|c| (c.id, (c.label, c.state)))
-            .collect();
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        // Taken out for the listing (a relist runs on one task at a time), so nothing is
+        // locked across it; put back whatever the listing's outcome.
+        let mut seen = std::mem::take(&mut *self.lock_seen());
         let mut changed = Vec::new();
-        for (id, (uid, state)) in &now {
-            if seen.get(id).is_none_or(|(_, s)| s != state) {
-                changed.push(PlegEvent {
-                    uid: uid.clone(),
-                    container_id: id.clone(),
-                });
-            }
+        let listed = cri
+            .visit_container_states(Some(filter), labels::POD_UID, |id, uid, state| {
+                match seen.get_mut(id) {
+                    Some(s) => {
+                        s.listed = true;
+                        if s.state != state {
+                            s.state = state;
+                            changed.push(PlegEvent::new(uid, id));
+                        }
+                    }
+                    None => {
+                        let uid = uid.to_string();
+                        changed.push(PlegEvent::new(&uid, id));
+                        let s = Seen {
+                            uid,
+                            state,
+                            listed: true,
+                        };
+                        seen.insert(id.to_string(), s);
+                    }
+                }
+            })
+            .await;
+        if listed.is_err() {
+            // An error comes before any visit: what the last relist saw stands.
+            *self.lock_seen() = seen;
+            return;
         }
-        for (id, (uid, _)) in seen.iter() {
-            if !now.contains_key(id) {
-                changed.push(PlegEvent {
-                    uid: uid.clone(),
-                    container_id: id.clone(),
-                });
+        // A runtime lists in an order of its own.
+        changed.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        seen.retain(|id, s| {
+            let listed = std::mem::replace(&mut s.listed, false);
+            if !listed {
+                changed.push(PlegEvent::new(&s.uid, id));
             }
-        }
-        *seen = now;
-        drop(seen);
+            listed
+        });
+        *self.lock_seen() = seen;
         // The relist runs on the loop that drains the queue, so it cannot wait for room:
         // as kubelet's relist, it discards (and counts) what does not fit, and the pod is
         // synced at its next resync.
         for e in changed {
             self.tx.send_or_discard(e);
+        }
+    }
+
+    fn lock_seen(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Seen>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl PlegEvent {
+    fn new(uid: &str, container_id: &str) -> PlegEvent {
+        PlegEvent {
+            uid: uid.to_string(),
+            container_id: container_id.to_string(),
         }
     }
 }
@@ -211,5 +248,134 @@ async fn settle<R: RuntimeService>(cri: &R, container_id: &str) {
         }
         tokio::time::sleep(step).await;
         step = (step * 2).min(EXIT_SETTLE_MAX_STEP);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+
+    const NODE: &str = "n1";
+
+    fn labels(uid: &str, node: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (labels::POD_UID.to_string(), uid.to_string()),
+            (
+                labels::MANAGED_BY.to_string(),
+                labels::MANAGED_BY_VALUE.to_string(),
+            ),
+            (labels::NODE.to_string(), node.to_string()),
+        ])
+    }
+
+    /// A sandbox for `uid` with one started container `name`; returns the container's ID.
+    async fn started(cri: &FakeRuntime, uid: &str, name: &str, node: &str) -> String {
+        let sandbox = cri
+            .run_pod_sandbox(api::RunPodSandboxRequest {
+                config: Some(api::PodSandboxConfig {
+                    metadata: Some(api::PodSandboxMetadata {
+                        uid: uid.into(),
+                        name: uid.into(),
+                        ..Default::default()
+                    }),
+                    labels: labels(uid, node),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("the fake runs a sandbox")
+            .pod_sandbox_id;
+        let id = cri
+            .create_container(api::CreateContainerRequest {
+                pod_sandbox_id: sandbox,
+                config: Some(api::ContainerConfig {
+                    metadata: Some(api::ContainerMetadata {
+                        name: name.into(),
+                        attempt: 0,
+                    }),
+                    labels: labels(uid, node),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .expect("the fake creates a container");
+        cri.start_container(&id)
+            .await
+            .expect("the fake starts a container");
+        id
+    }
+
+    /// What one relist reports, as (pod UID, container ID).
+    async fn relist(
+        pleg: &Pleg,
+        rx: &mut mpsc::Receiver<PlegEvent>,
+        cri: &FakeRuntime,
+    ) -> Vec<(String, String)> {
+        pleg.relist(cri, NODE).await;
+        let mut events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            events.push((e.uid, e.container_id));
+        }
+        events
+    }
+
+    fn event(uid: &str, id: &str) -> (String, String) {
+        (uid.to_string(), id.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_relist_reports_what_appeared_changed_or_went_since_the_last_and_nothing_else() {
+        let cri = FakeRuntime::new();
+        let (pleg, mut rx) = Pleg::new(&Arc::new(QueueStats::default()));
+        let a = started(&cri, "pod-a", "app", NODE).await;
+        let b = started(&cri, "pod-b", "app", NODE).await;
+        // Another node's container (the runtime is shared) is not this PLEG's.
+        started(&cri, "pod-x", "app", "other-node").await;
+        let mut first = vec![event("pod-a", &a), event("pod-b", &b)];
+        first.sort_by(|x, y| x.1.cmp(&y.1));
+        assert_eq!(relist(&pleg, &mut rx, &cri).await, first);
+        assert!(
+            relist(&pleg, &mut rx, &cri).await.is_empty(),
+            "nothing changed, nothing to report"
+        );
+        cri.exit_container(&b, 1);
+        let c = started(&cri, "pod-c", "app", NODE).await;
+        assert_eq!(
+            relist(&pleg, &mut rx, &cri).await,
+            [event("pod-b", &b), event("pod-c", &c)],
+            "an exit and a new container, in container ID order"
+        );
+        cri.remove_container(&a).await.expect("the fake removes");
+        cri.exit_container(&c, 0);
+        assert_eq!(
+            relist(&pleg, &mut rx, &cri).await,
+            [event("pod-c", &c), event("pod-a", &a)],
+            "changes first, then what is gone"
+        );
+        assert!(relist(&pleg, &mut rx, &cri).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_failed_listing_keeps_what_the_last_relist_saw() {
+        let cri = FakeRuntime::new();
+        let (pleg, mut rx) = Pleg::new(&Arc::new(QueueStats::default()));
+        let a = started(&cri, "pod-a", "app", NODE).await;
+        assert_eq!(relist(&pleg, &mut rx, &cri).await, [event("pod-a", &a)]);
+        cri.inject(crate::cri::fake::Fault::new(
+            crate::cri::fake::Method::ListContainers,
+            tonic::Code::Unavailable,
+            "runtime restarting",
+        ));
+        assert!(relist(&pleg, &mut rx, &cri).await.is_empty());
+        cri.clear_faults();
+        // Still seen as running: no event for a container that did not change.
+        assert!(relist(&pleg, &mut rx, &cri).await.is_empty());
+        cri.exit_container(&a, 0);
+        assert_eq!(relist(&pleg, &mut rx, &cri).await, [event("pod-a", &a)]);
     }
 }
