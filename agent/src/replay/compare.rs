@@ -104,12 +104,32 @@ pub struct StageLatency {
     pub stage: String,
 }
 
+/// A call as compared: what it did (its record) and when it ran, as recorded or as
+/// replayed.
+#[derive(Debug, Clone, Copy)]
+struct Timed<'a> {
+    call: &'a CriCall,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl<'a> Timed<'a> {
+    fn recorded(call: &'a CriCall) -> Timed<'a> {
+        Timed {
+            call,
+            start_ns: call.start_ns,
+            end_ns: call.end_ns,
+        }
+    }
+}
+
 /// The first occurrence of each call (method, container, image, attempt) of a pod, with
 /// its duration and its end measured from the pod's ADD.
-fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)> {
+fn stage_times(calls: &[Timed], added_ns: u64) -> BTreeMap<String, (u64, u64)> {
     let mut out = BTreeMap::new();
     let mut label = String::new();
-    for c in calls {
+    for t in calls {
+        let c = t.call;
         label.clear();
         label.push_str(c.method.as_str());
         if !c.container.is_empty() {
@@ -127,8 +147,8 @@ fn stage_times(calls: &[&CriCall], added_ns: u64) -> BTreeMap<String, (u64, u64)
             out.insert(
                 label.clone(),
                 (
-                    c.end_ns.saturating_sub(c.start_ns),
-                    c.end_ns.saturating_sub(added_ns),
+                    t.end_ns.saturating_sub(t.start_ns),
+                    t.end_ns.saturating_sub(added_ns),
                 ),
             );
         }
@@ -202,13 +222,13 @@ fn compared(c: &CriCall) -> bool {
 
 /// Time from the pod's ADD to the end of the first successful start of every container
 /// that started.
-fn startup(calls: &[&CriCall], added_ns: u64) -> Option<u64> {
+fn startup(calls: &[Timed], added_ns: u64) -> Option<u64> {
     let mut first: BTreeMap<&str, u64> = BTreeMap::new();
-    for c in calls
+    for t in calls
         .iter()
-        .filter(|c| c.method == CriMethod::StartContainer && c.ok())
+        .filter(|t| t.call.method == CriMethod::StartContainer && t.call.ok())
     {
-        first.entry(c.container.as_str()).or_insert(c.end_ns);
+        first.entry(t.call.container.as_str()).or_insert(t.end_ns);
     }
     first.values().max().map(|end| end.saturating_sub(added_ns))
 }
@@ -228,19 +248,36 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         }
     }
     // Each pod's calls and divergences, in one pass over each list.
-    let mut recorded: BTreeMap<&str, Vec<&CriCall>> = BTreeMap::new();
-    for r in &trace.records {
-        if let TraceRecord::Cri(c) = r
-            && compared(c)
-        {
-            recorded.entry(&c.pod_uid).or_default().push(c);
-        }
+    let calls: Vec<&CriCall> = trace
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            TraceRecord::Cri(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let mut recorded: BTreeMap<&str, Vec<Timed>> = BTreeMap::new();
+    for c in calls.iter().filter(|c| compared(c)) {
+        recorded
+            .entry(&c.pod_uid)
+            .or_default()
+            .push(Timed::recorded(c));
     }
-    let mut served: Vec<&CriCall> = replayed.calls.iter().filter(|c| compared(c)).collect();
-    served.sort_by_key(|c| c.start_ns);
-    let mut served_by_pod: BTreeMap<&str, Vec<&CriCall>> = BTreeMap::new();
-    for c in served {
-        served_by_pod.entry(&c.pod_uid).or_default().push(c);
+    // Each served call is its recorded call at the replayed times.
+    let mut served: Vec<Timed> = replayed
+        .served
+        .iter()
+        .map(|s| Timed {
+            call: calls[s.call],
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+        })
+        .filter(|t| compared(t.call))
+        .collect();
+    served.sort_by_key(|t| t.start_ns);
+    let mut served_by_pod: BTreeMap<&str, Vec<Timed>> = BTreeMap::new();
+    for t in served {
+        served_by_pod.entry(&t.call.pod_uid).or_default().push(t);
     }
     let mut divergences: BTreeMap<&str, Vec<&Divergence>> = BTreeMap::new();
     for d in &replayed.divergences {
@@ -249,11 +286,11 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
 
     let mut out = Vec::new();
     for (uid, (namespace, name, added)) in &pods {
-        let rec: &[&CriCall] = recorded.get(uid.as_str()).map_or(&[], Vec::as_slice);
-        let rep: &[&CriCall] = served_by_pod.get(uid.as_str()).map_or(&[], Vec::as_slice);
-        let rec_steps: Vec<StepRef> = rec.iter().map(|c| step(c)).collect();
+        let rec: &[Timed] = recorded.get(uid.as_str()).map_or(&[], Vec::as_slice);
+        let rep: &[Timed] = served_by_pod.get(uid.as_str()).map_or(&[], Vec::as_slice);
+        let rec_steps: Vec<StepRef> = rec.iter().map(|t| step(t.call)).collect();
         let mut rep_steps: Vec<(u64, StepRef)> =
-            rep.iter().map(|c| (c.start_ns, step(c))).collect();
+            rep.iter().map(|t| (t.start_ns, step(t.call))).collect();
         let mut why = BTreeMap::new();
         for d in divergences.get(uid.as_str()).into_iter().flatten() {
             let s = StepRef {

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
 pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
-pub use runtime::{Divergence, ReplayRuntime};
+pub use runtime::{Divergence, ReplayRuntime, Served};
 
 use crate::clock::{install_virtual, uninstall_virtual};
 use crate::config::source::PodUpdate;
@@ -38,7 +38,9 @@ pub struct WhatIf {
 /// What a replay produced.
 #[derive(Debug, Clone)]
 pub struct Replayed {
-    pub calls: Vec<CriCall>,
+    /// The calls the replay made that the recording answered, as they were answered:
+    /// each names its recorded call by its index among the trace's CRI calls.
+    pub served: Vec<Served>,
     pub divergences: Vec<Divergence>,
     /// Virtual time the replay covered.
     pub virtual_ns: u64,
@@ -163,9 +165,9 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     let _ = agent.await;
     let virtual_ns = tokio::time::Instant::now().duration_since(start).as_nanos() as u64;
     uninstall_virtual();
-    let (calls, divergences) = runtime.take_results();
+    let (served, divergences) = runtime.take_results();
     Replayed {
-        calls,
+        served,
         divergences,
         virtual_ns,
     }

@@ -4,15 +4,20 @@
 //! recorded duration in virtual time. Calls that only read state are answered from a
 //! simulated runtime that those outcomes (and the recorded container exits) drive. A call
 //! the recording cannot answer is a divergence.
+//!
+//! The recording is read once, into what answering needs: each call that changes state
+//! as its outcome and duration ([`Answer`]), found by a key of numbers (the pod UIDs,
+//! container names and images of the recording, interned), and what was served is kept
+//! as the recorded call's index and the replayed times. No recorded call is copied.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
-use podtrace_core::record::CriMethod;
+use podtrace_core::record::{CriMethod, GrpcCode};
 
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
@@ -32,33 +37,133 @@ pub struct Divergence {
     pub why: String,
 }
 
-/// A matchable call: what it is for. Keys are only looked up, never listed, so they
-/// are hashed: a lookup among every recorded call costs one hash, not a tree's string
-/// comparisons.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    pod_uid: String,
-    method: CriMethod,
-    container: String,
-    attempt: u32,
-    image: String,
+/// A call the replay served: which recorded call answered it (its index among the
+/// recording's CRI calls, in recorded order) and when it ran in virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub call: usize,
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
-impl Key {
-    fn of(c: &CriCall) -> Key {
-        Key {
-            pod_uid: c.pod_uid.clone(),
-            method: c.method,
-            container: c.container.clone(),
-            attempt: c.attempt,
+/// The strings of the recording's keys (pod UIDs, container names, images), each held
+/// once and named by its number. A name the recording never used has no number, and no
+/// recorded call can be for it.
+#[derive(Debug, Default)]
+struct Names(HashMap<Box<str>, u32, FixedState>);
+
+impl Names {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&n) = self.0.get(name) {
+            return n;
+        }
+        let n = self.0.len() as u32;
+        self.0.insert(name.into(), n);
+        n
+    }
+
+    fn get(&self, name: &str) -> Option<u32> {
+        self.0.get(name).copied()
+    }
+}
+
+/// A matchable call: what it is for, by interned name. Keys are only looked up, never
+/// listed, so they are hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    pod_uid: u32,
+    method: CriMethod,
+    container: u32,
+    attempt: u32,
+    image: u32,
+}
+
+/// What a call asks for, by name, before it is matched with the recording.
+#[derive(Debug, Clone, Copy)]
+struct Want<'a> {
+    method: CriMethod,
+    pod_uid: &'a str,
+    container: &'a str,
+    attempt: u32,
+    image: &'a str,
+}
+
+impl Want<'_> {
+    fn key(&self, names: &Names) -> Option<Key> {
+        Some(Key {
+            pod_uid: names.get(self.pod_uid)?,
+            method: self.method,
+            container: names.get(self.container)?,
+            attempt: self.attempt,
             // Only pulls are told apart by image.
-            image: if c.method == CriMethod::PullImage {
-                c.image.clone()
-            } else {
-                String::new()
-            },
+            image: names.get(self.image_matched())?,
+        })
+    }
+
+    fn image_matched(&self) -> &str {
+        if self.method == CriMethod::PullImage {
+            self.image
+        } else {
+            ""
         }
     }
+}
+
+/// A recorded call that changed state, as far as answering it needs.
+#[derive(Debug)]
+struct Answer {
+    /// Its index among the recording's CRI calls.
+    call: usize,
+    took_ns: u64,
+    code: GrpcCode,
+    message: String,
+    /// The sandbox a RunPodSandbox made, the container a CreateContainer made.
+    id: String,
+    /// The image reference a PullImage answered.
+    image_ref: String,
+    /// The exit code an ExecSync answered.
+    exit_code: i32,
+    /// The next recorded call with the same key, answered after this one.
+    next: Option<u32>,
+}
+
+impl Answer {
+    fn of(call: usize, c: &CriCall) -> Answer {
+        let id = match c.method {
+            CriMethod::RunPodSandbox => c.sandbox_id.clone(),
+            CriMethod::CreateContainer => c.container_id.clone(),
+            _ => String::new(),
+        };
+        let image_ref = match c.method {
+            CriMethod::PullImage => c.response.get("image_ref").cloned().unwrap_or_default(),
+            _ => String::new(),
+        };
+        let exit_code = match c.method {
+            CriMethod::ExecSync => c
+                .response
+                .get("exit_code")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            _ => 0,
+        };
+        Answer {
+            call,
+            took_ns: c.end_ns.saturating_sub(c.start_ns),
+            code: c.code,
+            message: c.message.clone(),
+            id,
+            image_ref,
+            exit_code,
+            next: None,
+        }
+    }
+}
+
+/// What a matched call answers with.
+struct Answered {
+    id: String,
+    image_ref: String,
+    exit_code: i32,
 }
 
 /// Facts the recording holds about objects, found before replay starts.
@@ -76,13 +181,144 @@ struct Facts {
 
 #[derive(Debug, Default)]
 struct State {
-    pending: HashMap<Key, VecDeque<CriCall>, FixedState>,
-    last_exec: BTreeMap<(String, String), CriCall>,
+    names: Names,
+    /// Every recorded call that changed state, in recorded order.
+    answers: Vec<Answer>,
+    /// Per key, the first of its recorded calls not yet answered (the others follow by
+    /// [`Answer::next`]).
+    pending: HashMap<Key, u32, FixedState>,
+    /// Per (pod UID, container), the last exec answered.
+    last_exec: HashMap<(u32, u32), u32, FixedState>,
     facts: Facts,
     objects: Objects,
     images: BTreeSet<String>,
-    served: Vec<CriCall>,
+    served: Vec<Served>,
     divergences: Vec<Divergence>,
+}
+
+impl State {
+    /// What a call for `target` asks for, named from the objects the runtime holds.
+    fn want<'a>(&'a self, method: CriMethod, target: &Target<'a>) -> Want<'a> {
+        match *target {
+            Target::Pod {
+                uid,
+                attempt,
+                image,
+            } => Want {
+                method,
+                pod_uid: uid,
+                container: "",
+                attempt,
+                image,
+            },
+            Target::Sandbox(id) => {
+                let sb = self.objects.sandbox(id);
+                Want {
+                    method,
+                    pod_uid: sb.map_or("", |s| s.uid.as_str()),
+                    container: "",
+                    attempt: sb.map_or(0, |s| s.attempt),
+                    image: "",
+                }
+            }
+            Target::Container(id) => {
+                let c = self.objects.container(id);
+                let meta = c.and_then(|c| c.config.metadata.as_ref());
+                Want {
+                    method,
+                    pod_uid: c.map_or("", |c| c.uid.as_str()),
+                    container: meta.map_or("", |m| m.name.as_str()),
+                    attempt: meta.map_or(0, |m| m.attempt),
+                    image: "",
+                }
+            }
+            Target::NewContainer {
+                sandbox,
+                name,
+                attempt,
+            } => Want {
+                method,
+                pod_uid: self.objects.sandbox(sandbox).map_or("", |s| s.uid.as_str()),
+                container: name,
+                attempt,
+                image: "",
+            },
+        }
+    }
+
+    /// The next recorded call of `key`, or the last exec of its container.
+    fn take_key(&mut self, key: Key) -> Option<u32> {
+        if let Some(&first) = self.pending.get(&key) {
+            match self.answers[first as usize].next {
+                Some(next) => self.pending.insert(key, next),
+                None => self.pending.remove(&key),
+            };
+            if key.method == CriMethod::ExecSync {
+                self.last_exec.insert((key.pod_uid, key.container), first);
+            }
+            return Some(first);
+        }
+        // Probes run on a period, so their count depends on how long a container lived;
+        // past the recorded ones, an exec answers as the last one did.
+        if key.method == CriMethod::ExecSync {
+            return self.last_exec.get(&(key.pod_uid, key.container)).copied();
+        }
+        None
+    }
+
+    /// Records that the recording has nothing for `want`, and the error the call gets.
+    fn diverged(&mut self, want: &Want) -> CriError {
+        let why = format!(
+            "the recording has no {} for pod {} {}attempt {}{}",
+            want.method,
+            want.pod_uid,
+            if want.container.is_empty() {
+                String::new()
+            } else {
+                format!("container {} ", want.container)
+            },
+            want.attempt,
+            if want.image_matched().is_empty() {
+                String::new()
+            } else {
+                format!(" image {}", want.image_matched())
+            },
+        );
+        self.divergences.push(Divergence {
+            at_ns: mono_now(),
+            method: want.method,
+            pod_uid: want.pod_uid.to_string(),
+            container: want.container.to_string(),
+            attempt: want.attempt,
+            image: want.image_matched().to_string(),
+            why: why.clone(),
+        });
+        CriError::Call {
+            method: "Replay",
+            code: tonic::Code::Unknown,
+            message: format!("replay divergence: {why}"),
+        }
+    }
+}
+
+/// What a call that changes state is for.
+enum Target<'a> {
+    /// A pod-level call, by the pod's UID (and a pull's image).
+    Pod {
+        uid: &'a str,
+        attempt: u32,
+        image: &'a str,
+    },
+    /// A sandbox-level call, by the sandbox's ID.
+    Sandbox(&'a str),
+    /// A container-level call, by the container's ID.
+    Container(&'a str),
+    /// CreateContainer: the container's name and attempt, in a sandbox.
+    NewContainer {
+        sandbox: &'a str,
+        name: &'a str,
+        attempt: u32,
+    },
 }
 
 /// A recording, served as a container runtime.
@@ -105,15 +341,20 @@ impl ReplayRuntime {
         // Sized up front: grown by doubling, the index rehashed every key several times
         // over a long trace.
         let mutations = calls.iter().filter(|c| c.method.mutates()).count();
+        st.answers = Vec::with_capacity(mutations);
         st.pending = HashMap::with_capacity_and_hasher(mutations, FixedState::default());
         st.served = Vec::with_capacity(mutations);
         st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
         st.facts.network_ready = (true, String::new());
+        st.names.intern("");
         let mut network_seen = false;
         let mut started: BTreeMap<String, u64> = BTreeMap::new();
         let mut stopped: BTreeSet<String> = BTreeSet::new();
         let mut image_seen: BTreeSet<String> = BTreeSet::new();
-        for c in calls {
+        // The last recorded call of each key, for chaining the next one behind it.
+        let mut last: HashMap<Key, u32, FixedState> =
+            HashMap::with_capacity_and_hasher(mutations, FixedState::default());
+        for (i, c) in calls.iter().enumerate() {
             match c.method {
                 CriMethod::Status if !network_seen => {
                     network_seen = true;
@@ -164,11 +405,25 @@ impl ReplayRuntime {
                 _ => {}
             }
             if c.method.mutates() {
-                // Most keys have one call: no room for more until a second comes.
-                st.pending
-                    .entry(Key::of(c))
-                    .or_insert_with(|| VecDeque::with_capacity(1))
-                    .push_back((*c).clone());
+                let key = Key {
+                    pod_uid: st.names.intern(&c.pod_uid),
+                    method: c.method,
+                    container: st.names.intern(&c.container),
+                    attempt: c.attempt,
+                    image: if c.method == CriMethod::PullImage {
+                        st.names.intern(&c.image)
+                    } else {
+                        0
+                    },
+                };
+                let n = st.answers.len() as u32;
+                st.answers.push(Answer::of(i, c));
+                match last.insert(key, n) {
+                    Some(prev) => st.answers[prev as usize].next = Some(n),
+                    None => {
+                        st.pending.insert(key, n);
+                    }
+                }
             }
         }
         let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
@@ -196,8 +451,9 @@ impl ReplayRuntime {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the calls served so far, with virtual times, and what could not be answered.
-    pub fn take_results(&self) -> (Vec<CriCall>, Vec<Divergence>) {
+    /// Takes the calls served so far (which recorded call, and the virtual times) and
+    /// what could not be answered.
+    pub fn take_results(&self) -> (Vec<Served>, Vec<Divergence>) {
         let mut st = self.lock();
         (
             std::mem::take(&mut st.served),
@@ -205,78 +461,64 @@ impl ReplayRuntime {
         )
     }
 
-    /// Takes the recorded answer for `key`, or records a divergence.
-    fn take(&self, key: &Key) -> Result<CriCall, CriError> {
+    /// Matches a call with the recording: the recorded answer's index, or a divergence.
+    /// An object the runtime does not hold is for pod "" (as a runtime that lost it).
+    fn take(&self, method: CriMethod, target: Target) -> Result<u32, CriError> {
         let mut st = self.lock();
-        if let Some(c) = st.pending.get_mut(key).and_then(|q| q.pop_front()) {
-            if key.method == CriMethod::ExecSync {
-                st.last_exec
-                    .insert((key.pod_uid.clone(), key.container.clone()), c.clone());
-            }
-            return Ok(c);
+        let key = st.want(method, &target).key(&st.names);
+        if let Some(n) = key.and_then(|k| st.take_key(k)) {
+            return Ok(n);
         }
-        // Probes run on a period, so their count depends on how long a container lived;
-        // past the recorded ones, an exec answers as the last one did.
-        if key.method == CriMethod::ExecSync
-            && let Some(c) = st
-                .last_exec
-                .get(&(key.pod_uid.clone(), key.container.clone()))
-        {
-            return Ok(c.clone());
-        }
-        let why = format!(
-            "the recording has no {} for pod {} {}attempt {}{}",
-            key.method,
-            key.pod_uid,
-            if key.container.is_empty() {
-                String::new()
-            } else {
-                format!("container {} ", key.container)
-            },
-            key.attempt,
-            if key.image.is_empty() {
-                String::new()
-            } else {
-                format!(" image {}", key.image)
-            },
+        // The rare path: the names are copied out of the objects for the divergence.
+        let w = st.want(method, &target);
+        let (uid, container, image) = (
+            w.pod_uid.to_string(),
+            w.container.to_string(),
+            w.image.to_string(),
         );
-        st.divergences.push(Divergence {
-            at_ns: mono_now(),
-            method: key.method,
-            pod_uid: key.pod_uid.clone(),
-            container: key.container.clone(),
-            attempt: key.attempt,
-            image: key.image.clone(),
-            why: why.clone(),
-        });
-        Err(CriError::Call {
-            method: "Replay",
-            code: tonic::Code::Unknown,
-            message: format!("replay divergence: {why}"),
-        })
+        let attempt = w.attempt;
+        Err(st.diverged(&Want {
+            method,
+            pod_uid: &uid,
+            container: &container,
+            attempt,
+            image: &image,
+        }))
     }
 
     /// Waits the recorded duration (scaled) and returns the recorded outcome.
-    async fn answer(&self, key: Key, fill: impl FnOnce(&mut CriCall)) -> Result<CriCall, CriError> {
-        let rec = self.take(&key)?;
-        let factor = self.scale.get(&key.method).copied().unwrap_or(1.0);
-        let took = (rec.end_ns.saturating_sub(rec.start_ns) as f64 * factor) as u64;
+    async fn answer(&self, method: CriMethod, target: Target<'_>) -> Result<Answered, CriError> {
+        let n = self.take(method, target)?;
+        let factor = self.scale.get(&method).copied().unwrap_or(1.0);
+        let took = {
+            let st = self.lock();
+            (st.answers[n as usize].took_ns as f64 * factor) as u64
+        };
         let start = mono_now();
         tokio::time::sleep(Duration::from_nanos(took)).await;
-        let mut served = rec.clone();
-        served.start_ns = start;
-        served.end_ns = mono_now();
-        fill(&mut served);
-        self.lock().served.push(served);
-        if rec.ok() {
-            Ok(rec)
+        let mut st = self.lock();
+        let end = mono_now();
+        let a = &mut st.answers[n as usize];
+        let served = Served {
+            call: a.call,
+            start_ns: start,
+            end_ns: end,
+        };
+        let outcome = if a.code == GrpcCode::Ok {
+            Ok(Answered {
+                id: std::mem::take(&mut a.id),
+                image_ref: std::mem::take(&mut a.image_ref),
+                exit_code: a.exit_code,
+            })
         } else {
             Err(CriError::Call {
                 method: "Replay",
-                code: tonic_code(rec.code),
-                message: rec.message.clone(),
+                code: tonic_code(a.code),
+                message: a.message.clone(),
             })
-        }
+        };
+        st.served.push(served);
+        outcome
     }
 
     /// A read takes its method's typical recorded time.
@@ -286,26 +528,11 @@ impl ReplayRuntime {
         tokio::time::sleep(Duration::from_nanos((base as f64 * factor) as u64)).await;
     }
 
-    fn ids_for_sandbox(&self, id: &str) -> (String, u32) {
+    fn uid_of_sandbox(&self, id: &str) -> String {
         self.lock()
             .objects
             .sandbox(id)
-            .map(|s| (s.uid.clone(), s.attempt))
-            .unwrap_or_default()
-    }
-
-    fn ids_for_container(&self, id: &str) -> (String, String, u32) {
-        self.lock()
-            .objects
-            .container(id)
-            .map(|c| {
-                let meta = c.config.metadata.as_ref();
-                (
-                    c.uid.clone(),
-                    meta.map(|m| m.name.clone()).unwrap_or_default(),
-                    meta.map_or(0, |m| m.attempt),
-                )
-            })
+            .map(|s| s.uid.clone())
             .unwrap_or_default()
     }
 
@@ -314,17 +541,6 @@ impl ReplayRuntime {
         st.objects.advance(wall_now());
     }
 }
-
-fn key(method: CriMethod, pod_uid: &str, container: &str, attempt: u32) -> Key {
-    Key {
-        method,
-        pod_uid: pod_uid.into(),
-        container: container.into(),
-        attempt,
-        image: String::new(),
-    }
-}
-
 impl RuntimeService for ReplayRuntime {
     async fn version(&self) -> CriResult<api::VersionResponse> {
         self.read_delay(CriMethod::Version).await;
@@ -368,21 +584,21 @@ impl RuntimeService for ReplayRuntime {
     ) -> CriResult<api::RunPodSandboxResponse> {
         let config = req.config.unwrap_or_default();
         let meta = config.metadata.clone().unwrap_or_default();
-        let rec = self
-            .answer(
-                key(CriMethod::RunPodSandbox, &meta.uid, "", meta.attempt),
-                |_| {},
-            )
-            .await?;
+        let target = Target::Pod {
+            uid: &meta.uid,
+            attempt: meta.attempt,
+            image: "",
+        };
+        let rec = self.answer(CriMethod::RunPodSandbox, target).await?;
         let mut st = self.lock();
         let ip = st
             .facts
             .sandbox_ip
-            .get(&rec.sandbox_id)
+            .get(&rec.id)
             .cloned()
             .unwrap_or_default();
         st.objects.add_sandbox(
-            rec.sandbox_id.clone(),
+            rec.id.clone(),
             Sandbox {
                 uid: meta.uid,
                 attempt: meta.attempt,
@@ -393,13 +609,12 @@ impl RuntimeService for ReplayRuntime {
             },
         );
         Ok(api::RunPodSandboxResponse {
-            pod_sandbox_id: rec.sandbox_id,
+            pod_sandbox_id: rec.id,
         })
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let (uid, attempt) = self.ids_for_sandbox(id);
-        self.answer(key(CriMethod::StopPodSandbox, &uid, "", attempt), |_| {})
+        self.answer(CriMethod::StopPodSandbox, Target::Sandbox(id))
             .await?;
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -408,8 +623,7 @@ impl RuntimeService for ReplayRuntime {
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
-        let (uid, attempt) = self.ids_for_sandbox(id);
-        self.answer(key(CriMethod::RemovePodSandbox, &uid, "", attempt), |_| {})
+        self.answer(CriMethod::RemovePodSandbox, Target::Sandbox(id))
             .await?;
         let mut st = self.lock();
         st.objects.remove_sandbox(id);
@@ -449,17 +663,17 @@ impl RuntimeService for ReplayRuntime {
     async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
         let config = req.config.unwrap_or_default();
         let meta = config.metadata.clone().unwrap_or_default();
-        let (uid, _) = self.ids_for_sandbox(&req.pod_sandbox_id);
-        let rec = self
-            .answer(
-                key(CriMethod::CreateContainer, &uid, &meta.name, meta.attempt),
-                |_| {},
-            )
-            .await?;
+        let target = Target::NewContainer {
+            sandbox: &req.pod_sandbox_id,
+            name: &meta.name,
+            attempt: meta.attempt,
+        };
+        let uid = self.uid_of_sandbox(&req.pod_sandbox_id);
+        let rec = self.answer(CriMethod::CreateContainer, target).await?;
         let mut st = self.lock();
-        let runs_for = st.facts.runs.get(&rec.container_id).copied();
+        let runs_for = st.facts.runs.get(&rec.id).copied();
         st.objects.add_container(
-            rec.container_id.clone(),
+            rec.id.clone(),
             Container {
                 uid,
                 sandbox_id: req.pod_sandbox_id,
@@ -479,20 +693,18 @@ impl RuntimeService for ReplayRuntime {
                 exited: tokio::sync::watch::Sender::new(false),
             },
         );
-        Ok(rec.container_id)
+        Ok(rec.id)
     }
 
     async fn start_container(&self, id: &str) -> CriResult<()> {
-        let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(key(CriMethod::StartContainer, &uid, &name, attempt), |_| {})
+        self.answer(CriMethod::StartContainer, Target::Container(id))
             .await?;
         self.lock().objects.start_container(id, wall_now());
         Ok(())
     }
 
     async fn stop_container(&self, id: &str, _timeout: i64) -> CriResult<()> {
-        let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(key(CriMethod::StopContainer, &uid, &name, attempt), |_| {})
+        self.answer(CriMethod::StopContainer, Target::Container(id))
             .await?;
         let mut st = self.lock();
         Self::advance(&mut st);
@@ -505,22 +717,14 @@ impl RuntimeService for ReplayRuntime {
         id: &str,
         _linux: api::LinuxContainerResources,
     ) -> CriResult<()> {
-        let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(
-            key(CriMethod::UpdateContainerResources, &uid, &name, attempt),
-            |_| {},
-        )
-        .await
-        .map(|_| ())
+        self.answer(CriMethod::UpdateContainerResources, Target::Container(id))
+            .await
+            .map(|_| ())
     }
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {
-        let (uid, name, attempt) = self.ids_for_container(id);
-        self.answer(
-            key(CriMethod::RemoveContainer, &uid, &name, attempt),
-            |_| {},
-        )
-        .await?;
+        self.answer(CriMethod::RemoveContainer, Target::Container(id))
+            .await?;
         self.lock().objects.remove_container(id);
         Ok(())
     }
@@ -614,16 +818,11 @@ impl RuntimeService for ReplayRuntime {
         _cmd: Vec<String>,
         _timeout: i64,
     ) -> CriResult<api::ExecSyncResponse> {
-        let (uid, name, attempt) = self.ids_for_container(id);
         let rec = self
-            .answer(key(CriMethod::ExecSync, &uid, &name, attempt), |_| {})
+            .answer(CriMethod::ExecSync, Target::Container(id))
             .await?;
         Ok(api::ExecSyncResponse {
-            exit_code: rec
-                .response
-                .get("exit_code")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            exit_code: rec.exit_code,
             ..Default::default()
         })
     }
@@ -673,16 +872,14 @@ impl ImageService for ReplayRuntime {
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> CriResult<String> {
         let meta = sandbox_config.and_then(|s| s.metadata).unwrap_or_default();
-        let k = Key {
-            method: CriMethod::PullImage,
-            pod_uid: meta.uid,
-            container: String::new(),
+        let target = Target::Pod {
+            uid: &meta.uid,
             attempt: meta.attempt,
-            image: image.image.clone(),
+            image: &image.image,
         };
-        let rec = self.answer(k, |_| {}).await?;
+        let rec = self.answer(CriMethod::PullImage, target).await?;
         self.lock().images.insert(image.image.clone());
-        Ok(rec.response.get("image_ref").cloned().unwrap_or_default())
+        Ok(rec.image_ref)
     }
 }
 
