@@ -443,7 +443,7 @@ impl RunRecorder {
 
     /// Records a config change as pod records.
     pub fn pod_update(&self, update: &PodUpdate) {
-        let (op, pods): (PodOp, &[Pod]) = match update {
+        let (op, pods): (PodOp, &[Arc<Pod>]) = match update {
             PodUpdate::Add(p) => (PodOp::Add, p),
             PodUpdate::Update(p) => (PodOp::Update, p),
             PodUpdate::Remove(p) => (PodOp::Remove, p),
@@ -453,7 +453,7 @@ impl RunRecorder {
             self.sink.send(TraceRecord::Pod(PodOpRecord {
                 at_ns: now_ktime_ns(),
                 op,
-                pod: Box::new(redact_pod(pod)),
+                pod: Arc::new(redact_pod(pod)),
             }));
         }
     }

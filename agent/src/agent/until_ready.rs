@@ -66,7 +66,7 @@ impl Started {
         if pods.is_empty() {
             return Err(AgentError::NoPods(opts.manifests.clone()));
         }
-        let pods: Vec<Pod> = pods.into_iter().map(|p| p.pod).collect();
+        let pods: Vec<Arc<Pod>> = pods.into_iter().map(|p| Arc::new(p.pod)).collect();
         let uids: BTreeSet<String> = pods
             .iter()
             .map(|p| labels::pod_uid(p).to_string())
@@ -155,7 +155,7 @@ async fn removed(
     store: &Arc<StatusStore>,
     uids: &BTreeSet<String>,
     changes: &mut tokio::sync::watch::Receiver<u64>,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
 ) -> Result<(), (usize, Duration)> {
     let grace = pods
         .iter()

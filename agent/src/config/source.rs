@@ -15,9 +15,9 @@ use super::{ManifestError, StaticPod, load_paths};
 /// What changed in the desired pods (kubelet's PodUpdate operations).
 #[derive(Debug, Clone)]
 pub enum PodUpdate {
-    Add(Vec<Pod>),
-    Update(Vec<Pod>),
-    Remove(Vec<Pod>),
+    Add(Vec<Arc<Pod>>),
+    Update(Vec<Arc<Pod>>),
+    Remove(Vec<Arc<Pod>>),
     /// Manifests that could not be read this time, with why.
     Invalid(Vec<InvalidManifest>),
     /// Every source has delivered its first snapshot (kubelet's sourcesReady): only now
@@ -52,7 +52,7 @@ pub const RESCAN_PERIOD: Duration = Duration::from_secs(20);
 /// Desired pods by UID, diffed against the next snapshot.
 #[derive(Debug, Default)]
 pub struct PodConfig {
-    pods: BTreeMap<String, Pod>,
+    pods: BTreeMap<String, Arc<Pod>>,
     last_errors: Vec<InvalidManifest>,
 }
 
@@ -65,14 +65,22 @@ impl PodConfig {
         let mut next = BTreeMap::new();
         for sp in snapshot {
             let uid = sp.pod.metadata.uid.clone().unwrap_or_default();
-            match self.pods.get(&uid) {
-                None => adds.push(sp.pod.clone()),
-                Some(old) if old != &sp.pod => updates.push(sp.pod.clone()),
-                Some(_) => {}
-            }
-            next.insert(uid, sp.pod);
+            let pod = match self.pods.get(&uid) {
+                None => {
+                    let pod = Arc::new(sp.pod);
+                    adds.push(pod.clone());
+                    pod
+                }
+                Some(old) if **old != sp.pod => {
+                    let pod = Arc::new(sp.pod);
+                    updates.push(pod.clone());
+                    pod
+                }
+                Some(old) => old.clone(),
+            };
+            next.insert(uid, pod);
         }
-        let removes: Vec<Pod> = self
+        let removes: Vec<Arc<Pod>> = self
             .pods
             .iter()
             .filter(|(uid, _)| !next.contains_key(*uid))

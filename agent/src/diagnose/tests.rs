@@ -46,7 +46,7 @@ fn pod_add(host_network: bool) -> TraceRecord {
     TraceRecord::Pod(PodOpRecord {
         at_ns: 0,
         op: PodOp::Add,
-        pod: Box::new(pod),
+        pod: std::sync::Arc::new(pod),
     })
 }
 

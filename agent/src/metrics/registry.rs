@@ -766,7 +766,7 @@ mod tests {
         collector.push(&crate::trace::TraceRecord::Pod(crate::trace::PodOpRecord {
             at_ns: 0,
             op: crate::trace::PodOp::Add,
-            pod: Box::new(pod),
+            pod: std::sync::Arc::new(pod),
         }));
         let call = |method: CriMethod, t: u64| CriCall {
             method,

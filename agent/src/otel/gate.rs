@@ -196,7 +196,7 @@ mod tests {
         TraceRecord::Pod(PodOpRecord {
             at_ns: 1,
             op: PodOp::Add,
-            pod: Box::new(Pod {
+            pod: std::sync::Arc::new(Pod {
                 metadata: ObjectMeta {
                     uid: Some(uid.into()),
                     name: Some("p".into()),

@@ -91,7 +91,7 @@ fn gate_knowing(uid: &str) -> Arc<TraceGate> {
     gate.observe(&TraceRecord::Pod(PodOpRecord {
         at_ns: 1,
         op: PodOp::Add,
-        pod: Box::new(pod),
+        pod: std::sync::Arc::new(pod),
     }));
     gate
 }

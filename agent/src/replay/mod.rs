@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::watch;
 
 pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
@@ -145,7 +144,7 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
         let TraceRecord::Pod(p) = r else { continue };
         let at = start + Duration::from_nanos(p.at_ns.saturating_sub(h.started_ns));
         tokio::time::sleep_until(at).await;
-        let pods: Vec<Pod> = vec![(*p.pod).clone()];
+        let pods = vec![p.pod.clone()];
         let update = match p.op {
             PodOp::Add => PodUpdate::Add(pods),
             PodOp::Update => PodUpdate::Update(pods),

@@ -19,10 +19,10 @@ use super::shared::lock;
 impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     /// The pod to hand its worker for an update: `desired`, or `desired` with its current
     /// allocation while its resize is pending.
-    pub(super) fn allocate(&mut self, desired: Pod) -> Arc<Pod> {
+    pub(super) fn allocate(&mut self, desired: Arc<Pod>) -> Arc<Pod> {
         let uid = labels::pod_uid(&desired).to_string();
         let Some(current) = self.pod_manager.get(&uid).cloned() else {
-            return Arc::new(desired);
+            return desired;
         };
         let others: Vec<&Pod> = self
             .pod_manager
@@ -49,7 +49,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             ResizeVerdict::Unchanged | ResizeVerdict::Accepted => {
                 self.pending_resizes.remove(&uid);
                 lock(&self.shared.resize_pending).remove(&uid);
-                Arc::new(desired)
+                desired
             }
             ResizeVerdict::Pending { reason, message } => {
                 let before = lock(&self.shared.resize_pending)
@@ -62,7 +62,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     ));
                 }
                 let allocated = with_allocated_resources(&desired, &current);
-                self.pending_resizes.insert(uid, Arc::new(desired));
+                self.pending_resizes.insert(uid, desired);
                 Arc::new(allocated)
             }
         }
@@ -78,7 +78,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                 lock(&self.shared.resize_pending).remove(&uid);
                 continue;
             }
-            let pod = self.allocate(desired.as_ref().clone());
+            let pod = self.allocate(desired);
             if self.pending_resizes.contains_key(&uid) {
                 continue;
             }

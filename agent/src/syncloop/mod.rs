@@ -226,7 +226,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                     let uid = labels::pod_uid(&pod).to_string();
                     self.shared.store.update_pod(&pod);
                     let pod = if self.rejected.contains(&uid) {
-                        Arc::new(pod)
+                        pod
                     } else {
                         self.allocate(pod)
                     };
@@ -244,7 +244,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
                         self.shared.store.remove(&uid);
                         continue;
                     }
-                    self.update_worker(UpdateType::Kill, Arc::new(pod), "the pod's removal");
+                    self.update_worker(UpdateType::Kill, pod, "the pod's removal");
                 }
                 self.retry_pending_resizes();
             }
@@ -291,13 +291,12 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
 
     /// HandlePodAdditions: oldest first, admission against what is already admitted, then
     /// dispatch to the pod's worker.
-    fn handle_pod_additions(&mut self, mut pods: Vec<Pod>) {
+    fn handle_pod_additions(&mut self, mut pods: Vec<Arc<Pod>>) {
         pods.sort_by(|a, b| {
             let t = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
             t(a).cmp(&t(b))
         });
         for pod in pods {
-            let pod = Arc::new(pod);
             let uid = labels::pod_uid(&pod).to_string();
             self.shared.store.add_pod(&pod);
             let admitted: Vec<&Pod> = self

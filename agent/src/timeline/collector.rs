@@ -562,7 +562,7 @@ fn kept_pod_op(p: &PodOpRecord) -> PodOpRecord {
     PodOpRecord {
         at_ns: p.at_ns,
         op: p.op,
-        pod: Box::new(Pod {
+        pod: std::sync::Arc::new(Pod {
             metadata: p.pod.metadata.clone(),
             ..Pod::default()
         }),

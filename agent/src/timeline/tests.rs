@@ -128,7 +128,7 @@ fn pod_add() -> TraceRecord {
     TraceRecord::Pod(PodOpRecord {
         at_ns: 0,
         op: PodOp::Add,
-        pod: Box::new(pod),
+        pod: std::sync::Arc::new(pod),
     })
 }
 
@@ -551,7 +551,7 @@ fn an_exec_hook_and_an_exec_readiness_probe_are_read_from_their_exec_syncs() {
     records[0] = TraceRecord::Pod(PodOpRecord {
         at_ns: 0,
         op: PodOp::Add,
-        pod: Box::new(pod),
+        pod: std::sync::Arc::new(pod),
     });
     for (start, code) in [(242, "0"), (300, "1"), (400, "0"), (500, "0")] {
         let mut x = call("ExecSync", start, start + 5);
@@ -785,7 +785,7 @@ fn at_most_so_many_deleted_pods_are_kept_whatever_the_retention() {
             collector.push(&TraceRecord::Pod(PodOpRecord {
                 at_ns: at * MS,
                 op,
-                pod: Box::new(pod),
+                pod: std::sync::Arc::new(pod),
             }));
         }
     }
@@ -876,7 +876,7 @@ fn sidecar_pod(probed: bool) -> Vec<TraceRecord> {
     let mut records = vec![TraceRecord::Pod(PodOpRecord {
         at_ns: 0,
         op: PodOp::Add,
-        pod: Box::new(pod),
+        pod: std::sync::Arc::new(pod),
     })];
     let mut run = call("RunPodSandbox", 5, 150);
     run.sandbox_id = SANDBOX.into();

@@ -3,6 +3,7 @@
 //! unless a name says `wall`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use podtrace_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan};
@@ -58,8 +59,9 @@ pub enum PodOp {
 pub struct PodOpRecord {
     pub at_ns: u64,
     pub op: PodOp,
-    /// The pod, with environment values removed (see [`redact_pod`]).
-    pub pod: Box<Pod>,
+    /// The pod, with environment values removed (see [`redact_pod`]). Shared: a replay
+    /// hands the recorded pod to the reconciler as it is.
+    pub pod: Arc<Pod>,
 }
 
 /// A change of a pod's API status, as the agent published it: the moment podtrace saw a
