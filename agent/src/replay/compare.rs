@@ -104,6 +104,9 @@ pub struct StageLatency {
     pub stage: String,
 }
 
+/// Per pod UID.
+type ByPod<'a, T> = std::collections::HashMap<&'a str, T, foldhash::fast::FixedState>;
+
 /// A call as compared: what it did (its record) and when it ran, as recorded or as
 /// replayed.
 #[derive(Debug, Clone, Copy)]
@@ -256,7 +259,8 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
             _ => None,
         })
         .collect();
-    let mut recorded: BTreeMap<&str, Vec<Timed>> = BTreeMap::new();
+    // Looked up by pod, never listed: hashed.
+    let mut recorded: ByPod<Vec<Timed>> = ByPod::default();
     for c in calls.iter().filter(|c| compared(c)) {
         recorded
             .entry(&c.pod_uid)
@@ -275,11 +279,11 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         .filter(|t| compared(t.call))
         .collect();
     served.sort_by_key(|t| t.start_ns);
-    let mut served_by_pod: BTreeMap<&str, Vec<Timed>> = BTreeMap::new();
+    let mut served_by_pod: ByPod<Vec<Timed>> = ByPod::default();
     for t in served {
         served_by_pod.entry(&t.call.pod_uid).or_default().push(t);
     }
-    let mut divergences: BTreeMap<&str, Vec<&Divergence>> = BTreeMap::new();
+    let mut divergences: ByPod<Vec<&Divergence>> = ByPod::default();
     for d in &replayed.divergences {
         divergences.entry(&d.pod_uid).or_default().push(d);
     }
@@ -330,12 +334,17 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         };
         let rec_stages = stage_times(rec, *added);
         let rep_stages = stage_times(rep, *added);
-        let mut labels: Vec<&String> = rec_stages.keys().chain(rep_stages.keys()).collect();
-        labels.sort_by_key(|l| rec_stages.get(*l).or(rep_stages.get(*l)).map(|t| t.1));
-        labels.dedup();
+        // In order of their end (the recorded one where both have it), each looked up once.
+        let mut labels: Vec<(&String, Option<u64>)> = rec_stages
+            .keys()
+            .chain(rep_stages.keys())
+            .map(|l| (l, rec_stages.get(l).or(rep_stages.get(l)).map(|t| t.1)))
+            .collect();
+        labels.sort_by_key(|(_, end)| *end);
+        labels.dedup_by_key(|(l, _)| *l);
         let stages = labels
             .into_iter()
-            .map(|l| StageLatency {
+            .map(|(l, _)| StageLatency {
                 stage: l.clone(),
                 recorded_ns: rec_stages.get(l).map(|t| t.0),
                 replayed_ns: rep_stages.get(l).map(|t| t.0),

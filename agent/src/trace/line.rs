@@ -19,6 +19,33 @@ struct Tag<'a> {
     kind: Cow<'a, str>,
 }
 
+/// The record types whose `type` can be read off the end of the line.
+const KINDS: [&str; 9] = [
+    "pod",
+    "cri",
+    "kernel",
+    "event",
+    "status",
+    "wait",
+    "stage",
+    "runtime_span",
+    "footer",
+];
+
+/// The `type` of a line as podtrace writes it: keys in name order, so `type` is the last
+/// key and the line ends `,"type":"<kind>"}`. That `"type"` is then a key of the object
+/// the line's last brace closes (a string cannot hold an unescaped quote, and nothing
+/// follows the brace), so it is the last `type` of the top-level object: what the general
+/// way reads, provided the whole line then parses, which the record's own read checks.
+/// `None` for a line written otherwise: the tag is then looked for the slow way.
+fn written_kind(raw: &str) -> Option<&'static str> {
+    let rest = raw.strip_suffix("\"}")?;
+    KINDS.into_iter().find(|kind| {
+        rest.strip_suffix(kind)
+            .is_some_and(|r| r.ends_with(",\"type\":\"") || r == "{\"type\":\"")
+    })
+}
+
 /// The record on `raw`, if it is an object whose `type` is one of the record types below
 /// and whose fields all read.
 pub(super) fn parse_record(raw: &str) -> Option<TraceRecord> {
@@ -26,8 +53,11 @@ pub(super) fn parse_record(raw: &str) -> Option<TraceRecord> {
     if !raw.trim_start().starts_with('{') {
         return None;
     }
-    let tag: Tag = serde_json::from_str(raw).ok()?;
-    let record = match tag.kind.as_ref() {
+    let tag = match written_kind(raw) {
+        Some(kind) => Cow::Borrowed(kind),
+        None => serde_json::from_str::<Tag>(raw).ok()?.kind,
+    };
+    let record = match tag.as_ref() {
         "pod" => TraceRecord::Pod(serde_json::from_str(raw).ok()?),
         "cri" => TraceRecord::Cri(serde_json::from_str(raw).ok()?),
         "kernel" => TraceRecord::Kernel(serde_json::from_str(raw).ok()?),
@@ -99,7 +129,7 @@ mod tests {
             r#"{"type":"hologram","x":1}"#,
             r#"{"method":"Version","start_ns":3,"end_ns":4,"code":"OK"}"#,
             r#"{"type":5}"#,
-            // A duplicated type: the general way takes the last.
+            // A duplicated type that is not last.
             r#"{"type":"cri","type":"pod","method":"Version","start_ns":3,"end_ns":4,"code":"OK"}"#,
             // A bad field, and a line cut short.
             r#"{"type":"cri","method":"Version","start_ns":"soon","end_ns":4,"code":"OK"}"#,
@@ -109,6 +139,33 @@ mod tests {
         ] {
             assert_eq!(parse_record(raw), None, "{raw}");
         }
+    }
+
+    #[test]
+    fn the_type_read_off_the_line_end_is_the_type_the_general_way_reads() {
+        for raw in [
+            // As podtrace writes it, and alone.
+            r#"{"code":"OK","end_ns":4,"method":"Version","start_ns":3,"type":"cri"}"#,
+            r#"{"type":"footer"}"#,
+            // A duplicated type: the general way takes the last, and so does the end.
+            r#"{"type":"pod","code":"OK","end_ns":4,"method":"Version","start_ns":3,"type":"cri"}"#,
+            // A nested "type" at the end is not the record's.
+            r#"{"code":"OK","end_ns":4,"method":"Version","start_ns":3,"x":{"a":1,"type":"cri"}}"#,
+            // Inside a string, it is not a key at all.
+            r#"{"code":"OK","end_ns":4,"message":"a,\"type\":\"cri\"}","method":"Version","start_ns":3}"#,
+            // A line that looks right at its end but does not parse.
+            r#"{"code":"OK","end_ns":4,"method":"Version","start_ns":3,,"type":"cri"}"#,
+            r#"["x","type":"cri"}"#,
+        ] {
+            assert_eq!(parse_record(raw), general(raw), "{raw}");
+        }
+        assert_eq!(
+            written_kind(r#"{"a":1,"type":"runtime_span"}"#),
+            Some("runtime_span")
+        );
+        assert_eq!(written_kind(r#"{"a":1,"type":"span"}"#), None);
+        assert_eq!(written_kind(r#"{"a":1,"type":"cri"} "#), None);
+        assert_eq!(written_kind(r#"{"a":{"type":"cri"}}"#), None);
     }
 
     #[test]

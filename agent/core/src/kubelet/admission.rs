@@ -144,6 +144,10 @@ fn fits_resources(pod: &Pod, admitted: &[&Pod], node: &NodeAllocatable) -> Resul
         ));
     }
     let (cpu, mem) = pod_requests(pod);
+    // A pod that requests nothing fits whatever the others use.
+    if cpu <= 0 && mem <= 0 {
+        return Ok(());
+    }
     let (used_cpu, used_mem) = admitted
         .iter()
         .map(|p| pod_requests(p))
@@ -160,6 +164,10 @@ fn fits_resources(pod: &Pod, admitted: &[&Pod], node: &NodeAllocatable) -> Resul
 /// nodeports' Fits: no host port the pod asks for is taken.
 fn host_ports_free(pod: &Pod, admitted: &[&Pod]) -> Result<(), Rejection> {
     let wanted = host_ports(pod);
+    // A pod that wants no host port conflicts with none.
+    if wanted.is_empty() {
+        return Ok(());
+    }
     let taken: Vec<HostPort> = admitted.iter().flat_map(|p| host_ports(p)).collect();
     if let Some(p) = wanted
         .iter()
