@@ -73,8 +73,8 @@ pub fn settled(rec: &PodRecord) -> Option<PodOutcome> {
     // A regular container that finished for good (restartPolicy Never, or OnFailure
     // after a success) will not run again: waiting for it is pointless.
     let policy = rec
-        .spec
-        .as_ref()
+        .pod
+        .spec()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always");
     let finished = !o.not_running.is_empty()
@@ -139,7 +139,7 @@ pub fn outcome_of(rec: &PodRecord) -> PodOutcome {
     let st = &rec.status;
     let init = st.init_container_statuses.as_deref().unwrap_or_default();
     let regular = st.container_statuses.as_deref().unwrap_or_default();
-    let not_running: Vec<NotRunning> = long_running(rec.spec.as_ref(), init, regular)
+    let not_running: Vec<NotRunning> = long_running(rec.pod.spec(), init, regular)
         .into_iter()
         .filter_map(|(name, status)| not_running(name, status))
         .collect();
@@ -182,13 +182,14 @@ pub fn outcome_of(rec: &PodRecord) -> PodOutcome {
 mod tests {
     use std::collections::BTreeMap;
 
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
         ContainerStateWaiting, PodStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::syncloop::status_store::ManifestPod;
 
     fn running() -> ContainerState {
         ContainerState {
@@ -231,13 +232,15 @@ mod tests {
             uid: "u".into(),
             namespace: "default".into(),
             name: "p".into(),
-            metadata: ObjectMeta::default(),
-            spec: Some(PodSpec {
-                restart_policy: Some(policy.into()),
-                init_containers: Some(vec![c("proxy", true)]),
-                containers: vec![c("app", false), c("worker", false)],
-                ..PodSpec::default()
-            }),
+            pod: ManifestPod(std::sync::Arc::new(Pod {
+                spec: Some(PodSpec {
+                    restart_policy: Some(policy.into()),
+                    init_containers: Some(vec![c("proxy", true)]),
+                    containers: vec![c("app", false), c("worker", false)],
+                    ..PodSpec::default()
+                }),
+                ..Pod::default()
+            })),
             status: PodStatus {
                 phase: Some(phase.into()),
                 init_container_statuses: Some(init),

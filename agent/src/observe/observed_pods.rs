@@ -77,7 +77,7 @@ impl ObservedPods {
             }
             Observation::SandboxReady => {
                 if !self.pods.contains_key(&key) {
-                    self.store.add_pod(&Pod {
+                    self.store.add_pod(std::sync::Arc::new(Pod {
                         metadata: ObjectMeta {
                             name: Some(r.name.clone()),
                             namespace: Some(r.namespace.clone()),
@@ -86,7 +86,7 @@ impl ObservedPods {
                             ..ObjectMeta::default()
                         },
                         ..Pod::default()
-                    });
+                    }));
                 }
                 let pod = self.pods.entry(key.clone()).or_default();
                 if pod.sandbox_id != r.sandbox_id {

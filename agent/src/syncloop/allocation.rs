@@ -25,12 +25,9 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             return desired;
         };
         let others: Vec<&Pod> = self
-            .pod_manager
-            .iter()
-            .filter(|(u, _)| {
-                **u != uid && !self.rejected.contains(*u) && !self.workers.is_terminating(u)
-            })
-            .map(|(_, p)| p.as_ref())
+            .admitted()
+            .filter(|(u, _)| *u != uid)
+            .map(|(_, p)| p)
             .collect();
         let verdict = admit_resize(
             &desired,

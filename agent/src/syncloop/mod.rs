@@ -16,6 +16,7 @@ mod pleg;
 mod pod_sync;
 pub mod settings;
 mod shared;
+mod sorted;
 pub mod start_watch;
 pub mod status_store;
 mod terminate;
@@ -224,7 +225,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             PodUpdate::Update(pods) => {
                 for pod in pods {
                     let uid = labels::pod_uid(&pod).to_string();
-                    self.shared.store.update_pod(&pod);
+                    self.shared.store.update_pod(pod.clone());
                     let pod = if self.rejected.contains(&uid) {
                         pod
                     } else {
@@ -270,7 +271,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             pod.metadata.name = Some(name);
             pod.metadata.namespace = Some(namespace);
             pod.metadata.uid = Some(uid.clone());
-            self.shared.store.add_pod(&pod);
+            self.shared.store.add_pod(Arc::new(pod));
             self.shared.store.recorder(&uid).record(PodEvent::warning(
                 "FailedValidation",
                 e.message.clone(),
@@ -298,13 +299,8 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         });
         for pod in pods {
             let uid = labels::pod_uid(&pod).to_string();
-            self.shared.store.add_pod(&pod);
-            let admitted: Vec<&Pod> = self
-                .pod_manager
-                .iter()
-                .filter(|(u, _)| !self.rejected.contains(*u) && !self.workers.is_terminating(u))
-                .map(|(_, p)| p.as_ref())
-                .collect();
+            self.shared.store.add_pod(pod.clone());
+            let admitted: Vec<&Pod> = self.admitted().map(|(_, p)| p).collect();
             let verdict = can_admit_pod(
                 &pod,
                 &admitted,
@@ -334,6 +330,19 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             }
             self.update_worker(UpdateType::Create, pod, "the pod's creation");
         }
+    }
+
+    /// The pods admission counts as on the node: known, neither rejected nor being
+    /// terminated, in UID order. One pass over the three lists, all in UID order, rather
+    /// than two lookups per pod on every pod's admission.
+    fn admitted(&self) -> impl Iterator<Item = (&str, &Pod)> {
+        sorted::without(
+            self.pod_manager
+                .iter()
+                .map(|(uid, pod)| (uid.as_str(), pod.as_ref())),
+            self.rejected.iter().map(String::as_str),
+            self.workers.terminating(),
+        )
     }
 
     fn handle_pleg(&mut self, ev: PlegEvent) {
@@ -400,7 +409,7 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
             {
                 self.started.insert(done.uid.clone());
                 let total_ns = u64::try_from(started - rec.first_seen).unwrap_or(0);
-                m.observe_pod_started(&done.uid, total_ns, &rec.init_runs, rec.spec.as_ref());
+                m.observe_pod_started(&done.uid, total_ns, &rec.init_runs, rec.pod.spec());
             }
         }
         let next = self

@@ -28,14 +28,39 @@ pub struct StampedEvent {
     pub event: PodEvent,
 }
 
+/// A pod as the API shows it beside its status: its `metadata` and `spec`.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestPod(pub Arc<Pod>);
+
+impl ManifestPod {
+    pub fn metadata(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+
+    pub fn spec(&self) -> Option<&PodSpec> {
+        self.0.spec.as_ref()
+    }
+}
+
+impl Serialize for ManifestPod {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("ManifestPod", 2)?;
+        st.serialize_field("metadata", &self.0.metadata)?;
+        st.serialize_field("spec", &self.0.spec)?;
+        st.end()
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct PodRecord {
     pub uid: String,
     pub namespace: String,
     pub name: String,
-    /// The manifest's metadata and spec as last seen (the API's view of the pod).
-    pub metadata: ObjectMeta,
-    pub spec: Option<PodSpec>,
+    /// The manifest's pod as last seen, shared with the reconciler: the API shows its
+    /// metadata and spec.
+    #[serde(flatten)]
+    pub pod: ManifestPod,
     pub status: PodStatus,
     pub first_seen: Nanos,
     /// When the pod first reached Running.
@@ -145,14 +170,13 @@ impl StatusStore {
     }
 
     /// Registers a pod when it is first seen.
-    pub fn add_pod(&self, pod: &Pod) {
-        let uid = labels::pod_uid(pod).to_string();
+    pub fn add_pod(&self, pod: Arc<Pod>) {
+        let uid = labels::pod_uid(&pod).to_string();
         self.lock().entry(uid.clone()).or_insert_with(|| PodRecord {
             uid,
-            namespace: labels::pod_namespace(pod).to_string(),
-            name: labels::pod_name(pod).to_string(),
-            metadata: pod.metadata.clone(),
-            spec: pod.spec.clone(),
+            namespace: labels::pod_namespace(&pod).to_string(),
+            name: labels::pod_name(&pod).to_string(),
+            pod: ManifestPod(pod),
             status: PodStatus {
                 phase: Some("Pending".into()),
                 ..PodStatus::default()
@@ -168,11 +192,9 @@ impl StatusStore {
 
     /// Replaces a known pod's metadata and spec after its manifest changed in place
     /// (an image or resources edit); its status and events stay.
-    pub fn update_pod(&self, pod: &Pod) {
-        let uid = labels::pod_uid(pod);
-        if let Some(rec) = self.lock().get_mut(uid) {
-            rec.metadata = pod.metadata.clone();
-            rec.spec = pod.spec.clone();
+    pub fn update_pod(&self, pod: Arc<Pod>) {
+        if let Some(rec) = self.lock().get_mut(labels::pod_uid(&pod)) {
+            rec.pod = ManifestPod(pod);
         }
         self.bump();
     }
@@ -332,8 +354,8 @@ mod tests {
     #[test]
     fn pods_are_read_in_place_as_list_and_get_show_them() {
         let store = StatusStore::default();
-        store.add_pod(&pod("b", "web", "u2"));
-        store.add_pod(&pod("a", "db", "u1"));
+        store.add_pod(Arc::new(pod("b", "web", "u2")));
+        store.add_pod(Arc::new(pod("a", "db", "u1")));
         store.set_status(
             "u2",
             PodStatus {
@@ -355,5 +377,27 @@ mod tests {
             store.get("u2").map(|r| r.name)
         );
         assert_eq!(store.with_pod("u3", |r| r.name.clone()), None);
+    }
+
+    #[test]
+    fn a_record_shows_the_pods_metadata_and_spec_where_the_api_always_had_them() {
+        let store = StatusStore::default();
+        let mut p = pod("a", "db", "u1");
+        p.spec = Some(PodSpec {
+            node_name: Some("n1".into()),
+            ..PodSpec::default()
+        });
+        store.add_pod(Arc::new(p));
+        let mut rec = store.get("u1").expect("the pod was added");
+        rec.first_seen = 7;
+        let json = serde_json::to_string(&rec).expect("a record serializes");
+        assert_eq!(
+            json,
+            r#"{"uid":"u1","namespace":"a","name":"db","metadata":{"name":"db","namespace":"a","uid":"u1"},"spec":{"containers":[],"nodeName":"n1"},"status":{"phase":"Pending"},"first_seen":7,"running_at":null,"events":[]}"#
+        );
+        // A pod without a spec shows it as null, as before.
+        store.update_pod(Arc::new(pod("a", "db", "u1")));
+        let json = serde_json::to_value(store.get("u1").unwrap()).unwrap();
+        assert!(json["spec"].is_null() && json["metadata"]["name"] == "db");
     }
 }

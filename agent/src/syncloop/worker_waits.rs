@@ -108,7 +108,7 @@ mod tests {
 
     fn store() -> (StatusStore, Seen) {
         let store = StatusStore::default();
-        store.add_pod(&Pod {
+        store.add_pod(std::sync::Arc::new(Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 namespace: Some("default".into()),
@@ -116,7 +116,7 @@ mod tests {
                 ..ObjectMeta::default()
             },
             ..Pod::default()
-        });
+        }));
         let seen: Seen = Arc::default();
         let tap = seen.clone();
         store.set_wait_tap(Arc::new(move |uid, _, _, start, end, wait| {

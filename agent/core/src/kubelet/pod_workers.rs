@@ -208,6 +208,14 @@ impl PodWorkers {
         self.workers.get(uid).is_some_and(|w| w.terminating)
     }
 
+    /// UIDs whose worker is terminating its pod, in order.
+    pub fn terminating(&self) -> impl Iterator<Item = &str> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.terminating)
+            .map(|(uid, _)| uid.as_str())
+    }
+
     pub fn is_working(&self, uid: &str) -> bool {
         self.workers.get(uid).is_some_and(|w| w.working)
     }
