@@ -20,9 +20,17 @@ pub(super) fn without<'a, T>(
 mod tests {
     use super::*;
 
+    /// All, minus one, minus the other, and what is left.
+    type Case = (
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+
     #[test]
     fn keeps_what_neither_list_has_in_order() {
-        let cases: [(&[&str], &[&str], &[&str], &[&str]); 7] = [
+        let cases: [Case; 7] = [
             (&["a", "b", "c"], &[], &[], &["a", "b", "c"]),
             (&["a", "b", "c"], &["b"], &[], &["a", "c"]),
             (&["a", "b", "c"], &[], &["a", "c"], &["b"]),
