@@ -251,14 +251,7 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         }
     }
     // Each pod's calls and divergences, in one pass over each list.
-    let calls: Vec<&CriCall> = trace
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let calls = trace.cri_calls();
     // Looked up by pod, never listed: hashed.
     let mut recorded: ByPod<Vec<Timed>> = ByPod::default();
     for c in calls.iter().filter(|c| compared(c)) {

@@ -17,7 +17,7 @@ pub use runtime::{Divergence, ReplayRuntime, Served};
 
 use crate::clock::{install_virtual, uninstall_virtual};
 use crate::config::source::PodUpdate;
-use crate::cri::{CriCall, CriMethod};
+use crate::cri::CriMethod;
 use crate::kubelet::admission::NodeAllocatable;
 use crate::kuberuntime::{HostDns, RuntimeConfig};
 use crate::syncloop::{Kubelet, KubeletSettings};
@@ -103,14 +103,7 @@ pub fn replay(trace: &Trace, what_if: &WhatIf) -> Replayed {
 async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     let h = &trace.header;
     install_virtual(h.started_wall_ns, h.started_ns);
-    let calls: Vec<&CriCall> = trace
-        .records
-        .iter()
-        .filter_map(|r| match r {
-            TraceRecord::Cri(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let calls = trace.cri_calls();
     let runtime = ReplayRuntime::new(
         &calls,
         &h.runtime_name,

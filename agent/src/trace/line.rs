@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::record::TraceRecord;
+use super::record::{KNOWN_TYPES, TraceRecord};
 
 /// A record's `type`, the rest of the line skipped.
 #[derive(Deserialize)]
@@ -18,19 +18,6 @@ struct Tag<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
 }
-
-/// The record types whose `type` can be read off the end of the line.
-const KINDS: [&str; 9] = [
-    "pod",
-    "cri",
-    "kernel",
-    "event",
-    "status",
-    "wait",
-    "stage",
-    "runtime_span",
-    "footer",
-];
 
 /// The `type` of a line as podtrace writes it: keys in name order, so `type` is the last
 /// key and the line ends `,"type":"<kind>"}`. That `"type"` is then a key of the object
@@ -40,7 +27,7 @@ const KINDS: [&str; 9] = [
 /// `None` for a line written otherwise: the tag is then looked for the slow way.
 fn written_kind(raw: &str) -> Option<&'static str> {
     let rest = raw.strip_suffix("\"}")?;
-    KINDS.into_iter().find(|kind| {
+    KNOWN_TYPES.iter().copied().find(|kind| {
         rest.strip_suffix(kind)
             .is_some_and(|r| r.ends_with(",\"type\":\"") || r == "{\"type\":\"")
     })

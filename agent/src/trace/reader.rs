@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::line::parse_record;
 use super::record::{Footer, Header, KNOWN_TYPES, SCHEMA_VERSION, TraceRecord};
+use crate::cri::CriCall;
 
 /// A trace read from a file.
 #[derive(Debug, Clone)]
@@ -48,6 +49,18 @@ impl Trace {
             self.lines,
             self.records.len()
         ))
+    }
+
+    /// The trace's CRI calls in recorded order. A replay names the call that answered
+    /// each of its own by its index here.
+    pub fn cri_calls(&self) -> Vec<&CriCall> {
+        self.records
+            .iter()
+            .filter_map(|r| match r {
+                TraceRecord::Cri(c) => Some(c),
+                _ => None,
+            })
+            .collect()
     }
 
     /// When the recording ended: the footer's time, else the last record's.
