@@ -1,6 +1,6 @@
 //! createPodSandbox: build the sandbox config kubelet would, then RunPodSandbox.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use super::config::RuntimeConfig;
 use super::labels;
@@ -14,7 +14,9 @@ pub fn generate_pod_sandbox_config(
     attempt: u32,
     cfg: &RuntimeConfig,
 ) -> api::PodSandboxConfig {
-    let spec = pod.spec.clone().unwrap_or_default();
+    // Read in place: only a few of its fields are needed, not a copy of every container.
+    let no_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&no_spec);
     let (name, namespace, uid) = (
         labels::pod_name(pod),
         labels::pod_namespace(pod),
