@@ -26,7 +26,7 @@ pub fn run() -> anyhow::Result<()> {
     step.done("ready");
 
     let step = Step::start(2, STEPS, "building podtrace");
-    let bin = workspace::build_podtrace(true)?;
+    let bin = workspace::build_podtrace()?;
     step.done("built");
 
     let paths = LabPaths::from_env();

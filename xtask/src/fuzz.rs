@@ -117,11 +117,7 @@ fn fuzz_dir() -> PathBuf {
 }
 
 fn cargo_fuzz_bin() -> PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cargo"));
-    home.join("bin").join("cargo-fuzz")
+    workspace::cargo_bin("cargo-fuzz", "/root/.cargo")
 }
 
 /// Installs cargo-fuzz (the pinned version) unless it is there.

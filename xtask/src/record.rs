@@ -53,7 +53,7 @@ pub fn run(names: &[String]) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let bin = workspace::build_podtrace(true)?;
+    let bin = workspace::build_podtrace()?;
     crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();
     for path in chosen {
@@ -134,7 +134,7 @@ fn record_one(bin: &Path, name: &str, scenario: &Scenario) -> anyhow::Result<()>
 
 /// `cargo xtask replay`: every fixture in traces/, checked.
 pub fn replay_all() -> anyhow::Result<()> {
-    let bin = workspace::build_podtrace(true)?;
+    let bin = workspace::build_podtrace()?;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(workspace::root().join("traces"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))

@@ -9,6 +9,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::lab::describe;
+
 /// Overrides where the downloaded packages are kept.
 pub const CACHE_ENV: &str = "PODTRACE_DEB_CACHE";
 /// The cache when [`CACHE_ENV`] is not set: it outlives the labs, so a lab's `down` and
@@ -214,14 +216,6 @@ fn run(cmd: &mut Command) -> Result<String, DebError> {
         .trim()
         .to_owned();
     Err(DebError::Command { command, why })
-}
-
-fn describe(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn io(action: &'static str, path: &Path, source: std::io::Error) -> DebError {

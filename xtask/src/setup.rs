@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 
 use xtask::{PERFETTO_PYTHON_DIR, PERFETTO_PYTHON_PACKAGES};
 
+use crate::workspace;
+
 /// Debian packages, with what each is for.
 pub const PACKAGES: &[(&str, &str)] = &[
     ("containerd", "CRI runtime"),
@@ -140,15 +142,6 @@ fn is_debian() -> bool {
 fn package_installed(name: &str) -> bool {
     output(Command::new("dpkg-query").args(["-W", "-f=${Status}", name]))
         .is_ok_and(|s| s.trim() == "install ok installed")
-}
-
-fn cargo_bin(name: &str) -> std::path::PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-        });
-    home.join("bin").join(name)
 }
 
 /// Checks everything; installs what is missing when `install` and able to.
@@ -406,7 +399,7 @@ fn rust_src(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> Sta
 }
 
 fn bpf_linker(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> State {
-    let bin = cargo_bin("bpf-linker");
+    let bin = workspace::cargo_bin("bpf-linker", ".cargo");
     let version_ok = || {
         output(Command::new(&bin).arg("--version")).is_ok_and(|v| v.contains(BPF_LINKER_VERSION))
     };

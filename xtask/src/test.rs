@@ -91,7 +91,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let bin = workspace::build_podtrace(true)?;
+    let bin = workspace::build_podtrace()?;
     // The kernel_events tests load the probes from <target>/bpf, beside the binary.
     crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();

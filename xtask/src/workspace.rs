@@ -30,6 +30,17 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// `name` in cargo's `bin` directory: under `$CARGO_HOME`, else `$HOME/.cargo`, else
+/// `home_default` when neither is set.
+pub fn cargo_bin(name: &str, home_default: &str) -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from(home_default))
+        .join("bin")
+        .join(name)
+}
+
 /// The target triple of this machine, as `rustc -vV` says (`host: ...`).
 pub fn host_triple() -> anyhow::Result<String> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
@@ -63,20 +74,28 @@ pub fn output_of(cmd: &mut Command, what: &str) -> anyhow::Result<std::process::
     Ok(out)
 }
 
-/// Builds the `podtrace` binary and returns its path.
-pub fn build_podtrace(quiet: bool) -> anyhow::Result<PathBuf> {
+/// `cargo build --package {package} --bin {bin}`, with `--release` when `release`, and the
+/// path of the binary it builds.
+pub fn build_bin(package: &str, bin: &str, release: bool) -> (Command, PathBuf) {
     let mut cmd = cargo();
-    cmd.args(["build", "--package", "podtrace", "--bin", "podtrace"]);
-    if quiet {
-        let out = cmd.output().context("starting cargo build")?;
-        if !out.status.success() {
-            bail!(
-                "cargo build --package podtrace failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    } else {
-        run(&mut cmd, "cargo build --package podtrace")?;
+    cmd.arg("build");
+    if release {
+        cmd.arg("--release");
     }
-    Ok(target_dir().join("debug").join("podtrace"))
+    cmd.args(["--package", package, "--bin", bin]);
+    let profile = if release { "release" } else { "debug" };
+    (cmd, target_dir().join(profile).join(bin))
+}
+
+/// Builds the `podtrace` binary and returns its path.
+pub fn build_podtrace() -> anyhow::Result<PathBuf> {
+    let (mut cmd, path) = build_bin("podtrace", "podtrace", false);
+    let out = cmd.output().context("starting cargo build")?;
+    if !out.status.success() {
+        bail!(
+            "cargo build --package podtrace failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(path)
 }

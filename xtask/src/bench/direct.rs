@@ -32,6 +32,16 @@ impl Arm {
             Arm::Direct => "direct",
         }
     }
+
+    /// Both arms in ABBA order: podtrace first in even rounds `i`, the direct driver first
+    /// in odd ones.
+    pub(super) fn abba(i: usize) -> [Arm; 2] {
+        if i.is_multiple_of(2) {
+            [Arm::Podtrace, Arm::Direct]
+        } else {
+            [Arm::Direct, Arm::Podtrace]
+        }
+    }
 }
 
 /// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
@@ -197,12 +207,7 @@ fn measure_overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Vec<(
     // pipeline's and never a queue behind other pods. Arms alternate ABBA per pair: neither
     // always goes first on a node that warms up or fills up.
     for i in 0..pods {
-        let order = if i % 2 == 0 {
-            [Arm::Podtrace, Arm::Direct]
-        } else {
-            [Arm::Direct, Arm::Podtrace]
-        };
-        for arm in order {
+        for arm in Arm::abba(i) {
             let s = create(bin, &work, arm, &format!("p{i:03}"), 1)?;
             samples.push((arm, s));
         }
@@ -319,12 +324,7 @@ fn measure_throughput(
         let mut took = [Vec::new(), Vec::new()];
         // A round is one batch per arm, in ABBA order round by round.
         let decision = rule.run(|b| -> anyhow::Result<f64> {
-            let order = if b % 2 == 0 {
-                [Arm::Podtrace, Arm::Direct]
-            } else {
-                [Arm::Direct, Arm::Podtrace]
-            };
-            for arm in order {
+            for arm in Arm::abba(b) {
                 let s = create(bin, &work, arm, &format!("c{c}-b{b}"), c)?;
                 // A batch's pods start together; it takes as long as its slowest pod.
                 took[(arm == Arm::Direct) as usize].push(s.iter().copied().fold(0.0, f64::max));

@@ -51,12 +51,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let mut rss_kib = Vec::new();
     let mut raw = Vec::new();
     let decision = RULE.run(|round| -> anyhow::Result<f64> {
-        let order = if round % 2 == 0 {
-            [Arm::Podtrace, Arm::Direct]
-        } else {
-            [Arm::Direct, Arm::Podtrace]
-        };
-        for arm in order {
+        for arm in Arm::abba(round) {
             let r = create_sampled(bin, &work, arm, &format!("r{round}"), PODS)?;
             // The batch lasts until its slowest pod is Running.
             let slowest = r.seconds.iter().copied().fold(0.0, f64::max);

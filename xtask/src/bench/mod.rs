@@ -446,17 +446,9 @@ fn section(o: &Outcome) -> String {
 }
 
 fn build_release() -> anyhow::Result<PathBuf> {
-    let mut cmd = workspace::cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "--package",
-        "podtrace",
-        "--bin",
-        "podtrace",
-    ]);
+    let (mut cmd, bin) = workspace::build_bin("podtrace", "podtrace", true);
     workspace::run(&mut cmd, "cargo build --release --package podtrace")?;
-    Ok(workspace::target_dir().join("release").join("podtrace"))
+    Ok(bin)
 }
 
 fn render(
@@ -508,6 +500,14 @@ fn render(
         }
     }
     s
+}
+
+/// Fails, showing `text` and the first of `needles` it lacks, unless it holds all of them.
+#[cfg(test)]
+fn assert_has(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
 }
 
 #[cfg(test)]

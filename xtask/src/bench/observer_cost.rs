@@ -42,19 +42,9 @@ const OBSERVER_UP: Duration = Duration::from_secs(120);
 const GOAL: f64 = 0.99;
 
 fn build_client() -> anyhow::Result<PathBuf> {
-    let mut cmd = workspace::cargo();
-    cmd.args([
-        "build",
-        "--release",
-        "--package",
-        workspace::TESTS_PACKAGE,
-        "--bin",
-        "cri-pod-client",
-    ]);
+    let (mut cmd, bin) = workspace::build_bin(workspace::TESTS_PACKAGE, "cri-pod-client", true);
     workspace::run(&mut cmd, "cargo build --release --bin cri-pod-client")?;
-    Ok(workspace::target_dir()
-        .join("release")
-        .join("cri-pod-client"))
+    Ok(bin)
 }
 
 /// `podtrace observe` in the background, once it says it observes.

@@ -261,6 +261,7 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::assert_has;
 
     /// `n` ratios spread evenly over `centre ± spread`, shuffled so that no run of them
     /// drifts one way (a deterministic stand-in for noisy rounds).
@@ -377,10 +378,7 @@ mod tests {
             text.starts_with("undecided: median ratio 0.990, 95% interval "),
             "{text}"
         );
-        assert!(
-            text.contains(&format!("{lo:.3}–{hi:.3} over 48 rounds")),
-            "{text}"
-        );
+        assert_has(&text, &[&format!("{lo:.3}–{hi:.3} over 48 rounds")]);
         assert!(
             text.ends_with("0.99 still inside it at the cap of 48)"),
             "{text}"
@@ -396,10 +394,9 @@ mod tests {
             let d = RULE.decide(&far_above[..n]);
             assert_eq!(d.verdict, Verdict::Undecided, "{n}: {d:?}");
         }
-        assert!(
-            RULE.decide(&far_above[..12])
-                .text()
-                .contains("fewer than the 16 it takes to decide"),
+        assert_has(
+            &RULE.decide(&far_above[..12]).text(),
+            &["fewer than the 16 it takes to decide"],
         );
         assert_eq!(RULE.decide(&far_above[..16]).verdict, Verdict::Met);
         // A minimum too small for any interval at its look's share cannot decide there.
@@ -409,11 +406,7 @@ mod tests {
             (d.verdict, d.rounds, d.interval),
             (Verdict::Undecided, 4, None)
         );
-        assert!(
-            d.text().contains("no 95% interval over 4 rounds"),
-            "{}",
-            d.text()
-        );
+        assert_has(&d.text(), &["no 95% interval over 4 rounds"]);
     }
 
     #[test]
@@ -425,15 +418,12 @@ mod tests {
     #[test]
     fn the_rule_in_words_names_its_looks_and_their_share() {
         let d = RULE.describe();
-        assert!(
-            d.contains(
-                "(after 16 rounds, then every 8 more up to 48 (5 looks, each a 99.0% interval))"
-            ),
-            "{d}"
-        );
-        assert!(
-            d.contains("at or above 0.99, missed once it is below"),
-            "{d}"
+        assert_has(
+            &d,
+            &[
+                "(after 16 rounds, then every 8 more up to 48 (5 looks, each a 99.0% interval))",
+                "at or above 0.99, missed once it is below",
+            ],
         );
     }
 

@@ -22,6 +22,12 @@ pub(crate) struct WatchedDir {
     pub select: Select,
 }
 
+impl WatchedDir {
+    const fn new(path: &'static str, select: Select) -> WatchedDir {
+        WatchedDir { path, select }
+    }
+}
+
 /// Which new entries of a watched directory are the lab's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Select {
@@ -58,46 +64,22 @@ impl Select {
 
 pub(crate) const WATCHED_DIRS: &[WatchedDir] = &[
     // containerd's shims put their sockets under /run/containerd/s whatever `state` says.
-    WatchedDir {
-        path: "/run/containerd",
-        select: Select::Any,
-    },
-    WatchedDir {
-        path: "/run/containerd/s",
-        select: Select::Any,
-    },
+    WatchedDir::new("/run/containerd", Select::Any),
+    WatchedDir::new("/run/containerd/s", Select::Any),
     // libcni caches each ADD result here; a DEL that never runs leaves the file.
-    WatchedDir {
-        path: "/var/lib/cni",
-        select: Select::Any,
-    },
-    WatchedDir {
-        path: "/var/lib/cni/results",
-        select: Select::CniResults,
-    },
+    WatchedDir::new("/var/lib/cni", Select::Any),
+    WatchedDir::new("/var/lib/cni/results", Select::CniResults),
     // Default netns mount directory, should the state-dir setting ever be ignored.
-    WatchedDir {
-        path: paths::HOST_NETNS_DIR,
-        select: Select::Prefix("cni-"),
-    },
+    WatchedDir::new(paths::HOST_NETNS_DIR, Select::Prefix("cni-")),
     // skopeo's blob info cache, written on every push.
-    WatchedDir {
-        path: "/var/lib/containers",
-        select: Select::Any,
-    },
-    WatchedDir {
-        path: "/var/lib/containers/cache",
-        select: Select::Prefix("blob-info-cache"),
-    },
+    WatchedDir::new("/var/lib/containers", Select::Any),
+    WatchedDir::new(
+        "/var/lib/containers/cache",
+        Select::Prefix("blob-info-cache"),
+    ),
     // Defaults of containerd's root and opt plugin, in case a setting is not honoured.
-    WatchedDir {
-        path: "/var/lib/containerd",
-        select: Select::Any,
-    },
-    WatchedDir {
-        path: "/opt/containerd",
-        select: Select::Any,
-    },
+    WatchedDir::new("/var/lib/containerd", Select::Any),
+    WatchedDir::new("/opt/containerd", Select::Any),
 ];
 
 /// The cgroup containerd's CRI plugin puts pods under when no parent is given.

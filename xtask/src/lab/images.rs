@@ -52,29 +52,21 @@ pub(crate) struct ImageSpec {
 }
 
 pub(crate) const IMAGES: [ImageSpec; 4] = [
-    ImageSpec {
-        role: "app",
-        reference: IMAGE_APP,
-        recipe: Recipe::App,
-    },
-    ImageSpec {
-        role: "pause",
-        reference: IMAGE_PAUSE,
-        recipe: Recipe::Pause,
-    },
-    ImageSpec {
-        role: "big10",
-        reference: IMAGE_BIG10,
-        recipe: Recipe::AppWithPayload(10),
-    },
-    ImageSpec {
-        role: "big50",
-        reference: IMAGE_BIG50,
-        recipe: Recipe::AppWithPayload(50),
-    },
+    ImageSpec::new("app", IMAGE_APP, Recipe::App),
+    ImageSpec::new("pause", IMAGE_PAUSE, Recipe::Pause),
+    ImageSpec::new("big10", IMAGE_BIG10, Recipe::AppWithPayload(10)),
+    ImageSpec::new("big50", IMAGE_BIG50, Recipe::AppWithPayload(50)),
 ];
 
 impl ImageSpec {
+    const fn new(role: &'static str, reference: &'static str, recipe: Recipe) -> ImageSpec {
+        ImageSpec {
+            role,
+            reference,
+            recipe,
+        }
+    }
+
     /// `podtrace/app` of `127.0.0.1:5000/podtrace/app:1.0`: names the part in errors.
     pub(crate) fn repository(&self) -> &'static str {
         let no_tag = self

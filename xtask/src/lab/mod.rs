@@ -31,10 +31,10 @@ pub use containerd::{
     Runtime, ctr_program, program as containerd_program, version as containerd_version,
 };
 pub use error::LabError;
-pub use images::PAUSE_SCRIPT;
-pub use network::{CNI_VERSION, conflist};
+pub use network::conflist;
 pub use paths::{DEFAULT_LAB_DIR, LAB_DIR_ENV, LabPaths};
-pub use process::{cmdline, find_program, is_alive};
+pub(crate) use process::describe;
+pub use process::{all_pids, cmdline, find_program, is_alive, signal};
 pub use program_image::push_program_image;
 pub use residue::{ResidueSnapshot, snapshot_residue};
 pub use state::{DownReport, LabState, LabStatus, PartStatus, UpOutcome};

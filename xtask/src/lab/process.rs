@@ -242,7 +242,8 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     }
 }
 
-pub(crate) fn signal(pid: u32, sig: i32) -> bool {
+/// Sends `sig` to `pid`; returns whether `kill` succeeded.
+pub fn signal(pid: u32, sig: i32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };
@@ -312,7 +313,8 @@ pub(crate) fn cgroups(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub(crate) fn all_pids() -> Vec<u32> {
+/// Every pid in `/proc`, ascending.
+pub fn all_pids() -> Vec<u32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };

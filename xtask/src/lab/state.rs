@@ -87,14 +87,6 @@ pub enum UpOutcome {
     AlreadyUp(LabState),
 }
 
-impl UpOutcome {
-    pub fn state(&self) -> &LabState {
-        match self {
-            UpOutcome::Started(s) | UpOutcome::AlreadyUp(s) => s,
-        }
-    }
-}
-
 /// Everything `down` removed, by kind. Empty when nothing of the lab was there.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct DownReport {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
+use xtask::lab;
 use xtask::poll::Poll;
 use xtask::text::last_lines;
 
@@ -63,8 +64,7 @@ impl VmState {
 }
 
 fn is_our_qemu(pid: u32, paths: &NodeVmPaths) -> bool {
-    xtask::lab::is_alive(pid)
-        && xtask::lab::cmdline(pid).contains(&paths.console_log().display().to_string())
+    lab::is_alive(pid) && lab::cmdline(pid).contains(&paths.console_log().display().to_string())
 }
 
 /// Boots the guest from `image` and waits until its containerd answers over ssh.
@@ -195,14 +195,14 @@ pub fn stop(paths: &NodeVmPaths) -> anyhow::Result<bool> {
     let mut was_running = false;
     if let Some(pid) = pid.filter(|&p| is_our_qemu(p, paths)) {
         was_running = true;
-        signal(pid, libc::SIGTERM);
+        lab::signal(pid, libc::SIGTERM);
         let exited = || {
             Poll::new("QEMU to exit", STOP_TIMEOUT, Duration::from_millis(100))
                 .holds(|| !is_our_qemu(pid, paths))
         };
         exited();
         if is_our_qemu(pid, paths) {
-            signal(pid, libc::SIGKILL);
+            lab::signal(pid, libc::SIGKILL);
             exited();
         }
         if is_our_qemu(pid, paths) {
@@ -216,13 +216,6 @@ pub fn stop(paths: &NodeVmPaths) -> anyhow::Result<bool> {
     Ok(was_running)
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill has no memory-safety preconditions; the pid was checked to be our QEMU.
-    unsafe {
-        libc::kill(pid as libc::pid_t, sig);
-    }
-}
-
 fn free_port() -> anyhow::Result<u16> {
     let l = TcpListener::bind("127.0.0.1:0").context("finding a free port for ssh")?;
     Ok(l.local_addr()?.port())
@@ -230,12 +223,8 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// Any QEMU of this node's still running (for `down`'s check that nothing is left).
 pub fn leftover_qemus(paths: &NodeVmPaths) -> Vec<u32> {
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    lab::all_pids()
+        .into_iter()
         .filter(|&pid| is_our_qemu(pid, paths))
         .collect()
 }

@@ -212,7 +212,7 @@ pub fn run_on_lab(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     eprintln!("node-vm [1/4] building podtrace and the test binaries");
-    let podtrace = workspace::build_podtrace(true)?;
+    let podtrace = workspace::build_podtrace()?;
     let probes = crate::build_ebpf::run()?;
     let tests = selected(only)?;
     let mut needed: Vec<&'static str> = Vec::new();

@@ -10,7 +10,7 @@ use super::{
     AGENT_RULE, AGENT_RUN, ALL_ON_RULE, ARM, Alternated, Arm, ArmRun, Counted, GOAL_ALL_RATIO,
     GOAL_LOST, GOAL_NS_PER_HIT, GOAL_RATIO, Kernel, LOSS_RUN, Measured, PAUSED_EXECS,
     PAUSED_RING_BYTES, ProgramRun, SETTLE, SPLIT_RULE, Split, Summary, WARMUP, joined, program_row,
-    rate, worst_per_hit,
+    rate,
 };
 
 /// Each kernel's run: what it measured, or why it could not.
@@ -26,7 +26,7 @@ pub(super) fn render(runs: &[KernelRun]) -> Outcome {
         match measured {
             Ok(m) => {
                 let label = format!("{} (kernel {})", kernel.label(), m.kernel);
-                let (v, text) = kernel_verdict(m);
+                let (v, text) = judged(m);
                 verdicts.push(v);
                 texts.push(format!("{label}: {text}"));
                 figures.extend(
@@ -67,20 +67,6 @@ pub(super) fn render(runs: &[KernelRun]) -> Outcome {
             }).collect::<Vec<_>>(),
         }),
     }
-}
-
-/// One kernel's verdict on the goals, and its text.
-fn kernel_verdict(m: &Measured) -> (Verdict, String) {
-    let loss = &m.counted.summary;
-    judged(
-        &m.agent.decision,
-        &m.all_on.decision,
-        m.split.kernel.as_ref().map(|a| a.decision.median),
-        loss.lost,
-        loss.events,
-        worst_per_hit(&loss.programs),
-        m.emulated,
-    )
 }
 
 /// The alternating rounds' figures: each mode's ratio per round, median, pooled and
@@ -541,12 +527,13 @@ fn programs_json(programs: &[ProgramRun]) -> Vec<serde_json::Value> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::super::sequential::Rule;
     use super::super::{GOAL_ALL_RATIO, GOAL_RATIO};
     use super::*;
+    use crate::bench::assert_has;
 
-    fn summary(events: u64, lost: u64, programs: &[(&str, u64, u64)]) -> Summary {
+    pub(crate) fn summary(events: u64, lost: u64, programs: &[(&str, u64, u64)]) -> Summary {
         Summary {
             kind: "summary".into(),
             ebpf: true,
@@ -599,7 +586,7 @@ mod tests {
         }
     }
 
-    fn measured(kernel: &str, all_on: f64, tracepoints: Option<f64>) -> Measured {
+    pub(crate) fn measured(kernel: &str, all_on: f64, tracepoints: Option<f64>) -> Measured {
         let counted_run = ArmRun {
             execs: 3000,
             seconds: 1.0,
@@ -662,12 +649,7 @@ mod tests {
             "{}",
             both.verdict
         );
-        assert!(
-            both.verdict
-                .contains("; modern node (kernel 6.12.57): met: "),
-            "{}",
-            both.verdict
-        );
+        assert_has(&both.verdict, &["; modern node (kernel 6.12.57): met: "]);
         // Every figure says whose kernel it is.
         assert!(
             both.figures
@@ -751,9 +733,9 @@ mod tests {
             ),
             "{parts}"
         );
-        assert!(
-            parts.contains("the programs, their reader paused 3.0% (3.0 to 3.0%: a cost"),
-            "{parts}"
+        assert_has(
+            parts,
+            &["the programs, their reader paused 3.0% (3.0 to 3.0%: a cost"],
         );
         assert!(
             parts.ends_with(
@@ -762,7 +744,7 @@ mod tests {
             ),
             "{parts}"
         );
-        assert!(host[2].name.contains("against those tracepoints alone"));
+        assert_has(&host[2].name, &["against those tracepoints alone"]);
 
         // A part whose interval still holds 1 at the cap is not told from nothing.
         let mut m = measured("6.18.44", 0.92, Some(0.98));
@@ -784,11 +766,7 @@ mod tests {
             "{}",
             node[0].value
         );
-        assert!(
-            node[1].name.contains("against untraced"),
-            "{}",
-            node[1].name
-        );
+        assert_has(&node[1].name, &["against untraced"]);
         assert_eq!(node.len(), 3);
     }
 
