@@ -7,10 +7,15 @@
 //! `None`, and the reader reads that line the general way, which names what is wrong.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
 
+use foldhash::fast::FixedState;
+use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
-use super::record::{KNOWN_TYPES, TraceRecord};
+use super::record::{KNOWN_TYPES, PodOp, PodOpRecord, TraceRecord};
 
 /// A record's `type`, the rest of the line skipped.
 #[derive(Deserialize)]
@@ -35,7 +40,42 @@ fn written_kind(raw: &str) -> Option<&'static str> {
 
 /// The record on `raw`, if it is an object whose `type` is one of the record types below
 /// and whose fields all read.
-pub(super) fn parse_record(raw: &str) -> Option<TraceRecord> {
+/// A pod record with its pod left as written, to be read once per distinct text.
+#[derive(Deserialize)]
+struct PodOpLine<'a> {
+    at_ns: u64,
+    op: PodOp,
+    #[serde(borrow)]
+    pod: &'a RawValue,
+}
+
+/// The pods of one run of lines, by the JSON text they were written as. A pod is usually
+/// written again unchanged (its REMOVE carries the pod its ADD did): the same text reads
+/// into the same pod, so it is read once and shared, as the reconciler shares it.
+#[derive(Default)]
+pub(super) struct Pods<'a>(HashMap<&'a str, Arc<Pod>, FixedState>);
+
+impl<'a> Pods<'a> {
+    fn read(&mut self, line: &'a str) -> Option<PodOpRecord> {
+        let l: PodOpLine<'a> = serde_json::from_str(line).ok()?;
+        let text = l.pod.get();
+        let pod = match self.0.get(text) {
+            Some(pod) => pod.clone(),
+            None => {
+                let pod = Arc::new(serde_json::from_str::<Pod>(text).ok()?);
+                self.0.insert(text, pod.clone());
+                pod
+            }
+        };
+        Some(PodOpRecord {
+            at_ns: l.at_ns,
+            op: l.op,
+            pod,
+        })
+    }
+}
+
+pub(super) fn parse_record<'a>(raw: &'a str, pods: &mut Pods<'a>) -> Option<TraceRecord> {
     // A struct can also be read from a JSON array; a record is always an object.
     if !raw.trim_start().starts_with('{') {
         return None;
@@ -45,7 +85,7 @@ pub(super) fn parse_record(raw: &str) -> Option<TraceRecord> {
         None => serde_json::from_str::<Tag>(raw).ok()?.kind,
     };
     let record = match tag.as_ref() {
-        "pod" => TraceRecord::Pod(serde_json::from_str(raw).ok()?),
+        "pod" => TraceRecord::Pod(pods.read(raw)?),
         "cri" => TraceRecord::Cri(serde_json::from_str(raw).ok()?),
         "kernel" => TraceRecord::Kernel(serde_json::from_str(raw).ok()?),
         "event" => TraceRecord::Event(serde_json::from_str(raw).ok()?),
@@ -86,8 +126,9 @@ mod tests {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
+            let mut pods = Pods::default();
             for (i, raw) in text.lines().enumerate().skip(1) {
-                let fast = parse_record(raw);
+                let fast = parse_record(raw, &mut pods);
                 assert!(fast.is_some(), "{}:{}", path.display(), i + 1);
                 assert_eq!(fast, general(raw), "{}:{}", path.display(), i + 1);
                 read += 1;
@@ -99,7 +140,7 @@ mod tests {
     #[test]
     fn a_stage_keeps_its_fields_but_not_its_type() {
         let raw = r#"{"type":"stage","name":"pull","start_ns":1,"nested":{"type":"x"}}"#;
-        let fast = parse_record(raw).unwrap();
+        let fast = parse_record(raw, &mut Pods::default()).unwrap();
         assert_eq!(Some(&fast), general(raw).as_ref());
         let TraceRecord::Stage(v) = fast else {
             panic!("{fast:?}")
@@ -124,7 +165,7 @@ mod tests {
             // An array that would otherwise read as a struct.
             r#"["cri","Version","",""]"#,
         ] {
-            assert_eq!(parse_record(raw), None, "{raw}");
+            assert_eq!(parse_record(raw, &mut Pods::default()), None, "{raw}");
         }
     }
 
@@ -144,7 +185,11 @@ mod tests {
             r#"{"code":"OK","end_ns":4,"method":"Version","start_ns":3,,"type":"cri"}"#,
             r#"["x","type":"cri"}"#,
         ] {
-            assert_eq!(parse_record(raw), general(raw), "{raw}");
+            assert_eq!(
+                parse_record(raw, &mut Pods::default()),
+                general(raw),
+                "{raw}"
+            );
         }
         assert_eq!(
             written_kind(r#"{"a":1,"type":"runtime_span"}"#),
@@ -158,7 +203,52 @@ mod tests {
     #[test]
     fn a_type_with_an_escape_still_reads() {
         let raw = r#"{"type":"cr\u0069","method":"Version","start_ns":3,"end_ns":4,"code":"OK"}"#;
-        assert_eq!(parse_record(raw), general(raw));
-        assert!(matches!(parse_record(raw), Some(TraceRecord::Cri(_))));
+        assert_eq!(parse_record(raw, &mut Pods::default()), general(raw));
+        assert!(matches!(
+            parse_record(raw, &mut Pods::default()),
+            Some(TraceRecord::Cri(_))
+        ));
+    }
+
+    #[test]
+    fn a_pod_written_again_unchanged_is_read_once_and_shared() {
+        let pod = r#"{"metadata":{"name":"a","uid":"u1"},"spec":{"containers":[{"name":"c"}]}}"#;
+        let other = r#"{"metadata":{"name":"b","uid":"u2"},"spec":{"containers":[{"name":"c"}]}}"#;
+        let line =
+            |op: &str, pod: &str| format!(r#"{{"at_ns":1,"op":"{op}","pod":{pod},"type":"pod"}}"#);
+        let (add, remove, add_other) = (line("ADD", pod), line("REMOVE", pod), line("ADD", other));
+        let mut pods = Pods::default();
+        fn read<'a>(raw: &'a str, pods: &mut Pods<'a>) -> PodOpRecord {
+            match parse_record(raw, pods) {
+                Some(TraceRecord::Pod(p)) => p,
+                other => panic!("{raw}: {other:?}"),
+            }
+        }
+        let (a, r, o) = (
+            read(&add, &mut pods),
+            read(&remove, &mut pods),
+            read(&add_other, &mut pods),
+        );
+        assert!(Arc::ptr_eq(&a.pod, &r.pod), "the same text, one pod");
+        assert!(!Arc::ptr_eq(&a.pod, &o.pod));
+        assert_eq!((a.op, r.op), (PodOp::Add, PodOp::Remove));
+        for (raw, record) in [(&add, a), (&remove, r), (&add_other, o)] {
+            assert_eq!(Some(TraceRecord::Pod(record)), general(raw), "{raw}");
+        }
+    }
+
+    #[test]
+    fn a_pod_record_that_does_not_read_is_left_to_the_general_way() {
+        for raw in [
+            // The pod is not a pod.
+            r#"{"at_ns":1,"op":"ADD","pod":{"spec":5},"type":"pod"}"#,
+            // Twice the pod.
+            r#"{"at_ns":1,"op":"ADD","pod":{},"pod":{},"type":"pod"}"#,
+            // No op.
+            r#"{"at_ns":1,"pod":{},"type":"pod"}"#,
+        ] {
+            // The reader's general way then reads it, or names what is wrong, as before.
+            assert_eq!(parse_record(raw, &mut Pods::default()), None, "{raw}");
+        }
     }
 }

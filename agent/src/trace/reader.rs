@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::line::parse_record;
+use super::line::{Pods, parse_record};
 use super::record::{Footer, Header, KNOWN_TYPES, SCHEMA_VERSION, TraceRecord};
 use crate::cri::CriCall;
 
@@ -221,13 +221,15 @@ const PARALLEL_LINES: usize = 4096;
 /// the first, the header), in line order. A large trace is cut into one run of lines per
 /// CPU, read at once, each run straight into its own part of the one list of slots: no
 /// part is copied after, which on a large trace is hundreds of megabytes not touched.
+/// Within a run, a pod written again unchanged is read once and shared ([`Pods`]).
 fn parse_records(lines: &[&str]) -> Vec<Option<TraceRecord>> {
     let mut slots: Vec<Option<TraceRecord>> = Vec::with_capacity(lines.len());
     slots.resize_with(lines.len(), || None);
     let read = |from: usize, part: &[&str], out: &mut [Option<TraceRecord>]| {
+        let mut pods = Pods::default();
         for (i, (raw, slot)) in part.iter().zip(out).enumerate() {
             if from + i > 0 {
-                *slot = parse_record(raw);
+                *slot = parse_record(raw, &mut pods);
             }
         }
     };
