@@ -281,84 +281,15 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         divergences.entry(&d.pod_uid).or_default().push(d);
     }
 
-    let mut out = Vec::new();
-    for (uid, (namespace, name, added)) in &pods {
-        let rec: &[Timed] = recorded.get(uid.as_str()).map_or(&[], Vec::as_slice);
-        let rep: &[Timed] = served_by_pod.get(uid.as_str()).map_or(&[], Vec::as_slice);
-        let rec_steps: Vec<StepRef> = rec.iter().map(|t| step(t.call)).collect();
-        let mut rep_steps: Vec<(u64, StepRef)> =
-            rep.iter().map(|t| (t.start_ns, step(t.call))).collect();
-        let mut why = BTreeMap::new();
-        for d in divergences.get(uid.as_str()).into_iter().flatten() {
-            let s = StepRef {
-                method: d.method,
-                container: &d.container,
-                attempt: d.attempt,
-                image: &d.image,
-                code: "NOT IN RECORDING",
-            };
-            why.insert(format!("{}", s.to_step()), d.why.clone());
-            rep_steps.push((d.at_ns, s));
-        }
-        rep_steps.sort_by_key(|(at, _)| *at);
-        let rep_steps: Vec<StepRef> = rep_steps.into_iter().map(|(_, s)| s).collect();
-        let mut divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
-            d.why = d
-                .replayed
-                .as_ref()
-                .and_then(|s| why.get(&format!("{s}")).cloned());
-            d
-        });
-        // In a trace cut short, a pod whose recorded calls are all matched and the replay
-        // merely goes on (with the call the cut left unfinished, which was never recorded)
-        // is compared as far as it was recorded; a call that differs still diverges.
-        let cut_short =
-            !trace.is_complete() && divergence.as_ref().is_some_and(|d| d.recorded.is_none());
-        if cut_short {
-            divergence = None;
-        }
-        let recorded_startup_ns = startup(rec, *added);
-        let replayed_startup_ns = startup(rep, *added);
-        let latency_ok = match (recorded_startup_ns, replayed_startup_ns) {
-            (Some(a), Some(b)) => tolerance.allows(a, b),
-            (None, None) => true,
-            (None, Some(_)) => cut_short,
-            (Some(_), None) => false,
-        };
-        let rec_stages = stage_times(rec, *added);
-        let rep_stages = stage_times(rep, *added);
-        // In order of their end (the recorded one where both have it), each looked up once.
-        let mut labels: Vec<(&String, Option<u64>)> = rec_stages
-            .keys()
-            .chain(rep_stages.keys())
-            .map(|l| (l, rec_stages.get(l).or(rep_stages.get(l)).map(|t| t.1)))
-            .collect();
-        labels.sort_by_key(|(_, end)| *end);
-        labels.dedup_by_key(|(l, _)| *l);
-        let stages = labels
-            .into_iter()
-            .map(|(l, _)| StageLatency {
-                stage: l.clone(),
-                recorded_ns: rec_stages.get(l).map(|t| t.0),
-                replayed_ns: rep_stages.get(l).map(|t| t.0),
-                recorded_end_ns: rec_stages.get(l).map(|t| t.1),
-                replayed_end_ns: rep_stages.get(l).map(|t| t.1),
-            })
-            .collect();
-        out.push(PodComparison {
-            cut_short,
-            stages,
-            namespace: namespace.clone(),
-            name: name.clone(),
-            uid: uid.clone(),
-            recorded_calls: rec_steps.len(),
-            replayed_calls: rep_steps.len(),
-            divergence,
-            recorded_startup_ns,
-            replayed_startup_ns,
-            latency_ok,
-        });
-    }
+    let pods: Vec<_> = pods.iter().collect();
+    let by_pod = Calls {
+        recorded: &recorded,
+        served: &served_by_pod,
+        divergences: &divergences,
+    };
+    let mut out = on_every_cpu(&pods, |&(uid, (namespace, name, added))| {
+        compare_pod(trace, &by_pod, tolerance, uid, namespace, name, *added)
+    });
     out.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
     let span = trace.ended_ns().saturating_sub(trace.header.started_ns);
     Comparison {
@@ -367,6 +298,127 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
         recorded_span_ns: span,
         tolerance,
         pods: out,
+    }
+}
+
+/// Each pod's calls, looked up by its UID.
+struct Calls<'a, 'b> {
+    recorded: &'b ByPod<'a, Vec<Timed<'a>>>,
+    served: &'b ByPod<'a, Vec<Timed<'a>>>,
+    divergences: &'b ByPod<'a, Vec<&'a Divergence>>,
+}
+
+/// Below this many pods a comparison runs on one thread: a thread costs more than it
+/// saves.
+const PARALLEL_PODS: usize = 1024;
+
+/// `f` of each item, in order; a long list cut into one run per CPU, each run on a thread
+/// of its own. The items are independent, so the result is the same however it is cut.
+fn on_every_cpu<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 || items.len() < PARALLEL_PODS {
+        return items.iter().map(f).collect();
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let runs: Vec<_> = items
+            .chunks(items.len().div_ceil(cpus))
+            .map(|run| s.spawn(move || run.iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        runs.into_iter()
+            .flat_map(|run| {
+                // A panic while comparing is a bug: re-raised here, not compared otherwise.
+                run.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// One pod, recorded against replayed.
+fn compare_pod(
+    trace: &Trace,
+    calls: &Calls,
+    tolerance: Tolerance,
+    uid: &str,
+    namespace: &str,
+    name: &str,
+    added: u64,
+) -> PodComparison {
+    let rec: &[Timed] = calls.recorded.get(uid).map_or(&[], Vec::as_slice);
+    let rep: &[Timed] = calls.served.get(uid).map_or(&[], Vec::as_slice);
+    let rec_steps: Vec<StepRef> = rec.iter().map(|t| step(t.call)).collect();
+    let mut rep_steps: Vec<(u64, StepRef)> =
+        rep.iter().map(|t| (t.start_ns, step(t.call))).collect();
+    let mut why = BTreeMap::new();
+    for d in calls.divergences.get(uid).into_iter().flatten() {
+        let s = StepRef {
+            method: d.method,
+            container: &d.container,
+            attempt: d.attempt,
+            image: &d.image,
+            code: "NOT IN RECORDING",
+        };
+        why.insert(format!("{}", s.to_step()), d.why.clone());
+        rep_steps.push((d.at_ns, s));
+    }
+    rep_steps.sort_by_key(|(at, _)| *at);
+    let rep_steps: Vec<StepRef> = rep_steps.into_iter().map(|(_, s)| s).collect();
+    let mut divergence = first_divergence(&rec_steps, &rep_steps).map(|mut d| {
+        d.why = d
+            .replayed
+            .as_ref()
+            .and_then(|s| why.get(&format!("{s}")).cloned());
+        d
+    });
+    // In a trace cut short, a pod whose recorded calls are all matched and the replay
+    // merely goes on (with the call the cut left unfinished, which was never recorded)
+    // is compared as far as it was recorded; a call that differs still diverges.
+    let cut_short =
+        !trace.is_complete() && divergence.as_ref().is_some_and(|d| d.recorded.is_none());
+    if cut_short {
+        divergence = None;
+    }
+    let recorded_startup_ns = startup(rec, added);
+    let replayed_startup_ns = startup(rep, added);
+    let latency_ok = match (recorded_startup_ns, replayed_startup_ns) {
+        (Some(a), Some(b)) => tolerance.allows(a, b),
+        (None, None) => true,
+        (None, Some(_)) => cut_short,
+        (Some(_), None) => false,
+    };
+    let rec_stages = stage_times(rec, added);
+    let rep_stages = stage_times(rep, added);
+    // In order of their end (the recorded one where both have it), each looked up once.
+    let mut labels: Vec<(&String, Option<u64>)> = rec_stages
+        .keys()
+        .chain(rep_stages.keys())
+        .map(|l| (l, rec_stages.get(l).or(rep_stages.get(l)).map(|t| t.1)))
+        .collect();
+    labels.sort_by_key(|(_, end)| *end);
+    labels.dedup_by_key(|(l, _)| *l);
+    let stages = labels
+        .into_iter()
+        .map(|(l, _)| StageLatency {
+            stage: l.clone(),
+            recorded_ns: rec_stages.get(l).map(|t| t.0),
+            replayed_ns: rep_stages.get(l).map(|t| t.0),
+            recorded_end_ns: rec_stages.get(l).map(|t| t.1),
+            replayed_end_ns: rep_stages.get(l).map(|t| t.1),
+        })
+        .collect();
+    PodComparison {
+        cut_short,
+        stages,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        recorded_calls: rec_steps.len(),
+        replayed_calls: rep_steps.len(),
+        divergence,
+        recorded_startup_ns,
+        replayed_startup_ns,
+        latency_ok,
     }
 }
 
