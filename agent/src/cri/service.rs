@@ -89,6 +89,28 @@ pub trait RuntimeService: Send + Sync {
         }
     }
 
+    /// Not a CRI call: ListPodSandbox reduced to what a pod's status reads of each
+    /// sandbox listed: `visit` is called with its ID and attempt, in the runtime's listing
+    /// order; an error comes before any visit. The default lists whole sandboxes (one
+    /// ListPodSandbox, as before); the replay runtime visits its sandboxes in place, where a
+    /// listing would copy each one's labels and annotations only for them to be dropped.
+    fn visit_pod_sandboxes<F>(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+        mut visit: F,
+    ) -> impl Future<Output = CriResult<()>> + Send
+    where
+        F: FnMut(&str, u32) + Send,
+    {
+        async move {
+            let sandboxes = self.list_pod_sandbox(filter).await?;
+            for sb in &sandboxes {
+                visit(&sb.id, sb.metadata.as_ref().map_or(0, |m| m.attempt));
+            }
+            Ok(())
+        }
+    }
+
     /// Not a CRI call: for a runtime that knows when a started container exits without a
     /// process to watch (the replay runtime, whose containers exit when the recording
     /// says), a future that resolves then. `None`, the default and what a real runtime

@@ -19,25 +19,30 @@ pub async fn get_pod_status<R: RuntimeService>(
     namespace: &str,
 ) -> Result<RuntimePodStatus, CriError> {
     // The reads are independent, so they go out together: this runs before every sync and
-    // after every change, on the path from a pod's ADD to its Running status.
-    let (sandboxes, containers) = futures::future::try_join(
-        cri.list_pod_sandbox(Some(api::PodSandboxFilter {
-            label_selector: uid_selector(uid),
-            ..Default::default()
-        })),
-        cri.list_containers(Some(api::ContainerFilter {
-            label_selector: uid_selector(uid),
-            ..Default::default()
-        })),
+    // after every change, on the path from a pod's ADD to its Running status. Of each
+    // listed sandbox only its ID and attempt are kept, of each container only its ID.
+    let (mut sandboxes, mut containers) = (Vec::new(), Vec::new());
+    futures::future::try_join(
+        cri.visit_pod_sandboxes(
+            Some(api::PodSandboxFilter {
+                label_selector: uid_selector(uid),
+                ..Default::default()
+            }),
+            |id, attempt| sandboxes.push((id.to_string(), attempt)),
+        ),
+        cri.visit_container_states(
+            Some(api::ContainerFilter {
+                label_selector: uid_selector(uid),
+                ..Default::default()
+            }),
+            "",
+            |id, _, _| containers.push(id.to_string()),
+        ),
     )
     .await?;
     let (sandbox_statuses, container_statuses) = futures::future::join(
-        futures::future::join_all(sandboxes.iter().map(|sb| cri.pod_sandbox_status(&sb.id))),
-        futures::future::join_all(
-            containers
-                .iter()
-                .map(|c| cri.container_status(&c.id, false)),
-        ),
+        futures::future::join_all(sandboxes.iter().map(|(id, _)| cri.pod_sandbox_status(id))),
+        futures::future::join_all(containers.iter().map(|id| cri.container_status(id, false))),
     )
     .await;
     let mut status = RuntimePodStatus {
@@ -48,12 +53,11 @@ pub async fn get_pod_status<R: RuntimeService>(
     };
     // Results come back in list order, so the status does not depend on which read
     // finished first.
-    for (sb, result) in sandboxes.iter().zip(sandbox_statuses) {
-        let attempt = sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+    for ((id, attempt), result) in sandboxes.iter().zip(sandbox_statuses) {
         match result {
             Ok(resp) => status
                 .sandboxes
-                .push(sandbox_status(&sb.id, attempt, resp.status)),
+                .push(sandbox_status(id, *attempt, resp.status)),
             // Removed between list and status: it no longer counts.
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),

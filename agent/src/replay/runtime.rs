@@ -660,6 +660,25 @@ impl RuntimeService for ReplayRuntime {
             .collect())
     }
 
+    /// The same sandboxes as `list_pod_sandbox`, after the same read time, visited where
+    /// they are held.
+    async fn visit_pod_sandboxes<F>(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+        mut visit: F,
+    ) -> CriResult<()>
+    where
+        F: FnMut(&str, u32) + Send,
+    {
+        self.read_delay(CriMethod::ListPodSandbox).await;
+        let want = filter.map(|f| f.label_selector).unwrap_or_default();
+        let st = self.lock();
+        for (id, sb) in st.objects.sandboxes_matching(&want) {
+            visit(id, sb.config.metadata.as_ref().map_or(0, |m| m.attempt));
+        }
+        Ok(())
+    }
+
     async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
         let config = req.config.unwrap_or_default();
         let meta = config.metadata.clone().unwrap_or_default();
@@ -921,6 +940,8 @@ mod tests {
         ]);
         vec![
             call("RunPodSandbox", 0, 100),
+            // A read: lists of sandboxes take 7 ms.
+            call("ListPodSandbox", 100, 107),
             call("CreateContainer", 100, 200),
             call("StartContainer", 200, 1000),
             exited,
@@ -1029,6 +1050,32 @@ mod tests {
             assert_eq!(states, full);
             assert_eq!(states.len(), 1);
             assert_eq!(states[0].2, api::ContainerState::ContainerRunning as i32);
+        });
+    }
+
+    #[test]
+    fn visited_sandboxes_are_the_listed_sandboxes_reduced_after_the_same_read_time() {
+        in_virtual_time(|| async {
+            let rt = runtime();
+            start(&rt).await;
+            let listing = mono_now();
+            let full: Vec<(String, u32)> = rt
+                .list_pod_sandbox(None)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|sb| (sb.id, sb.metadata.map_or(0, |m| m.attempt)))
+                .collect();
+            let listed_in = mono_now() - listing;
+            let visiting = mono_now();
+            let mut visited = Vec::new();
+            rt.visit_pod_sandboxes(None, |id, attempt| visited.push((id.to_string(), attempt)))
+                .await
+                .unwrap();
+            assert_eq!(listed_in, 7 * MS);
+            assert_eq!(mono_now() - visiting, listed_in);
+            assert_eq!(visited, full);
+            assert_eq!(visited.len(), 1);
         });
     }
 
