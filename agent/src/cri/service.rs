@@ -111,6 +111,45 @@ pub trait RuntimeService: Send + Sync {
         }
     }
 
+    /// Not a CRI call: PodSandboxStatus as the reconciler reads it, without the sandbox's
+    /// labels and annotations (which it never reads there). The default makes the call
+    /// (a real runtime answers it as before) and drops them; the replay runtime, which
+    /// holds its sandboxes in memory, does not copy them in the first place.
+    fn pod_sandbox_status_reduced(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> impl Future<Output = CriResult<api::PodSandboxStatusResponse>> + Send {
+        async move {
+            let mut resp = self.pod_sandbox_status(pod_sandbox_id).await?;
+            if let Some(st) = resp.status.as_mut() {
+                st.labels.clear();
+                st.annotations.clear();
+            }
+            Ok(resp)
+        }
+    }
+
+    /// Not a CRI call: ContainerStatus as the reconciler reads it, without the container's
+    /// labels and with only the annotations named in `annotations`. The default makes the
+    /// call (a real runtime answers it as before) and drops the rest; the replay runtime
+    /// copies only what is kept.
+    fn container_status_reduced(
+        &self,
+        container_id: &str,
+        verbose: bool,
+        annotations: &'static [&'static str],
+    ) -> impl Future<Output = CriResult<api::ContainerStatusResponse>> + Send {
+        async move {
+            let mut resp = self.container_status(container_id, verbose).await?;
+            if let Some(st) = resp.status.as_mut() {
+                st.labels.clear();
+                st.annotations
+                    .retain(|k, _| annotations.contains(&k.as_str()));
+            }
+            Ok(resp)
+        }
+    }
+
     /// Not a CRI call: for a runtime that knows when a started container exits without a
     /// process to watch (the replay runtime, whose containers exit when the recording
     /// says), a future that resolves then. `None`, the default and what a real runtime

@@ -8,6 +8,9 @@ use crate::kubelet::runtime_pod::{
     ContainerState, ContainerStatus, RuntimePodStatus, SandboxState, SandboxStatus,
 };
 
+/// The annotations of a container's status a pod's status reads: its hash.
+const READ_ANNOTATIONS: &[&str] = &[labels::CONTAINER_HASH];
+
 fn uid_selector(uid: &str) -> HashMap<String, String> {
     HashMap::from([(labels::POD_UID.to_string(), uid.to_string())])
 }
@@ -41,8 +44,16 @@ pub async fn get_pod_status<R: RuntimeService>(
     )
     .await?;
     let (sandbox_statuses, container_statuses) = futures::future::join(
-        futures::future::join_all(sandboxes.iter().map(|(id, _)| cri.pod_sandbox_status(id))),
-        futures::future::join_all(containers.iter().map(|id| cri.container_status(id, false))),
+        futures::future::join_all(
+            sandboxes
+                .iter()
+                .map(|(id, _)| cri.pod_sandbox_status_reduced(id)),
+        ),
+        futures::future::join_all(
+            containers
+                .iter()
+                .map(|id| cri.container_status_reduced(id, false, READ_ANNOTATIONS)),
+        ),
     )
     .await;
     let mut status = RuntimePodStatus {
@@ -92,8 +103,12 @@ pub async fn status_after_start<R: RuntimeService>(
     new_sandbox: Option<&api::PodSandboxStatus>,
     started: &[&str],
 ) -> Result<(RuntimePodStatus, BTreeMap<String, u32>), CriError> {
-    let replies =
-        futures::future::join_all(started.iter().map(|id| cri.container_status(id, true))).await;
+    let replies = futures::future::join_all(
+        started
+            .iter()
+            .map(|id| cri.container_status_reduced(id, true, READ_ANNOTATIONS)),
+    )
+    .await;
     let mut status = before.clone();
     if let Some(sb) = new_sandbox {
         let attempt = sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
@@ -151,7 +166,11 @@ fn sandbox_status(id: &str, attempt: u32, st: Option<api::PodSandboxStatus>) -> 
 
 /// The host pid of a running container, from containerd's verbose status info.
 pub async fn container_pid<R: RuntimeService>(cri: &R, container_id: &str) -> Option<u32> {
-    pid_of(&cri.container_status(container_id, true).await.ok()?)
+    pid_of(
+        &cri.container_status_reduced(container_id, true, &[])
+            .await
+            .ok()?,
+    )
 }
 
 /// The host pid in a verbose ContainerStatus reply (containerd's `info`), if any.

@@ -227,7 +227,7 @@ async fn execute<R: RuntimeService + ImageService>(
         let id = create_pod_sandbox(cri, config, &handler, ctx.cfg.touch_host).await?;
         result.sandbox_id = id.clone();
         let st = cri
-            .pod_sandbox_status(&id)
+            .pod_sandbox_status_reduced(&id)
             .await
             .map_err(|e| SyncError::cri(SyncReason::CreatePodSandboxError, e))?;
         result.new_sandbox = st.status.clone();

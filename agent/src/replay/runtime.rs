@@ -536,6 +536,76 @@ impl ReplayRuntime {
             .unwrap_or_default()
     }
 
+    /// PodSandboxStatus after its read time, the status made by `status`.
+    async fn sandbox_status(
+        &self,
+        id: &str,
+        status: fn(&Sandbox, &str) -> api::PodSandboxStatus,
+    ) -> CriResult<api::PodSandboxStatusResponse> {
+        self.read_delay(CriMethod::PodSandboxStatus).await;
+        let st = self.lock();
+        let Some(sb) = st.objects.sandbox(id) else {
+            return Err(CriError::Call {
+                method: CriMethod::PodSandboxStatus.as_str(),
+                code: tonic::Code::NotFound,
+                message: format!("sandbox {id} not found"),
+            });
+        };
+        Ok(api::PodSandboxStatusResponse {
+            status: Some(status(sb, id)),
+            ..Default::default()
+        })
+    }
+
+    /// ContainerStatus after its read time: whole, or (`Some(annotations)`) without the
+    /// container's labels and with only the annotations named.
+    async fn container_status_of(
+        &self,
+        id: &str,
+        annotations: Option<&[&str]>,
+    ) -> CriResult<api::ContainerStatusResponse> {
+        self.read_delay(CriMethod::ContainerStatus).await;
+        let mut st = self.lock();
+        Self::advance(&mut st);
+        let Some(c) = st.objects.container(id) else {
+            return Err(CriError::Call {
+                method: CriMethod::ContainerStatus.as_str(),
+                code: tonic::Code::NotFound,
+                message: format!("container {id} not found"),
+            });
+        };
+        let (labels, annotations) = match annotations {
+            None => (c.config.labels.clone(), c.config.annotations.clone()),
+            Some(keep) => (
+                HashMap::new(),
+                c.config
+                    .annotations
+                    .iter()
+                    .filter(|(k, _)| keep.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+        };
+        Ok(api::ContainerStatusResponse {
+            status: Some(api::ContainerStatus {
+                id: id.to_string(),
+                metadata: c.config.metadata.clone(),
+                state: c.state as i32,
+                created_at: c.created_at,
+                started_at: c.started_at,
+                finished_at: c.finished_at,
+                exit_code: c.exit_code,
+                image: c.config.image.clone(),
+                image_ref: c.image_ref.clone(),
+                reason: c.reason.clone(),
+                labels,
+                annotations,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
     /// Moves containers whose recorded run has ended to Exited.
     fn advance(st: &mut State) {
         st.objects.advance(wall_now());
@@ -631,19 +701,14 @@ impl RuntimeService for ReplayRuntime {
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatusResponse> {
-        self.read_delay(CriMethod::PodSandboxStatus).await;
-        let st = self.lock();
-        let Some(sb) = st.objects.sandbox(id) else {
-            return Err(CriError::Call {
-                method: CriMethod::PodSandboxStatus.as_str(),
-                code: tonic::Code::NotFound,
-                message: format!("sandbox {id} not found"),
-            });
-        };
-        Ok(api::PodSandboxStatusResponse {
-            status: Some(sb.status(id)),
-            ..Default::default()
-        })
+        self.sandbox_status(id, Sandbox::status).await
+    }
+
+    async fn pod_sandbox_status_reduced(
+        &self,
+        id: &str,
+    ) -> CriResult<api::PodSandboxStatusResponse> {
+        self.sandbox_status(id, Sandbox::status_reduced).await
     }
 
     async fn list_pod_sandbox(
@@ -801,34 +866,16 @@ impl RuntimeService for ReplayRuntime {
         id: &str,
         _verbose: bool,
     ) -> CriResult<api::ContainerStatusResponse> {
-        self.read_delay(CriMethod::ContainerStatus).await;
-        let mut st = self.lock();
-        Self::advance(&mut st);
-        let Some(c) = st.objects.container(id) else {
-            return Err(CriError::Call {
-                method: CriMethod::ContainerStatus.as_str(),
-                code: tonic::Code::NotFound,
-                message: format!("container {id} not found"),
-            });
-        };
-        Ok(api::ContainerStatusResponse {
-            status: Some(api::ContainerStatus {
-                id: id.to_string(),
-                metadata: c.config.metadata.clone(),
-                state: c.state as i32,
-                created_at: c.created_at,
-                started_at: c.started_at,
-                finished_at: c.finished_at,
-                exit_code: c.exit_code,
-                image: c.config.image.clone(),
-                image_ref: c.image_ref.clone(),
-                reason: c.reason.clone(),
-                labels: c.config.labels.clone(),
-                annotations: c.config.annotations.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        self.container_status_of(id, None).await
+    }
+
+    async fn container_status_reduced(
+        &self,
+        id: &str,
+        _verbose: bool,
+        annotations: &'static [&'static str],
+    ) -> CriResult<api::ContainerStatusResponse> {
+        self.container_status_of(id, Some(annotations)).await
     }
 
     async fn exec_sync(
@@ -965,6 +1012,15 @@ mod tests {
 
     /// Creates and starts the recorded container; returns its ID.
     async fn start(rt: &ReplayRuntime) -> String {
+        start_labelled(rt, HashMap::new(), HashMap::new()).await
+    }
+
+    /// `start`, the sandbox and the container with these labels and annotations.
+    async fn start_labelled(
+        rt: &ReplayRuntime,
+        labels: HashMap<String, String>,
+        annotations: HashMap<String, String>,
+    ) -> String {
         let sandbox = rt
             .run_pod_sandbox(api::RunPodSandboxRequest {
                 config: Some(api::PodSandboxConfig {
@@ -972,6 +1028,8 @@ mod tests {
                         uid: "u".into(),
                         ..Default::default()
                     }),
+                    labels: labels.clone(),
+                    annotations: annotations.clone(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -987,6 +1045,8 @@ mod tests {
                         name: "app".into(),
                         attempt: 0,
                     }),
+                    labels,
+                    annotations,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -1076,6 +1136,46 @@ mod tests {
             assert_eq!(mono_now() - visiting, listed_in);
             assert_eq!(visited, full);
             assert_eq!(visited.len(), 1);
+        });
+    }
+
+    #[test]
+    fn reduced_statuses_are_the_whole_ones_without_labels_and_unnamed_annotations() {
+        in_virtual_time(|| async {
+            let rt = runtime();
+            let pairs = |kv: &[(&str, &str)]| -> HashMap<String, String> {
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            };
+            let id = start_labelled(
+                &rt,
+                pairs(&[("io.kubernetes.pod.uid", "u")]),
+                pairs(&[("hash", "h1"), ("other", "x")]),
+            )
+            .await;
+            let whole = rt.container_status(&id, false).await.unwrap();
+            let reduced = rt
+                .container_status_reduced(&id, false, &["hash"])
+                .await
+                .unwrap();
+            let mut expected = whole.clone();
+            let st = expected.status.as_mut().unwrap();
+            assert_eq!(st.labels.len(), 1);
+            assert_eq!(st.annotations.len(), 2);
+            st.labels.clear();
+            st.annotations.remove("other");
+            assert_eq!(reduced, expected);
+
+            let sandbox = rt.lock().objects.container(&id).unwrap().sandbox_id.clone();
+            let whole = rt.pod_sandbox_status(&sandbox).await.unwrap();
+            let reduced = rt.pod_sandbox_status_reduced(&sandbox).await.unwrap();
+            let mut expected = whole.clone();
+            let st = expected.status.as_mut().unwrap();
+            assert_eq!((st.labels.len(), st.annotations.len()), (1, 2));
+            st.labels.clear();
+            st.annotations.clear();
+            assert_eq!(reduced, expected);
         });
     }
 

@@ -239,7 +239,7 @@ async fn settle<R: RuntimeService>(cri: &R, container_id: &str) {
     let deadline = tokio::time::Instant::now() + EXIT_SETTLE_LIMIT;
     let mut step = EXIT_SETTLE_FIRST;
     while tokio::time::Instant::now() < deadline {
-        match cri.container_status(container_id, false).await {
+        match cri.container_status_reduced(container_id, false, &[]).await {
             Ok(r)
                 if r.status
                     .as_ref()

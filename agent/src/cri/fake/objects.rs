@@ -69,6 +69,15 @@ impl Sandbox {
 
     /// Its CRI status, as PodSandboxStatus answers it.
     pub fn status(&self, id: &str) -> api::PodSandboxStatus {
+        api::PodSandboxStatus {
+            labels: self.config.labels.clone(),
+            annotations: self.config.annotations.clone(),
+            ..self.status_reduced(id)
+        }
+    }
+
+    /// Its CRI status without its labels and annotations.
+    pub fn status_reduced(&self, id: &str) -> api::PodSandboxStatus {
         let namespaces = self
             .config
             .linux
@@ -89,8 +98,6 @@ impl Sandbox {
                     options: namespaces,
                 }),
             }),
-            labels: self.config.labels.clone(),
-            annotations: self.config.annotations.clone(),
             ..Default::default()
         }
     }

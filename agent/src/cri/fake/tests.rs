@@ -231,3 +231,40 @@ async fn a_scheduled_exit_happens_when_the_test_moves_time_past_it() {
         (3, 1_500, "Error")
     );
 }
+
+#[tokio::test]
+async fn a_reduced_status_is_the_call_made_with_labels_and_unnamed_annotations_dropped() {
+    let fake = FakeRuntime::new();
+    let sb = run_sandbox(&fake, "u1").await.unwrap();
+    let id = create(&fake, &sb, "app").await.unwrap();
+    let whole = fake.container_status(&id, false).await.unwrap();
+    let reduced = fake
+        .container_status_reduced(&id, false, &[])
+        .await
+        .unwrap();
+    let mut expected = whole.clone();
+    let st = expected.status.as_mut().unwrap();
+    assert!(!st.labels.is_empty());
+    st.labels.clear();
+    st.annotations.clear();
+    assert_eq!(reduced, expected);
+    let whole = fake.pod_sandbox_status(&sb).await.unwrap();
+    let reduced = fake.pod_sandbox_status_reduced(&sb).await.unwrap();
+    let mut expected = whole.clone();
+    let st = expected.status.as_mut().unwrap();
+    assert!(!st.labels.is_empty());
+    st.labels.clear();
+    st.annotations.clear();
+    assert_eq!(reduced, expected);
+    // Each is the runtime's call, logged as such.
+    let methods: Vec<_> = fake.calls().iter().map(|c| c.method()).collect();
+    assert_eq!(
+        methods[methods.len() - 4..],
+        [
+            Method::ContainerStatus,
+            Method::ContainerStatus,
+            Method::PodSandboxStatus,
+            Method::PodSandboxStatus
+        ]
+    );
+}
