@@ -354,7 +354,15 @@ impl ReplayRuntime {
         // The last recorded call of each key, for chaining the next one behind it.
         let mut last: HashMap<Key, u32, FixedState> =
             HashMap::with_capacity_and_hasher(mutations, FixedState::default());
+        // Each read-only method's recorded durations, for their median.
+        let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
         for (i, c) in calls.iter().enumerate() {
+            if c.is_observation() {
+                reads
+                    .entry(c.method)
+                    .or_default()
+                    .push(c.end_ns.saturating_sub(c.start_ns));
+            }
             match c.method {
                 CriMethod::Status if !network_seen => {
                     network_seen = true;
@@ -363,11 +371,10 @@ impl ReplayRuntime {
                     st.facts.network_ready = (ready, message.clone());
                 }
                 CriMethod::PodSandboxStatus => {
-                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty()) {
-                        st.facts
-                            .sandbox_ip
-                            .entry(c.sandbox_id.clone())
-                            .or_insert_with(|| ip.clone());
+                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty())
+                        && !st.facts.sandbox_ip.contains_key(&c.sandbox_id)
+                    {
+                        st.facts.sandbox_ip.insert(c.sandbox_id.clone(), ip.clone());
                     }
                 }
                 CriMethod::StartContainer if c.ok() => {
@@ -426,18 +433,11 @@ impl ReplayRuntime {
                 }
             }
         }
-        let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
-        for c in calls.iter().filter(|c| c.is_observation()) {
-            reads
-                .entry(c.method)
-                .or_default()
-                .push(c.end_ns.saturating_sub(c.start_ns));
-        }
         st.facts.read_ns = reads
             .into_iter()
             .map(|(m, mut v)| {
-                v.sort_unstable();
-                (m, v[v.len() / 2])
+                let mid = v.len() / 2;
+                (m, *v.select_nth_unstable(mid).1)
             })
             .collect();
         st.images = st.facts.images_present.clone();

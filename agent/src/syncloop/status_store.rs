@@ -255,6 +255,7 @@ impl StatusStore {
     }
 
     pub fn record(&self, uid: &str, event: PodEvent) {
+        let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut pods = self.lock();
         let Some(rec) = pods.get_mut(uid) else {
             return;
@@ -267,11 +268,18 @@ impl StatusStore {
             at_ns: crate::clock::mono_now(),
             event,
         };
-        let (ns, name) = (rec.namespace.clone(), rec.name.clone());
-        rec.events.push(stamped.clone());
-        drop(pods);
-        if let Some(tap) = self.tap.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            tap(uid, &ns, &name, &stamped);
+        // Copied only for a tap, which is called outside the store's lock.
+        match tap {
+            None => {
+                rec.events.push(stamped);
+                drop(pods);
+            }
+            Some(tap) => {
+                let (ns, name) = (rec.namespace.clone(), rec.name.clone());
+                rec.events.push(stamped.clone());
+                drop(pods);
+                tap(uid, &ns, &name, &stamped);
+            }
         }
         self.bump();
     }
