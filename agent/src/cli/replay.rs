@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::output::ReplayOutput;
 use crate::cri::CriMethod;
-use crate::replay::{Tolerance, WhatIf, compare, replay};
+use crate::replay::{Recorded, Tolerance, WhatIf, compare_with, replay_and};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
@@ -90,10 +90,11 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     for trace in &traces {
         progress.set_message(trace.path.display().to_string());
         let replay_began = Instant::now();
-        let replayed = replay(trace, &what_if);
+        // What the comparison takes from the recording is made while the replay runs.
+        let (replayed, recorded) = replay_and(trace, &what_if, || Recorded::of(trace));
         replaying += replay_began.elapsed();
         progress.inc();
-        let cmp = compare(trace, &replayed, tolerance);
+        let cmp = compare_with(trace, &recorded, &replayed, tolerance);
         replays.push(replayed);
         // A what-if replay predicts different latencies on purpose; only its calls count.
         let ok = if predicting {

@@ -236,30 +236,61 @@ fn startup(calls: &[Timed], added_ns: u64) -> Option<u64> {
     first.values().max().map(|end| end.saturating_sub(added_ns))
 }
 
-pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comparison {
-    let mut pods: BTreeMap<String, (String, String, u64)> = BTreeMap::new();
-    for r in &trace.records {
-        if let TraceRecord::Pod(p) = r
-            && p.op == PodOp::Add
-        {
-            let uid = p.pod.metadata.uid.clone().unwrap_or_default();
-            pods.entry(uid).or_insert((
-                p.pod.metadata.namespace.clone().unwrap_or_default(),
-                p.pod.metadata.name.clone().unwrap_or_default(),
-                p.at_ns,
-            ));
+/// What the comparison takes from the recording alone: the pods, each with its name and
+/// the time of its ADD, and each pod's recorded calls. It needs no replay, so it can be
+/// made while one runs ([`super::replay_and`]).
+pub struct Recorded<'a> {
+    pods: BTreeMap<String, (String, String, u64)>,
+    /// The recording's CRI calls, in recorded order: a served call names one by index.
+    calls: Vec<&'a CriCall>,
+    /// Looked up by pod, never listed: hashed.
+    by_pod: ByPod<'a, Vec<Timed<'a>>>,
+}
+
+impl<'a> Recorded<'a> {
+    pub fn of(trace: &'a Trace) -> Recorded<'a> {
+        let mut pods: BTreeMap<String, (String, String, u64)> = BTreeMap::new();
+        for r in &trace.records {
+            if let TraceRecord::Pod(p) = r
+                && p.op == PodOp::Add
+            {
+                let uid = p.pod.metadata.uid.clone().unwrap_or_default();
+                pods.entry(uid).or_insert((
+                    p.pod.metadata.namespace.clone().unwrap_or_default(),
+                    p.pod.metadata.name.clone().unwrap_or_default(),
+                    p.at_ns,
+                ));
+            }
+        }
+        let calls = trace.cri_calls();
+        let mut by_pod: ByPod<Vec<Timed>> = ByPod::default();
+        for c in calls.iter().filter(|c| compared(c)) {
+            by_pod
+                .entry(&c.pod_uid)
+                .or_default()
+                .push(Timed::recorded(c));
+        }
+        Recorded {
+            pods,
+            calls,
+            by_pod,
         }
     }
-    // Each pod's calls and divergences, in one pass over each list.
-    let calls = trace.cri_calls();
-    // Looked up by pod, never listed: hashed.
-    let mut recorded: ByPod<Vec<Timed>> = ByPod::default();
-    for c in calls.iter().filter(|c| compared(c)) {
-        recorded
-            .entry(&c.pod_uid)
-            .or_default()
-            .push(Timed::recorded(c));
-    }
+}
+
+pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comparison {
+    compare_with(trace, &Recorded::of(trace), replayed, tolerance)
+}
+
+/// [`compare`], with what it takes from the recording already made.
+pub fn compare_with(
+    trace: &Trace,
+    recorded: &Recorded,
+    replayed: &Replayed,
+    tolerance: Tolerance,
+) -> Comparison {
+    let (pods, calls) = (&recorded.pods, &recorded.calls);
+    // Each pod's replayed calls and divergences, in one pass over each list.
     // Each served call is its recorded call at the replayed times.
     let mut served: Vec<Timed> = replayed
         .served
@@ -283,7 +314,7 @@ pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comp
 
     let pods: Vec<_> = pods.iter().collect();
     let by_pod = Calls {
-        recorded: &recorded,
+        recorded: &recorded.by_pod,
         served: &served_by_pod,
         divergences: &divergences,
     };

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use compare::{Comparison, PodComparison, StageLatency, Tolerance, compare};
+pub use compare::{
+    Comparison, PodComparison, Recorded, StageLatency, Tolerance, compare, compare_with,
+};
 pub use runtime::{Divergence, ReplayRuntime, Served};
 
 use crate::clock::{install_virtual, uninstall_virtual};
@@ -86,17 +88,29 @@ fn settings_from(trace: &Trace, what_if: &WhatIf) -> KubeletSettings {
 /// Runs on a thread of its own, so it can be called from inside another runtime and its
 /// virtual clock never leaks into other work.
 pub fn replay(trace: &Trace, what_if: &WhatIf) -> Replayed {
+    replay_and(trace, what_if, || ()).0
+}
+
+/// [`replay`], with `meanwhile` run on the calling thread while the replay runs on its
+/// own: work that needs the trace but not the replay (what a comparison takes from the
+/// recording) is then done by the time the replay is.
+pub fn replay_and<T>(
+    trace: &Trace,
+    what_if: &WhatIf,
+    meanwhile: impl FnOnce() -> T,
+) -> (Replayed, T) {
     std::thread::scope(|s| {
-        s.spawn(|| {
+        let replaying = s.spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .start_paused(true)
                 .build()
                 .expect("a current-thread runtime with time builds");
             rt.block_on(run(trace, what_if))
-        })
-        .join()
-        .expect("the replay thread does not panic")
+        });
+        let other = meanwhile();
+        let replayed = replaying.join().expect("the replay thread does not panic");
+        (replayed, other)
     })
 }
 

@@ -179,6 +179,143 @@ struct Facts {
     read_ns: BTreeMap<CriMethod, u64>,
 }
 
+/// Below this many recorded calls the two passes over them run one after the other: a
+/// thread costs more than it saves.
+const PARALLEL_CALLS: usize = 4096;
+
+impl Facts {
+    /// What the recording says of its objects and reads, in one pass.
+    fn of(calls: &[&CriCall]) -> Facts {
+        let mut facts = Facts {
+            network_ready: (true, String::new()),
+            ..Facts::default()
+        };
+        let st = &mut facts;
+        let mut network_seen = false;
+        let mut started: BTreeMap<String, u64> = BTreeMap::new();
+        let mut stopped: BTreeSet<String> = BTreeSet::new();
+        let mut image_seen: BTreeSet<String> = BTreeSet::new();
+        // Each read-only method's recorded durations, for their median.
+        let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
+        for c in calls {
+            if c.is_observation() {
+                reads
+                    .entry(c.method)
+                    .or_default()
+                    .push(c.end_ns.saturating_sub(c.start_ns));
+            }
+            match c.method {
+                CriMethod::Status if !network_seen => {
+                    network_seen = true;
+                    let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
+                    let message = c.response.get("NetworkReady_message").unwrap_or(&c.message);
+                    st.network_ready = (ready, message.clone());
+                }
+                CriMethod::PodSandboxStatus => {
+                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty())
+                        && !st.sandbox_ip.contains_key(&c.sandbox_id)
+                    {
+                        st.sandbox_ip.insert(c.sandbox_id.clone(), ip.clone());
+                    }
+                }
+                CriMethod::StartContainer if c.ok() => {
+                    started.insert(c.container_id.clone(), c.end_ns);
+                }
+                CriMethod::StopContainer => {
+                    stopped.insert(c.container_id.clone());
+                }
+                CriMethod::ContainerStatus => {
+                    let exited = c.response.get("state").is_some_and(|s| s == "2");
+                    if exited
+                        && !stopped.contains(&c.container_id)
+                        && !st.runs.contains_key(&c.container_id)
+                        && let Some(start) = started.get(&c.container_id)
+                    {
+                        let code = c
+                            .response
+                            .get("exit_code")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let ran = c.start_ns.saturating_sub(*start) as i64;
+                        st.runs.insert(c.container_id.clone(), (ran, code));
+                    }
+                }
+                // The first look at an image tells whether the node had it before the run.
+                CriMethod::ImageStatus if image_seen.insert(c.image.clone()) => {
+                    let present = c.response.get("present").is_some_and(|p| p == "true");
+                    if present {
+                        st.images_present.insert(c.image.clone());
+                    }
+                }
+                CriMethod::PullImage => {
+                    image_seen.insert(c.image.clone());
+                }
+                _ => {}
+            }
+        }
+        st.read_ns = reads
+            .into_iter()
+            .map(|(m, mut v)| {
+                let mid = v.len() / 2;
+                (m, *v.select_nth_unstable(mid).1)
+            })
+            .collect();
+        facts
+    }
+}
+
+/// The recorded calls that change state, as answering needs them.
+struct Index {
+    names: Names,
+    /// In recorded order.
+    answers: Vec<Answer>,
+    /// Per key, the first of its recorded calls.
+    pending: HashMap<Key, u32, FixedState>,
+}
+
+impl Index {
+    /// Each state-changing call under its key, chained to the next of the same key.
+    fn of(calls: &[&CriCall]) -> Index {
+        // Sized up front: grown by doubling, the index rehashed every key several times
+        // over a long trace.
+        let mutations = calls.iter().filter(|c| c.method.mutates()).count();
+        let mut ix = Index {
+            names: Names::default(),
+            answers: Vec::with_capacity(mutations),
+            pending: HashMap::with_capacity_and_hasher(mutations, FixedState::default()),
+        };
+        ix.names.intern("");
+        // The last recorded call of each key, for chaining the next one behind it.
+        let mut last: HashMap<Key, u32, FixedState> =
+            HashMap::with_capacity_and_hasher(mutations, FixedState::default());
+        for (i, c) in calls.iter().enumerate() {
+            if !c.method.mutates() {
+                continue;
+            }
+            let key = Key {
+                pod_uid: ix.names.intern(&c.pod_uid),
+                method: c.method,
+                container: ix.names.intern(&c.container),
+                attempt: c.attempt,
+                image: if c.method == CriMethod::PullImage {
+                    ix.names.intern(&c.image)
+                } else {
+                    0
+                },
+            };
+            let n = ix.answers.len() as u32;
+            ix.answers.push(Answer::of(i, c));
+            match last.insert(key, n) {
+                Some(prev) => ix.answers[prev as usize].next = Some(n),
+                None => {
+                    ix.pending.insert(key, n);
+                }
+            }
+        }
+        ix
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     names: Names,
@@ -337,110 +474,30 @@ impl ReplayRuntime {
         runtime_version: &str,
         scale: BTreeMap<CriMethod, f64>,
     ) -> ReplayRuntime {
-        let mut st = State::default();
-        // Sized up front: grown by doubling, the index rehashed every key several times
-        // over a long trace.
-        let mutations = calls.iter().filter(|c| c.method.mutates()).count();
-        st.answers = Vec::with_capacity(mutations);
-        st.pending = HashMap::with_capacity_and_hasher(mutations, FixedState::default());
-        st.served = Vec::with_capacity(mutations);
-        st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
-        st.facts.network_ready = (true, String::new());
-        st.names.intern("");
-        let mut network_seen = false;
-        let mut started: BTreeMap<String, u64> = BTreeMap::new();
-        let mut stopped: BTreeSet<String> = BTreeSet::new();
-        let mut image_seen: BTreeSet<String> = BTreeSet::new();
-        // The last recorded call of each key, for chaining the next one behind it.
-        let mut last: HashMap<Key, u32, FixedState> =
-            HashMap::with_capacity_and_hasher(mutations, FixedState::default());
-        // Each read-only method's recorded durations, for their median.
-        let mut reads: BTreeMap<CriMethod, Vec<u64>> = BTreeMap::new();
-        for (i, c) in calls.iter().enumerate() {
-            if c.is_observation() {
-                reads
-                    .entry(c.method)
-                    .or_default()
-                    .push(c.end_ns.saturating_sub(c.start_ns));
-            }
-            match c.method {
-                CriMethod::Status if !network_seen => {
-                    network_seen = true;
-                    let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
-                    let message = c.response.get("NetworkReady_message").unwrap_or(&c.message);
-                    st.facts.network_ready = (ready, message.clone());
-                }
-                CriMethod::PodSandboxStatus => {
-                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty())
-                        && !st.facts.sandbox_ip.contains_key(&c.sandbox_id)
-                    {
-                        st.facts.sandbox_ip.insert(c.sandbox_id.clone(), ip.clone());
-                    }
-                }
-                CriMethod::StartContainer if c.ok() => {
-                    started.insert(c.container_id.clone(), c.end_ns);
-                }
-                CriMethod::StopContainer => {
-                    stopped.insert(c.container_id.clone());
-                }
-                CriMethod::ContainerStatus => {
-                    let exited = c.response.get("state").is_some_and(|s| s == "2");
-                    if exited
-                        && !stopped.contains(&c.container_id)
-                        && !st.facts.runs.contains_key(&c.container_id)
-                        && let Some(start) = started.get(&c.container_id)
-                    {
-                        let code = c
-                            .response
-                            .get("exit_code")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        let ran = c.start_ns.saturating_sub(*start) as i64;
-                        st.facts.runs.insert(c.container_id.clone(), (ran, code));
-                    }
-                }
-                // The first look at an image tells whether the node had it before the run.
-                CriMethod::ImageStatus if image_seen.insert(c.image.clone()) => {
-                    let present = c.response.get("present").is_some_and(|p| p == "true");
-                    if present {
-                        st.facts.images_present.insert(c.image.clone());
-                    }
-                }
-                CriMethod::PullImage => {
-                    image_seen.insert(c.image.clone());
-                }
-                _ => {}
-            }
-            if c.method.mutates() {
-                let key = Key {
-                    pod_uid: st.names.intern(&c.pod_uid),
-                    method: c.method,
-                    container: st.names.intern(&c.container),
-                    attempt: c.attempt,
-                    image: if c.method == CriMethod::PullImage {
-                        st.names.intern(&c.image)
-                    } else {
-                        0
-                    },
-                };
-                let n = st.answers.len() as u32;
-                st.answers.push(Answer::of(i, c));
-                match last.insert(key, n) {
-                    Some(prev) => st.answers[prev as usize].next = Some(n),
-                    None => {
-                        st.pending.insert(key, n);
-                    }
-                }
-            }
-        }
-        st.facts.read_ns = reads
-            .into_iter()
-            .map(|(m, mut v)| {
-                let mid = v.len() / 2;
-                (m, *v.select_nth_unstable(mid).1)
+        // Two passes over the recording that need nothing of each other: on a long one,
+        // side by side.
+        let (facts, index) = if calls.len() < PARALLEL_CALLS {
+            (Facts::of(calls), Index::of(calls))
+        } else {
+            std::thread::scope(|s| {
+                let facts = s.spawn(|| Facts::of(calls));
+                let index = Index::of(calls);
+                let facts = facts
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (facts, index)
             })
-            .collect();
-        st.images = st.facts.images_present.clone();
+        };
+        let mut st = State {
+            names: index.names,
+            pending: index.pending,
+            served: Vec::with_capacity(index.answers.len()),
+            answers: index.answers,
+            images: facts.images_present.clone(),
+            facts,
+            ..State::default()
+        };
+        st.facts.runtime = (runtime_name.to_string(), runtime_version.to_string());
         ReplayRuntime {
             state: Arc::new(Mutex::new(st)),
             scale: Arc::new(scale),
