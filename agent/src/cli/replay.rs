@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::output::ReplayOutput;
 use crate::cri::CriMethod;
-use crate::replay::{Recorded, Tolerance, WhatIf, compare_with, replay_and};
+use crate::replay::{Recorded, Tolerance, WhatIf, compare, replay_and};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
@@ -94,7 +94,7 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         let (replayed, recorded) = replay_and(trace, &what_if, || Recorded::of(trace));
         replaying += replay_began.elapsed();
         progress.inc();
-        let cmp = compare_with(trace, &recorded, &replayed, tolerance);
+        let cmp = compare(trace, &recorded, &replayed, tolerance);
         replays.push(replayed);
         // A what-if replay predicts different latencies on purpose; only its calls count.
         let ok = if predicting {

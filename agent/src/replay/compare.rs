@@ -278,12 +278,8 @@ impl<'a> Recorded<'a> {
     }
 }
 
-pub fn compare(trace: &Trace, replayed: &Replayed, tolerance: Tolerance) -> Comparison {
-    compare_with(trace, &Recorded::of(trace), replayed, tolerance)
-}
-
-/// [`compare`], with what it takes from the recording already made.
-pub fn compare_with(
+/// The recording (`trace`, and what `recorded` took from it) against its replay.
+pub fn compare(
     trace: &Trace,
     recorded: &Recorded,
     replayed: &Replayed,

@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use compare::{
-    Comparison, PodComparison, Recorded, StageLatency, Tolerance, compare, compare_with,
-};
+pub use compare::{Comparison, PodComparison, Recorded, StageLatency, Tolerance, compare};
 pub use runtime::{Divergence, ReplayRuntime, Served};
 
 use crate::clock::{install_virtual, uninstall_virtual};
