@@ -259,13 +259,20 @@ fn pod_life(out: &mut Records, rng: &mut SplitMix, i: usize, seen: u64) -> Life 
     }
 }
 
-/// How many intervals `[from, to)` hold at each of `times` (sorted), by a sweep.
-fn counts_at(intervals: &[(u64, u64)], times: &[u64]) -> Vec<usize> {
+/// Each interval's start (+1) and end (-1), in time order; ends before starts at the same
+/// instant (a pod removed as another arrives).
+fn edges(intervals: &[(u64, u64)]) -> Vec<(u64, i64)> {
     let mut edges: Vec<(u64, i64)> = intervals
         .iter()
         .flat_map(|&(from, to)| [(from, 1), (to, -1)])
         .collect();
     edges.sort_unstable();
+    edges
+}
+
+/// How many intervals `[from, to)` hold at each of `times` (sorted), by a sweep.
+fn counts_at(intervals: &[(u64, u64)], times: &[u64]) -> Vec<usize> {
+    let edges = edges(intervals);
     let (mut open, mut next) = (0i64, 0);
     times
         .iter()
@@ -282,12 +289,7 @@ fn counts_at(intervals: &[(u64, u64)], times: &[u64]) -> Vec<usize> {
 /// The most intervals open at once and the time-weighted mean between the first start
 /// and the last end.
 fn occupancy(intervals: &[(u64, u64)]) -> (usize, f64) {
-    let mut edges: Vec<(u64, i64)> = intervals
-        .iter()
-        .flat_map(|&(from, to)| [(from, 1), (to, -1)])
-        .collect();
-    // Ends before starts at the same instant: a pod removed as another arrives.
-    edges.sort_unstable();
+    let edges = edges(intervals);
     let (mut open, mut max, mut area) = (0i64, 0i64, 0f64);
     let mut last = edges.first().map_or(0, |e| e.0);
     for &(at, d) in &edges {
@@ -376,6 +378,8 @@ pub fn generate(path: &Path, pods: usize) -> anyhow::Result<Generated> {
 
 #[cfg(test)]
 mod tests {
+    use sha2::Digest;
+
     use super::*;
 
     #[test]
@@ -410,6 +414,13 @@ mod tests {
         let (bytes_a, bytes_b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
         let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
         assert_eq!(bytes_a, bytes_b);
+        // The bytes as generated when this test was written: every machine replays these.
+        let digest = sha2::Sha256::digest(&bytes_a);
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "1400691ff5d11726ff8c9d47bb5940069d74f08ba0c0bfef2bb3278d92040465"
+        );
         let text = String::from_utf8(bytes_a).unwrap();
         for method in [
             "RunPodSandbox",
