@@ -4,7 +4,7 @@
 //! would.
 
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -19,6 +19,17 @@ const POLL: Duration = Duration::from_millis(250);
 /// How long the agent may take to load its probes and answer, and to exit on SIGTERM.
 const START: Duration = Duration::from_secs(30);
 const STOP: Duration = Duration::from_secs(30);
+
+/// The `--max-pods` podtrace runs with in the benchmarks: above any batch of theirs.
+pub const MAX_PODS: usize = 1000;
+
+/// `podtrace run`'s flags for a node with room for [`MAX_PODS`] pods and more CPU and memory
+/// than they ask for.
+pub fn roomy_node(cmd: &mut Command) -> &mut Command {
+    cmd.args(["--node-cpu", "1000000", "--node-memory"])
+        .arg((1_u64 << 40).to_string())
+        .args(["--max-pods", &MAX_PODS.to_string()])
+}
 
 pub struct Agent {
     process: AgentProcess,
@@ -42,11 +53,7 @@ impl Agent {
             .with_context(|| format!("creating {}", places.manifests.display()))?;
         let log = std::fs::File::create(work.join("agent.log"))?;
         let mut cmd = AgentProcess::command(bin, &places);
-        cmd.arg("--cri")
-            .arg(LabPaths::from_env().cri_socket())
-            .args(["--node-cpu", "1000000", "--node-memory"])
-            .arg((1_u64 << 40).to_string())
-            .args(["--max-pods", "1000"])
+        roomy_node(cmd.arg("--cri").arg(LabPaths::from_env().cri_socket()))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

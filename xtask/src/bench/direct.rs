@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use super::agent::roomy_node;
 use super::pods::sleep_pod;
 use super::sequential::{Decision, Rule, Verdict, explain};
 use super::stats::percentile;
@@ -79,26 +80,12 @@ pub(super) fn create_sampled(
     }
     let mut cmd = Command::new(bin);
     match arm {
-        Arm::Podtrace => {
-            cmd.args(["run", "--until-ready", "--cleanup", "--json"])
-                .args([
-                    "--node-cpu",
-                    "1000000",
-                    "--max-pods",
-                    "1000",
-                    "--node-memory",
-                ])
-                .arg((1_u64 << 40).to_string());
-        }
-        Arm::Direct => {
-            cmd.args(["bench-direct", "--cleanup"]);
-        }
-    }
+        Arm::Podtrace => roomy_node(cmd.args(["run", "--until-ready", "--cleanup", "--json"])),
+        Arm::Direct => cmd.args(["bench-direct", "--cleanup"]),
+    };
     let node = format!("podtrace-bench-{}", arm.name());
-    let out = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
+    let (out, peak_rss_kib) = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
         .with_context(|| format!("running the {} arm", arm.name()))?;
-    let peak_rss_kib = out.1;
-    let out = out.0;
     // Kept for after the run: cleanup errors from either arm show only here.
     std::fs::write(dir.join("stderr.log"), &out.stderr)?;
     let doc: Value = serde_json::from_slice(&out.stdout).with_context(|| {
@@ -155,27 +142,18 @@ fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, 
         .stderr(Stdio::piped())
         .spawn()?;
     let pid = child.id();
-    let pipe = |r: Option<Box<dyn Read + Send>>| {
+    fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
+            let _ = r.read_to_end(&mut buf);
             buf
         })
-    };
-    let stdout = pipe(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    }
+    let (stdout, stderr) = (
+        child.stdout.take().map(drain),
+        child.stderr.take().map(drain),
     );
-    let stderr = pipe(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
+    let drained = |h: Option<std::thread::JoinHandle<_>>| h.and_then(|h| h.join().ok());
     let mut peak = 0;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -189,8 +167,8 @@ fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, 
     };
     let output = std::process::Output {
         status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
+        stdout: drained(stdout).unwrap_or_default(),
+        stderr: drained(stderr).unwrap_or_default(),
     };
     Ok((output, peak))
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::agent::MAX_PODS;
 use super::direct::{Arm, create_sampled};
 use super::sequential::{Decision, Rule, Verdict};
 use super::units::{max_mib, mib};
@@ -23,8 +24,6 @@ pub const PODS: usize = 250;
 const RULE: Rule = Rule::new(GOAL_RATIO, 8, 6, 14);
 const GOAL_RATIO: f64 = 0.95;
 const GOAL_MIB: f64 = 40.0;
-/// kubelet's --max-pods the podtrace arm runs with (`direct.rs`): above the batch.
-const MAX_PODS: usize = 1000;
 
 /// What benchmark 11 measured: each arm's batch times (podtrace's, then the direct
 /// driver's), the agent's peak RSS per batch, every batch's raw figures, and the decision

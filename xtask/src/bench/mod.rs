@@ -283,11 +283,26 @@ fn on_lab<'c>(
         .arg(LabPaths::from_env().cri_socket())
 }
 
-/// Runs `f` on the node lab, starting it first when it is down and then taking it down
-/// again, so a bench leaves the lab as it found it.
+/// A child's output, line by line, read on a thread of its own so the child never blocks
+/// on a full pipe.
+fn lines_of(r: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(r).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// The lab's runtime as its binary said while the lab was up, for the machine table.
 static LAB_RUNTIME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// Runs `f` on the node lab, starting it first when it is down and then taking it down
+/// again, so a bench leaves the lab as it found it.
 fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let paths = LabPaths::from_env();
     let started = matches!(

@@ -5,10 +5,8 @@
 //! alternating in ABBA order round by round. Each pod's time to Running is the client's
 //! own: from its first call to StartContainer's return.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -41,6 +39,11 @@ const OBSERVER_UP: Duration = Duration::from_secs(120);
 /// The goal: p50 without the observer / p50 with it.
 const GOAL: f64 = 0.99;
 
+/// The lab's CRI socket as `observe` and the client take it.
+fn cri_endpoint() -> String {
+    format!("unix://{}", LabPaths::from_env().cri_socket().display())
+}
+
 fn build_client() -> anyhow::Result<PathBuf> {
     let (mut cmd, bin) = workspace::build_bin(workspace::TESTS_PACKAGE, "cri-pod-client", true);
     workspace::run(&mut cmd, "cargo build --release --bin cri-pod-client")?;
@@ -59,25 +62,14 @@ impl Observer {
             .arg("--api-socket")
             .arg(dir.join("observer.sock"))
             .arg("--cri")
-            .arg(format!(
-                "unix://{}",
-                LabPaths::from_env().cri_socket().display()
-            ))
+            .arg(cri_endpoint())
             .arg("--require-ebpf")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .context("starting podtrace observe")?;
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().context("the observer's stderr")?;
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let rx = super::lines_of(child.stderr.take().context("the observer's stderr")?);
         let mut said = Vec::new();
         loop {
             match rx.recv_timeout(OBSERVER_UP) {
@@ -130,10 +122,7 @@ impl Observer {
 fn pods(client: &Path, round: usize, arm: &str) -> anyhow::Result<Vec<f64>> {
     let out = Command::new(client)
         .arg("--cri")
-        .arg(format!(
-            "unix://{}",
-            LabPaths::from_env().cri_socket().display()
-        ))
+        .arg(cri_endpoint())
         .args(["run", "--pods", &PODS.to_string(), "--prefix"])
         .arg(format!("bench-{arm}-{round}"))
         .args(["--image", IMAGE_APP])

@@ -15,7 +15,7 @@ mod verdict;
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -366,18 +366,10 @@ impl Probes {
             let mut s = String::new();
             out.read_to_string(&mut s).map(|_| s)
         });
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         let mut probes = Probes {
             child,
             stdout: Some(stdout),
-            stderr: rx,
+            stderr: super::lines_of(err),
             log,
         };
         let deadline = Instant::now() + READY_TIMEOUT;
