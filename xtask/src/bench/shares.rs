@@ -45,36 +45,26 @@ fn pods() -> Vec<(String, String)> {
         )
     };
     let sleep = "sleep 3600";
+    let app = container("app", APP, sleep);
+    let pair = app.clone() + &container("helper", APP, sleep);
+    let setup = container("setup", APP, "true");
     let sidecar = format!(
         "{}    restartPolicy: Always\n",
         container("proxy", APP, sleep)
     );
-    vec![
-        pod("share-web-1", "", &container("app", APP, sleep)),
-        pod("share-web-2", "", &container("app", APP, sleep)),
-        pod(
-            "share-pair-1",
-            "",
-            &(container("app", APP, sleep) + &container("helper", APP, sleep)),
-        ),
-        pod(
-            "share-pair-2",
-            "",
-            &(container("app", APP, sleep) + &container("helper", APP, sleep)),
-        ),
-        pod(
-            "share-init-1",
-            &container("setup", APP, "true"),
-            &container("app", APP, sleep),
-        ),
-        pod(
-            "share-init-2",
-            &container("setup", APP, "true"),
-            &container("app", APP, sleep),
-        ),
-        pod("share-sidecar", &sidecar, &container("app", APP, sleep)),
-        pod("share-big", "", &container("app", BIG, sleep)),
-    ]
+    let mut pods = Vec::new();
+    for (shape, init, containers) in [
+        ("web", "", &app),
+        ("pair", "", &pair),
+        ("init", &setup, &app),
+    ] {
+        for n in 1..=2 {
+            pods.push(pod(&format!("share-{shape}-{n}"), init, containers));
+        }
+    }
+    pods.push(pod("share-sidecar", &sidecar, &app));
+    pods.push(pod("share-big", "", &container("app", BIG, sleep)));
+    pods
 }
 
 /// Removes every image but the sandbox's from the lab's runtime, so each run pulls.
