@@ -10,6 +10,18 @@ use xtask::poll::Poll;
 /// The name the guest's host key is pinned under (its port changes from boot to boot).
 pub const HOST_KEY_ALIAS: &str = "podtrace-node-vm";
 
+/// ssh's options besides the key, its host key and the port, each given with `-o`.
+const SSH_OPTIONS: &[&str] = &[
+    "StrictHostKeyChecking=yes",
+    "BatchMode=yes",
+    "IdentitiesOnly=yes",
+    "ConnectTimeout=10",
+    "ServerAliveInterval=15",
+    "ServerAliveCountMax=8",
+    "LogLevel=ERROR",
+    "ExitOnForwardFailure=no",
+];
+
 /// The guest as ssh sees it.
 #[derive(Debug, Clone)]
 pub struct Guest {
@@ -28,26 +40,10 @@ impl Guest {
             .arg(&self.key)
             .arg("-o")
             .arg(format!("UserKnownHostsFile={}", self.known_hosts.display()))
-            .args([
-                "-o",
-                &format!("HostKeyAlias={HOST_KEY_ALIAS}"),
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-                "-o",
-                "ConnectTimeout=10",
-                "-o",
-                "ServerAliveInterval=15",
-                "-o",
-                "ServerAliveCountMax=8",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "ExitOnForwardFailure=no",
-            ]);
+            .args(["-o", &format!("HostKeyAlias={HOST_KEY_ALIAS}")]);
+        for option in SSH_OPTIONS {
+            cmd.args(["-o", option]);
+        }
         cmd
     }
 

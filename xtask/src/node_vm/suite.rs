@@ -4,6 +4,7 @@
 //! the host lab's registry forwarded to the guest's 127.0.0.1:5000. Timings inside the
 //! emulated guest are functional only.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -161,23 +162,19 @@ fn plan(
     built: &integration::Built,
     tests: &[(&'static str, &'static [&'static str])],
 ) -> anyhow::Result<Vec<Planned>> {
-    let mut listed: Vec<(&'static str, Vec<String>)> = Vec::new();
+    let mut listed: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     let mut planned = Vec::new();
     for (module, names) in tests {
         let binary = integration::binary_of(module)
             .with_context(|| format!("the guest's test {module} is in no test binary"))?
             .name;
-        if !listed.iter().any(|(b, _)| *b == binary) {
-            listed.push((binary, integration::list(built.executable(binary)?)?));
+        if !listed.contains_key(binary) {
+            listed.insert(binary, integration::list(built.executable(binary)?)?);
         }
-        let (_, all) = listed
-            .iter()
-            .find(|(b, _)| *b == binary)
-            .expect("listed just above");
         planned.push(Planned {
             module,
             binary,
-            args: integration::selection(all, module, names)?,
+            args: integration::selection(&listed[binary], module, names)?,
         });
     }
     Ok(planned)
