@@ -259,10 +259,7 @@ fn podtrace(bin: &Path, args: &[&OsStr]) -> anyhow::Result<()> {
     if !out.status.success() {
         bail!(
             "podtrace {} failed ({})",
-            args.iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
+            xtask::text::list(args, " ", |a| a.to_string_lossy().into()),
             out.status
         );
     }

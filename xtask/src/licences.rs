@@ -110,10 +110,7 @@ pub fn check() -> anyhow::Result<()> {
     if !bad.is_empty() {
         bail!(
             "dependencies under licences podtrace's Apache-2.0 binaries cannot take:\n  {}",
-            bad.iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n  ")
+            xtask::text::list(&bad, "\n  ", ToString::to_string)
         );
     }
     let count = metadata["packages"].as_array().map_or(0, Vec::len);

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
+use xtask::text::list;
 
 use super::agent::roomy_node;
 use super::pods::sleep_pod;
@@ -353,11 +354,9 @@ fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) ->
     let verdict = format!(
         "{}: {}",
         overall.word(),
-        measured
-            .iter()
-            .map(|m| format!("at concurrency {}, {}", m.c, m.decision.text()))
-            .collect::<Vec<_>>()
-            .join("; ")
+        list(measured, "; ", |m| {
+            format!("at concurrency {}, {}", m.c, m.decision.text())
+        })
     );
     Outcome {
         number: 2,
@@ -374,11 +373,9 @@ fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) ->
              {}",
             explain(
                 GOAL_THROUGHPUT,
-                &CONCURRENCY
-                    .iter()
-                    .map(|&c| format!("concurrency {c}: {}", rule_at(c).schedule()))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+                &list(CONCURRENCY, "; ", |&c| {
+                    format!("concurrency {c}: {}", rule_at(c).schedule())
+                })
             )
         ),
         figures,

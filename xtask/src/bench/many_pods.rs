@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde_json::json;
+use xtask::text::list;
 
 use super::agent::MAX_PODS;
 use super::direct::{Arm, create_sampled};
@@ -119,12 +120,7 @@ fn render(m: &Measured) -> Outcome {
     } else {
         format!("{}: {memory}; pods/s {}", overall.word(), decision.text())
     };
-    let secs = |v: &[f64]| {
-        v.iter()
-            .map(|s| format!("{s:.1} s"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let secs = |v: &[f64]| list(v, ", ", |s| format!("{s:.1} s"));
     let interval = decision.interval_text();
     Outcome {
         number: 11,
@@ -155,11 +151,7 @@ fn render(m: &Measured) -> Outcome {
             ),
             Figure::new(
                 &format!("ratio per round (direct's time / podtrace's; {rounds} rounds)"),
-                round_ratios
-                    .iter()
-                    .map(|r| format!("{r:.3}×"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                list(&round_ratios, ", ", |r| format!("{r:.3}×")),
             ),
             Figure::new(
                 "median of rounds (the verdict's), 95% interval",
@@ -167,11 +159,7 @@ fn render(m: &Measured) -> Outcome {
             ),
             Figure::new(
                 "the agent's peak RSS per batch",
-                rss_kib
-                    .iter()
-                    .map(|k| format!("{:.1} MiB", mib(*k)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                list(rss_kib, ", ", |k| format!("{:.1} MiB", mib(*k))),
             ),
         ],
         goal: format!(

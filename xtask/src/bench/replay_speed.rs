@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use xtask::poll::Poll;
+use xtask::text::list;
 
 use super::{Figure, Outcome};
 use generate::{ARRIVAL_MS, Generated, LIFETIME_MS, MAX_PODS, generate};
@@ -314,12 +315,9 @@ fn figures(m: &Replays, v: &Verdict, reconciler_speeds: &[Option<f64>]) -> Vec<F
         ),
         Figure::new(
             "speed, reconciler only (run 1, run 2)",
-            reconciler_speeds
-                .iter()
-                .map(|s| s.map_or("-".to_string(), |s| format!("{s:.0}×")))
-                .collect::<Vec<_>>()
-                .join(", ")
-                + " real time",
+            list(reconciler_speeds, ", ", |s| {
+                s.map_or("-".to_string(), |s| format!("{s:.0}×"))
+            }) + " real time",
         ),
         Figure::new(
             "outputs byte-identical",

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use xtask::lab::{self, LabPaths};
+use xtask::text::list;
 
 use super::{NodeVmPaths, session};
 use crate::{integration, workspace};
@@ -128,11 +129,7 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'st
     {
         bail!(
             "--only {unknown}: not a test of the suite (it has {})",
-            GUEST_TESTS
-                .iter()
-                .map(|(t, _)| *t)
-                .collect::<Vec<_>>()
-                .join(", ")
+            list(GUEST_TESTS, ", ", |(t, _)| t.to_string())
         );
     }
     Ok(GUEST_TESTS

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use xtask::poll::Poll;
+use xtask::text::list;
 
 use super::Outcome;
 use super::sequential::{Decision, Rule};
@@ -586,11 +587,7 @@ fn counted_runs(
 
 /// Ratios as a figure shows them.
 fn joined(ratios: &[f64]) -> String {
-    ratios
-        .iter()
-        .map(|r| format!("{r:.3}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    list(ratios, ", ", |r| format!("{r:.3}"))
 }
 
 /// What an arm runs beside the workload.
@@ -986,10 +983,9 @@ pub fn run(
     if runs.iter().all(|(_, m)| m.is_err()) {
         bail!(
             "{}",
-            runs.iter()
-                .map(|(k, m)| format!("{}: {}", k.label(), m.as_ref().err().map_or("", |e| e)))
-                .collect::<Vec<_>>()
-                .join("; ")
+            list(&runs, "; ", |(k, m)| {
+                format!("{}: {}", k.label(), m.as_ref().err().map_or("", |e| e))
+            })
         );
     }
     Ok(report::render(&runs))

@@ -2,6 +2,7 @@
 //! [`super::measure`] measured.
 
 use serde_json::json;
+use xtask::text::list;
 
 use super::super::sequential::Verdict;
 use super::super::{Figure, Outcome};
@@ -235,11 +236,7 @@ fn counted_figures(m: &Measured) -> Vec<Figure> {
             } else {
                 format!(
                     " ({})",
-                    loss.lost_by_kind
-                        .iter()
-                        .map(|(k, n)| format!("{k} {n}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    list(&loss.lost_by_kind, ", ", |(k, n)| format!("{k} {n}"))
                 )
             }
         ),
