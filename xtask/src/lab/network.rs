@@ -173,39 +173,32 @@ pub(crate) enum Family {
 impl Family {
     pub(crate) const ALL: [Family; 2] = [Family::V4, Family::V6];
 
-    fn save(self) -> &'static str {
+    /// `v4` or `v6`, as the family is.
+    fn pick(self, v4: &'static str, v6: &'static str) -> &'static str {
         match self {
-            Family::V4 => "iptables-save",
-            Family::V6 => "ip6tables-save",
+            Family::V4 => v4,
+            Family::V6 => v6,
         }
+    }
+
+    fn save(self) -> &'static str {
+        self.pick("iptables-save", "ip6tables-save")
     }
 
     fn restore(self) -> &'static str {
-        match self {
-            Family::V4 => "iptables-restore",
-            Family::V6 => "ip6tables-restore",
-        }
+        self.pick("iptables-restore", "ip6tables-restore")
     }
 
     pub(crate) fn label(self) -> &'static str {
-        match self {
-            Family::V4 => "ipv4",
-            Family::V6 => "ipv6",
-        }
+        self.pick("ipv4", "ipv6")
     }
 
     fn nft_family(self) -> &'static str {
-        match self {
-            Family::V4 => "ip",
-            Family::V6 => "ip6",
-        }
+        self.pick("ip", "ip6")
     }
 
     pub(crate) fn baseline_file(self) -> &'static str {
-        match self {
-            Family::V4 => "iptables-save.txt",
-            Family::V6 => "ip6tables-save.txt",
-        }
+        self.pick("iptables-save.txt", "ip6tables-save.txt")
     }
 }
 
