@@ -122,39 +122,17 @@ pub(crate) fn build_and_push(
     for spec in IMAGES {
         let part = spec.part();
         let tag = format!("{}:{}", s(&layout), spec.role);
+        // The base image tagged as this role, with `command` as its command.
+        let with_command = |command: &[&str]| {
+            let mut args = vec!["config", "--image", &base, "--tag", spec.role];
+            for word in command {
+                args.extend(["--config.cmd", word]);
+            }
+            umoci_run(&part, &umoci, &args)
+        };
         match spec.recipe {
-            Recipe::App => umoci_run(
-                &part,
-                &umoci,
-                &[
-                    "config",
-                    "--image",
-                    &base,
-                    "--tag",
-                    spec.role,
-                    "--config.cmd",
-                    "sleep",
-                    "--config.cmd",
-                    "3600",
-                ],
-            )?,
-            Recipe::Pause => umoci_run(
-                &part,
-                &umoci,
-                &[
-                    "config",
-                    "--image",
-                    &base,
-                    "--tag",
-                    spec.role,
-                    "--config.cmd",
-                    "/bin/sh",
-                    "--config.cmd",
-                    "-c",
-                    "--config.cmd",
-                    PAUSE_SCRIPT,
-                ],
-            )?,
+            Recipe::App => with_command(&["sleep", "3600"])?,
+            Recipe::Pause => with_command(&["/bin/sh", "-c", PAUSE_SCRIPT])?,
             Recipe::AppWithPayload(mib) => {
                 let app = format!("{}:app", s(&layout));
                 umoci_run(&part, &umoci, &["tag", "--image", &app, spec.role])?;
