@@ -1127,6 +1127,7 @@ fn split(
 
 #[cfg(test)]
 mod tests {
+    use super::report::tests::program;
     use super::*;
 
     fn run(execs: u64, seconds: f64) -> ArmRun {
@@ -1225,11 +1226,7 @@ mod tests {
 
     #[test]
     fn a_program_row_shows_the_paused_run_only_when_it_ran() {
-        let p = |t, n| ProgramRun {
-            program: "sched_process_exec".to_string(),
-            run_time_ns: t,
-            run_count: n,
-        };
+        let p = |t, n| program("sched_process_exec", t, n);
         assert_eq!(
             program_row(&p(11_000, 10), Some(&p(3000, 3))),
             "10, 1100 ns (1000 ns)"
@@ -1241,18 +1238,13 @@ mod tests {
 
     #[test]
     fn the_worst_program_is_the_highest_per_hit_among_those_that_ran() {
-        let p = |name: &str, t, n| ProgramRun {
-            program: name.to_string(),
-            run_time_ns: t,
-            run_count: n,
-        };
         let programs = [
-            p("a", 1000, 10),
-            p("b", 900, 3),
-            p("c", 50, 0),
-            p("d", 0, 100),
+            program("a", 1000, 10),
+            program("b", 900, 3),
+            program("c", 50, 0),
+            program("d", 0, 100),
         ];
         assert_eq!(worst_per_hit(&programs), Some(("b", 300.0)));
-        assert_eq!(worst_per_hit(&[p("c", 50, 0)]), None);
+        assert_eq!(worst_per_hit(&[program("c", 50, 0)]), None);
     }
 }

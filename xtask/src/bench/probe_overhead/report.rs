@@ -530,6 +530,14 @@ pub(super) mod tests {
     use super::*;
     use crate::bench::assert_has;
 
+    pub(crate) fn program(name: &str, run_time_ns: u64, run_count: u64) -> ProgramRun {
+        ProgramRun {
+            program: name.to_string(),
+            run_time_ns,
+            run_count,
+        }
+    }
+
     pub(crate) fn summary(events: u64, lost: u64, programs: &[(&str, u64, u64)]) -> Summary {
         Summary {
             kind: "summary".into(),
@@ -540,11 +548,7 @@ pub(super) mod tests {
             lost_by_kind: Default::default(),
             programs: programs
                 .iter()
-                .map(|(p, t, n)| ProgramRun {
-                    program: p.to_string(),
-                    run_time_ns: *t,
-                    run_count: *n,
-                })
+                .map(|(p, t, n)| program(p, *t, *n))
                 .collect(),
         }
     }
