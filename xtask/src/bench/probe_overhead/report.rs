@@ -556,27 +556,22 @@ pub(super) mod tests {
     /// 16 rounds whose on arms all ran at `ratio` of their off arms, judged against `line`;
     /// each on arm's kernel-events lost `lost` events.
     fn series(line: f64, ratio: f64, lost: u64) -> Alternated {
-        let arm = |which, execs| {
+        let arm = |which, execs, summary| {
             (
                 which,
                 ArmRun {
                     execs,
                     seconds: 1.0,
                 },
-                None,
+                summary,
             )
         };
         let rounds: Vec<_> = (0..16)
             .map(|_| {
-                let on = (
-                    Arm::On,
-                    ArmRun {
-                        execs: (1000.0 * ratio).round() as u64,
-                        seconds: 1.0,
-                    },
-                    Some(summary(100, lost, &[])),
-                );
-                vec![on.clone(), arm(Arm::Off, 1000), arm(Arm::Off, 1000), on]
+                let execs = (1000.0 * ratio).round() as u64;
+                let on = arm(Arm::On, execs, Some(summary(100, lost, &[])));
+                let off = arm(Arm::Off, 1000, None);
+                vec![on.clone(), off.clone(), off, on]
             })
             .collect();
         Alternated {
