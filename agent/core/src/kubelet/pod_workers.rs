@@ -4,7 +4,7 @@
 //! an error or back-off). No IO, no clock: the shell calls in with `now` and runs the work
 //! this returns, then reports back with `complete_work`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -62,12 +62,23 @@ struct Worker {
     pod: Arc<Pod>,
 }
 
+impl Worker {
+    /// When this worker is due for work: its requeue time while it is idle and alive.
+    fn deadline(&self) -> Option<Nanos> {
+        self.requeue_at
+            .filter(|_| !self.working && !self.terminated)
+    }
+}
+
 /// Every pod's worker, keyed by UID (ordered, so outputs come out in a fixed order).
 #[derive(Debug, Clone)]
 pub struct PodWorkers {
     resync_interval: Nanos,
     error_backoff: Nanos,
     workers: BTreeMap<String, Worker>,
+    /// Every idle worker's deadline, earliest first: the loop asks for the next one after
+    /// every event, so it is kept rather than searched for among all the workers.
+    deadlines: BTreeSet<(Nanos, String)>,
 }
 
 fn uid_of(pod: &Pod) -> String {
@@ -81,12 +92,28 @@ impl PodWorkers {
             resync_interval,
             error_backoff,
             workers: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+        }
+    }
+
+    /// Keeps [`Self::deadlines`] true after `uid`'s worker changed from `before`.
+    fn reindex(&mut self, uid: &str, before: Option<Nanos>) {
+        let after = self.workers.get(uid).and_then(Worker::deadline);
+        if before == after {
+            return;
+        }
+        if let Some(t) = before {
+            self.deadlines.remove(&(t, uid.to_string()));
+        }
+        if let Some(t) = after {
+            self.deadlines.insert((t, uid.to_string()));
         }
     }
 
     /// kubelet's UpdatePod. Returns work to start now, if the pod's worker was idle.
     pub fn update_pod(&mut self, update_type: UpdateType, pod: Arc<Pod>) -> Option<PodWork> {
         let uid = uid_of(&pod);
+        let before = self.workers.get(&uid).and_then(Worker::deadline);
         let w = self.workers.entry(uid.clone()).or_insert_with(|| Worker {
             working: false,
             pending: None,
@@ -128,6 +155,7 @@ impl PodWorkers {
         }
         w.working = true;
         w.requeue_at = None;
+        self.reindex(&work.uid, before);
         Some(work)
     }
 
@@ -140,6 +168,7 @@ impl PodWorkers {
         outcome: WorkOutcome,
     ) -> Option<PodWork> {
         let w = self.workers.get_mut(uid)?;
+        let before = w.deadline();
         w.working = false;
         w.requeue_at = match outcome {
             WorkOutcome::Synced => Some(now + self.resync_interval),
@@ -151,42 +180,46 @@ impl PodWorkers {
                 None
             }
         };
-        let next = w.pending.take()?;
-        w.working = true;
-        w.requeue_at = None;
-        Some(next)
+        let next = w.pending.take();
+        if next.is_some() {
+            w.working = true;
+            w.requeue_at = None;
+        }
+        self.reindex(uid, before);
+        next
     }
 
     /// Work for every idle pod whose requeue time has come, in UID order.
     pub fn due(&mut self, now: Nanos) -> Vec<PodWork> {
-        let mut out = Vec::new();
-        for (uid, w) in &mut self.workers {
-            if w.working || w.terminated || w.requeue_at.is_none_or(|t| t > now) {
-                continue;
-            }
-            w.working = true;
-            w.requeue_at = None;
-            out.push(PodWork {
-                uid: uid.clone(),
-                kind: if w.terminating {
+        let mut uids = Vec::new();
+        while self.deadlines.first().is_some_and(|(t, _)| *t <= now) {
+            uids.extend(self.deadlines.pop_first().map(|(_, uid)| uid));
+        }
+        uids.sort_unstable();
+        uids.into_iter()
+            .filter_map(|uid| {
+                let w = self.workers.get_mut(&uid)?;
+                w.working = true;
+                w.requeue_at = None;
+                let kind = if w.terminating {
                     WorkKind::Terminate
                 } else {
                     WorkKind::Sync
-                },
-                update_type: UpdateType::Sync,
-                pod: w.pod.clone(),
-            });
-        }
-        out
+                };
+                let pod = w.pod.clone();
+                Some(PodWork {
+                    uid,
+                    kind,
+                    update_type: UpdateType::Sync,
+                    pod,
+                })
+            })
+            .collect()
     }
 
     /// The earliest requeue time of an idle worker.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        self.workers
-            .values()
-            .filter(|w| !w.working && !w.terminated)
-            .filter_map(|w| w.requeue_at)
-            .min()
+        self.deadlines.first().map(|(t, _)| *t)
     }
 
     /// Forgets a terminated pod's worker (kubelet's housekeeping of removed pods).
@@ -321,5 +354,73 @@ mod tests {
         pw.complete_work("a", 0, WorkOutcome::Failed);
         let retry = pw.due(10 * S);
         assert_eq!(retry[0].kind, WorkKind::Terminate);
+    }
+
+    /// What the deadlines are, worked out from every worker as the loop once did.
+    fn scanned(pw: &PodWorkers) -> BTreeSet<(Nanos, String)> {
+        pw.workers
+            .iter()
+            .filter(|(_, w)| !w.working && !w.terminated)
+            .filter_map(|(uid, w)| Some((w.requeue_at?, uid.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn the_kept_deadlines_are_the_workers_own_through_every_kind_of_change() {
+        let mut pw = PodWorkers::new(60 * S, 10 * S);
+        let uids = ["a", "b", "c", "d", "e"];
+        let outcomes = [
+            WorkOutcome::Synced,
+            WorkOutcome::Failed,
+            WorkOutcome::RetryAt(7 * S),
+            WorkOutcome::Terminated,
+        ];
+        let updates = [
+            UpdateType::Create,
+            UpdateType::Update,
+            UpdateType::Sync,
+            UpdateType::Kill,
+        ];
+        // A fixed pseudo-random walk (a linear congruential generator): every operation on
+        // every worker state, thousands of times, with time moving forward.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut now: Nanos = 0;
+        let mut due_seen = 0;
+        for step in 0..5000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let r = (x >> 33) as usize;
+            let uid = uids[r % uids.len()];
+            match (r / 7) % 5 {
+                0 => {
+                    pw.update_pod(updates[(r / 41) % updates.len()], pod(uid, step));
+                }
+                1 | 2 => {
+                    pw.complete_work(uid, now, outcomes[(r / 41) % outcomes.len()]);
+                }
+                3 => {
+                    now += ((r / 41) % 20) as Nanos * S;
+                    let expected: Vec<String> = scanned(&pw)
+                        .into_iter()
+                        .filter(|(t, _)| *t <= now)
+                        .map(|(_, uid)| uid)
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    let due: Vec<String> = pw.due(now).into_iter().map(|w| w.uid).collect();
+                    assert_eq!(due, expected, "step {step}: due work, in UID order");
+                    due_seen += due.len();
+                }
+                _ => {
+                    pw.forget(uid);
+                }
+            }
+            assert_eq!(pw.deadlines, scanned(&pw), "step {step}");
+            assert_eq!(
+                pw.next_deadline(),
+                scanned(&pw).first().map(|(t, _)| *t),
+                "step {step}"
+            );
+        }
+        assert!(due_seen > 100, "the walk reached due work ({due_seen})");
     }
 }
