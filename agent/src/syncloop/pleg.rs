@@ -3,7 +3,7 @@
 //! kernel reports it. A periodic relist (kubelet's only mechanism) catches anything the
 //! watchers cannot see: containers started before the agent, runtime-side changes.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,11 +53,16 @@ struct Seen {
     listed: bool,
 }
 
+/// Containers by ID, looked up once per listed container in every relist (each second,
+/// every container on the node) and never iterated in an order that reaches an output:
+/// hashed, with a fixed hasher (the IDs are the runtime's).
+type SeenById = HashMap<String, Seen, foldhash::fast::FixedState>;
+
 #[derive(Clone)]
 pub struct Pleg {
     tx: queues::Sender<PlegEvent>,
     /// Each container as the last relist saw it, by container ID.
-    seen: Arc<Mutex<BTreeMap<String, Seen>>>,
+    seen: Arc<Mutex<SeenById>>,
     /// Told of a container's exit the moment the kernel reports it; the runtime
     /// confirms it later.
     kernel_seen: Option<KernelSeen>,
@@ -69,7 +74,7 @@ impl Pleg {
         (
             Pleg {
                 tx,
-                seen: Arc::new(Mutex::new(BTreeMap::new())),
+                seen: Arc::default(),
                 kernel_seen: None,
             },
             rx,
@@ -175,15 +180,19 @@ impl Pleg {
             *self.lock_seen() = seen;
             return;
         }
-        // A runtime lists in an order of its own.
+        // A runtime lists in an order of its own, and `seen` has none: events for what
+        // changed, then for what is gone, each in container ID order.
         changed.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        let mut gone = Vec::new();
         seen.retain(|id, s| {
             let listed = std::mem::replace(&mut s.listed, false);
             if !listed {
-                changed.push(PlegEvent::new(&s.uid, id));
+                gone.push(PlegEvent::new(&s.uid, id));
             }
             listed
         });
+        gone.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        changed.append(&mut gone);
         *self.lock_seen() = seen;
         // The relist runs on the loop that drains the queue, so it cannot wait for room:
         // as kubelet's relist, it discards (and counts) what does not fit, and the pod is
@@ -193,7 +202,7 @@ impl Pleg {
         }
     }
 
-    fn lock_seen(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Seen>> {
+    fn lock_seen(&self) -> std::sync::MutexGuard<'_, SeenById> {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -114,8 +114,10 @@ impl Container {
 /// Every object an in-memory runtime holds.
 #[derive(Debug, Default)]
 pub(crate) struct Objects {
-    sandboxes: BTreeMap<String, Sandbox>,
-    containers: BTreeMap<String, Container>,
+    /// Boxed: a sandbox is about 1.2 KB and a container 1.4 KB (their CRI configs), and a
+    /// tree moves the values of a node whenever it inserts or removes one.
+    sandboxes: BTreeMap<String, Box<Sandbox>>,
+    containers: BTreeMap<String, Box<Container>>,
     /// Pod UID label -> sandbox IDs.
     sandboxes_by_uid: BTreeMap<String, BTreeSet<String>>,
     /// Pod UID label -> container IDs.
@@ -132,15 +134,26 @@ fn matches_labels(want: &HashMap<String, String>, have: &HashMap<String, String>
     want.iter().all(|(k, v)| have.get(k) == Some(v))
 }
 
-/// IDs that can match `want`: those indexed under its pod UID, or every ID without one.
+/// Object IDs to look at, and the selector each must still be checked against, if any.
+type Candidates<'a> = (
+    Box<dyn Iterator<Item = &'a String> + 'a>,
+    Option<&'a HashMap<String, String>>,
+);
+
+/// IDs that can match `want`: those indexed under its pod UID, or every ID without one;
+/// and the labels each must still be checked for: none when the UID was all (objects
+/// without a UID label are indexed under "", so an empty UID is still checked).
 fn candidates<'a, T>(
-    want: &HashMap<String, String>,
+    want: &'a HashMap<String, String>,
     by_uid: &'a BTreeMap<String, BTreeSet<String>>,
     all: &'a BTreeMap<String, T>,
-) -> Box<dyn Iterator<Item = &'a String> + 'a> {
+) -> Candidates<'a> {
     match want.get(labels::POD_UID) {
-        Some(uid) => Box::new(by_uid.get(uid).into_iter().flatten()),
-        None => Box::new(all.keys()),
+        Some(uid) => (
+            Box::new(by_uid.get(uid).into_iter().flatten()),
+            (want.len() > 1 || uid.is_empty()).then_some(want),
+        ),
+        None => (Box::new(all.keys()), (!want.is_empty()).then_some(want)),
     }
 }
 
@@ -155,23 +168,23 @@ fn unindex(by_uid: &mut BTreeMap<String, BTreeSet<String>>, uid: &str, id: &str)
 
 impl Objects {
     pub fn sandbox(&self, id: &str) -> Option<&Sandbox> {
-        self.sandboxes.get(id)
+        self.sandboxes.get(id).map(|sb| &**sb)
     }
 
     pub fn container(&self, id: &str) -> Option<&Container> {
-        self.containers.get(id)
+        self.containers.get(id).map(|c| &**c)
     }
 
     /// A sandbox to change in place; its labels stay as they are (they are indexed).
     pub fn sandbox_mut(&mut self, id: &str) -> Option<&mut Sandbox> {
-        self.sandboxes.get_mut(id)
+        self.sandboxes.get_mut(id).map(|sb| &mut **sb)
     }
 
     /// A container to change in place; its labels, state and times stay as they are
     /// (they are indexed, or scheduled from): `start_container` and `stop_container`
     /// change those.
     pub fn container_mut(&mut self, id: &str) -> Option<&mut Container> {
-        self.containers.get_mut(id)
+        self.containers.get_mut(id).map(|c| &mut **c)
     }
 
     pub fn add_sandbox(&mut self, id: String, sb: Sandbox) {
@@ -186,7 +199,7 @@ impl Objects {
             .entry(uid_label(&sb.config.labels))
             .or_default()
             .insert(id.clone());
-        self.sandboxes.insert(id, sb);
+        self.sandboxes.insert(id, Box::new(sb));
     }
 
     pub fn add_container(&mut self, id: String, c: Container) {
@@ -197,7 +210,7 @@ impl Objects {
             .entry(uid_label(&c.config.labels))
             .or_default()
             .insert(id.clone());
-        self.containers.insert(id, c);
+        self.containers.insert(id, Box::new(c));
     }
 
     fn forget_container(&mut self, id: &str, c: &Container) {
@@ -216,9 +229,10 @@ impl Objects {
         &'a self,
         want: &'a HashMap<String, String>,
     ) -> impl Iterator<Item = (&'a String, &'a Sandbox)> + 'a {
-        candidates(want, &self.sandboxes_by_uid, &self.sandboxes)
-            .filter_map(|id| self.sandboxes.get_key_value(id))
-            .filter(|(_, sb)| matches_labels(want, &sb.config.labels))
+        let (ids, check) = candidates(want, &self.sandboxes_by_uid, &self.sandboxes);
+        ids.filter_map(|id| self.sandboxes.get_key_value(id))
+            .map(|(id, sb)| (id, &**sb))
+            .filter(move |(_, sb)| check.is_none_or(|w| matches_labels(w, &sb.config.labels)))
     }
 
     /// Containers whose labels carry every label in `want`, in ID order.
@@ -226,9 +240,10 @@ impl Objects {
         &'a self,
         want: &'a HashMap<String, String>,
     ) -> impl Iterator<Item = (&'a String, &'a Container)> + 'a {
-        candidates(want, &self.containers_by_uid, &self.containers)
-            .filter_map(|id| self.containers.get_key_value(id))
-            .filter(|(_, c)| matches_labels(want, &c.config.labels))
+        let (ids, check) = candidates(want, &self.containers_by_uid, &self.containers);
+        ids.filter_map(|id| self.containers.get_key_value(id))
+            .map(|(id, c)| (id, &**c))
+            .filter(move |(_, c)| check.is_none_or(|w| matches_labels(w, &c.config.labels)))
     }
 
     /// Marks a sandbox not ready and stops its running containers at `now`.
@@ -419,6 +434,20 @@ mod tests {
         let mut both = uid("a");
         both.extend(other);
         assert!(ids(o.containers_matching(&both)).is_empty());
+        // Objects without a UID label sit in the index under "", but an empty UID selects
+        // only those labelled with it.
+        let mut o = node();
+        let mut bare = container("", "s1", None);
+        bare.config.labels.remove(labels::POD_UID);
+        o.add_container("c4".into(), bare);
+        let mut empty = container("", "s1", None);
+        empty
+            .config
+            .labels
+            .insert(labels::POD_UID.into(), String::new());
+        o.add_container("c5".into(), empty);
+        assert_eq!(ids(o.containers_matching(&uid(""))), ["c5"]);
+        assert_eq!(ids(o.containers_matching(&HashMap::new())).len(), 5);
     }
 
     #[test]
