@@ -13,10 +13,13 @@ pub fn container_hash(c: &Container) -> String {
     d.update(c.name.as_bytes());
     d.update([0]);
     d.update(c.image.as_deref().unwrap_or_default().as_bytes());
-    d.finalize()[..4]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(8);
+    for b in &d.finalize()[..4] {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -43,5 +46,13 @@ mod tests {
         let mut renamed = base.clone();
         renamed.name = "web".into();
         assert_ne!(container_hash(&base), container_hash(&renamed));
+    }
+
+    #[test]
+    fn the_hash_is_the_first_four_bytes_of_sha256_in_lowercase_hex() {
+        // The value running containers carry in their annotation: it must not change
+        // between versions, or an upgraded agent would restart every container.
+        // `printf 'app\0app:1' | sha256sum` begins 5bdc9c9b.
+        assert_eq!(container_hash(&c("app:1")), "5bdc9c9b");
     }
 }
