@@ -471,15 +471,15 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
         tokio::spawn(async move {
             let began = tokio::time::Instant::now();
             let outcome = match work.kind {
-                // A sync's future is about 15 KiB, a termination's about 1 KiB: boxed, a
-                // task holds only the one it runs, so a hundred pods terminating at once
-                // do not each hold a sync's worth.
+                // A sync's future is about 15 KiB, a termination's about 1 KiB: both boxed,
+                // a task holds only the one it runs (a hundred pods terminating at once do
+                // not each hold a sync's worth), and the task itself is small to make.
                 WorkKind::Sync => {
                     Box::pin(pod_sync::sync(&cri, &shared, &pleg, &prober, &work.pod)).await
                 }
                 WorkKind::Terminate => {
                     prober.stop_liveness_and_startup(&work.uid);
-                    terminate::terminate(&cri, &shared, &work.pod).await
+                    Box::pin(terminate::terminate(&cri, &shared, &work.pod)).await
                 }
             };
             let _ = done
