@@ -130,8 +130,19 @@ fn uid_label(labels: &HashMap<String, String>) -> String {
     labels.get(labels::POD_UID).cloned().unwrap_or_default()
 }
 
+/// Up to this many labels, an object's are compared one by one rather than looked up.
+const LABELS_COMPARED: usize = 8;
+
 fn matches_labels(want: &HashMap<String, String>, have: &HashMap<String, String>) -> bool {
-    want.iter().all(|(k, v)| have.get(k) == Some(v))
+    // An object has a handful of labels, and the relist checks every object against its
+    // selector each second: comparing keys (their lengths first) costs less than hashing
+    // each wanted key with the map's SipHash.
+    if have.len() <= LABELS_COMPARED {
+        want.iter()
+            .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v))
+    } else {
+        want.iter().all(|(k, v)| have.get(k) == Some(v))
+    }
 }
 
 /// Object IDs to look at, and the selector each must still be checked against, if any.
@@ -447,7 +458,18 @@ mod tests {
             .insert(labels::POD_UID.into(), String::new());
         o.add_container("c5".into(), empty);
         assert_eq!(ids(o.containers_matching(&uid(""))), ["c5"]);
-        assert_eq!(ids(o.containers_matching(&HashMap::new())).len(), 5);
+        // Objects with more labels than are compared one by one are matched the same way.
+        let mut many = container("m", "s1", None);
+        for i in 0..=LABELS_COMPARED {
+            many.config.labels.insert(format!("l{i}"), i.to_string());
+        }
+        o.add_container("c6".into(), many);
+        let mut want = managed.clone();
+        want.insert("l3".into(), "3".into());
+        assert_eq!(ids(o.containers_matching(&want)), ["c6"]);
+        want.insert("l4".into(), "5".into());
+        assert!(ids(o.containers_matching(&want)).is_empty());
+        assert_eq!(ids(o.containers_matching(&HashMap::new())).len(), 6);
     }
 
     #[test]
