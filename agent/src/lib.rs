@@ -5,6 +5,7 @@
 //! out over `cri`, and `cli` is the `podtrace` command.
 
 pub mod agent;
+pub mod allocator;
 pub mod cli;
 pub mod clock;
 pub mod cm;

@@ -2,6 +2,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: podtrace::allocator::PerCommand = podtrace::allocator::PerCommand;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

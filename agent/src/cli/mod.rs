@@ -117,7 +117,8 @@ impl Cli {
     /// batch job that builds and frees millions of small objects and then exits: what
     /// it holds meanwhile matters less than how fast it allocates, and the tuned
     /// thresholds (heap pages handed back and soon taken again) cost the 10,000-pod
-    /// trace of benchmark 5 about a tenth of its wall time.
+    /// trace of benchmark 5 about a tenth of its wall time. Its process allocates with
+    /// mimalloc rather than glibc malloc ([`crate::allocator`]).
     pub fn keeps_memory_low(&self) -> bool {
         !matches!(self.command, Command::Replay(_))
     }
