@@ -416,24 +416,7 @@ fn compare_pod(
     };
     let rec_stages = stage_times(rec, added);
     let rep_stages = stage_times(rep, added);
-    // In order of their end (the recorded one where both have it), each looked up once.
-    let mut labels: Vec<(&String, Option<u64>)> = rec_stages
-        .keys()
-        .chain(rep_stages.keys())
-        .map(|l| (l, rec_stages.get(l).or(rep_stages.get(l)).map(|t| t.1)))
-        .collect();
-    labels.sort_by_key(|(_, end)| *end);
-    labels.dedup_by_key(|(l, _)| *l);
-    let stages = labels
-        .into_iter()
-        .map(|(l, _)| StageLatency {
-            stage: l.clone(),
-            recorded_ns: rec_stages.get(l).map(|t| t.0),
-            replayed_ns: rep_stages.get(l).map(|t| t.0),
-            recorded_end_ns: rec_stages.get(l).map(|t| t.1),
-            replayed_end_ns: rep_stages.get(l).map(|t| t.1),
-        })
-        .collect();
+    let stages = stage_rows(&rec_stages, &rep_stages);
     PodComparison {
         cut_short,
         stages,
@@ -447,6 +430,34 @@ fn compare_pod(
         replayed_startup_ns,
         latency_ok,
     }
+}
+
+/// Each stage of either side once, in order of its end: the recorded one where both have
+/// it (a stage only replayed by its replayed end); stages that end together keep name
+/// order, the recorded ones first.
+fn stage_rows(
+    rec: &BTreeMap<String, (u64, u64)>,
+    rep: &BTreeMap<String, (u64, u64)>,
+) -> Vec<StageLatency> {
+    let mut labels: Vec<(&String, u64)> = rec
+        .iter()
+        .chain(rep.iter().filter(|(l, _)| !rec.contains_key(*l)))
+        .map(|(l, t)| (l, t.1))
+        .collect();
+    labels.sort_by_key(|(_, end)| *end);
+    labels
+        .into_iter()
+        .map(|(l, _)| {
+            let (r, p) = (rec.get(l), rep.get(l));
+            StageLatency {
+                stage: l.clone(),
+                recorded_ns: r.map(|t| t.0),
+                replayed_ns: p.map(|t| t.0),
+                recorded_end_ns: r.map(|t| t.1),
+                replayed_end_ns: p.map(|t| t.1),
+            }
+        })
+        .collect()
 }
 
 fn first_divergence(rec: &[StepRef], rep: &[StepRef]) -> Option<FirstDivergence> {
@@ -639,6 +650,38 @@ mod tests {
             trace: "t.jsonl".into(),
             virtual_ns: 10,
         }
+    }
+
+    fn stages(pairs: &[(&str, u64, u64)]) -> BTreeMap<String, (u64, u64)> {
+        pairs
+            .iter()
+            .map(|&(l, d, e)| (l.to_string(), (d, e)))
+            .collect()
+    }
+
+    /// A stage is one row whatever ends with it: two stages both sides have, ending at the
+    /// same recorded time, once came out twice each.
+    #[test]
+    fn every_stage_is_one_row_in_order_of_its_end() {
+        let rec = stages(&[("B", 2, 5), ("A", 1, 5), ("D", 1, 9)]);
+        let rep = stages(&[("A", 1, 6), ("B", 3, 7), ("C", 4, 7), ("E", 1, 1)]);
+        let rows = stage_rows(&rec, &rep);
+        let order: Vec<&str> = rows.iter().map(|r| r.stage.as_str()).collect();
+        assert_eq!(order, ["E", "A", "B", "C", "D"]);
+        let b = &rows[2];
+        assert_eq!(
+            (
+                b.recorded_ns,
+                b.replayed_ns,
+                b.recorded_end_ns,
+                b.replayed_end_ns
+            ),
+            (Some(2), Some(3), Some(5), Some(7))
+        );
+        let c = &rows[3];
+        assert_eq!((c.recorded_ns, c.replayed_ns), (None, Some(4)));
+        let d = &rows[4];
+        assert_eq!((d.replayed_ns, d.recorded_end_ns), (None, Some(9)));
     }
 
     #[test]
