@@ -89,6 +89,7 @@ fn new_sandbox() -> Vec<FakeCall> {
     vec![run_sandbox(0), sandbox_status("sandbox-1")]
 }
 
+#[expect(clippy::too_many_lines, reason = "a table: one entry per case")]
 fn cases() -> Vec<Case> {
     vec![
         Case {

@@ -47,6 +47,10 @@ fn all_exited(st: &mut RuntimePodStatus) {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table: one entry per case of kubelet's own test"
+)]
 #[test]
 fn kubelets_test_compute_pod_actions() {
     let cases: Vec<(&str, Mutation, PodActions)> = vec![

@@ -100,6 +100,10 @@ fn recreate_with_first_init() -> PodActions {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table: one entry per case of kubelet's own test"
+)]
 #[test]
 fn kubelets_test_compute_pod_actions_with_restartable_init_containers() {
     let cases: Vec<(&str, Mutation, PodActions)> = vec![
