@@ -881,18 +881,7 @@ impl RuntimeService for ReplayRuntime {
         Ok(st
             .objects
             .containers_matching(&want)
-            .map(|(id, c)| api::Container {
-                id: id.clone(),
-                pod_sandbox_id: c.sandbox_id.clone(),
-                metadata: c.config.metadata.clone(),
-                image: c.config.image.clone(),
-                image_ref: c.image_ref.clone(),
-                image_id: c.image_ref.clone(),
-                state: c.state as i32,
-                created_at: c.created_at,
-                labels: c.config.labels.clone(),
-                annotations: c.config.annotations.clone(),
-            })
+            .map(|(id, c)| c.listed(id))
             .collect())
     }
 

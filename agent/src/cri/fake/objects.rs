@@ -104,6 +104,22 @@ impl Sandbox {
 }
 
 impl Container {
+    /// As ListContainers lists it.
+    pub fn listed(&self, id: &str) -> api::Container {
+        api::Container {
+            id: id.to_string(),
+            pod_sandbox_id: self.sandbox_id.clone(),
+            metadata: self.config.metadata.clone(),
+            image: self.config.image.clone(),
+            image_ref: self.image_ref.clone(),
+            image_id: self.image_ref.clone(),
+            state: self.state as i32,
+            created_at: self.created_at,
+            labels: self.config.labels.clone(),
+            annotations: self.config.annotations.clone(),
+        }
+    }
+
     /// When it exits by itself, if it is running and scheduled to.
     pub fn exits_at(&self) -> Option<Nanos> {
         let (ran, _) = self.runs_for?;
