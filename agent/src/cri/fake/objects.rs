@@ -161,26 +161,33 @@ fn matches_labels(want: &HashMap<String, String>, have: &HashMap<String, String>
     }
 }
 
-/// Object IDs to look at, and the selector each must still be checked against, if any.
-type Candidates<'a> = (
-    Box<dyn Iterator<Item = &'a String> + 'a>,
+/// Objects to look at, by ID, and the selector each must still be checked against, if any.
+type Candidates<'a, T> = (
+    Box<dyn Iterator<Item = (&'a String, &'a T)> + 'a>,
     Option<&'a HashMap<String, String>>,
 );
 
-/// IDs that can match `want`: those indexed under its pod UID, or every ID without one;
+/// The objects that can match `want`, in ID order: those indexed under its pod UID, or
+/// every object (walked where it is held, not looked up again by its ID) without one;
 /// and the labels each must still be checked for: none when the UID was all (objects
 /// without a UID label are indexed under "", so an empty UID is still checked).
 fn candidates<'a, T>(
     want: &'a HashMap<String, String>,
     by_uid: &'a BTreeMap<String, BTreeSet<String>>,
     all: &'a BTreeMap<String, T>,
-) -> Candidates<'a> {
+) -> Candidates<'a, T> {
     match want.get(labels::POD_UID) {
         Some(uid) => (
-            Box::new(by_uid.get(uid).into_iter().flatten()),
+            Box::new(
+                by_uid
+                    .get(uid)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| all.get_key_value(id)),
+            ),
             (want.len() > 1 || uid.is_empty()).then_some(want),
         ),
-        None => (Box::new(all.keys()), (!want.is_empty()).then_some(want)),
+        None => (Box::new(all.iter()), (!want.is_empty()).then_some(want)),
     }
 }
 
@@ -256,8 +263,8 @@ impl Objects {
         &'a self,
         want: &'a HashMap<String, String>,
     ) -> impl Iterator<Item = (&'a String, &'a Sandbox)> + 'a {
-        let (ids, check) = candidates(want, &self.sandboxes_by_uid, &self.sandboxes);
-        ids.filter_map(|id| self.sandboxes.get_key_value(id))
+        let (found, check) = candidates(want, &self.sandboxes_by_uid, &self.sandboxes);
+        found
             .map(|(id, sb)| (id, &**sb))
             .filter(move |(_, sb)| check.is_none_or(|w| matches_labels(w, &sb.config.labels)))
     }
@@ -267,8 +274,8 @@ impl Objects {
         &'a self,
         want: &'a HashMap<String, String>,
     ) -> impl Iterator<Item = (&'a String, &'a Container)> + 'a {
-        let (ids, check) = candidates(want, &self.containers_by_uid, &self.containers);
-        ids.filter_map(|id| self.containers.get_key_value(id))
+        let (found, check) = candidates(want, &self.containers_by_uid, &self.containers);
+        found
             .map(|(id, c)| (id, &**c))
             .filter(move |(_, c)| check.is_none_or(|w| matches_labels(w, &c.config.labels)))
     }
