@@ -214,13 +214,18 @@ pub fn reconnect_runtime_exporter() {
         "systemctl restart {unit}: {}",
         crate::stderr(&out)
     );
-    // Ready for systemd is ready for CRI too; checked rather than assumed, within 30 s.
-    let start = std::time::Instant::now();
-    while !crate::podtrace(&["cri", "info"]).status.success() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "containerd did not answer CRI in 30 s after its restart"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Ready for systemd is ready for CRI too; checked rather than assumed.
+    crate::eventually(
+        &format!("{unit} to answer CRI after its restart"),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let out = crate::podtrace(&["cri", "info"]);
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(crate::stderr(&out))
+            }
+        },
+    );
 }
