@@ -9,6 +9,7 @@ pub mod allocator;
 pub mod cli;
 pub mod clock;
 pub mod cm;
+pub mod cni;
 pub mod config;
 pub mod credentialprovider;
 pub mod cri;

@@ -6,11 +6,13 @@ use podtrace_core::record::CriMethod;
 
 use super::facts::{CniRun, Facts, PodFacts};
 use super::model::{Cause, Finding};
+use super::network;
+use crate::cni::words;
 use crate::cri::CriCall;
 use crate::timeline::{Stage, StageKind, StageName};
 
 /// What host-local (and other IPAM plugins) say when their range is used up.
-const IPAM_EXHAUSTED: &str = "no IP addresses available";
+const IPAM_EXHAUSTED: &str = words::IPAM_EXHAUSTED_SHORT;
 /// kubelet's message for a container restarted after it exited.
 const RESTARTING_FAILED: &str = "restarting failed container";
 
@@ -34,7 +36,7 @@ pub(super) fn findings(p: &PodFacts<'_>, f: &Facts<'_>) -> Vec<Finding> {
         &|| not_admitted(p),
         &|| network_not_ready(p, f),
         &|| sandbox_failed(p, f),
-        &|| observed_sandbox_failed(p),
+        &|| observed_sandbox_failed(p, f),
         &|| image_pull_failed(p),
         &|| crash_loop(p, f),
         &|| sandbox_recreated(p),
@@ -202,9 +204,17 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         .last()
         .map(|e| e.event.message.clone())
         .unwrap_or_default();
-    let exhausted = last.message.contains(IPAM_EXHAUSTED) || event_text.contains(IPAM_EXHAUSTED);
+    let said = format!("{}\n{event_text}", last.message);
+    if let Some(found) = runtime_words(p, f, last, &stages, &said, &mut evidence) {
+        return Some(found);
+    }
+    let exhausted = said.contains(IPAM_EXHAUSTED);
     let ipam = plugins.iter().find(|s| s.detail.contains("delegated by"));
     if exhausted || ipam.is_some() {
+        if let Some(pool) = f.network_at(last.end_ns).and_then(|n| n.ipam.as_ref()) {
+            let attempts: Vec<&str> = p.timeline.sandbox_ids.iter().map(String::as_str).collect();
+            evidence.extend(network::pool_evidence(pool, &attempts));
+        }
         let stage = ipam
             .map(|s| s.stage.clone())
             .or_else(|| plugins.first().map(|s| s.stage.clone()))
@@ -267,11 +277,95 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     ))
 }
 
-/// An image whose last pull failed, for a container never created since.
+/// The runtime's own words for a fault before or after the plugins ran: no network
+/// configuration loaded, a plugin that is not installed, a result without an address.
+fn runtime_words(
+    p: &PodFacts<'_>,
+    f: &Facts<'_>,
+    last: &CriCall,
+    stages: &[&Stage],
+    said: &str,
+    evidence: &mut Vec<String>,
+) -> Option<Finding> {
+    let node = f.network_at(last.end_ns);
+    if said.contains(words::NOT_INITIALIZED) {
+        evidence.extend(node.map(network::not_ready_evidence).unwrap_or_default());
+        return Some(finding(
+            Cause::NetworkNotReady,
+            StageKind::SandboxRequested,
+            "the runtime refused the sandbox: no CNI network configuration is loaded (cni plugin not initialized)".into(),
+            std::mem::take(evidence),
+        ));
+    }
+    if let Some((plugin, dirs)) = words::missing_plugin(said) {
+        evidence.push(chain_text(p, stages, &plugin));
+        if let Some(n) = node.filter(|n| !n.missing_plugins.is_empty()) {
+            evidence.extend(network::missing_evidence(n));
+        }
+        return Some(finding(
+            Cause::CniPluginMissing,
+            StageName::of(StageKind::CniPlugin, &plugin),
+            format!(
+                "CNI plugin {plugin} is not installed: the runtime found no executable for it in [{}]",
+                dirs.join(" ")
+            ),
+            std::mem::take(evidence),
+        ));
+    }
+    if said.contains(words::NO_NETWORK_INFO) {
+        evidence.push(chain_text(p, stages, ""));
+        if let Some(n) = node {
+            evidence.push(format!(
+                "the runtime uses network {}",
+                network::network_of(n)
+            ));
+        }
+        return Some(finding(
+            Cause::CniNoAddress,
+            StageKind::CniAdd,
+            "every CNI plugin succeeded, but the result gave the pod's interface no address".into(),
+            std::mem::take(evidence),
+        ));
+    }
+    None
+}
+
+/// What the kernel saw of the attempt's chain: which plugins ran and how they ended, and
+/// that `missing` (when named) never ran.
+fn chain_text(p: &PodFacts<'_>, stages: &[&Stage], missing: &str) -> String {
+    let ran: Vec<String> = stages
+        .iter()
+        .filter(|s| *s.kind() == StageKind::CniPlugin)
+        .map(|s| {
+            format!(
+                "{} ({})",
+                s.stage.cni_plugin().unwrap_or_default(),
+                exit_text(s).replace("exited with code", "exit")
+            )
+        })
+        .collect();
+    let at = stages.first().map(|s| p.at(s.start_ns)).unwrap_or_default();
+    match (ran.is_empty(), missing.is_empty()) {
+        (true, true) => "the kernel saw no CNI plugin run during the call".into(),
+        (true, false) => {
+            format!("the kernel saw no CNI plugin run during the call, {missing} never exec'd")
+        }
+        (false, true) => format!("{at} the kernel saw the chain run: {}", ran.join(", ")),
+        (false, false) => format!(
+            "{at} the kernel saw the chain stop before {missing}: {} ran, {missing} never exec'd",
+            ran.join(", ")
+        ),
+    }
+}
+
 /// Another client's pod (an observed trace: no CRI call of its own) whose last sandbox
 /// attempt never became ready: the attempts the kernel saw, each by the sandbox ID its
-/// CNI plugins were given, and the plugin that failed in the last one.
-fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
+/// CNI plugins were given, and what stopped the last one: the plugin that failed (the
+/// IPAM plugin on a used-up pool among them), a plugin of the network that is not
+/// installed, or a chain that succeeded without giving the pod an address. The
+/// runtime's error text went to the client that asked, so the node's network as the
+/// observer looked at it stands in for it.
+fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     if !p.calls.is_empty() {
         return None;
     }
@@ -307,11 +401,6 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
             .into_iter()
             .find(|s| !s.ok && (s.exit_code.is_some() || s.signal.is_some()))
     };
-    let failed = attempts
-        .iter()
-        .rev()
-        .find_map(|id| exited_failing(id))
-        .or_else(|| failing(last))?;
     let mut evidence = vec![format!(
         "{} sandbox attempt{} the kernel saw, none of them ready; the runtime kept none \
          (its error went to the client that asked)",
@@ -321,11 +410,48 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
     for id in &attempts {
         evidence.push(match failing(id) {
             Some(s) => format!("sandbox {}: {}", short(id), plugin_run(p, s)),
-            None => format!("sandbox {}: no plugin failed while recorded", short(id)),
+            None => format!(
+                "sandbox {}: {}",
+                short(id),
+                chain_text(p, &cni(id), "")
+                    .replace("the kernel saw the chain run", "every plugin ran")
+            ),
         });
     }
+    let failed = attempts
+        .iter()
+        .rev()
+        .find_map(|id| exited_failing(id))
+        .or_else(|| failing(last));
+    let Some(failed) = failed else {
+        return chain_without_failure(p, f, last, &cni(last), evidence);
+    };
     let plugin = failed.stage.cni_plugin().unwrap_or_default();
-    let summary = if failed.detail.contains("delegated by") {
+    let ipam = failed.detail.contains("delegated by");
+    let pool = f
+        .network_at(failed.end_ns)
+        .and_then(|n| n.ipam.as_ref())
+        .filter(|_| ipam);
+    if let Some(pool) = pool {
+        let ids: Vec<&str> = attempts.iter().map(|s| s.as_str()).collect();
+        evidence.extend(network::pool_evidence(pool, &ids));
+        if pool.sets.iter().any(|s| s.full()) {
+            return Some(finding(
+                Cause::IpamExhausted,
+                failed.stage.clone(),
+                format!(
+                    "IPAM exhaustion: {plugin} has no free IP address in its range{}",
+                    if pool.leaked > 0 {
+                        format!(" ({} held by sandboxes that no longer exist)", pool.leaked)
+                    } else {
+                        String::new()
+                    }
+                ),
+                evidence,
+            ));
+        }
+    }
+    let summary = if ipam {
         format!("the IPAM plugin {plugin} failed")
     } else {
         format!("CNI plugin {plugin} {} during ADD", exit_text(failed))
@@ -338,6 +464,77 @@ fn observed_sandbox_failed(p: &PodFacts<'_>) -> Option<Finding> {
     ))
 }
 
+/// The last attempt's plugins all exited 0 and the runtime tore its network down again
+/// (a CNI DEL followed) without the sandbox ever being ready: the network named a plugin
+/// that is not there (the chain stopped before it), or the chain gave no address.
+fn chain_without_failure(
+    p: &PodFacts<'_>,
+    f: &Facts<'_>,
+    last: &str,
+    chain: &[&Stage],
+    mut evidence: Vec<String>,
+) -> Option<Finding> {
+    let exited_ok = chain.iter().all(|s| s.ok && s.exit_code == Some(0));
+    if !exited_ok || !f.deleted_after_add(last) {
+        // Under way, or the recording ended during it.
+        return None;
+    }
+    let end = chain.iter().map(|s| s.end_ns).max().unwrap_or(0);
+    let node = f.network_at(end);
+    let ran = |plugin: &str| chain.iter().any(|s| s.stage.cni_plugin() == Some(plugin));
+    if let Some(n) = node {
+        let missing: Vec<&String> = n.missing_plugins.iter().filter(|m| !ran(m)).collect();
+        if let Some(plugin) = missing.first() {
+            evidence.push(chain_text(p, chain, plugin));
+            evidence.push(format!(
+                "{} the runtime ran CNI DEL for the attempt: it failed",
+                short(last)
+            ));
+            evidence.extend(network::missing_evidence(n));
+            return Some(finding(
+                Cause::CniPluginMissing,
+                StageName::of(StageKind::CniPlugin, plugin.as_str()),
+                format!(
+                    "CNI plugin {plugin} is not installed: network {} names it and no plugin directory has it [{}]",
+                    network::network_of(n),
+                    n.bin_dirs.join(" ")
+                ),
+                evidence,
+            ));
+        }
+    }
+    // Only loopback (the runtime's own network) ran: nothing says why the rest did not.
+    let network_ran = chain
+        .iter()
+        .any(|s| s.stage.cni_plugin() != Some("loopback"));
+    // The pause process started: what failed came after the network.
+    let paused = p
+        .timeline
+        .stages
+        .iter()
+        .any(|s| s.stage.is(&StageKind::PauseExec) && s.sandbox_id.as_deref() == Some(last));
+    if !network_ran || paused {
+        return None;
+    }
+    evidence.push(format!(
+        "sandbox {}: every plugin exited 0, then the runtime ran CNI DEL and the sandbox never became ready",
+        short(last)
+    ));
+    if let Some(n) = node {
+        evidence.push(format!(
+            "the runtime uses network {}",
+            network::network_of(n)
+        ));
+    }
+    Some(finding(
+        Cause::CniNoAddress,
+        StageKind::CniAdd,
+        "every CNI plugin succeeded, but the sandbox never became ready: the result gave the pod's interface no address".into(),
+        evidence,
+    ))
+}
+
+/// An image whose last pull failed, for a container never created since.
 fn image_pull_failed(p: &PodFacts<'_>) -> Option<Finding> {
     let failed: Vec<&Stage> = p.stages(StageKind::ImagePull).filter(|s| !s.ok).collect();
     let last = *failed.last()?;

@@ -11,7 +11,9 @@ use podtrace_core::record::CriMethod;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::timeline::{PodTimeline, Stage, StageKind, Timeline};
-use crate::trace::{PodEventRecord, PodOp, TraceRecord};
+use crate::trace::{NodeNetworkRecord, PodEventRecord, PodOp, TraceRecord};
+
+use super::network::LOOK_LAG_NS;
 
 /// One CNI plugin exec the kernel saw.
 #[derive(Debug, Clone)]
@@ -29,14 +31,20 @@ pub(super) struct PodFacts<'a> {
     pub calls: Vec<&'a CriCall>,
     /// In time order.
     pub events: Vec<&'a PodEventRecord>,
+    /// An observer saw the pod's sandbox on the node's network.
+    pub observed_host_network: bool,
 }
 
 impl<'a> PodFacts<'a> {
+    /// On the host's network: by its spec, or, for another client's pod, by its sandbox
+    /// (network namespace mode NODE), as kubelet tells it.
     pub fn host_network(&self) -> bool {
-        self.spec
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.host_network)
-            .unwrap_or(false)
+        self.observed_host_network
+            || self
+                .spec
+                .and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.host_network)
+                .unwrap_or(false)
     }
 
     pub fn calls_named<'s>(&'s self, method: CriMethod) -> impl Iterator<Item = &'a CriCall> + 's {
@@ -82,6 +90,8 @@ pub(super) struct Facts<'a> {
     pub lost_events: u64,
     /// The runtime's Status answers (NetworkReady, RuntimeReady), in time order.
     pub status: Vec<&'a CriCall>,
+    /// The node's pod network as each change was recorded, in time order.
+    pub network: Vec<&'a NodeNetworkRecord>,
     /// CNI runs by the sandbox ID they were given (`CNI_CONTAINERID`), in time order.
     pub cni: BTreeMap<&'a str, Vec<CniRun>>,
     /// Process exits by PID: (time, exit code, signal), in time order.
@@ -99,6 +109,8 @@ impl<'a> Facts<'a> {
         let mut events: BTreeMap<&str, Vec<&PodEventRecord>> = BTreeMap::new();
         let mut status = Vec::new();
         let mut kernel: Vec<&KernelEvent> = Vec::new();
+        let mut network = Vec::new();
+        let mut host_network: std::collections::BTreeSet<&str> = Default::default();
         for r in records {
             match r {
                 TraceRecord::Header(h) => {
@@ -124,6 +136,10 @@ impl<'a> Facts<'a> {
                 }
                 TraceRecord::Event(e) => events.entry(e.pod_uid.as_str()).or_default().push(e),
                 TraceRecord::Kernel(k) => kernel.push(k),
+                TraceRecord::Network(n) => network.push(&**n),
+                TraceRecord::Observed(o) if o.host_network => {
+                    host_network.insert(o.pod_key());
+                }
                 _ => {}
             }
         }
@@ -135,6 +151,7 @@ impl<'a> Facts<'a> {
             v.sort_by_key(|e| e.at_ns);
         }
         kernel.sort_by_key(|k| k.ktime_ns());
+        network.sort_by_key(|n| n.at_ns);
         let pods = timeline
             .pods
             .iter()
@@ -144,6 +161,7 @@ impl<'a> Facts<'a> {
                 removed_ns: removed.get(t.uid.as_str()).copied(),
                 calls: calls.remove(t.uid.as_str()).unwrap_or_default(),
                 events: events.remove(t.uid.as_str()).unwrap_or_default(),
+                observed_host_network: host_network.contains(t.uid.as_str()),
             })
             .collect();
         let exits = exits(&kernel);
@@ -152,6 +170,7 @@ impl<'a> Facts<'a> {
             kernel: !kernel.is_empty(),
             lost_events,
             status,
+            network,
             cni: cni_runs(&kernel),
             exits,
             pods,
@@ -165,6 +184,36 @@ impl<'a> Facts<'a> {
             .iter()
             .find(|(at, _, _)| *at >= t)
             .copied()
+    }
+
+    /// The node's network as the look that followed `t` saw it (looks come once a
+    /// second), else the last before it.
+    pub fn network_at(&self, t: u64) -> Option<&'a NodeNetworkRecord> {
+        let until = t.saturating_add(LOOK_LAG_NS);
+        let after = self
+            .network
+            .iter()
+            .copied()
+            .find(|n| n.at_ns >= t && n.at_ns <= until);
+        after.or_else(|| self.network.iter().copied().rfind(|n| n.at_ns <= t))
+    }
+
+    /// The node's network as last recorded.
+    pub fn network_last(&self) -> Option<&'a NodeNetworkRecord> {
+        self.network.last().copied()
+    }
+
+    /// Whether a CNI DEL ran for sandbox `id` after its last ADD: the runtime tore the
+    /// attempt's network down (it does when RunPodSandbox fails after the ADD).
+    pub fn deleted_after_add(&self, id: &str) -> bool {
+        let Some(runs) = self.cni.get(id) else {
+            return false;
+        };
+        let Some(add) = runs.iter().rfind(|r| r.command == "ADD") else {
+            return false;
+        };
+        runs.iter()
+            .any(|r| r.command == "DEL" && r.at_ns >= add.at_ns)
     }
 
     /// The runtime's last Status answer at or before `t` that said NetworkReady=false.

@@ -8,19 +8,22 @@
 //! (`checks.rs`): not admitted; runtime NetworkReady=false; RunPodSandbox failed (IPAM
 //! exhaustion, a CNI plugin that exited non-zero, the netns never created, or otherwise);
 //! image pull failure; crash loop; a sandbox recreated with its IP changing; a CNI ADD
-//! with no DEL after its sandbox went away (a leaked IP). The first finding is the
+//! with no DEL after its sandbox went away (a leaked IP). The node's pod network, as the
+//! recorder looked at it (`network.rs`), gives findings of its own and the evidence of
+//! the verdicts about addresses and plugins. The first finding is the
 //! verdict; with none, a Running pod with an IP is healthy, a host-network pod has no IP
 //! by design, and any other pod is pending with how far it got.
 
 mod checks;
 mod facts;
 mod model;
+mod network;
 mod render;
 
 #[cfg(test)]
 mod tests;
 
-pub use model::{Cause, Diagnosis, Finding, PodDiagnosis};
+pub use model::{Cause, Diagnosis, Finding, NodeFinding, PodDiagnosis};
 pub use render::render;
 
 use crate::timeline::{StageKind, Timeline};
@@ -53,7 +56,11 @@ pub fn diagnose(records: &[TraceRecord], node_ip: Option<&str>) -> Diagnosis {
         .iter()
         .map(|p| pod_diagnosis(p, &facts))
         .collect();
-    Diagnosis { pods, notes }
+    Diagnosis {
+        node: network::node_findings(facts.network_last()),
+        pods,
+        notes,
+    }
 }
 
 /// The timeline of the records (see [`crate::timeline::from_records`]).

@@ -22,6 +22,11 @@ pub enum Cause {
     NetnsNotCreated,
     /// The IPAM plugin found no free address in its range.
     IpamExhausted,
+    /// The network names a CNI plugin with no executable in any of the runtime's plugin
+    /// directories.
+    CniPluginMissing,
+    /// Every plugin succeeded, but the result gave the pod's interface no address.
+    CniNoAddress,
     /// A CNI plugin exited non-zero during ADD.
     CniPluginFailed,
     /// RunPodSandbox failed for a reason the kernel's view does not narrow down.
@@ -94,9 +99,21 @@ impl PodDiagnosis {
     }
 }
 
+/// A conclusion about the node rather than one pod: its pod network not ready, the
+/// network naming a plugin that is not installed, its address pool full or leaking.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFinding {
+    pub cause: Cause,
+    pub summary: String,
+    pub evidence: Vec<String>,
+}
+
 /// Every pod's diagnosis, in the timeline's order (namespace, name, UID).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diagnosis {
+    /// The node's pod network as last recorded, when something is wrong with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node: Vec<NodeFinding>,
     pub pods: Vec<PodDiagnosis>,
     /// What limits the diagnosis (no kernel events, events lost).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -112,7 +129,8 @@ impl Diagnosis {
         self
     }
 
+    /// Every pod healthy, and nothing wrong with the node's network.
     pub fn all_healthy(&self) -> bool {
-        self.pods.iter().all(|p| p.verdict.cause.is_healthy())
+        self.node.is_empty() && self.pods.iter().all(|p| p.verdict.cause.is_healthy())
     }
 }

@@ -6,6 +6,15 @@ use super::Diagnosis;
 
 pub fn render(d: &Diagnosis) -> String {
     let mut out = String::new();
+    for f in &d.node {
+        let _ = writeln!(out, "node  {}: {}", f.cause, f.summary);
+        for e in &f.evidence {
+            let _ = writeln!(out, "    - {e}");
+        }
+    }
+    if !d.node.is_empty() {
+        out.push('\n');
+    }
     for p in &d.pods {
         let v = &p.verdict;
         let _ = writeln!(

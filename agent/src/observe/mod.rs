@@ -8,10 +8,11 @@
 //! [`observer`] is the loop around it, and [`runtime_view`] the only way it reaches the
 //! runtime: a view with the reading calls and nothing else. [`observed_pods`] folds what
 //! it saw into the pods its API serves; [`runtime_spans`] ties the runtime's spans to
-//! those pods; [`ipam`] reads the node's IPAM store for `diagnose --live`. [`session`]
+//! those pods; [`node_network`] looks at the node's pod network (the runtime's
+//! NetworkReady, its CNI configuration, host-local's pool) and records its changes. [`session`]
 //! runs it all in phases, as `podtrace observe` does.
 
-pub mod ipam;
+pub mod node_network;
 pub mod observed_pods;
 pub mod observer;
 pub mod runtime_spans;

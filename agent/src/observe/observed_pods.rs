@@ -230,6 +230,7 @@ mod tests {
             } else {
                 String::new()
             },
+            host_network: false,
             exit_code: (what == Observation::ContainerExited).then_some(3),
             before_start: false,
             note: String::new(),

@@ -315,6 +315,7 @@ mod tests {
             container_id: String::new(),
             container: String::new(),
             ip: String::new(),
+            host_network: false,
             exit_code: None,
             before_start: false,
             note: String::new(),

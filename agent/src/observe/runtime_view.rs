@@ -27,6 +27,11 @@ impl RuntimeView {
         self.client.version().await
     }
 
+    /// The runtime's conditions (NetworkReady, RuntimeReady); `verbose` adds its info.
+    pub async fn status(&self, verbose: bool) -> CriResult<api::StatusResponse> {
+        self.client.status(verbose).await
+    }
+
     pub async fn sandboxes(&self) -> CriResult<Vec<api::PodSandbox>> {
         self.client.list_pod_sandbox(None).await
     }

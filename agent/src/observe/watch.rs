@@ -161,6 +161,7 @@ impl Watcher {
             container_id: String::new(),
             container: String::new(),
             ip: String::new(),
+            host_network: false,
             exit_code: None,
             before_start: false,
             stream_missed: false,
@@ -199,6 +200,12 @@ impl Watcher {
             .as_ref()
             .map(|n| n.ip.clone())
             .unwrap_or_default();
+        r.host_network = st
+            .linux
+            .as_ref()
+            .and_then(|l| l.namespaces.as_ref())
+            .and_then(|n| n.options.as_ref())
+            .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
         if known.is_none() {
             r.note = pod.note.clone();
             r.before_start = st.created_at > 0 && st.created_at < self.started_wall_ns;

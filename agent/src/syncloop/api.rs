@@ -36,25 +36,16 @@ pub enum ApiError {
     },
 }
 
-/// Adds to a diagnosis what only the serving process can read at the moment it is asked
-/// (the observer: the node's IPAM store).
-pub type Enrich = Arc<dyn Fn(&mut crate::diagnose::Diagnosis) + Send + Sync>;
-
 /// What the API answers from.
 #[derive(Clone)]
 pub struct ApiState {
     pub store: Arc<StatusStore>,
     pub timeline: Arc<Collector>,
-    pub enrich: Option<Enrich>,
 }
 
 impl ApiState {
     pub fn new(store: Arc<StatusStore>, timeline: Arc<Collector>) -> ApiState {
-        ApiState {
-            store,
-            timeline,
-            enrich: None,
-        }
+        ApiState { store, timeline }
     }
 }
 
@@ -171,10 +162,7 @@ fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>
         }
         (&Method::GET, "/diagnose") => {
             let node_ip = store.list().into_iter().find_map(|p| p.status.host_ip);
-            let mut diagnosis = crate::diagnose::diagnose(&timeline.records(), node_ip.as_deref());
-            if let Some(enrich) = &state.enrich {
-                enrich(&mut diagnosis);
-            }
+            let diagnosis = crate::diagnose::diagnose(&timeline.records(), node_ip.as_deref());
             json_of(&diagnosis)
         }
         (&Method::GET, "/timeline") => json_of(&timeline.timeline()),

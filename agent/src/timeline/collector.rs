@@ -27,8 +27,8 @@ use super::model::Timeline;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::trace::{
-    Header, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord,
-    TraceRecord,
+    Header, NodeNetworkRecord, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord,
+    PodWaitRecord, TraceRecord,
 };
 use podtrace_core::record::RuntimeSpan;
 
@@ -47,6 +47,9 @@ const MAX_RUNTIME_SPANS: usize = 20_000;
 /// An observed pod's start is a handful of changes (its sandbox, each container's create,
 /// start and exit).
 const MAX_OBSERVED: usize = 20_000;
+/// The node network's changes kept (the last ones): a node's network changes with its
+/// configuration and its pool's fill, a few times per pod at most.
+const MAX_NETWORK: usize = 1_024;
 /// State-reading calls kept per pod, sandbox and container.
 pub const OBSERVATIONS_KEPT: u32 = 4;
 /// Keys counted for [`OBSERVATIONS_KEPT`]; beyond this the counts start over.
@@ -70,6 +73,8 @@ struct Kept {
     runtime: Chunks<RuntimeSpan>,
     /// What `podtrace observe` saw of another client's pods.
     observed: Chunks<ObservedRecord>,
+    /// The node's pod network, as each change was recorded.
+    network: VecDeque<NodeNetworkRecord>,
     /// An observer's header: it marks the records as observed, for the builder and
     /// `diagnose`.
     observed_header: Option<Header>,
@@ -173,6 +178,7 @@ impl Default for Kept {
             kernel: Chunks::new(MAX_KERNEL),
             runtime: Chunks::new(MAX_RUNTIME_SPANS),
             observed: Chunks::new(MAX_OBSERVED),
+            network: VecDeque::new(),
             observed_header: None,
             observations: HashMap::new(),
             last_status: None,
@@ -291,6 +297,12 @@ impl Collector {
                 kept.mark(o.pod_key(), o.at_ns).desired = o.what != Observation::SandboxRemoved;
                 kept.observed.push(o.clone())
             }
+            TraceRecord::Network(n) => {
+                if kept.network.len() == MAX_NETWORK {
+                    kept.network.pop_front();
+                }
+                kept.network.push_back((**n).clone());
+            }
             TraceRecord::Header(h) if h.observed.is_some() => {
                 kept.observed_header = Some(h.clone())
             }
@@ -332,7 +344,8 @@ impl Collector {
             + kept.events.len()
             + kept.waits.len()
             + kept.kernel.len()
-            + kept.runtime.len();
+            + kept.runtime.len()
+            + kept.network.len();
         let mut out = Vec::with_capacity(len);
         out.extend(
             kept.observed_header
@@ -352,6 +365,12 @@ impl Collector {
                 .map(|s| TraceRecord::RuntimeSpan(Box::new(s))),
         );
         out.extend(kept.observed.iter().cloned().map(TraceRecord::Observed));
+        out.extend(
+            kept.network
+                .iter()
+                .cloned()
+                .map(|n| TraceRecord::Network(Box::new(n))),
+        );
         out
     }
 

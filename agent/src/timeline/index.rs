@@ -81,6 +81,7 @@ impl<'a> Index<'a> {
                 TraceRecord::Header(_)
                 | TraceRecord::Status(_)
                 | TraceRecord::Stage(_)
+                | TraceRecord::Network(_)
                 | TraceRecord::Footer(_) => return None,
             };
             Some((i, r))

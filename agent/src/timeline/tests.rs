@@ -1072,6 +1072,7 @@ fn observed_run() -> Vec<TraceRecord> {
             ""
         }
         .into(),
+        host_network: false,
         exit_code: None,
         before_start: false,
         stream_missed: false,
@@ -1165,6 +1166,7 @@ fn an_observed_sandbox_without_kubelets_labels_is_its_own_pod_by_its_id() {
             container_id: String::new(),
             container: String::new(),
             ip: String::new(),
+            host_network: false,
             exit_code: None,
             before_start: false,
             stream_missed: false,

@@ -4,12 +4,16 @@
 
 mod config;
 mod line;
+mod node_network;
 mod observed;
 mod reader;
 mod record;
 mod writer;
 
 pub use config::{ObserveMode, ObservedConfig, RunConfig, TraceConfig};
+pub use node_network::{
+    ConfFileRecord, HolderRecord, IpamRecord, NetworkCondition, NodeNetworkRecord, RangeSetRecord,
+};
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
     Footer, Header, Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,

@@ -76,6 +76,10 @@ pub struct ObservedRecord {
     /// The sandbox's IP, once ready.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ip: String,
+    /// The sandbox runs on the node's network (its network namespace mode is NODE):
+    /// no pod IP by design.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_network: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The sandbox or container existed before the observer started: its startup was

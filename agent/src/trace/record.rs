@@ -10,6 +10,7 @@ use podtrace_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan
 use serde::{Deserialize, Serialize};
 
 use super::config::TraceConfig;
+use super::node_network::NodeNetworkRecord;
 pub use super::observed::{
     Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
 };
@@ -138,6 +139,9 @@ pub enum TraceRecord {
     RuntimeSpan(Box<RuntimeSpan>),
     /// A change of a sandbox or container another CRI client runs (`podtrace observe`).
     Observed(ObservedRecord),
+    /// The node's pod network when it changed: NetworkReady, the CNI configuration,
+    /// host-local's pool.
+    Network(Box<NodeNetworkRecord>),
     Footer(Footer),
 }
 
@@ -154,6 +158,7 @@ impl TraceRecord {
             TraceRecord::Wait(w) => Some(w.end_ns),
             TraceRecord::RuntimeSpan(s) => Some(s.end_ns.max(s.start_ns)),
             TraceRecord::Observed(o) => Some(o.at_ns),
+            TraceRecord::Network(n) => Some(n.at_ns),
             TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
         }
     }
@@ -170,6 +175,7 @@ impl TraceRecord {
             TraceRecord::Stage(_) => "stage",
             TraceRecord::RuntimeSpan(_) => "runtime_span",
             TraceRecord::Observed(_) => "observed",
+            TraceRecord::Network(_) => "network",
             TraceRecord::Footer(_) => "footer",
         }
     }
@@ -187,6 +193,7 @@ pub(super) const KNOWN_TYPES: &[&str] = &[
     "stage",
     "runtime_span",
     "observed",
+    "network",
     "footer",
 ];
 

@@ -11,7 +11,7 @@ use crate::agent::recorder::{TraceLoss, close_trace, stop_probes};
 use crate::agent::{AgentError, ProbeRequest};
 use crate::clock::wall_now;
 use crate::ebpf::{KernelProbes, ProbeConfig, now_ktime_ns};
-use crate::observe::ipam::{IpamStore, add_evidence};
+use crate::observe::node_network::NodeNetworkLook;
 use crate::observe::{ObserveConfig, ObserveSummary, ObservedPods, ObservedSpans, Watcher};
 use crate::otel::{ClockAnchor, Listen, ReceiverStats, RuntimeReceiver};
 use crate::syncloop::StatusStore;
@@ -111,7 +111,7 @@ impl Connected {
         let server = match &opts.api_socket {
             None => None,
             Some(socket) => {
-                let state = api_state(store.clone(), out.collector.clone(), &self);
+                let state = api_state(store.clone(), out.collector.clone());
                 Some(api::serve(socket, state).map_err(AgentError::ObserverApi)?)
             }
         };
@@ -188,6 +188,7 @@ impl Running {
             ObservedPods::new(self.store.clone(), self.anchor.wall_ns, self.anchor.mono_ns);
         let learner = self.spans.clone();
         let streamed = self.runtime.stream.is_ok();
+        let network = self.watch_network();
         let summary = crate::observe::observe(
             &self.runtime.view,
             streamed,
@@ -202,7 +203,38 @@ impl Running {
             stop,
         )
         .await;
+        // One last look, so the trace ends on the network as it was.
+        if let Some(mut look) = network.stop().await
+            && let Some(r) = look.look(&self.runtime.view, now_ktime_ns()).await
+        {
+            self.out.send(TraceRecord::Network(Box::new(r)));
+        }
         self.finish(summary).await
+    }
+
+    /// Looks at the node's pod network every relist, recording each change, until
+    /// aborted; hands back its state either way.
+    fn watch_network(&self) -> NetworkWatch {
+        let shape = self.runtime.shape.clone().unwrap_or_default();
+        let look = NodeNetworkLook::new(shape.cni_conf_dir.map(PathBuf::from), shape.cni_bin_dirs);
+        let view = self.runtime.view.clone();
+        let out = self.out.clone();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let mut look = look;
+            let mut tick = tokio::time::interval(RELIST);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return look,
+                    _ = tick.tick() => {}
+                }
+                if let Some(r) = look.look(&view, now_ktime_ns()).await {
+                    out.send(TraceRecord::Network(Box::new(r)));
+                }
+            }
+        });
+        NetworkWatch { stop, task }
     }
 
     async fn finish(self, summary: ObserveSummary) -> Finished {
@@ -242,6 +274,19 @@ impl Running {
             notes,
             failures,
         }
+    }
+}
+
+/// The network look's task, stopped between two looks.
+struct NetworkWatch {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<NodeNetworkLook>,
+}
+
+impl NetworkWatch {
+    async fn stop(self) -> Option<NodeNetworkLook> {
+        let _ = self.stop.send(());
+        self.task.await.ok()
     }
 }
 
@@ -314,37 +359,10 @@ fn observed_header(
     }
 }
 
-/// What the API answers from, with the node's IPAM state read for each diagnosis asked
-/// for: the store of the network the runtime's CNI configuration names.
-fn api_state(
-    store: Arc<StatusStore>,
-    collector: Arc<Collector>,
-    runtime: &Connected,
-) -> api::ApiState {
-    let mut state = api::ApiState::new(store, collector.clone());
-    let ipam = runtime
-        .shape
-        .as_ref()
-        .and_then(|s| s.cni_conf_dir.as_deref())
-        .and_then(|d| IpamStore::of_conf_dir(Path::new(d)));
-    if let Some(ipam) = ipam {
-        state.enrich = Some(Arc::new(move |d| {
-            let Ok(held) = ipam.held() else {
-                return;
-            };
-            let timeline = collector.timeline();
-            let attempts = |uid: &str| {
-                timeline
-                    .pods
-                    .iter()
-                    .find(|p| p.uid == uid)
-                    .map(|p| p.sandbox_ids.clone())
-                    .unwrap_or_default()
-            };
-            add_evidence(d, &ipam, &held, &attempts);
-        }));
-    }
-    state
+/// What the API answers from: the pods' statuses and the kept records (the node's
+/// network among them, so `diagnose --live` reads what the trace will hold).
+fn api_state(store: Arc<StatusStore>, collector: Arc<Collector>) -> api::ApiState {
+    api::ApiState::new(store, collector)
 }
 
 /// What the observer missed on the runtime's side, for the footer.
