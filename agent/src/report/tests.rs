@@ -27,6 +27,8 @@ fn stage(name: &str, start_ms: u64, end_ms: u64, source: StageSource) -> Stage {
         netns_inum: None,
         cgroup_id: None,
         detail: String::new(),
+        reply: None,
+        capture: None,
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod attribution;
 mod chunks;
+mod cni_reply;
 mod collector;
 mod filter;
 mod forget;
@@ -35,6 +36,7 @@ mod waits;
 mod tests;
 
 pub use attribution::{Attribution, Owner, Rule};
+pub use cni_reply::{CniCapture, CniIp, CniReply};
 pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};

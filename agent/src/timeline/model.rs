@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use podtrace_core::record::GrpcCode;
 
+use super::cni_reply::{CniCapture, CniReply};
 use super::stage_kind::StageKind;
 use super::stage_name::StageName;
 
@@ -80,6 +81,15 @@ pub struct Stage {
     /// For people: the file exec'd, the pod IP, the runtime's error message, ...
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+    /// A CNI plugin run (`cni_plugin:<name>`): what it printed, read as a CNI reply, or
+    /// why it was not captured. None on every other stage, and in traces recorded
+    /// before the capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<CniReply>,
+    /// A CNI plugin run whose output the probes saw: how much it wrote, how much was
+    /// captured, whether it was cut, through which hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CniCapture>,
 }
 
 impl Stage {
@@ -114,6 +124,8 @@ impl Stage {
             netns_inum: None,
             cgroup_id: None,
             detail: String::new(),
+            reply: None,
+            capture: None,
         }
     }
 

@@ -4,6 +4,7 @@
 mod comm;
 mod cri_call;
 mod cri_method;
+pub mod escaped;
 mod grpc_code;
 pub mod ids;
 mod kernel_event;
