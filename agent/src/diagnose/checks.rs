@@ -9,7 +9,7 @@ use super::model::{Cause, Finding};
 use super::network;
 use crate::cni::words;
 use crate::cri::CriCall;
-use crate::timeline::{Stage, StageKind, StageName};
+use crate::timeline::{CniReply, Stage, StageKind, StageName};
 
 /// What host-local (and other IPAM plugins) say when their range is used up.
 const IPAM_EXHAUSTED: &str = words::IPAM_EXHAUSTED_SHORT;
@@ -159,17 +159,51 @@ fn exit_text(s: &Stage) -> String {
 /// One plugin run as evidence: when it ended, how, its pid, and who delegated to it.
 fn plugin_run(p: &PodFacts<'_>, s: &Stage) -> String {
     format!(
-        "{} {} ADD {} (kernel, pid {}){}",
+        "{} {} ADD {} (kernel, pid {}){}{}",
         p.at(s.end_ns),
         s.stage,
         exit_text(s),
         s.pid.map_or("?".into(), |x| x.to_string()),
-        if s.detail.contains("delegated by") {
-            format!(", {}", s.detail.trim_start_matches("ADD, "))
-        } else {
-            String::new()
-        }
+        s.detail
+            .split(", ")
+            .find(|d| d.starts_with("delegated by"))
+            .map(|d| format!(", {d}"))
+            .unwrap_or_default(),
+        said_text(s)
     )
+}
+
+/// What the plugin printed, as its own words: `; it said: error 11: ...`.
+fn said_text(s: &Stage) -> String {
+    match &s.reply {
+        Some(CniReply::Error { .. }) => format!("; it said: {}", reply_summary(s)),
+        Some(r @ (CniReply::Unparsed { .. } | CniReply::NotCaptured { .. })) => {
+            format!("; {}", r.summary())
+        }
+        Some(CniReply::Result { .. }) | None => String::new(),
+    }
+}
+
+/// The plugin's reply for people, with what the capture cut.
+fn reply_summary(s: &Stage) -> String {
+    let Some(r) = &s.reply else {
+        return String::new();
+    };
+    let cut = s
+        .capture
+        .as_ref()
+        .filter(|c| c.cut)
+        .map(|c| format!(" (the first {} of {} bytes)", c.captured, c.written))
+        .unwrap_or_default();
+    format!("{}{cut}", r.summary())
+}
+
+/// The plugin's error message, when it printed one.
+fn error_msg(s: &Stage) -> Option<&str> {
+    match &s.reply {
+        Some(CniReply::Error { msg, .. }) => Some(msg.as_str()),
+        _ => None,
+    }
 }
 
 /// The last RunPodSandbox failed: narrow down where, from the kernel's view of that
@@ -208,7 +242,10 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     if let Some(found) = runtime_words(p, f, last, &stages, &said, &mut evidence) {
         return Some(found);
     }
-    let exhausted = said.contains(IPAM_EXHAUSTED);
+    let exhausted = said.contains(IPAM_EXHAUSTED)
+        || plugins
+            .iter()
+            .any(|s| error_msg(s).is_some_and(|m| m.contains(IPAM_EXHAUSTED)));
     let ipam = plugins.iter().find(|s| s.detail.contains("delegated by"));
     if exhausted || ipam.is_some() {
         if let Some(pool) = f.network_at(last.end_ns).and_then(|n| n.ipam.as_ref()) {
@@ -242,10 +279,13 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         return Some(finding(
             Cause::CniPluginFailed,
             s.stage.clone(),
-            format!(
-                "CNI plugin {} {} during ADD",
-                s.stage.cni_plugin().unwrap_or_default(),
-                exit_text(s)
+            with_words(
+                format!(
+                    "CNI plugin {} {} during ADD",
+                    s.stage.cni_plugin().unwrap_or_default(),
+                    exit_text(s)
+                ),
+                s,
             ),
             evidence,
         ));
@@ -432,19 +472,22 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         .network_at(failed.end_ns)
         .and_then(|n| n.ipam.as_ref())
         .filter(|_| ipam);
+    let said_exhausted = error_msg(failed).is_some_and(|m| m.contains(IPAM_EXHAUSTED));
     if let Some(pool) = pool {
         let ids: Vec<&str> = attempts.iter().map(|s| s.as_str()).collect();
         evidence.extend(network::pool_evidence(pool, &ids));
-        if pool.sets.iter().any(|s| s.full()) {
+    }
+    let pool_full = pool.is_some_and(|p| p.sets.iter().any(|s| s.full()));
+    if said_exhausted || pool_full {
+        {
             return Some(finding(
                 Cause::IpamExhausted,
                 failed.stage.clone(),
                 format!(
                     "IPAM exhaustion: {plugin} has no free IP address in its range{}",
-                    if pool.leaked > 0 {
-                        format!(" ({} held by sandboxes that no longer exist)", pool.leaked)
-                    } else {
-                        String::new()
+                    match pool.map_or(0, |p| p.leaked) {
+                        0 => String::new(),
+                        n => format!(" ({n} held by sandboxes that no longer exist)"),
                     }
                 ),
                 evidence,
@@ -459,9 +502,17 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     Some(finding(
         Cause::CniPluginFailed,
         failed.stage.clone(),
-        summary,
+        with_words(summary, failed),
         evidence,
     ))
+}
+
+/// A summary with the plugin's own message, when it printed one.
+fn with_words(summary: String, s: &Stage) -> String {
+    match error_msg(s) {
+        Some(m) if !m.is_empty() => format!("{summary}: \"{m}\""),
+        _ => summary,
+    }
 }
 
 /// The last attempt's plugins all exited 0 and the runtime tore its network down again
@@ -515,6 +566,28 @@ fn chain_without_failure(
         .any(|s| s.stage.is(&StageKind::PauseExec) && s.sandbox_id.as_deref() == Some(last));
     if !network_ran || paused {
         return None;
+    }
+    // What the runtime got: the last plugin of the chain prints the chain's result.
+    let final_reply = chain
+        .iter()
+        .rfind(|s| !s.detail.contains("delegated by") && s.stage.cni_plugin() != Some("loopback"));
+    if let Some(s) = final_reply {
+        match &s.reply {
+            Some(CniReply::Result { ips, interfaces }) if ips.is_empty() => evidence.push(format!(
+                "{} {}'s result, the chain's last and what the runtime got, has no address (interfaces: {})",
+                p.at(s.end_ns),
+                s.stage.cni_plugin().unwrap_or_default(),
+                interfaces.join(", ")
+            )),
+            // An address came back: what failed was not the result.
+            Some(CniReply::Result { .. }) => return None,
+            Some(r) => evidence.push(format!(
+                "{}'s result: {}",
+                s.stage.cni_plugin().unwrap_or_default(),
+                r.summary()
+            )),
+            None => {}
+        }
     }
     evidence.push(format!(
         "sandbox {}: every plugin exited 0, then the runtime ran CNI DEL and the sandbox never became ready",

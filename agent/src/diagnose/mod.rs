@@ -105,7 +105,11 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
                     .unwrap_or_default()
             ),
             evidence: [
-                Some("spec.hostNetwork: true".to_string()),
+                Some(if p.observed_host_network {
+                    "its sandbox runs in the node's network namespace (mode NODE)".to_string()
+                } else {
+                    "spec.hostNetwork: true".to_string()
+                }),
                 Some(format!("{} Running", p.at(r.start_ns))),
                 f.host_ip.as_ref().map(|ip| format!("node IP {ip}")),
                 removed,

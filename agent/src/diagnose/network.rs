@@ -42,11 +42,7 @@ pub(super) fn node_findings(last: Option<&NodeNetworkRecord>) -> Vec<NodeFinding
             evidence: missing_evidence(n),
         });
     }
-    if let Some(ipam) = &n.ipam {
-        if let Some(f) = pool_finding(ipam) {
-            out.push(f);
-        }
-    }
+    out.extend(n.ipam.as_ref().and_then(pool_finding));
     out
 }
 

@@ -558,3 +558,208 @@ fn an_attempt_under_way_leaves_the_verdict_on_the_last_one_that_failed() {
         "{p:#?}"
     );
 }
+
+/// The observer's look at a node whose used network is `lab` (bridge, host-local under
+/// it, then portmap), at `t_ms`.
+fn network(t_ms: u64, f: impl FnOnce(&mut crate::trace::NodeNetworkRecord)) -> TraceRecord {
+    let mut n: crate::trace::NodeNetworkRecord = serde_json::from_value(serde_json::json!({
+        "at_ns": t_ms * MS,
+        "ready": {"status": true},
+        "conf_dir": "/etc/cni/net.d",
+        "bin_dirs": ["/opt/cni/bin"],
+        "files": [{"file": "10-lab.conflist", "network": "lab", "plugins": ["bridge", "portmap"]}],
+        "used": "10-lab.conflist",
+        "ipam": {"network": "lab", "dir": "/var/lib/cni/networks/lab",
+                 "sets": [{"set": 0, "ranges": "10.0.0.2-10.0.0.3", "capacity": 2, "held": 1}],
+                 "held": 1}
+    }))
+    .unwrap();
+    f(&mut n);
+    TraceRecord::Network(Box::new(n))
+}
+
+fn observed_header() -> TraceRecord {
+    let mut h = header("192.0.2.10");
+    if let TraceRecord::Header(h) = &mut h {
+        h.observed = Some(crate::trace::ObservedHeader {
+            sources: vec!["kernel".into(), "cri:events".into()],
+            poll_ms: None,
+        });
+    }
+    h
+}
+
+#[test]
+fn an_observed_pod_failing_on_a_used_up_pool_names_the_range_its_holders_and_the_leak() {
+    let id = "c3".repeat(32);
+    let leaked = "d4".repeat(32);
+    let r = vec![
+        observed_header(),
+        network(10, |n| {
+            let ipam = n.ipam.as_mut().unwrap();
+            ipam.sets[0].held = 2;
+            ipam.held = 2;
+            ipam.leaked = 1;
+            ipam.holders = serde_json::from_value(serde_json::json!([
+                {"ip": "10.0.0.2", "sandbox_id": leaked, "leaked": true},
+                {"ip": "10.0.0.3", "sandbox_id": SANDBOX}
+            ]))
+            .unwrap();
+        }),
+        cni(20, 300, "ADD", "bridge", &id),
+        cni(22, 301, "ADD", "host-local", &id),
+        exec(22, 301, 300, "/opt/cni/bin/host-local"),
+        exit(25, 301, 1),
+        exit(40, 300, 1),
+        cni(60, 310, "DEL", "bridge", &id),
+        exit(65, 310, 0),
+    ];
+    let d = diagnose(&r, None);
+    let p = &d.pods[0];
+    assert_eq!(p.verdict.cause, Cause::IpamExhausted, "{p:#?}");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:host-local");
+    assert!(
+        p.verdict
+            .summary
+            .contains("(1 held by sandboxes that no longer exist)"),
+        "{p:#?}"
+    );
+    assert!(
+        has(
+            &p.verdict,
+            "range set 0 (10.0.0.2-10.0.0.3) has 2 of 2 addresses held: none free"
+        ),
+        "{p:#?}"
+    );
+    assert!(
+        has(
+            &p.verdict,
+            &format!(
+                "leaked: 1 reservation of sandboxes the runtime does not know: 10.0.0.2 ({leaked}); the leaks are why the range is full"
+            )
+        ),
+        "{p:#?}"
+    );
+    // The node says so too, whatever pod asks.
+    assert_eq!(d.node[0].cause, Cause::IpamExhausted, "{d:#?}");
+    assert!(!d.all_healthy());
+}
+
+#[test]
+fn an_observed_chain_that_stops_before_a_plugin_not_installed_is_cni_plugin_missing() {
+    let id = "e5".repeat(32);
+    let r = vec![
+        observed_header(),
+        network(10, |n| {
+            n.files[0].plugins = vec!["flannel".into()];
+            n.missing_plugins = vec!["flannel".into()];
+        }),
+        // The runtime's own loopback network runs; the pod network's plugin never does.
+        cni(20, 300, "ADD", "loopback", &id),
+        exit(25, 300, 0),
+        cni(30, 310, "DEL", "loopback", &id),
+        exit(35, 310, 0),
+    ];
+    let d = diagnose(&r, None);
+    let p = &d.pods[0];
+    assert_eq!(p.verdict.cause, Cause::CniPluginMissing, "{p:#?}");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:flannel");
+    assert!(p.verdict.summary.contains("[/opt/cni/bin]"), "{p:#?}");
+    assert!(
+        has(
+            &p.verdict,
+            "the kernel saw the chain stop before flannel: loopback (exit 0) ran, flannel never exec'd"
+        ),
+        "{p:#?}"
+    );
+    assert_eq!(d.node[0].cause, Cause::CniPluginMissing, "{d:#?}");
+}
+
+#[test]
+fn run_pods_take_the_runtimes_words_for_a_missing_plugin_and_a_result_without_an_address() {
+    let msg = "failed to setup network for sandbox \"6b6b\": plugin type=\"flannel\" failed (add): failed to find plugin \"flannel\" in path [/opt/cni/bin]";
+    let mut r = vec![header("192.0.2.10"), pod_add(false)];
+    r.push(TraceRecord::Cri(failed(
+        call("RunPodSandbox", 10, 100),
+        "Unknown",
+        msg,
+    )));
+    r.extend([
+        cni(20, 100, "ADD", "loopback", FAILED_SANDBOX),
+        exit(22, 100, 0),
+    ]);
+    let p = one(&r);
+    assert_eq!(p.verdict.cause, Cause::CniPluginMissing, "{p:#?}");
+    assert_eq!(p.verdict.stage.to_string(), "cni_plugin:flannel");
+    assert!(
+        p.verdict
+            .summary
+            .contains("no executable for it in [/opt/cni/bin]"),
+        "{p:#?}"
+    );
+    let msg = "failed to setup network for sandbox \"6b6b\": failed to find network info for sandbox \"6b6b\"";
+    let p = one(&failed_sandbox(msg, 0, Some(("portmap", 0))));
+    assert_eq!(p.verdict.cause, Cause::CniNoAddress, "{p:#?}");
+    assert!(
+        has(
+            &p.verdict,
+            "the kernel saw the chain run: bridge (exit 0), host-local (exit 0), portmap (exit 0)"
+        ),
+        "{p:#?}"
+    );
+    let msg = "failed to setup network for sandbox \"6b6b\": cni plugin not initialized";
+    let mut r = vec![header("192.0.2.10"), pod_add(false)];
+    r.push(TraceRecord::Cri(failed(
+        call("RunPodSandbox", 10, 100),
+        "Unknown",
+        msg,
+    )));
+    r.push(network(20, |n| {
+        n.ready = Some(crate::trace::NetworkCondition {
+            status: false,
+            reason: "NetworkPluginNotReady".into(),
+            message: "Network plugin returns error: cni plugin not initialized".into(),
+        });
+        n.files.clear();
+        n.used.clear();
+    }));
+    let d = diagnose(&r, None);
+    let p = &d.pods[0];
+    assert_eq!(p.verdict.cause, Cause::NetworkNotReady, "{p:#?}");
+    assert!(
+        has(&p.verdict, "/etc/cni/net.d holds no network configuration"),
+        "{p:#?}"
+    );
+    assert!(
+        d.node[0]
+            .summary
+            .contains("no network configuration in /etc/cni/net.d"),
+        "{d:#?}"
+    );
+}
+
+#[test]
+fn an_observed_sandbox_on_the_hosts_network_is_host_network_by_its_sandbox() {
+    let r = vec![
+        observed_header(),
+        TraceRecord::Observed(
+            serde_json::from_value(serde_json::json!({
+                "at_ns": 10 * MS, "what": "sandbox_ready", "via": "events",
+                "pod_uid": UID, "namespace": "default", "name": "web",
+                "sandbox_id": SANDBOX, "host_network": true
+            }))
+            .unwrap(),
+        ),
+        TraceRecord::Observed(
+            serde_json::from_value(serde_json::json!({
+                "at_ns": 20 * MS, "what": "container_started", "via": "events",
+                "pod_uid": UID, "namespace": "default", "name": "web",
+                "sandbox_id": SANDBOX, "container_id": "c".repeat(64), "container": "app"
+            }))
+            .unwrap(),
+        ),
+    ];
+    let p = one(&r);
+    assert_eq!(p.verdict.cause, Cause::HostNetwork, "{p:#?}");
+    assert!(p.running, "{p:#?}");
+}
