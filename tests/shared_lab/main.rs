@@ -21,6 +21,10 @@ mod grpc_probes;
 mod kernel_events;
 /// Runs inside the modern node's guest (`cargo xtask node-vm test`), not on the host.
 mod modern_node;
+/// "Why has this pod no IP?" for the causes real nodes have: the node's CNI
+/// configuration broken one way at a time, pods of another client observed; loads the
+/// probes.
+mod no_ip;
 /// `podtrace observe` beside other CRI clients (cri-pod-client, a second podtrace); loads
 /// the probes.
 mod observe;

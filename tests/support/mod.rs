@@ -2,6 +2,7 @@
 //! manifests, and a CRI client to check what the runtime really holds.
 
 pub mod agent;
+pub mod cni_conf;
 pub mod cri_proxy;
 pub mod ebpf;
 pub mod observer;

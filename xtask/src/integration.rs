@@ -51,6 +51,7 @@ pub const SHARED_LAB: Binary = Binary {
         "timeline",
         "observe",
         "diagnose_faults",
+        "no_ip",
         "crash_safe_trace",
         "otel_export",
         "modern_node",

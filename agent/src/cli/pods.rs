@@ -29,6 +29,16 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
     };
     let records = doc["pods"].as_array().cloned().unwrap_or_default();
     let pods: Vec<_> = records.iter().map(api_pod).collect();
+    // The node's network first: with it broken, every pod below waits on it.
+    let node: Vec<crate::diagnose::NodeFinding> =
+        serde_json::from_value(doc["node"].clone()).unwrap_or_default();
+    for f in &node {
+        let line = format!("node: {}: {}", f.cause, f.summary);
+        match args.output {
+            Output::Json => eprintln!("podtrace: {line}"),
+            _ => println!("{line}"),
+        }
+    }
     if args.output == Output::Json {
         println!(
             "{}",

@@ -13,6 +13,9 @@ use crate::timeline::{CniReply, Stage, StageKind, StageName};
 
 /// What host-local (and other IPAM plugins) say when their range is used up.
 const IPAM_EXHAUSTED: &str = words::IPAM_EXHAUSTED_SHORT;
+/// Sandbox attempts of an observed pod listed one by one in a verdict; earlier ones are
+/// counted.
+const MAX_ATTEMPTS_SHOWN: usize = 4;
 /// kubelet's message for a container restarted after it exited.
 const RESTARTING_FAILED: &str = "restarting failed container";
 
@@ -447,14 +450,18 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         attempts.len(),
         if attempts.len() == 1 { "" } else { "s" }
     )];
-    for id in &attempts {
+    // The last few attempts, each on a line: a client retrying for minutes makes many.
+    let shown = attempts.len().saturating_sub(MAX_ATTEMPTS_SHOWN);
+    if shown > 0 {
+        evidence.push(format!("({shown} earlier attempts not listed)"));
+    }
+    for id in &attempts[shown..] {
         evidence.push(match failing(id) {
             Some(s) => format!("sandbox {}: {}", short(id), plugin_run(p, s)),
             None => format!(
                 "sandbox {}: {}",
                 short(id),
-                chain_text(p, &cni(id), "")
-                    .replace("the kernel saw the chain run", "every plugin ran")
+                chain_text(p, &cni(id), "").replace("the kernel saw the chain run", "ran")
             ),
         });
     }
@@ -538,7 +545,7 @@ fn chain_without_failure(
         if let Some(plugin) = missing.first() {
             evidence.push(chain_text(p, chain, plugin));
             evidence.push(format!(
-                "{} the runtime ran CNI DEL for the attempt: it failed",
+                "sandbox {}: the runtime ran CNI DEL after the ADD, so the attempt failed",
                 short(last)
             ));
             evidence.extend(network::missing_evidence(n));

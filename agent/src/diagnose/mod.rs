@@ -63,6 +63,12 @@ pub fn diagnose(records: &[TraceRecord], node_ip: Option<&str>) -> Diagnosis {
     }
 }
 
+/// What is wrong with the node's pod network, from its last look (`podtrace pods` shows
+/// these above the pods).
+pub fn node_findings(last: Option<&crate::trace::NodeNetworkRecord>) -> Vec<NodeFinding> {
+    network::node_findings(last)
+}
+
 /// The timeline of the records (see [`crate::timeline::from_records`]).
 fn timeline_of(records: &[TraceRecord]) -> Timeline {
     crate::timeline::from_records(records)

@@ -54,10 +54,15 @@ pub fn render(d: &Diagnosis) -> String {
         .count();
     let _ = writeln!(
         out,
-        "{} pod{}, {} healthy, {unhealthy} with a problem",
+        "{} pod{}, {} healthy, {unhealthy} with a problem{}",
         d.pods.len(),
         if d.pods.len() == 1 { "" } else { "s" },
-        d.pods.len() - unhealthy
+        d.pods.len() - unhealthy,
+        match d.node.len() {
+            0 => String::new(),
+            1 => "; 1 finding about the node".to_string(),
+            n => format!("; {n} findings about the node"),
+        }
     );
     out
 }

@@ -135,6 +135,9 @@ fn bytes_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
 #[derive(serde::Serialize)]
 struct PodsBody<'a> {
     pods: &'a [&'a super::status_store::PodRecord],
+    /// What is wrong with the node's pod network, as last looked at.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    node: Vec<crate::diagnose::NodeFinding>,
 }
 
 fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>> {
@@ -143,7 +146,10 @@ fn handle(state: &ApiState, method: &Method, path: &str) -> Response<Full<Bytes>
         // Serialized in place, under the store's lock: a watcher polling a node with a
         // hundred pods would otherwise copy every record (spec, status, events) on each
         // request, megabytes of short-lived heap while the pods start.
-        (&Method::GET, "/pods") => store.with_sorted(|pods| json_of(&PodsBody { pods })),
+        (&Method::GET, "/pods") => {
+            let node = crate::diagnose::node_findings(timeline.last_network().as_ref());
+            store.with_sorted(|pods| json_of(&PodsBody { pods, node }))
+        }
         (&Method::GET, "/events") => {
             let events: Vec<serde_json::Value> = store
                 .list()

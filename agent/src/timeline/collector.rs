@@ -374,6 +374,11 @@ impl Collector {
         out
     }
 
+    /// The node's pod network as last recorded.
+    pub fn last_network(&self) -> Option<NodeNetworkRecord> {
+        self.lock().network.back().cloned()
+    }
+
     /// The timeline of everything kept.
     pub fn timeline(&self) -> Timeline {
         let frozen = Frozen::of(&self.lock());
