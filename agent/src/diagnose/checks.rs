@@ -253,7 +253,7 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     if exhausted || ipam.is_some() {
         if let Some(pool) = f.network_at(last.end_ns).and_then(|n| n.ipam.as_ref()) {
             let attempts: Vec<&str> = p.timeline.sandbox_ids.iter().map(String::as_str).collect();
-            evidence.extend(network::pool_evidence(pool, &attempts));
+            evidence.extend(network::pool_evidence(pool, &attempts, &f.owners));
         }
         let stage = ipam
             .map(|s| s.stage.clone())
@@ -482,7 +482,7 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     let said_exhausted = error_msg(failed).is_some_and(|m| m.contains(IPAM_EXHAUSTED));
     if let Some(pool) = pool {
         let ids: Vec<&str> = attempts.iter().map(|s| s.as_str()).collect();
-        evidence.extend(network::pool_evidence(pool, &ids));
+        evidence.extend(network::pool_evidence(pool, &ids, &f.owners));
     }
     let pool_full = pool.is_some_and(|p| p.sets.iter().any(|s| s.full()));
     if said_exhausted || pool_full {

@@ -90,6 +90,8 @@ pub(super) struct Facts<'a> {
     pub lost_events: u64,
     /// The runtime's Status answers (NetworkReady, RuntimeReady), in time order.
     pub status: Vec<&'a CriCall>,
+    /// The pod of each sandbox the records know, as `namespace/name`.
+    pub owners: BTreeMap<String, String>,
     /// The node's pod network as each change was recorded, in time order.
     pub network: Vec<&'a NodeNetworkRecord>,
     /// CNI runs by the sandbox ID they were given (`CNI_CONTAINERID`), in time order.
@@ -165,7 +167,18 @@ impl<'a> Facts<'a> {
             })
             .collect();
         let exits = exits(&kernel);
+        let owners = timeline
+            .pods
+            .iter()
+            .flat_map(|t| {
+                let name = format!("{}/{}", t.namespace, t.name);
+                t.sandbox_ids
+                    .iter()
+                    .map(move |id| (id.clone(), name.clone()))
+            })
+            .collect();
         Facts {
+            owners,
             host_ip,
             kernel: !kernel.is_empty(),
             lost_events,

@@ -4,6 +4,8 @@
 //! holding leaked reservations), and the evidence a pod's verdict takes from the network
 //! as it was when the pod failed.
 
+use std::collections::BTreeMap;
+
 use crate::trace::{IpamRecord, NodeNetworkRecord};
 
 use super::model::{Cause, NodeFinding};
@@ -196,7 +198,7 @@ fn pool_finding(ipam: &IpamRecord) -> Option<NodeFinding> {
     if full.is_empty() && ipam.leaked == 0 {
         return None;
     }
-    let evidence = pool_evidence(ipam, &[]);
+    let evidence = pool_evidence(ipam, &[], &BTreeMap::new());
     if let Some(set) = full.first() {
         Some(NodeFinding {
             cause: Cause::IpamExhausted,
@@ -231,7 +233,12 @@ fn pool_finding(ipam: &IpamRecord) -> Option<NodeFinding> {
 
 /// The pool's fill per range set, its holders (the pod's own `attempts` marked), and
 /// its leaks, with whether they are why it is full.
-pub(super) fn pool_evidence(ipam: &IpamRecord, attempts: &[&str]) -> Vec<String> {
+/// `owners` names the pod of each sandbox the records know.
+pub(super) fn pool_evidence(
+    ipam: &IpamRecord,
+    attempts: &[&str],
+    owners: &BTreeMap<String, String>,
+) -> Vec<String> {
     let mut out = Vec::new();
     for s in &ipam.sets {
         out.push(format!(
@@ -251,11 +258,14 @@ pub(super) fn pool_evidence(ipam: &IpamRecord, attempts: &[&str]) -> Vec<String>
             .iter()
             .map(|h| {
                 let whose = if attempts.contains(&h.sandbox_id.as_str()) {
-                    " (this pod's attempt)"
+                    " (this pod's attempt)".to_string()
                 } else if h.leaked {
-                    " (leaked: the runtime knows no such sandbox)"
+                    " (leaked: the runtime knows no such sandbox)".to_string()
                 } else {
-                    ""
+                    owners
+                        .get(&h.sandbox_id)
+                        .map(|pod| format!(" (pod {pod})"))
+                        .unwrap_or_default()
                 };
                 format!("{} by sandbox {}{whose}", h.ip, short(&h.sandbox_id))
             })
@@ -434,7 +444,11 @@ mod tests {
         let f = node_findings(Some(&n));
         assert_eq!(f[0].cause, Cause::IpamExhausted);
         assert!(f[0].summary.contains("10.0.0.2-10.0.0.3 of network lab is used up: 2 of 2 addresses held, 1 by sandboxes the runtime does not know"), "{}", f[0].summary);
-        let ev = pool_evidence(n.ipam.as_ref().unwrap(), &["bbbbbbbbbbbbbbbbbbbb"]);
+        let ev = pool_evidence(
+            n.ipam.as_ref().unwrap(),
+            &["bbbbbbbbbbbbbbbbbbbb"],
+            &BTreeMap::new(),
+        );
         assert!(
             ev[1].contains(
                 "10.0.0.2 by sandbox aaaaaaaaaaaa (leaked: the runtime knows no such sandbox)"
