@@ -1,13 +1,14 @@
 //! Kernel events as user space sees them: decoded from ring-buffer records into the
 //! core's owned, typed records. Decoding is pure so it is tested without a kernel.
 
+use podtrace_core::record::escaped;
 pub use podtrace_core::record::{
-    Cgroup, CniExec, Comm, EventMeta, KernelEvent, NetnsCall, RuntimeExec, cni_args_value,
-    kind_name, split_wait_status,
+    Cgroup, CniExec, CniOutput, CniWriteHook, Comm, EventMeta, KernelEvent, NetnsCall, RuntimeExec,
+    WriteHookChange, cni_args_value, kind_name, split_wait_status,
 };
 use podtrace_ebpf_common::{
-    CgroupEvent, CniExecEvent, EventHeader, EventKind, ExecEvent, ExitEvent, NetnsEvent,
-    NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags,
+    CgroupEvent, CniExecEvent, CniOutputEvent, EventHeader, EventKind, ExecEvent, ExitEvent,
+    NetnsEvent, NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags, cni_output_flags,
 };
 
 /// Why a record could not be decoded. The probes and this decoder share one layout
@@ -20,6 +21,9 @@ pub enum DecodeError {
     /// The header's kind is not one this podtrace knows.
     #[error("record of unknown kind {kind}")]
     UnknownKind { kind: u32 },
+    /// A kind only user space makes, in the ring buffer.
+    #[error("record of kind {kind}, which the probes never write")]
+    NotFromProbes { kind: u32 },
 }
 
 /// Copies a `T` out of the start of `bytes`.
@@ -178,7 +182,27 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 forked_ns: forked(e.forked_ns, e.header.ktime_ns),
             }))
         }
+        EventKind::CniOutput => KernelEvent::CniOutput(Box::new(cni_output(&read(bytes)?))),
+        EventKind::CniWriteHook => return Err(DecodeError::NotFromProbes { kind: header.kind }),
     })
+}
+
+/// A chunk of a plugin's output (or its total): the bytes copied, never more than the
+/// record holds whatever its lengths say.
+fn cni_output(e: &CniOutputEvent) -> CniOutput {
+    let end = e.flags & cni_output_flags::END != 0;
+    let copied = (e.copied as usize).min(e.data.len());
+    CniOutput {
+        meta: meta(&e.header),
+        offset: e.offset,
+        count: e.count,
+        len: e.len.min(e.data.len() as u32),
+        data: escaped::escape(&e.data[..copied]),
+        unreadable: e.flags & cni_output_flags::UNREADABLE != 0,
+        end,
+        writes: end.then_some(e.writes),
+        captured: end.then_some(e.captured),
+    }
 }
 
 /// A fork time as the probe read it: 0 (unknown) or later than the exec (a wrong
