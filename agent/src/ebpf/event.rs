@@ -321,6 +321,73 @@ mod tests {
     }
 
     #[test]
+    fn a_cni_output_chunk_carries_its_bytes_escaped_and_bounded() {
+        let mut data = [0u8; podtrace_ebpf_common::CNI_OUTPUT_CHUNK];
+        let raw = b"{\"code\": 11, \"msg\": \"no\\addr\"}\xff";
+        data[..raw.len()].copy_from_slice(raw);
+        let ev = CniOutputEvent {
+            header: header(EventKind::CniOutput, "host-local"),
+            offset: 256,
+            count: 700,
+            len: raw.len() as u32,
+            copied: raw.len() as u32,
+            flags: 0,
+            writes: 0,
+            captured: 0,
+            _pad: 0,
+            data,
+        };
+        let KernelEvent::CniOutput(o) = decode(&bytes(&ev)).unwrap() else {
+            panic!("not a CNI output");
+        };
+        assert_eq!((o.offset, o.count, o.len), (256, 700, raw.len() as u32));
+        assert_eq!(o.data, "{\"code\": 11, \"msg\": \"no\\\\addr\"}\\xff");
+        assert_eq!(o.bytes(), raw);
+        assert!(!o.end && !o.unreadable && o.writes.is_none());
+        let json = serde_json::to_value(KernelEvent::CniOutput(o)).unwrap();
+        assert_eq!(json["kind"], "cni_output");
+        // Lengths past the chunk (a corrupt record) are cut to it.
+        let corrupt = CniOutputEvent {
+            len: u32::MAX,
+            copied: u32::MAX,
+            ..ev
+        };
+        let KernelEvent::CniOutput(o) = decode(&bytes(&corrupt)).unwrap() else {
+            panic!("not a CNI output");
+        };
+        assert_eq!(o.bytes().len(), podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
+        assert_eq!(o.len as usize, podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
+        let total = CniOutputEvent {
+            offset: 5000,
+            count: 0,
+            len: 0,
+            copied: 0,
+            flags: cni_output_flags::END,
+            writes: 9,
+            captured: 1024,
+            ..ev
+        };
+        let e = decode(&bytes(&total)).unwrap();
+        assert!(
+            e.to_string()
+                .ends_with("wrote 5000 bytes to stdout in 9 writes (1024 captured)"),
+            "{e}"
+        );
+        let KernelEvent::CniOutput(o) = e else {
+            panic!()
+        };
+        assert!(o.end && o.data.is_empty());
+        assert_eq!((o.writes, o.captured), (Some(9), Some(1024)));
+        // The agent's own kind never comes from the ring.
+        let mut h = header(EventKind::CniWriteHook, "x");
+        h.kind = EventKind::CniWriteHook as u32;
+        assert!(matches!(
+            decode(&bytes(&h)),
+            Err(DecodeError::NotFromProbes { .. })
+        ));
+    }
+
+    #[test]
     fn netns_events_keep_their_syscall_and_inode() {
         let ev = NetnsEvent {
             header: header(EventKind::Netns, "containerd"),
