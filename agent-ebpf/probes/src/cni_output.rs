@@ -12,14 +12,13 @@
 //! enabled syscall tracepoint, so user space attaches either only while a plugin runs).
 
 use aya_ebpf::cty::c_void;
-use aya_ebpf::helpers::r#gen::bpf_probe_read_user;
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
+use aya_ebpf::helpers::r#gen::bpf_probe_read_user;
 use aya_ebpf::macros::{kprobe, map, tracepoint};
 use aya_ebpf::maps::LruHashMap;
 use aya_ebpf::programs::{ProbeContext, TracePointContext};
 use podtrace_ebpf_common::{
-    CNI_OUTPUT_CHUNK, CNI_OUTPUT_MAX, CniOutputEvent, EventKind, MAX_CNI_PLUGINS,
-    cni_output_flags,
+    CNI_OUTPUT_CHUNK, CNI_OUTPUT_MAX, CniOutputEvent, EventKind, MAX_CNI_PLUGINS, cni_output_flags,
 };
 
 use crate::{ctx_field, fill_header, reserve};

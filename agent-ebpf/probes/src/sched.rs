@@ -7,8 +7,8 @@ use aya_ebpf::programs::TracePointContext;
 use podtrace_ebpf_common::{CommWords, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
 use crate::{
-    Reserved, cni, cni_output, ctx_field, data_loc, fill_header, fill_header_with, filter, reserve_waking,
-    runtime, task,
+    Reserved, cni, cni_output, ctx_field, data_loc, fill_header, fill_header_with, filter,
+    reserve_waking, runtime, task,
 };
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
