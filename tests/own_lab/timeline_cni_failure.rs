@@ -4,7 +4,7 @@
 //! chained after portmap and told to set a sysctl outside `net.` (which it refuses, exit
 //! 1), and takes it down again. It runs while the shared lab is down.
 
-use podtrace::timeline::{StageKind, StageName, build};
+use podtrace::timeline::{CniReply, StageKind, StageName, build};
 use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
@@ -93,6 +93,21 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert_eq!(
         (tuning.ok, tuning.exit_code),
         (false, Some(1)),
+        "{tuning:?}"
+    );
+    // Its own words, from what it printed: the run attached the write hook before
+    // RunPodSandbox went out.
+    match &tuning.reply {
+        Some(CniReply::Error { msg, .. }) => assert_eq!(
+            msg, "invalid net sysctl key: \"kernel.podtrace_lab_fail\"",
+            "{tuning:?}"
+        ),
+        other => panic!("tuning's reply is {other:?}: {tuning:?}"),
+    }
+    assert!(
+        tuning
+            .detail
+            .contains("invalid net sysctl key: \"kernel.podtrace_lab_fail\""),
         "{tuning:?}"
     );
     for plugin in ["loopback", "bridge", "host-local", "portmap"] {
@@ -195,11 +210,41 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert_eq!(v["cause"], "cni_plugin_failed", "{d:#}");
     assert_eq!(v["stage"], "cni_plugin:tuning", "{d:#}");
     assert!(n >= 2, "the client retried: {d:#}");
+    observed_tuning_said_why(&observed);
 
     let paths = lab.0.clone();
     drop(lab);
     let left = before.diff(&snapshot_residue(&paths));
     assert!(left.is_empty(), "down left behind:\n{}", left.join("\n"));
+}
+
+/// In the observer's trace (no CRI call of its own: the write hook is attached when the
+/// reader sees the namespace created or a plugin exec'd), tuning's error is captured in
+/// the client's sandbox attempts; how much of each plugin's output was, is printed.
+fn observed_tuning_said_why(observed: &std::path::Path) {
+    let trace = read_trace(observed).expect("the observed trace reads back");
+    let timeline = build(&trace.records);
+    let p = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "observed-fails-0")
+        .unwrap_or_else(|| panic!("no observed pod: {:#?}", timeline.pods));
+    let mut errors = 0;
+    for s in p.stages.iter().filter(|s| s.stage.cni_plugin().is_some()) {
+        eprintln!(
+            "observed {} in {:?}: {:?} {:?}",
+            s.stage,
+            s.sandbox_id,
+            s.reply.as_ref().map(CniReply::summary),
+            s.capture
+        );
+        if s.stage.cni_plugin() == Some("tuning")
+            && matches!(&s.reply, Some(CniReply::Error { msg, .. }) if msg.contains("kernel.podtrace_lab_fail"))
+        {
+            errors += 1;
+        }
+    }
+    assert!(errors >= 1, "no tuning error captured: {:#?}", p.stages);
 }
 
 /// The verdict on the CRI-protos client's failing pod in a diagnosis, and how many

@@ -6,9 +6,15 @@
 
 use std::process::Command;
 
-use podtrace::ebpf::now_ktime_ns;
+use std::time::Duration;
+
+use podtrace::ebpf::event::CniOutput;
+use podtrace::ebpf::{KernelEvent, now_ktime_ns};
+use podtrace::timeline::CniReply;
 use podtrace_tests::ebpf::{Watched, Watcher, require_probes, serial};
-use podtrace_tests::{Scratch, pod, podtrace_bin, require_lab, runtime_objects, stderr};
+use podtrace_tests::{
+    Scratch, eventually, pod, podtrace_bin, require_lab, runtime_objects, stderr,
+};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
 
@@ -40,16 +46,29 @@ fn a_sandbox_is_seen_from_the_kernel() {
         ),
     );
     let watcher = Watcher::start(&[]);
+    // The write hook that captures CNI plugins' output is attached only while a plugin
+    // runs: seen from outside, one perf event more while it is.
+    let idle_fds = watcher.perf_event_fds();
     let before = now_ktime_ns();
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
     let uid = pod(&doc, POD)["uid"].as_str().unwrap().to_string();
+    let ip = pod(&doc, POD)["ip"].as_str().expect("the pod's IP").to_string();
     let (sandboxes, _) = runtime_objects(&uid);
     assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
     let sandbox = sandboxes[0].clone();
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
     let after = now_ktime_ns();
+    eventually(
+        "the write hook to be detached once the pod's plugins are done",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || match watcher.perf_event_fds() {
+            n if n == idle_fds => Ok(()),
+            n => Err(format!("{n} perf events, {idle_fds} when idle")),
+        },
+    );
     let w = watcher.stop();
     assert!(w.status.success(), "{}", w.stderr);
     let timeline = Timeline::of(&w, &sandbox);
@@ -86,6 +105,7 @@ fn a_sandbox_is_seen_from_the_kernel() {
         adds.push(add);
     }
     let first_add = adds.iter().map(|e| ns(e, "ktime_ns")).min().unwrap();
+    plugins_said_the_pods_ip(&w, &adds, &ip);
 
     // containerd created the sandbox's netns with unshare(CLONE_NEWNET) before CNI ADD,
     // and the plugins entered that very namespace (same inode).
@@ -152,6 +172,64 @@ fn a_sandbox_is_seen_from_the_kernel() {
     );
     assert!(w.of_kind("cgroup_rmdir").any(|e| is_cgroup_of(e, &sandbox)));
     assert_eq!(w.summary["undecodable"], 0, "{}", w.summary);
+}
+
+/// What each plugin of the sandbox printed, as the watcher (which makes no CRI call: it
+/// attaches the write hook when it reads the namespace's creation or a plugin's exec)
+/// captured it: bridge and host-local answered with the pod's IP. Loopback runs for a
+/// millisecond or two and may finish before the hook is attached: it is reported, not
+/// required. The hook was attached, then detached.
+fn plugins_said_the_pods_ip(w: &Watched, adds: &[&Value], ip: &str) {
+    let hooks: Vec<&Value> = w.of_kind("cni_write_hook").collect();
+    assert!(
+        hooks.iter().any(|h| h["change"] == "attached"),
+        "{hooks:?}\n{}",
+        w.stderr
+    );
+    assert_eq!(hooks.last().unwrap()["change"], "detached", "{hooks:?}");
+    assert_eq!(w.summary["cni_output"]["attached"], false, "{}", w.summary);
+    assert!(w.summary["cni_output"]["attaches"].as_u64() >= Some(1));
+    let attached_at = hooks
+        .iter()
+        .filter(|h| h["change"] == "attached")
+        .map(|h| ns(h, "ktime_ns"))
+        .collect::<Vec<_>>();
+    for add in adds {
+        let plugin = add["plugin"].as_str().unwrap();
+        let mut chunks: Vec<CniOutput> = w
+            .of_kind("cni_output")
+            .filter(|o| o["tgid"] == add["pid"] && o["end"] != true)
+            .map(|o| match serde_json::from_value(o.clone()) {
+                Ok(KernelEvent::CniOutput(c)) => *c,
+                other => panic!("{o}: {other:?}"),
+            })
+            .collect();
+        chunks.sort_by_key(|c| c.offset);
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.bytes()).collect();
+        let exec = ns(add, "ktime_ns");
+        let lead = attached_at
+            .iter()
+            .filter(|t| **t <= exec + 1_000_000_000)
+            .map(|t| (*t as i64 - exec as i64) as f64 / 1e6)
+            .next_back();
+        eprintln!(
+            "{plugin}: {} bytes captured; write hook attached {lead:?} ms after its exec",
+            bytes.len()
+        );
+        if plugin == "loopback" {
+            continue;
+        }
+        let reply = CniReply::parse(&bytes, false);
+        if plugin == "bridge" || plugin == "host-local" {
+            let addrs: Vec<&str> = reply.addresses().collect();
+            assert!(
+                addrs.iter().any(|a| a.split('/').next() == Some(ip)),
+                "{plugin} said {reply:?}, the pod's IP is {ip}"
+            );
+        } else {
+            assert!(matches!(reply, CniReply::Result { .. }), "{plugin}: {reply:?}");
+        }
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use podtrace::cri::CriCall;
 use podtrace::ebpf::event::cni_args_value;
 use podtrace::ebpf::{KernelEvent, NetnsCall};
-use podtrace::timeline::{PodTimeline, Stage, StageSource, Timeline, build};
+use podtrace::timeline::{CniReply, PodTimeline, Stage, StageSource, Timeline, build};
 use podtrace::trace::{Trace, TraceRecord, read_trace};
 use podtrace_tests::agent::{Agent, phase};
 use podtrace_tests::ebpf::{require_probes, serial};
@@ -322,6 +322,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         }
         runtime_steps_are_this_pods(&trace, p, sandbox, container);
         assert_eq!(p.ip.as_deref(), pod(&doc, name)["ip"].as_str(), "{name}");
+        plugins_replied_with_the_pods_ip(p);
     }
 
     // No runtime process is on two pods' timelines.
@@ -352,6 +353,34 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     let out = timeline_cli(&[trace_path.to_str().unwrap(), "-o", "json"]);
     let json: Timeline = serde_json::from_slice(&out.stdout).expect("timeline JSON");
     assert_eq!(json, timeline);
+}
+
+/// bridge and host-local (its IPAM) answered with the address the runtime reports for the
+/// pod, captured whole: `run` attaches the write hook before RunPodSandbox goes out.
+fn plugins_replied_with_the_pods_ip(p: &PodTimeline) {
+    let ip = p.ip.as_deref().expect("the pod's IP");
+    for plugin in ["bridge", "host-local"] {
+        let s = stage(p, &format!("cni_plugin:{plugin}"));
+        let reply = s
+            .reply
+            .as_ref()
+            .unwrap_or_else(|| panic!("no reply on {s:?}"));
+        assert!(
+            matches!(reply, CniReply::Result { .. }),
+            "{plugin}: {reply:?}"
+        );
+        let addrs: Vec<&str> = reply.addresses().collect();
+        assert!(
+            addrs.iter().any(|a| a.split('/').next() == Some(ip)),
+            "{plugin} said {addrs:?}, the runtime {ip}"
+        );
+        let capture = s.capture.as_ref().expect("capture facts");
+        assert!(
+            !capture.cut && capture.written == capture.captured && capture.written > 0,
+            "{capture:?}"
+        );
+        assert!(!capture.hook.is_empty(), "{capture:?}");
+    }
 }
 
 /// The runtime's own steps, timed by the kernel inside the CRI calls.

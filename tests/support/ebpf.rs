@@ -116,6 +116,18 @@ impl Watcher {
         }
     }
 
+    /// The perf-event file descriptors the watcher holds, as `/proc` shows them from
+    /// outside: one per tracepoint or kprobe a program is attached to, so attaching or
+    /// detaching one changes the count.
+    pub fn perf_event_fds(&self) -> usize {
+        let dir = format!("/proc/{}/fd", self.child.id());
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target.as_os_str() == "anon_inode:[perf_event]")
+            .count()
+    }
+
     /// Interrupts the watcher (as Ctrl-C would) and collects its output.
     pub fn stop(mut self) -> Watched {
         let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");

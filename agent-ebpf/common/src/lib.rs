@@ -28,6 +28,15 @@ pub const MAX_ENV_SCAN: u32 = 256;
 /// argument list is read from its end, where runc puts the ID.
 pub const ARGV_LEN: usize = 1024;
 
+/// Bytes of a CNI plugin's standard output one [`CniOutputEvent`] carries.
+pub const CNI_OUTPUT_CHUNK: usize = 256;
+/// Bytes of its standard output copied per plugin process: the first ones, where its
+/// result or error is. Later writes are only counted.
+pub const CNI_OUTPUT_MAX: u32 = 1024;
+/// Live CNI plugin processes followed at once (an LRU map: a plugin whose exit was never
+/// seen ages out).
+pub const MAX_CNI_PLUGINS: u32 = 1024;
+
 /// The value of [`names::NODE_PROCESSES`] that reports every exec and exit on the node.
 pub const NODE_PROCESSES_ON: u32 = 1;
 /// Entries of [`names::TRACKED`] (one byte per process ID) when user space does not size
@@ -89,6 +98,12 @@ pub mod names {
     pub const TASK_START_TIME_OFFSET: &str = "TASK_START_TIME_OFFSET";
     /// Byte offset of `task_struct.comm`.
     pub const TASK_COMM_OFFSET: &str = "TASK_COMM_OFFSET";
+    /// Non-zero (the default): a CNI plugin's exec and a network namespace's creation
+    /// wake the reader at once, so user space attaches the write hook before the plugin
+    /// writes its result (whatever [`WAKE_FOR_POD_WORK`] says).
+    pub const WAKE_FOR_CNI: &str = "WAKE_FOR_CNI";
+    /// Live CNI plugin processes (tgid) and how much each wrote to its standard output.
+    pub const CNI_PLUGINS: &str = "CNI_PLUGINS";
     /// Non-zero (the default): the exec or exit of a process of pod work wakes the
     /// reader at once. Zero: it waits for the reader's next drain like any other event,
     /// for a consumer that acts on nothing at once (`observe`).
@@ -119,12 +134,18 @@ pub enum EventKind {
     /// exec of a container runtime program (runc, crun, a containerd shim):
     /// [`RuntimeExecEvent`].
     RuntimeExec = 8,
+    /// A CNI plugin's write to its standard output, or the total at its exit:
+    /// [`CniOutputEvent`].
+    CniOutput = 9,
+    /// The agent's own record of the write hook's attach and detach: never in the ring
+    /// buffer, never lost (its counter stays zero).
+    CniWriteHook = 10,
 }
 
 impl EventKind {
     /// One past the largest discriminant: the size of the lost-event counter array.
-    pub const COUNT: u32 = 9;
-    pub const ALL: [EventKind; 8] = [
+    pub const COUNT: u32 = 11;
+    pub const ALL: [EventKind; 10] = [
         EventKind::Exec,
         EventKind::Exit,
         EventKind::CgroupMkdir,
@@ -133,6 +154,8 @@ impl EventKind {
         EventKind::Netns,
         EventKind::CniExec,
         EventKind::RuntimeExec,
+        EventKind::CniOutput,
+        EventKind::CniWriteHook,
     ];
 
     pub fn from_u32(v: u32) -> Option<EventKind> {
@@ -315,6 +338,40 @@ pub struct RuntimeExecEvent {
     pub argv: [u8; ARGV_LEN],
 }
 
+/// Bits of [`CniOutputEvent::flags`].
+pub mod cni_output_flags {
+    /// The bytes could not be read from the writer's memory: `copied` is 0.
+    pub const UNREADABLE: u32 = 1;
+    /// The plugin's process exited: no data, `offset` is everything it wrote.
+    pub const END: u32 = 2;
+}
+
+/// A chunk of what a CNI plugin process (the header's tgid) wrote to fd 1, or, with
+/// [`cni_output_flags::END`], its total at exit. Only the first [`CNI_OUTPUT_MAX`]
+/// bytes of a process's output are copied; later writes are only counted.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CniOutputEvent {
+    pub header: EventHeader,
+    /// Where this chunk starts in the process's output: the bytes its earlier writes
+    /// asked to write, plus this chunk's place in its write. END: the total.
+    pub offset: u64,
+    /// The write's `count`, all of it (0 at END).
+    pub count: u64,
+    /// Bytes of the output this chunk stands for, at most [`CNI_OUTPUT_CHUNK`].
+    pub len: u32,
+    /// Bytes of `data` filled: `len`, or 0 when unreadable.
+    pub copied: u32,
+    /// [`cni_output_flags`] bits.
+    pub flags: u32,
+    /// END: writes to fd 1 the process made.
+    pub writes: u32,
+    /// END: bytes copied in all.
+    pub captured: u32,
+    pub _pad: u32,
+    pub data: [u8; CNI_OUTPUT_CHUNK],
+}
+
 /// A `comm` as the probes hold it: its 16 bytes as two native-endian words, so that
 /// reading, comparing and storing it are a few word operations where a byte array costs
 /// dozens of byte loads and shifts (the BPF target has no unaligned loads).
@@ -478,6 +535,9 @@ const _: () = {
     assert!(core::mem::size_of::<CniExecEvent>() == H + 16 + 3 * PATH_LEN + 32 + 128);
     assert!(core::mem::size_of::<RuntimeExecEvent>() == H + 16 + ARGV_LEN);
     assert!(ARGV_LEN.is_power_of_two());
+    assert!(core::mem::size_of::<CniOutputEvent>() == H + 40 + CNI_OUTPUT_CHUNK);
+    assert!(CNI_OUTPUT_CHUNK.is_power_of_two());
+    assert!((CNI_OUTPUT_MAX as usize).is_multiple_of(CNI_OUTPUT_CHUNK));
     assert!(core::mem::size_of::<Prefix>() == 8 + 2 * PREFIX_LEN);
     assert!(PREFIX_LEN.is_power_of_two());
     assert!(PREFIX_LEN.is_multiple_of(8) && PREFIX_LEN <= PATH_LEN);
@@ -495,6 +555,7 @@ mod user {
     unsafe impl aya::Pod for crate::NetnsEvent {}
     unsafe impl aya::Pod for crate::CniExecEvent {}
     unsafe impl aya::Pod for crate::RuntimeExecEvent {}
+    unsafe impl aya::Pod for crate::CniOutputEvent {}
     unsafe impl aya::Pod for crate::Prefix {}
 }
 

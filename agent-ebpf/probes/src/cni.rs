@@ -20,7 +20,7 @@ use podtrace_ebpf_common::{
     starts_with,
 };
 
-use crate::{fill_header, reserve, task};
+use crate::{cni_output, fill_header, reserve_for_cni, task};
 
 #[map(name = "CNI_BIN_DIR")]
 static CNI_BIN_DIR: Array<Prefix> = Array::with_max_entries(1, 0);
@@ -66,7 +66,10 @@ pub fn is_plugin(filename: *const u8) -> bool {
 /// string.
 #[inline(always)]
 pub fn report_plugin(ctx: &TracePointContext, filename: *const u8) -> Result<(), u32> {
-    let Some(mut entry) = reserve::<CniExecEvent>(EventKind::CniExec) else {
+    // Its writes to standard output are followed from here, whether or not this event
+    // finds room in the ring.
+    cni_output::plugin_started((aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32);
+    let Some(mut entry) = reserve_for_cni::<CniExecEvent>(EventKind::CniExec) else {
         return Err(1);
     };
     let ev = entry.as_mut_ptr();

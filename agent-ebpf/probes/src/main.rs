@@ -1,7 +1,9 @@
 //! podtrace's eBPF probes: classic tracepoints, and kprobes on the two kernel functions
 //! that create and enter a network namespace (`netns_fn.rs`), which user space attaches
 //! instead of the namespace syscall tracepoints where the kernel allows them and falls
-//! back from where it does not. Every event goes through one ring buffer;
+//! back from where it does not, and the write hooks of `cni_output.rs` (a kprobe on
+//! `ksys_write`, else the `sys_enter_write` tracepoint) that copy what CNI plugins print,
+//! which user space attaches only while a plugin runs. Every event goes through one ring buffer;
 //! a failed reservation is counted per CPU and per kind in `LOST`, so user space can
 //! report every event it did not get.
 //!
@@ -21,6 +23,7 @@
 
 mod cgroup;
 mod cni;
+mod cni_output;
 mod filter;
 mod netns;
 mod netns_fn;
@@ -51,6 +54,12 @@ static LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(EventKind::COUNT, 
 #[unsafe(no_mangle)]
 static WAKE_FOR_POD_WORK: u32 = 1;
 
+/// Set by user space before load (`names::WAKE_FOR_CNI`): whether a CNI plugin's exec
+/// and a network namespace's creation wake the reader, which attaches the write hook
+/// that captures the plugins' output.
+#[unsafe(no_mangle)]
+static WAKE_FOR_CNI: u32 = 1;
+
 /// A reserved event and how to submit it.
 #[must_use = "the verifier requires a reserved entry to be submitted"]
 struct Reserved<T: 'static> {
@@ -79,12 +88,30 @@ fn reserve<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
     reserve_waking(kind, false)
 }
 
+/// [`reserve`], waking the reader on submit when user space asked to be woken for what
+/// precedes a CNI plugin's output (its exec, the namespace the runtime creates first).
+#[inline(always)]
+fn reserve_for_cni<T: 'static>(kind: EventKind) -> Option<Reserved<T>> {
+    // SAFETY: a valid static; volatile so the loader's patched value is read.
+    let wake = unsafe { core::ptr::read_volatile(&WAKE_FOR_CNI) } != 0;
+    reserve_with(kind, wake)
+}
+
 /// [`reserve`], waking the reader on submit when `urgent`: the exec or exit of a process
 /// of pod work (a container's first exec shows it running, its exit terminated), which
 /// the agent shows as soon as it reads it. Such events are a few per pod, so their
 /// wakeups cost little; everything else waits for the reader's next drain.
 #[inline(always)]
 fn reserve_waking<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<T>> {
+    // SAFETY: a valid static; volatile so the loader's patched value is read.
+    let wake_for_pod_work = unsafe { core::ptr::read_volatile(&WAKE_FOR_POD_WORK) } != 0;
+    reserve_with(kind, urgent && wake_for_pod_work)
+}
+
+/// Reserves a `T`, to be submitted with a forced wakeup when `urgent` or when it passes a
+/// wakeup mark.
+#[inline(always)]
+fn reserve_with<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<T>> {
     let Some(entry) = EVENTS.reserve::<T>(0) else {
         if let Some(counter) = LOST.get_ptr_mut(kind as u32) {
             // SAFETY: a per-CPU array slot is only touched by this CPU, and BPF programs
@@ -98,9 +125,6 @@ fn reserve_waking<T: 'static>(kind: EventKind, urgent: bool) -> Option<Reserved<
     // mark; the reader's timer drains the ring regardless.
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     let ring_size = EVENTS.query(BPF_RB_RING_SIZE as u64);
-    // SAFETY: a valid static; volatile so the loader's patched value is read.
-    let wake_for_pod_work = unsafe { core::ptr::read_volatile(&WAKE_FOR_POD_WORK) } != 0;
-    let urgent = urgent && wake_for_pod_work;
     let flags = if urgent || wakeup_due(avail, ringbuf_record_bytes(size_of::<T>()), ring_size) {
         BPF_RB_FORCE_WAKEUP
     } else {

@@ -14,7 +14,7 @@ use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::debug;
 use podtrace_ebpf_common::{CLONE_NEWNET, EventKind, NetnsEvent, NetnsSyscall};
 
-use crate::{current_tid, fill_header, reserve, task};
+use crate::{current_tid, fill_header, reserve, reserve_for_cni, task};
 
 /// A namespace syscall between entry and exit.
 #[repr(C)]
@@ -233,7 +233,14 @@ pub(crate) struct Outcome {
 /// the kernel-function hooks of `netns_fn.rs`); `Err` when the ring buffer was full.
 #[inline(always)]
 pub(crate) fn submit(o: &Outcome) -> Result<(), ()> {
-    let Some(mut entry) = reserve::<NetnsEvent>(EventKind::Netns) else {
+    // A new namespace: the runtime runs the CNI plugins in it next.
+    let created = o.syscall == NetnsSyscall::Unshare as u32 && o.ret == 0;
+    let reserved = if created {
+        reserve_for_cni::<NetnsEvent>(EventKind::Netns)
+    } else {
+        reserve::<NetnsEvent>(EventKind::Netns)
+    };
+    let Some(mut entry) = reserved else {
         return Err(());
     };
     let ev = entry.as_mut_ptr();

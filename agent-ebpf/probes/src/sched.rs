@@ -7,8 +7,8 @@ use aya_ebpf::programs::TracePointContext;
 use podtrace_ebpf_common::{CommWords, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
 use crate::{
-    Reserved, cni, ctx_field, data_loc, fill_header, fill_header_with, filter, reserve_waking,
-    runtime, task,
+    Reserved, cni, cni_output, ctx_field, data_loc, fill_header, fill_header_with, filter,
+    reserve_waking, runtime, task,
 };
 
 // Offsets from /sys/kernel/tracing/events/sched/sched_process_exec/format.
@@ -96,6 +96,11 @@ fn try_sched_process_exit(_ctx: &TracePointContext) -> Result<u32, u32> {
         return Ok(0);
     }
     let pod_work = filter::untrack(tgid) || filter::current_in_pod_cgroup();
+    if pod_work {
+        // A CNI plugin's output total goes before its exit. Only the leader's exit ends
+        // a process's output: a Go plugin's other threads come and go.
+        cni_output::plugin_exited(tgid);
+    }
     if !pod_work && !filter::node_processes() {
         return Ok(0);
     }

@@ -13,7 +13,7 @@ use super::start_feed::StartFeed;
 use crate::clock::wall_now;
 use crate::config::source::PodUpdate;
 use crate::cri::{CallHold, CallSink, CriCall, CriClient, CriMethod, RuntimeService};
-use crate::ebpf::{KernelProbes, NetnsAttach, NetnsGate, ProbeConfig, now_ktime_ns};
+use crate::ebpf::{CniOutputGate, KernelProbes, NetnsAttach, NetnsGate, ProbeConfig, now_ktime_ns};
 use crate::kuberuntime::event::EventType;
 use crate::metrics::Metrics;
 use crate::otel::{
@@ -39,6 +39,8 @@ pub struct RecordSink {
     starts: Arc<StartFeed>,
     /// Set when the probes run with their namespace programs on demand.
     netns: Arc<OnceLock<NetnsGate>>,
+    /// Set when the probes capture CNI plugins' output.
+    cni_output: Arc<OnceLock<CniOutputGate>>,
     /// Set when pod startups are exported over OTLP.
     otel: Arc<OnceLock<Arc<LiveExport>>>,
     /// Which calls carry a sampled trace context (on when exporting or receiving spans).
@@ -112,10 +114,17 @@ impl CallSink for RecordSink {
 
     fn begin(&self, call: &CriCall) -> Option<CallHold> {
         self.starts.call_began(call);
-        let gate = self.netns.get()?;
-        NETNS_CALLS
-            .contains(&call.method)
-            .then(|| Box::new(gate.hold()) as CallHold)
+        if !NETNS_CALLS.contains(&call.method) {
+            return None;
+        }
+        // The runtime runs the CNI plugins inside the same calls: the write hook is
+        // attached before the request goes out, so no plugin can write before it.
+        let cni = self
+            .cni_output
+            .get()
+            .map(|gate| gate.hold(call.method.as_str()));
+        let netns = self.netns.get().map(NetnsGate::hold);
+        Some(Box::new((netns, cni)) as CallHold)
     }
 }
 
@@ -204,6 +213,7 @@ impl RunRecorder {
             metrics: Arc::new(Metrics::new()),
             starts: Arc::new(StartFeed::default()),
             netns: Arc::new(OnceLock::new()),
+            cni_output: Arc::new(OnceLock::new()),
             otel: Arc::new(OnceLock::new()),
             gate: Arc::new(TraceGate::new()),
         };
@@ -248,6 +258,9 @@ impl RunRecorder {
         self.sink.starts.set_pace(probes.pace());
         if let Some(gate) = probes.netns_gate() {
             let _ = self.sink.netns.set(gate);
+        }
+        if let Some(gate) = probes.cni_output_gate() {
+            let _ = self.sink.cni_output.set(gate);
         }
         let sink = self.sink.clone();
         // On the event thread with the reader: a container's first exec shows it running
@@ -389,9 +402,13 @@ impl RunRecorder {
     /// enough to run before every scrape.
     pub fn netns_refresher(&self) -> impl Fn() + Send + Sync + 'static {
         let (cell, metrics) = (self.sink.netns.clone(), self.sink.metrics.clone());
+        let cni = self.sink.cni_output.clone();
         move || {
             if let Some(gate) = cell.get() {
                 metrics.set_netns_probes(gate.is_attached(), gate.attaches());
+            }
+            if let Some(gate) = cni.get() {
+                metrics.set_cni_write_hook(gate.is_attached(), gate.attaches());
             }
         }
     }

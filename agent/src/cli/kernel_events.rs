@@ -172,7 +172,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
     let (probes, mut events) = match args.ebpf.start() {
         Ok(Some(started)) => started,
         Ok(None) => {
-            print_summary(args.json, None, &[], None);
+            print_summary(args.json, None, &[], None, serde_json::Value::Null);
             return ExitCode::SUCCESS;
         }
         Err(code) => return code,
@@ -201,6 +201,16 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
     }
     for (program, why) in probes.skipped() {
         eprintln!("podtrace: optional probe {program} not attached: {why}");
+    }
+    match (probes.cni_output_gate(), probes.cni_output_off()) {
+        (Some(gate), _) => eprintln!(
+            "podtrace: CNI plugins' output from a {}, attached while a plugin runs",
+            gate.hook()
+        ),
+        (None, why) => eprintln!(
+            "podtrace: CNI plugins' output not captured: {}",
+            why.unwrap_or("no write hook")
+        ),
     }
 
     let deadline = args
@@ -260,6 +270,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
         Vec::new()
     });
     let hooks = probes.netns_hooks().kind();
+    let cni_output = cni_output_summary(&probes);
     // Events the reader drains while stopping still reach the channel: print them too.
     let stopping = probes.stop();
     tokio::pin!(stopping);
@@ -287,7 +298,13 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
                     summary.lost.total, args.ebpf.ringbuf_bytes
                 );
             }
-            print_summary(args.json, Some(&summary), &programs, Some(hooks));
+            print_summary(
+                args.json,
+                Some(&summary),
+                &programs,
+                Some(hooks),
+                cni_output,
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -306,13 +323,31 @@ fn write_event(out: &mut impl Write, json: bool, event: &KernelEvent) -> std::io
     }
 }
 
+/// What the summary says of the capture of CNI plugins' output: the write hook (`hook`,
+/// its short name; `how`, which and why that one), whether it is attached now and how
+/// often it was, or why there is none (`off`).
+fn cni_output_summary(probes: &crate::ebpf::KernelProbes) -> serde_json::Value {
+    match probes.cni_output_gate() {
+        Some(gate) => serde_json::json!({
+            "hook": gate.hook().name(),
+            "how": gate.hook().to_string(),
+            "attached": gate.is_attached(),
+            "attaches": gate.attaches(),
+            "refused": gate.failure(),
+        }),
+        None => serde_json::json!({ "off": probes.cni_output_off() }),
+    }
+}
+
 /// The last line: how many events were read and lost, or that there were none to read.
-/// `netns_hooks`: [`crate::ebpf::NetnsHooks::kind`] of the probes that ran.
+/// `netns_hooks`: [`crate::ebpf::NetnsHooks::kind`] of the probes that ran;
+/// `cni_output`: [`cni_output_summary`].
 fn print_summary(
     json: bool,
     summary: Option<&ProbeSummary>,
     programs: &[ProgramStats],
     netns_hooks: Option<&str>,
+    cni_output: serde_json::Value,
 ) {
     let lost = summary.map(|s| s.lost.clone()).unwrap_or_default();
     if json {
@@ -325,6 +360,7 @@ fn print_summary(
             "lost_by_kind": lost.by_kind,
             "programs": programs,
             "netns_hooks": netns_hooks,
+            "cni_output": cni_output,
         });
         println!("{doc}");
     } else {

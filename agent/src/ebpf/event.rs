@@ -1,13 +1,14 @@
 //! Kernel events as user space sees them: decoded from ring-buffer records into the
 //! core's owned, typed records. Decoding is pure so it is tested without a kernel.
 
+use podtrace_core::record::escaped;
 pub use podtrace_core::record::{
-    Cgroup, CniExec, Comm, EventMeta, KernelEvent, NetnsCall, RuntimeExec, cni_args_value,
-    kind_name, split_wait_status,
+    Cgroup, CniExec, CniOutput, CniWriteHook, Comm, EventMeta, KernelEvent, NetnsCall, RuntimeExec,
+    WriteHookChange, cni_args_value, kind_name, split_wait_status,
 };
 use podtrace_ebpf_common::{
-    CgroupEvent, CniExecEvent, EventHeader, EventKind, ExecEvent, ExitEvent, NetnsEvent,
-    NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags,
+    CgroupEvent, CniExecEvent, CniOutputEvent, EventHeader, EventKind, ExecEvent, ExitEvent,
+    NetnsEvent, NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags, cni_output_flags,
 };
 
 /// Why a record could not be decoded. The probes and this decoder share one layout
@@ -20,6 +21,9 @@ pub enum DecodeError {
     /// The header's kind is not one this podtrace knows.
     #[error("record of unknown kind {kind}")]
     UnknownKind { kind: u32 },
+    /// A kind only user space makes, in the ring buffer.
+    #[error("record of kind {kind}, which the probes never write")]
+    NotFromProbes { kind: u32 },
 }
 
 /// Copies a `T` out of the start of `bytes`.
@@ -178,7 +182,27 @@ pub fn decode(bytes: &[u8]) -> Result<KernelEvent, DecodeError> {
                 forked_ns: forked(e.forked_ns, e.header.ktime_ns),
             }))
         }
+        EventKind::CniOutput => KernelEvent::CniOutput(Box::new(cni_output(&read(bytes)?))),
+        EventKind::CniWriteHook => return Err(DecodeError::NotFromProbes { kind: header.kind }),
     })
+}
+
+/// A chunk of a plugin's output (or its total): the bytes copied, never more than the
+/// record holds whatever its lengths say.
+fn cni_output(e: &CniOutputEvent) -> CniOutput {
+    let end = e.flags & cni_output_flags::END != 0;
+    let copied = (e.copied as usize).min(e.data.len());
+    CniOutput {
+        meta: meta(&e.header),
+        offset: e.offset,
+        count: e.count,
+        len: e.len.min(e.data.len() as u32),
+        data: escaped::escape(&e.data[..copied]),
+        unreadable: e.flags & cni_output_flags::UNREADABLE != 0,
+        end,
+        writes: end.then_some(e.writes),
+        captured: end.then_some(e.captured),
+    }
 }
 
 /// A fork time as the probe read it: 0 (unknown) or later than the exec (a wrong
@@ -294,6 +318,73 @@ mod tests {
         assert!(!env_truncated);
         assert_eq!(meta.comm, "containerd");
         assert_eq!(meta.ktime_ns, 1_234_567_890_123);
+    }
+
+    #[test]
+    fn a_cni_output_chunk_carries_its_bytes_escaped_and_bounded() {
+        let mut data = [0u8; podtrace_ebpf_common::CNI_OUTPUT_CHUNK];
+        let raw = b"{\"code\": 11, \"msg\": \"no\\addr\"}\xff";
+        data[..raw.len()].copy_from_slice(raw);
+        let ev = CniOutputEvent {
+            header: header(EventKind::CniOutput, "host-local"),
+            offset: 256,
+            count: 700,
+            len: raw.len() as u32,
+            copied: raw.len() as u32,
+            flags: 0,
+            writes: 0,
+            captured: 0,
+            _pad: 0,
+            data,
+        };
+        let KernelEvent::CniOutput(o) = decode(&bytes(&ev)).unwrap() else {
+            panic!("not a CNI output");
+        };
+        assert_eq!((o.offset, o.count, o.len), (256, 700, raw.len() as u32));
+        assert_eq!(o.data, "{\"code\": 11, \"msg\": \"no\\\\addr\"}\\xff");
+        assert_eq!(o.bytes(), raw);
+        assert!(!o.end && !o.unreadable && o.writes.is_none());
+        let json = serde_json::to_value(KernelEvent::CniOutput(o)).unwrap();
+        assert_eq!(json["kind"], "cni_output");
+        // Lengths past the chunk (a corrupt record) are cut to it.
+        let corrupt = CniOutputEvent {
+            len: u32::MAX,
+            copied: u32::MAX,
+            ..ev
+        };
+        let KernelEvent::CniOutput(o) = decode(&bytes(&corrupt)).unwrap() else {
+            panic!("not a CNI output");
+        };
+        assert_eq!(o.bytes().len(), podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
+        assert_eq!(o.len as usize, podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
+        let total = CniOutputEvent {
+            offset: 5000,
+            count: 0,
+            len: 0,
+            copied: 0,
+            flags: cni_output_flags::END,
+            writes: 9,
+            captured: 1024,
+            ..ev
+        };
+        let e = decode(&bytes(&total)).unwrap();
+        assert!(
+            e.to_string()
+                .ends_with("wrote 5000 bytes to stdout in 9 writes (1024 captured)"),
+            "{e}"
+        );
+        let KernelEvent::CniOutput(o) = e else {
+            panic!()
+        };
+        assert!(o.end && o.data.is_empty());
+        assert_eq!((o.writes, o.captured), (Some(9), Some(1024)));
+        // The agent's own kind never comes from the ring.
+        let mut h = header(EventKind::CniWriteHook, "x");
+        h.kind = EventKind::CniWriteHook as u32;
+        assert!(matches!(
+            decode(&bytes(&h)),
+            Err(DecodeError::NotFromProbes { .. })
+        ));
     }
 
     #[test]

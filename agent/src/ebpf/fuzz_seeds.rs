@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use podtrace_ebpf_common::{
-    CgroupEvent, CniExecEvent, EventHeader, EventKind, ExecEvent, ExitEvent, NetnsEvent,
-    NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags,
+    CNI_OUTPUT_CHUNK, CgroupEvent, CniExecEvent, CniOutputEvent, EventHeader, EventKind, ExecEvent,
+    ExitEvent, NetnsEvent, NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags, cni_output_flags,
 };
 
 use super::event::{EventMeta, KernelEvent, NetnsCall, decode};
@@ -46,9 +46,36 @@ fn header(kind: EventKind, m: &EventMeta) -> EventHeader {
     }
 }
 
-/// The ring-buffer record the probes write for `e`.
+/// The ring-buffer record the probes write for `e`; the agent's own records (which
+/// never pass through the ring) write nothing.
 fn encode(e: &KernelEvent) -> Vec<u8> {
     match e {
+        KernelEvent::CniOutput(o) => {
+            let raw = o.bytes();
+            let mut data = [0u8; CNI_OUTPUT_CHUNK];
+            let n = raw.len().min(CNI_OUTPUT_CHUNK);
+            data[..n].copy_from_slice(&raw[..n]);
+            let mut flags = 0;
+            if o.unreadable {
+                flags |= cni_output_flags::UNREADABLE;
+            }
+            if o.end {
+                flags |= cni_output_flags::END;
+            }
+            bytes(&CniOutputEvent {
+                header: header(EventKind::CniOutput, &o.meta),
+                offset: o.offset,
+                count: o.count,
+                len: o.len,
+                copied: n as u32,
+                flags,
+                writes: o.writes.unwrap_or(0),
+                captured: o.captured.unwrap_or(0),
+                _pad: 0,
+                data,
+            })
+        }
+        KernelEvent::CniWriteHook(_) => Vec::new(),
         KernelEvent::Exec {
             meta,
             filename,
@@ -186,6 +213,9 @@ fn seeds() -> Vec<(String, KernelEvent)> {
         let mut taken: Vec<(String, usize)> = Vec::new();
         for r in &trace.records {
             let TraceRecord::Kernel(e) = r else { continue };
+            if matches!(e, KernelEvent::CniWriteHook(_)) {
+                continue;
+            }
             let kind = super::event::kind_name(e.kind()).to_string();
             let n = match taken.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, n)) => n,

@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::btf::{KernelOffsets, VMLINUX_BTF};
+use super::cni_output_gate::CniOutputGate;
 use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
@@ -24,6 +25,7 @@ use super::netns_hooks::{NetnsHookChoice, NetnsHooks, attach_functions};
 use super::object::ProbesObject;
 use super::pace::{POLL_PERIOD, ReadPace};
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
+use super::write_hooks;
 
 /// Where tracefs may be mounted, in the order aya looks.
 pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
@@ -146,6 +148,9 @@ pub struct ProbeConfig {
     /// How often the reader drains the ring while events flow (it backs off to eight
     /// times this while the ring stays empty).
     pub read_period: Duration,
+    /// Capture what CNI plugins print (their result or error): a write hook attached
+    /// while a plugin runs ([`CniOutputGate`]).
+    pub cni_output: bool,
 }
 
 impl ProbeConfig {
@@ -163,6 +168,7 @@ impl ProbeConfig {
             node_processes: true,
             wake_for_pod_work: true,
             read_period: POLL_PERIOD,
+            cni_output: true,
         }
     }
 }
@@ -203,6 +209,10 @@ pub struct KernelProbes {
     ebpf: Arc<Mutex<Ebpf>>,
     /// The namespace programs, when they attach on demand.
     gate: Option<NetnsGate>,
+    /// The write hook that captures CNI plugins' output, attached while they run.
+    cni_gate: Option<CniOutputGate>,
+    /// Why there is none.
+    cni_output_off: Option<String>,
     lost: PerCpuArray<MapData, u64>,
     stop: Option<oneshot::Sender<()>>,
     reader: Option<JoinHandle<Result<ReaderStats, EbpfError>>>,
@@ -272,6 +282,8 @@ impl KernelProbes {
                 &u32::from(config.wake_for_pod_work),
                 false,
             )
+            // Optional: an older object has no capture to wake the reader for.
+            .set_global(names::WAKE_FOR_CNI, &u32::from(config.cni_output), false)
             .set_max_entries(names::EVENTS, config.ringbuf_bytes)
             .set_max_entries(names::TRACKED, tracked_entries(read_pid_max()))
             .load(&data)
@@ -306,21 +318,48 @@ impl KernelProbes {
             netns_hooks,
         } = attach_all(&mut ebpf, &path, &config, &offsets)?;
 
+        let write_hook = if config.cni_output {
+            write_hooks::choose(&mut ebpf)
+        } else {
+            Err("not asked for".to_string())
+        };
+        match &write_hook {
+            Ok(hook) => {
+                tracing::info!("CNI plugins' output from a {hook}, attached while they run")
+            }
+            Err(why) => tracing::info!("CNI plugins' output not captured: {why}"),
+        }
+
         let ring = take_map(&mut ebpf, names::EVENTS, RingBuf::try_from)?;
         let lost = take_map(&mut ebpf, names::LOST, PerCpuArray::try_from)?;
         let (tx, rx) = channel(config.channel_capacity);
         let (stop_tx, stop_rx) = oneshot::channel();
         let pace = ReadPace::with_period(config.read_period);
+        let ebpf = Arc::new(Mutex::new(ebpf));
+        let (cni_gate, cni_output_off) = match write_hook {
+            Ok(hook) => (
+                Some(CniOutputGate::new(ebpf.clone(), hook, tx.injector())),
+                None,
+            ),
+            Err(why) => (None, Some(why)),
+        };
         // On the event thread: a ring that turned readable is drained at once, whatever
         // the rest of the agent is doing.
-        let reader = crate::event_thread::spawn(read_events(ring, tx, stop_rx, pace.clone()));
-        let ebpf = Arc::new(Mutex::new(ebpf));
+        let reader = crate::event_thread::spawn(read_events(
+            ring,
+            tx,
+            stop_rx,
+            pace.clone(),
+            cni_gate.clone(),
+        ));
         let gate = (config.netns_attach == NetnsAttach::OnDemand)
             .then(|| NetnsGate::new(ebpf.clone(), gated, config.node_processes));
         Ok((
             KernelProbes {
                 ebpf,
                 gate,
+                cni_gate,
+                cni_output_off,
                 lost,
                 stop: Some(stop_tx),
                 reader: Some(reader),
@@ -350,6 +389,16 @@ impl KernelProbes {
     /// The gate over the namespace programs, when they attach on demand.
     pub fn netns_gate(&self) -> Option<NetnsGate> {
         self.gate.clone()
+    }
+
+    /// The gate over the write hook that captures CNI plugins' output, if it loaded.
+    pub fn cni_output_gate(&self) -> Option<CniOutputGate> {
+        self.cni_gate.clone()
+    }
+
+    /// Why CNI plugins' output is not captured, when it is not.
+    pub fn cni_output_off(&self) -> Option<&str> {
+        self.cni_output_off.as_deref()
     }
 
     /// Which hooks feed the network-namespace events.
@@ -397,11 +446,14 @@ impl KernelProbes {
     /// Each program's run time and run count so far: those attached from the start, in
     /// attach order, then those behind the gate.
     pub fn program_stats(&self) -> Result<Vec<ProgramStats>, EbpfError> {
-        let gated = self
+        let mut gated = self
             .gate
             .as_ref()
             .map(NetnsGate::programs)
             .unwrap_or_default();
+        if let Some(cni) = &self.cni_gate {
+            gated.push(write_hooks::program(&cni.hook()));
+        }
         let ebpf = self.ebpf.lock().unwrap_or_else(|e| e.into_inner());
         self.attached
             .iter()

@@ -17,6 +17,7 @@
 //! yields an error whose [`EbpfError::is_unavailable`] is true: say so once and go on.
 
 pub mod btf;
+mod cni_output_gate;
 mod error;
 pub mod event;
 #[cfg(test)]
@@ -27,8 +28,10 @@ mod netns_hooks;
 pub mod object;
 mod pace;
 mod reader;
+mod write_hooks;
 
 pub use btf::KernelOffsets;
+pub use cni_output_gate::{CNI_OUTPUT_LINGER, CniOutputGate, CniOutputHold};
 pub use error::EbpfError;
 pub use event::{Cgroup, CniExec, Comm, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{
@@ -39,6 +42,7 @@ pub use netns_gate::{NETNS_LINGER, NetnsGate, NetnsHold};
 pub use netns_hooks::{NetnsHookChoice, NetnsHooks, kprobes_present};
 pub use object::{ObjectSource, ProbesObject};
 pub use pace::ReadPace;
-pub use reader::EventReceiver;
+pub use reader::{EventInjector, EventReceiver};
+pub use write_hooks::WriteHook;
 
 pub use crate::clock::now_ktime_ns;

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::cni_output_gate::CniOutputGate;
 use super::error::EbpfError;
 use super::event::{DecodeError, KernelEvent, decode};
 use super::pace::ReadPace;
@@ -69,6 +70,36 @@ impl EventSender {
             Err(_) => return false,
         }
         self.tx.send(batch).is_ok()
+    }
+}
+
+impl EventSender {
+    /// A way for the agent to put records of its own into the stream (the write hook's
+    /// attaches and detaches), beside the probes' events.
+    pub fn injector(&self) -> EventInjector {
+        EventInjector {
+            tx: self.tx.clone(),
+            room: self.room.clone(),
+        }
+    }
+}
+
+/// Puts the agent's own records into the event stream: a few per burst of pod work.
+#[derive(Clone)]
+pub struct EventInjector {
+    tx: mpsc::UnboundedSender<Vec<KernelEvent>>,
+    room: Arc<Semaphore>,
+}
+
+impl EventInjector {
+    /// Sends `event` without waiting: taken from the channel's room when there is some,
+    /// else sent beyond it (the receiver then gives back one permit more than was taken,
+    /// a channel one event larger per such record, rather than losing the record).
+    pub fn inject(&self, event: KernelEvent) {
+        if let Ok(permit) = self.room.try_acquire() {
+            permit.forget();
+        }
+        let _ = self.tx.send(vec![event]);
     }
 }
 
@@ -152,6 +183,7 @@ pub async fn read_events<R: Records>(
     tx: EventSender,
     mut stop: oneshot::Receiver<()>,
     pace: ReadPace,
+    gate: Option<CniOutputGate>,
 ) -> Result<ReaderStats, EbpfError> {
     let ring_err = |source| EbpfError::RingBufRead {
         map: names::EVENTS,
@@ -172,12 +204,12 @@ pub async fn read_events<R: Records>(
         tokio::select! {
             biased;
             _ = &mut stop => {
-                drain(fd.get_mut(), &tx, &mut stats).await;
+                drain(fd.get_mut(), &tx, &mut stats, gate.as_ref()).await;
                 return Ok(stats);
             }
             guard = fd.readable_mut() => {
                 let mut guard = guard.map_err(ring_err)?;
-                if !drain(guard.get_inner_mut(), &tx, &mut stats).await {
+                if !drain(guard.get_inner_mut(), &tx, &mut stats, gate.as_ref()).await {
                     return Ok(stats);
                 }
                 // A wakeup that came during the drain keeps the fd ready.
@@ -189,7 +221,7 @@ pub async fn read_events<R: Records>(
                 next = next.min(Instant::now() + pace.period());
             }
             _ = tokio::time::sleep_until(next) => {
-                if !drain(fd.get_mut(), &tx, &mut stats).await {
+                if !drain(fd.get_mut(), &tx, &mut stats, gate.as_ref()).await {
                     return Ok(stats);
                 }
                 empty = idle_count(empty, read_before, &stats);
@@ -208,15 +240,29 @@ fn idle_count(empty: u32, read_before: u64, stats: &ReaderStats) -> u32 {
     }
 }
 
-/// Hands every record the ring buffer holds to `tx`; false when the receiver is gone.
-async fn drain<R: Records>(ring: &mut R, tx: &EventSender, stats: &mut ReaderStats) -> bool {
+/// Hands every record the ring buffer holds to `tx`; false when the receiver is gone. A
+/// plugin exec or a new network namespace attaches the write hook at once, before the
+/// batch goes out: the plugin writes its result at the end of its run.
+async fn drain<R: Records>(
+    ring: &mut R,
+    tx: &EventSender,
+    stats: &mut ReaderStats,
+    gate: Option<&CniOutputGate>,
+) -> bool {
     loop {
         // Decoded first, then sent: each record's space goes back to the kernel at once.
         let mut batch = Vec::new();
         while batch.len() < tx.batch {
             match ring.next_record() {
                 None => break,
-                Some(Ok(event)) => batch.push(event),
+                Some(Ok(event)) => {
+                    if let Some(gate) = gate
+                        && let Some(why) = CniOutputGate::wanted_for(&event)
+                    {
+                        gate.poke(&why);
+                    }
+                    batch.push(event);
+                }
                 Some(Err(e)) => {
                     if stats.undecodable == 0 {
                         tracing::warn!(
@@ -319,7 +365,7 @@ mod tests {
         let (tx, rx) = channel(capacity);
         let (stop, stop_rx) = oneshot::channel();
         let pace = ReadPace::new();
-        let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone()));
+        let reader = tokio::spawn(read_events(ring, tx, stop_rx, pace.clone(), None));
         Running {
             records,
             wake,

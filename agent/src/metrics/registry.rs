@@ -109,6 +109,8 @@ pub struct Metrics {
     lost: Family<Kind, Counter>,
     netns_attached: Gauge,
     netns_attaches: Counter,
+    cni_hook_attached: Gauge,
+    cni_hook_attaches: Counter,
     trace_unwritten: Counter,
     trace_dropped: Counter,
     timeline_evicted: Family<Kind, Counter>,
@@ -137,6 +139,7 @@ struct State {
     staged: BTreeSet<String>,
     lost_seen: BTreeMap<String, u64>,
     netns_attaches_seen: u64,
+    cni_hook_attaches_seen: u64,
     trace_unwritten_seen: u64,
     trace_dropped_seen: u64,
     evicted_seen: BTreeMap<&'static str, u64>,
@@ -182,6 +185,8 @@ impl Metrics {
             pleg_discard: Counter::default(),
             netns_attached: Gauge::default(),
             netns_attaches: Counter::default(),
+            cni_hook_attached: Gauge::default(),
+            cni_hook_attaches: Counter::default(),
             trace_unwritten: Counter::default(),
             trace_dropped: Counter::default(),
             timeline_evicted: Family::<Kind, Counter>::default(),
@@ -290,6 +295,18 @@ impl Metrics {
             "Times the network-namespace syscall tracepoints were attached (0 where \
              kernel-function hooks feed the namespace events)",
             self.netns_attaches.clone(),
+        );
+        podtrace.register(
+            "ebpf_cni_write_hook_attached",
+            "1 while the write hook that captures CNI plugins' output is attached: around \
+             the CRI calls that run plugins, from a plugin's exec to its exit, and briefly \
+             after",
+            self.cni_hook_attached.clone(),
+        );
+        podtrace.register(
+            "ebpf_cni_write_hook_attaches",
+            "Times the write hook that captures CNI plugins' output was attached",
+            self.cni_hook_attaches.clone(),
         );
         podtrace.register(
             "trace_records_unwritten",
@@ -634,6 +651,17 @@ impl Metrics {
         }
     }
 
+    /// Whether the CNI write hook is attached, and how many times it was.
+    pub fn set_cni_write_hook(&self, attached: bool, attaches: u64) {
+        self.cni_hook_attached.set(i64::from(attached));
+        let mut st = self.state();
+        if attaches > st.cni_hook_attaches_seen {
+            self.cni_hook_attaches
+                .inc_by(attaches - st.cni_hook_attaches_seen);
+            st.cni_hook_attaches_seen = attaches;
+        }
+    }
+
     /// The Prometheus text exposition (format 0.0.4), what `promtool` and scrapers that
     /// do not ask for OpenMetrics read: the same samples, with counters' HELP and TYPE
     /// named as their `_total` samples and no `# EOF`.
@@ -707,6 +735,22 @@ mod tests {
         );
         assert!(
             text.contains("# TYPE podtrace_ebpf_netns_probes_attached gauge"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_cni_write_hook_gauge_and_attach_count_follow_the_gate() {
+        let m = Metrics::new();
+        m.set_cni_write_hook(true, 1);
+        m.set_cni_write_hook(false, 4);
+        let text = m.encode_prometheus();
+        assert!(
+            text.contains("podtrace_ebpf_cni_write_hook_attached 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podtrace_ebpf_cni_write_hook_attaches_total 4\n"),
             "{text}"
         );
     }

@@ -190,5 +190,8 @@ pub(super) fn kernel_name(e: &KernelEvent) -> String {
                 .map_or("", |a| a.rsplit('/').next().unwrap_or(a));
             format!("runtime exec {name}")
         }
+        KernelEvent::CniOutput(o) if o.end => format!("cni output end {}", o.offset),
+        KernelEvent::CniOutput(o) => format!("cni output {}+{}", o.offset, o.len),
+        KernelEvent::CniWriteHook(h) => format!("cni write hook {:?}", h.change),
     }
 }

@@ -269,6 +269,11 @@ pub(super) fn attribute(index: &Index<'_>) -> Attribution {
                 }
                 owner
             }
+            // A plugin's output is its run's: the same process, between its exec and
+            // its exit (the total at exit comes just before the exit).
+            KernelEvent::CniOutput(_) => procs.get(&meta.tgid).copied(),
+            // The agent's own record of its write hook: the node's.
+            KernelEvent::CniWriteHook(_) => None,
         };
         if let Some(o) = owner {
             owners.set(i, o);

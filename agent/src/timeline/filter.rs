@@ -77,6 +77,9 @@ impl KernelFilter {
             // Kept whole: a namespace's owner is often known only later, and these are
             // rare.
             KernelEvent::CgroupAttach { .. } | KernelEvent::Netns { .. } => true,
+            // A plugin's output is bounded per run in the kernel; the hook's changes are
+            // a few per burst of pod work.
+            KernelEvent::CniOutput(_) | KernelEvent::CniWriteHook(_) => true,
             KernelEvent::Exec { ppid, .. } => {
                 let attributable = self.cgroups.contains(&cgroup)
                     || self.procs.contains(&tgid)

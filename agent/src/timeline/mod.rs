@@ -15,6 +15,7 @@
 
 mod attribution;
 mod chunks;
+mod cni_capture;
 mod cni_reply;
 mod collector;
 mod filter;

@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use podtrace_core::record::CriMethod;
 
 use super::attribution::{Attribution, Owner, Rule};
+use super::cni_capture::{HookHistory, assemble};
+use super::cni_reply::CniReply;
 use super::ids::{cgroup_ids, is_runtime_helper_exec};
 use super::index::{Index, PodInfo};
 use super::model::{PodTimeline, Stage, StageSource, Timeline};
@@ -431,6 +433,10 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .iter()
             .map(|(e, p, _)| (e.meta().tgid, p.as_str()))
             .collect();
+        let hooks = HookHistory::new(self.index.kernel.iter().filter_map(|(_, e)| match e {
+            KernelEvent::CniWriteHook(h) => Some(h.as_ref()),
+            _ => None,
+        }));
         let mut plugins = Vec::new();
         for (exec, plugin, forked) in &adds {
             let pid = exec.meta().tgid;
@@ -478,6 +484,10 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                     detail.push("exit not seen".into());
                 }
             }
+            self.plugin_reply(&mut s, &hooks, at, exit.map(|(t, _, _)| t));
+            if let Some(reply @ CniReply::Error { .. }) = &s.reply {
+                detail.push(reply.summary());
+            }
             s.detail = detail.join(", ");
             plugins.push(s);
         }
@@ -504,6 +514,33 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         };
         self.stages.push(add);
         self.stages.extend(plugins);
+    }
+
+    /// What the plugin run on `s` (process `s.pid`, exec'd at `at`, exited at `exit`)
+    /// printed, from its captured output. Left unset when the recording says nothing of
+    /// the capture (a trace from before it).
+    fn plugin_reply(&self, s: &mut Stage, hooks: &HookHistory, at: u64, exit: Option<u64>) {
+        let pid = s.pid;
+        let chunks: Vec<&podtrace_core::record::CniOutput> = self
+            .kernel
+            .iter()
+            .filter_map(|(e, _)| match e {
+                KernelEvent::CniOutput(o)
+                    if Some(o.meta.tgid) == pid
+                        && o.meta.ktime_ns >= at
+                        && exit.is_none_or(|t| o.meta.ktime_ns <= t) =>
+                {
+                    Some(o.as_ref())
+                }
+                _ => None,
+            })
+            .collect();
+        if chunks.is_empty() && hooks.is_empty() {
+            return;
+        }
+        let (reply, capture) = assemble(&chunks, s.start_ns, exit, hooks);
+        s.reply = Some(reply);
+        s.capture = capture;
     }
 
     /// The runtime's own steps for sandbox or container `id` (shim start, runc create,

@@ -124,6 +124,71 @@ pub enum KernelEvent {
     /// A container runtime program (runc, crun, a containerd shim) was exec'd, with its
     /// arguments. Reported just before that exec's own [`KernelEvent::Exec`].
     RuntimeExec(Box<RuntimeExec>),
+    /// A chunk of what a CNI plugin process wrote to its standard output, or (`end`) how
+    /// much it wrote in all, reported at its exit.
+    CniOutput(Box<CniOutput>),
+    /// The agent attached or detached the write hook that captures CNI plugins' output,
+    /// or failed to attach it. Not from the probes: the agent's own record, on the same
+    /// clock, so a plugin run can say whether its output could have been seen.
+    CniWriteHook(Box<CniWriteHook>),
+}
+
+/// What a [`KernelEvent::CniOutput`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CniOutput {
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    /// Where the chunk starts in the process's standard output (the counts of its
+    /// earlier writes, plus the chunk's place in its write); with `end`, the total.
+    pub offset: u64,
+    /// The whole write's byte count (0 with `end`).
+    pub count: u64,
+    /// Bytes of the output the chunk stands for.
+    pub len: u32,
+    /// The bytes copied, as text: invalid UTF-8 as `\xNN`, a backslash as `\\`
+    /// ([`super::escaped`]). Empty when `unreadable` or `end`.
+    pub data: String,
+    /// The bytes could not be read from the plugin's memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreadable: bool,
+    /// The process exited: `offset` is everything it wrote.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub end: bool,
+    /// With `end`: its writes to standard output, and the bytes the probes copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured: Option<u32>,
+}
+
+impl CniOutput {
+    /// The bytes of the chunk.
+    pub fn bytes(&self) -> Vec<u8> {
+        super::escaped::unescape(&self.data)
+    }
+}
+
+/// What happened to the write hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteHookChange {
+    Attached,
+    Detached,
+    /// The attach failed: `reason` says why.
+    Refused,
+}
+
+/// What a [`KernelEvent::CniWriteHook`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CniWriteHook {
+    #[serde(flatten)]
+    pub meta: EventMeta,
+    pub change: WriteHookChange,
+    /// `kprobe:ksys_write` or `tracepoint:syscalls:sys_enter_write`.
+    pub hook: String,
+    /// What made it change: the CRI call or kernel event that needed it, the idle
+    /// linger, or the kernel's refusal.
+    pub reason: String,
 }
 
 /// What a [`KernelEvent::RuntimeExec`] says.
@@ -194,6 +259,8 @@ impl KernelEvent {
             | KernelEvent::Netns { meta, .. } => meta,
             KernelEvent::CniExec(c) => &c.meta,
             KernelEvent::RuntimeExec(r) => &r.meta,
+            KernelEvent::CniOutput(o) => &o.meta,
+            KernelEvent::CniWriteHook(h) => &h.meta,
         }
     }
 
@@ -211,6 +278,8 @@ impl KernelEvent {
             KernelEvent::Netns { .. } => EventKind::Netns,
             KernelEvent::CniExec(_) => EventKind::CniExec,
             KernelEvent::RuntimeExec(_) => EventKind::RuntimeExec,
+            KernelEvent::CniOutput(_) => EventKind::CniOutput,
+            KernelEvent::CniWriteHook(_) => EventKind::CniWriteHook,
         }
     }
 }
@@ -226,6 +295,8 @@ pub fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Netns => "netns",
         EventKind::CniExec => "cni_exec",
         EventKind::RuntimeExec => "runtime_exec",
+        EventKind::CniOutput => "cni_output",
+        EventKind::CniWriteHook => "cni_write_hook",
     }
 }
 
@@ -346,6 +417,22 @@ impl fmt::Display for KernelEvent {
                     write!(f, "... ")?;
                 }
                 write!(f, "{}", r.argv.join(" "))
+            }
+            KernelEvent::CniOutput(o) if o.end => write!(
+                f,
+                "wrote {} bytes to stdout in {} writes ({} captured)",
+                o.offset,
+                o.writes.unwrap_or(0),
+                o.captured.unwrap_or(0)
+            ),
+            KernelEvent::CniOutput(o) if o.unreadable => {
+                write!(f, "stdout @{} +{}: unreadable", o.offset, o.len)
+            }
+            KernelEvent::CniOutput(o) => {
+                write!(f, "stdout @{} +{}: {:?}", o.offset, o.len, o.data)
+            }
+            KernelEvent::CniWriteHook(h) => {
+                write!(f, "write hook {:?} {}: {}", h.change, h.hook, h.reason)
             }
         }
     }

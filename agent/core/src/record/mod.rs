@@ -16,8 +16,8 @@ pub use cri_call::{CriCall, ResponseFields};
 pub use cri_method::{CriMethod, UnknownCriMethod};
 pub use grpc_code::{GrpcCode, UnknownGrpcCode};
 pub use kernel_event::{
-    Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall, RuntimeExec, cni_args_value, kind_name,
-    split_wait_status,
+    Cgroup, CniExec, CniOutput, CniWriteHook, EventMeta, KernelEvent, NetnsCall, RuntimeExec,
+    WriteHookChange, cni_args_value, kind_name, split_wait_status,
 };
 pub use pod_event::{EventType, PodEvent, PodWait, WaitKind};
 pub use runtime_span::{Attributes, RuntimeSpan, RuntimeSpanEvent};
