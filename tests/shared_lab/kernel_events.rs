@@ -53,7 +53,10 @@ fn a_sandbox_is_seen_from_the_kernel() {
     let (out, doc) = scratch.run(&[&manifest], &[]);
     assert!(out.status.success(), "{doc:#}\n{}", stderr(&out));
     let uid = pod(&doc, POD)["uid"].as_str().unwrap().to_string();
-    let ip = pod(&doc, POD)["ip"].as_str().expect("the pod's IP").to_string();
+    let ip = pod(&doc, POD)["ip"]
+        .as_str()
+        .expect("the pod's IP")
+        .to_string();
     let (sandboxes, _) = runtime_objects(&uid);
     assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
     let sandbox = sandboxes[0].clone();
@@ -227,7 +230,10 @@ fn plugins_said_the_pods_ip(w: &Watched, adds: &[&Value], ip: &str) {
                 "{plugin} said {reply:?}, the pod's IP is {ip}"
             );
         } else {
-            assert!(matches!(reply, CniReply::Result { .. }), "{plugin}: {reply:?}");
+            assert!(
+                matches!(reply, CniReply::Result { .. }),
+                "{plugin}: {reply:?}"
+            );
         }
     }
 }

@@ -490,12 +490,15 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             return Some(finding(
                 Cause::IpamExhausted,
                 failed.stage.clone(),
-                format!(
-                    "IPAM exhaustion: {plugin} has no free IP address in its range{}",
-                    match pool.map_or(0, |p| p.leaked) {
-                        0 => String::new(),
-                        n => format!(" ({n} held by sandboxes that no longer exist)"),
-                    }
+                with_words(
+                    format!(
+                        "IPAM exhaustion: {plugin} has no free IP address in its range{}",
+                        match pool.map_or(0, |p| p.leaked) {
+                            0 => String::new(),
+                            n => format!(" ({n} held by sandboxes that no longer exist)"),
+                        }
+                    ),
+                    failed,
                 ),
                 evidence,
             ));

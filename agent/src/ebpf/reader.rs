@@ -78,16 +78,19 @@ impl EventSender {
     /// attaches and detaches), beside the probes' events.
     pub fn injector(&self) -> EventInjector {
         EventInjector {
-            tx: self.tx.clone(),
+            tx: self.tx.downgrade(),
             room: self.room.clone(),
         }
     }
 }
 
-/// Puts the agent's own records into the event stream: a few per burst of pod work.
+/// Puts the agent's own records into the event stream: a few per burst of pod work. It
+/// holds the stream weakly: once the reader stops, the stream ends for its consumer even
+/// while an injector is still held (the write hook's gate lives as long as the agent's
+/// CRI client), and what is injected after that is dropped.
 #[derive(Clone)]
 pub struct EventInjector {
-    tx: mpsc::UnboundedSender<Vec<KernelEvent>>,
+    tx: mpsc::WeakUnboundedSender<Vec<KernelEvent>>,
     room: Arc<Semaphore>,
 }
 
@@ -96,10 +99,13 @@ impl EventInjector {
     /// else sent beyond it (the receiver then gives back one permit more than was taken,
     /// a channel one event larger per such record, rather than losing the record).
     pub fn inject(&self, event: KernelEvent) {
+        let Some(tx) = self.tx.upgrade() else {
+            return;
+        };
         if let Ok(permit) = self.room.try_acquire() {
             permit.forget();
         }
-        let _ = self.tx.send(vec![event]);
+        let _ = tx.send(vec![event]);
     }
 }
 

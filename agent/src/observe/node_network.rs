@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::cni::conf_dir::{self, ConfFile};
 use crate::cni::ipam::{IpamPool, Store, is_leaked};
@@ -21,6 +21,8 @@ use crate::trace::{
 
 use super::RuntimeView;
 
+/// A store read less than this after its directory changed is read again at the next look.
+const SETTLE: Duration = Duration::from_secs(2);
 /// containerd's status info key for its last CNI configuration load.
 const LOAD_STATUS_KEY: &str = "lastCNILoadStatus";
 
@@ -100,6 +102,7 @@ impl NodeNetworkLook {
         let fresh = self.store.as_ref().is_some_and(|s| {
             s.dir == pool.dir
                 && s.modified == modified
+                && !settling(modified, s.read_at)
                 && !young_unknown(&s.store, &s.known, s.read_at)
         });
         if !fresh {
@@ -140,6 +143,13 @@ impl NodeNetworkLook {
             seen.read_at,
         ))
     }
+}
+
+/// Whether the store's directory changed so shortly before it was read that a later
+/// change may carry the same modification time: the kernel stamps files from a clock that
+/// advances once a tick, so two files added within one tick leave one mtime.
+fn settling(modified: Option<SystemTime>, read_at: SystemTime) -> bool {
+    modified.is_none_or(|m| read_at.duration_since(m).is_ok_and(|d| d < SETTLE) || m > read_at)
 }
 
 /// Whether a reservation of a sandbox the runtime did not know was too young to call
@@ -267,7 +277,6 @@ pub fn ipam_record(
 mod tests {
     use super::*;
     use crate::cni::ipam::{Held, LEAK_GRACE};
-    use std::time::Duration;
 
     fn pool() -> IpamPool {
         IpamPool::of_conf(&serde_json::json!({"name": "lab", "type": "bridge",

@@ -187,12 +187,20 @@ where
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(log_err);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    // SAFETY: setsid and close_range are async-signal-safe system calls and touch no
+    // memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
+            // A daemon outlives whoever started it: it keeps none of the caller's
+            // descriptors but its stdio (a caller's lock file held open by the lab's
+            // daemons would stay locked until `down`). Marked close-on-exec rather than
+            // closed, so the pipe that reports a failed exec still works; a kernel
+            // before 5.11 refuses the flag, and the daemon then inherits as before.
+            const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
             Ok(())
         });
     }
