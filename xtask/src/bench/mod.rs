@@ -20,6 +20,7 @@ mod shares;
 mod stats;
 mod syscall_tracepoints;
 mod units;
+mod write_hook;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::sequential::{Decision, Rule};
 use super::stats::percentile;
+use super::write_hook::{self, HookWindows};
 use super::{Figure, Outcome};
 use crate::lab::{IMAGE_APP, LabPaths};
 use crate::workspace;
@@ -58,7 +59,7 @@ impl Observer {
         let mut child = Command::new(bin)
             .arg("observe")
             .arg("--trace")
-            .arg(dir.join(format!("observed-{round}.jsonl")))
+            .arg(Observer::trace(dir, round))
             .arg("--api-socket")
             .arg(dir.join("observer.sock"))
             .arg("--cri")
@@ -84,6 +85,11 @@ impl Observer {
         // The rest of what it says is not read: drain it so it never blocks.
         std::thread::spawn(move || for _ in rx {});
         Ok(Observer(child))
+    }
+
+    /// Round `round`'s trace.
+    fn trace(dir: &Path, round: usize) -> PathBuf {
+        dir.join(format!("observed-{round}.jsonl"))
     }
 
     /// The CPU time the observer used so far (user and system), in ms.
@@ -153,6 +159,8 @@ struct Measured {
     without: Vec<f64>,
     with: Vec<f64>,
     observer_cpu_ms: Vec<f64>,
+    /// The CNI write hook over every observed arm, from the observer's traces.
+    write_hook: HookWindows,
     ratios: Vec<f64>,
     decision: Decision,
 }
@@ -170,6 +178,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let (mut without, mut with) = (Vec::new(), Vec::new());
     // The observer's own CPU time over each observed arm's pods.
     let mut observer_cpu_ms = Vec::new();
+    let mut hook = HookWindows::default();
     let mut ratios = Vec::new();
     let decision = RULE.run(|i| -> anyhow::Result<f64> {
         let round = i + 1;
@@ -189,6 +198,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
                 observed = pods(&client, round, "observed")?;
                 observer_cpu_ms.push(observer.cpu_ms()? - cpu_before);
                 observer.stop()?;
+                hook.add(&write_hook::from_trace(&Observer::trace(&dir, round))?);
             } else {
                 std::thread::sleep(WARM);
                 alone = pods(&client, round, "alone")?;
@@ -205,6 +215,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
         without,
         with,
         observer_cpu_ms,
+        write_hook: hook,
         ratios,
         decision,
     })
@@ -215,6 +226,7 @@ fn render(m: &Measured) -> Outcome {
         without,
         with,
         observer_cpu_ms,
+        write_hook,
         ratios,
         decision,
     } = m;
@@ -254,6 +266,10 @@ fn render(m: &Measured) -> Outcome {
                 percentile(observer_cpu_ms, 90.0) / PODS as f64
             ),
         ),
+        Figure::new(
+            "the CNI plugins' output capture: the write hook over the observed arms",
+            write_hook.text(),
+        ),
     ];
     Outcome {
         number: 12,
@@ -283,6 +299,14 @@ fn render(m: &Measured) -> Outcome {
             "round_ratios": ratios,
             "decision": decision.to_json(),
             "observer_cpu_ms_per_arm": observer_cpu_ms,
+            "write_hook": {
+                "attaches": write_hook.attaches,
+                "attached_ms": write_hook.attached_ms,
+                "observed_ms": write_hook.trace_ms,
+                "idle_windows": write_hook.idle_windows,
+                "plugin_runs": write_hook.plugin_runs,
+                "plugin_runs_before_attach": write_hook.missed_runs,
+            },
         }),
     }
 }
