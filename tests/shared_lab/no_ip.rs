@@ -80,10 +80,18 @@ impl Broken {
 
     /// The live diagnosis once pod `name` has `cause`.
     fn live(&self, name: &str, cause: &str) -> Value {
-        self.observer()
-            .wait_api(&["diagnose", "--live"], &format!("{name}: {cause}"), |d| {
-                verdict(d, name).is_some_and(|v| v["cause"] == cause)
-            })
+        self.live_with(name, cause, "")
+    }
+
+    /// The live diagnosis once pod `name` has `cause` with evidence saying `text` (the
+    /// observer looks at the node's network once a second: its evidence can come a look
+    /// after the verdict).
+    fn live_with(&self, name: &str, cause: &str, text: &str) -> Value {
+        self.observer().wait_api(
+            &["diagnose", "--live"],
+            &format!("{name}: {cause} ({text})"),
+            |d| verdict(d, name).is_some_and(|v| v["cause"] == cause && has(v, text)),
+        )
     }
 
     /// Stops the client (its pods removed) and the observer; the diagnosis of the trace.
@@ -182,7 +190,7 @@ fn a_network_naming_a_plugin_that_is_not_installed_is_cni_plugin_missing() {
     swap.use_network(&conf);
     let bin_dirs = runtime_network().bin_dirs.join(" ");
     let run = Broken::start("noip-missing", 1);
-    let live = run.live("noip-missing-0", "cni_plugin_missing");
+    let live = run.live_with("noip-missing-0", "cni_plugin_missing", "never exec'd");
     let trace = run.finish();
     for d in [&live, &trace] {
         let v = verdict(d, "noip-missing-0").unwrap();
@@ -230,7 +238,7 @@ fn a_used_up_range_names_the_range_and_who_holds_it_and_a_running_pod_stays_heal
     } else {
         ("noip-full-1", "noip-full-0")
     };
-    let live = run.live(failing, "ipam_exhausted");
+    let live = run.live_with(failing, "ipam_exhausted", "none free");
     let trace = run.finish();
     for d in [&live, &trace] {
         let v = verdict(d, failing).unwrap();
@@ -289,7 +297,7 @@ fn a_range_full_of_leaked_reservations_names_the_leaked_ids_as_the_reason() {
     }
     swap.use_network(&conf);
     let run = Broken::start("noip-leak", 1);
-    let live = run.live("noip-leak-0", "ipam_exhausted");
+    let live = run.live_with("noip-leak-0", "ipam_exhausted", "the leaks are why");
     let trace = run.finish();
     for d in [&live, &trace] {
         let v = verdict(d, "noip-leak-0").unwrap();

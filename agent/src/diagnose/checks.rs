@@ -251,7 +251,10 @@ fn sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             .any(|s| error_msg(s).is_some_and(|m| m.contains(IPAM_EXHAUSTED)));
     let ipam = plugins.iter().find(|s| s.detail.contains("delegated by"));
     if exhausted || ipam.is_some() {
-        if let Some(pool) = f.network_at(last.end_ns).and_then(|n| n.ipam.as_ref()) {
+        if let Some(pool) = f
+            .network_near(last.end_ns, pool_full)
+            .and_then(|n| n.ipam.as_ref())
+        {
             let attempts: Vec<&str> = p.timeline.sandbox_ids.iter().map(String::as_str).collect();
             evidence.extend(network::pool_evidence(pool, &attempts, &f.owners));
         }
@@ -330,7 +333,9 @@ fn runtime_words(
     said: &str,
     evidence: &mut Vec<String>,
 ) -> Option<Finding> {
-    let node = f.network_at(last.end_ns);
+    let node = f.network_near(last.end_ns, |n| {
+        n.not_ready() || !n.missing_plugins.is_empty()
+    });
     if said.contains(words::NOT_INITIALIZED) {
         evidence.extend(node.map(network::not_ready_evidence).unwrap_or_default());
         return Some(finding(
@@ -476,16 +481,22 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     let plugin = failed.stage.cni_plugin().unwrap_or_default();
     let ipam = failed.detail.contains("delegated by");
     let pool = f
-        .network_at(failed.end_ns)
+        .network_near(failed.end_ns, pool_full)
         .and_then(|n| n.ipam.as_ref())
         .filter(|_| ipam);
     let said_exhausted = error_msg(failed).is_some_and(|m| m.contains(IPAM_EXHAUSTED));
+    let full = pool.is_some_and(|p| p.sets.iter().any(|s| s.full()));
     if let Some(pool) = pool {
         let ids: Vec<&str> = attempts.iter().map(|s| s.as_str()).collect();
         evidence.extend(network::pool_evidence(pool, &ids, &f.owners));
+        if said_exhausted && !full {
+            evidence.push(
+                "the pool as last looked at, before it filled: the next look (once a second) shows who holds it"
+                    .into(),
+            );
+        }
     }
-    let pool_full = pool.is_some_and(|p| p.sets.iter().any(|s| s.full()));
-    if said_exhausted || pool_full {
+    if said_exhausted || full {
         {
             return Some(finding(
                 Cause::IpamExhausted,
@@ -517,6 +528,13 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     ))
 }
 
+/// A look whose pool has a range set used up.
+fn pool_full(n: &crate::trace::NodeNetworkRecord) -> bool {
+    n.ipam
+        .as_ref()
+        .is_some_and(|p| p.sets.iter().any(|s| s.full()))
+}
+
 /// A summary with the plugin's own message, when it printed one.
 fn with_words(summary: String, s: &Stage) -> String {
     match error_msg(s) {
@@ -541,7 +559,7 @@ fn chain_without_failure(
         return None;
     }
     let end = chain.iter().map(|s| s.end_ns).max().unwrap_or(0);
-    let node = f.network_at(end);
+    let node = f.network_near(end, |n| !n.missing_plugins.is_empty());
     let ran = |plugin: &str| chain.iter().any(|s| s.stage.cni_plugin() == Some(plugin));
     if let Some(n) = node {
         let missing: Vec<&String> = n.missing_plugins.iter().filter(|m| !ran(m)).collect();

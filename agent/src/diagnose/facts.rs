@@ -199,16 +199,25 @@ impl<'a> Facts<'a> {
             .copied()
     }
 
-    /// The node's network as the look that followed `t` saw it (looks come once a
-    /// second), else the last before it.
-    pub fn network_at(&self, t: u64) -> Option<&'a NodeNetworkRecord> {
+    /// The looks at the node's network that can tell how it was at `t`: the last one at
+    /// or before it, then those up to [`LOOK_LAG_NS`] after it (looks come once a second,
+    /// so a change just before `t` shows in the next). The first of them that shows
+    /// `what` is the one to quote; else the one at `t`.
+    pub fn network_near(
+        &self,
+        t: u64,
+        what: impl Fn(&NodeNetworkRecord) -> bool,
+    ) -> Option<&'a NodeNetworkRecord> {
         let until = t.saturating_add(LOOK_LAG_NS);
+        let before = self.network.iter().copied().rfind(|n| n.at_ns <= t);
         let after = self
             .network
             .iter()
             .copied()
-            .find(|n| n.at_ns >= t && n.at_ns <= until);
-        after.or_else(|| self.network.iter().copied().rfind(|n| n.at_ns <= t))
+            .filter(move |n| n.at_ns > t && n.at_ns <= until);
+        let mut near = before.into_iter().chain(after);
+        let first = before.or_else(|| self.network.iter().copied().find(|n| n.at_ns > t));
+        near.find(|n| what(n)).or(first)
     }
 
     /// The node's network as last recorded.
