@@ -4,7 +4,7 @@
 //! chained after portmap and told to set a sysctl outside `net.` (which it refuses, exit
 //! 1), and takes it down again. It runs while the shared lab is down.
 
-use podtrace::timeline::{CniReply, StageKind, StageName, build};
+use podtrace::timeline::{CniReply, StageKind, StageName, build, from_records};
 use podtrace::trace::read_trace;
 use podtrace_tests::ebpf::require_probes;
 use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
@@ -223,7 +223,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
 /// the client's sandbox attempts; how much of each plugin's output was, is printed.
 fn observed_tuning_said_why(observed: &std::path::Path) {
     let trace = read_trace(observed).expect("the observed trace reads back");
-    let timeline = build(&trace.records);
+    let timeline = from_records(&trace.records);
     let p = timeline
         .pods
         .iter()
