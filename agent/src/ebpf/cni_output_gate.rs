@@ -8,7 +8,7 @@
 //! wake the reader for those; [`CniOutputGate::poke`]), for `observe` and `kernel-events`,
 //! which make no CRI calls of their own. It is detached once nothing has held or poked it
 //! for [`CNI_OUTPUT_LINGER`] and no plugin process is alive (the probes' `CNI_PLUGINS`
-//! map). Each attach, detach and refusal goes into the event stream as a
+//! map; one alive for over [`MAX_PLUGIN_RUN`] no longer counts). Each attach, detach and refusal goes into the event stream as a
 //! `cni_write_hook` record, so a plugin run can say whether its output could be seen.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -26,6 +26,10 @@ use super::write_hooks::{WriteHook, WriteLink, attach};
 pub const CNI_OUTPUT_LINGER: Duration = Duration::from_millis(500);
 /// How often an idle gate is checked.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// A plugin process alive longer than this no longer keeps the hook attached: a plugin
+/// that never exits costs the node its writes only this long (its output stays bounded
+/// by the probes either way).
+pub const MAX_PLUGIN_RUN: Duration = Duration::from_secs(30);
 
 /// Shared by the probes, the reader and whoever makes CRI calls; cloning is cheap.
 #[derive(Clone)]
@@ -42,6 +46,8 @@ struct GateState {
     last_wanted: Instant,
     attaches: u64,
     failure: Option<String>,
+    /// When each live plugin process was first seen alive by the idle check.
+    seen: std::collections::HashMap<u32, Instant>,
 }
 
 /// Held while a call inside which CNI plugins may run is made.
@@ -73,6 +79,7 @@ impl CniOutputGate {
                 last_wanted: Instant::now(),
                 attaches: 0,
                 failure: None,
+                seen: std::collections::HashMap::new(),
             })),
         };
         tokio::spawn(detach_when_idle(Arc::downgrade(&gate.state)));
@@ -174,7 +181,13 @@ impl GateState {
             let ebpf = self.ebpf.lock().unwrap_or_else(|e| e.into_inner());
             live_plugins(&ebpf)
         };
-        if live > 0 {
+        self.seen.retain(|tgid, _| live.contains(tgid));
+        let mut running = false;
+        for tgid in live {
+            let first = *self.seen.entry(tgid).or_insert(now);
+            running |= now.duration_since(first) < MAX_PLUGIN_RUN;
+        }
+        if running {
             return;
         }
         // Dropping the link detaches the program.
@@ -214,18 +227,18 @@ fn own_meta() -> EventMeta {
 
 /// Plugin processes the probes follow that are still alive: an entry whose exit was
 /// missed (the map is an LRU) names a process that is gone.
-fn live_plugins(ebpf: &Ebpf) -> usize {
+fn live_plugins(ebpf: &Ebpf) -> Vec<u32> {
     let Some(map) = ebpf.map(names::CNI_PLUGINS) else {
-        return 0;
+        return Vec::new();
     };
     let Ok(plugins) = HashMap::<_, u32, [u8; 16]>::try_from(map) else {
-        return 0;
+        return Vec::new();
     };
     plugins
         .keys()
         .filter_map(Result::ok)
         .filter(|tgid| std::path::Path::new(&format!("/proc/{tgid}")).exists())
-        .count()
+        .collect()
 }
 
 async fn detach_when_idle(state: Weak<Mutex<GateState>>) {

@@ -31,7 +31,7 @@ mod reader;
 mod write_hooks;
 
 pub use btf::KernelOffsets;
-pub use cni_output_gate::{CNI_OUTPUT_LINGER, CniOutputGate, CniOutputHold};
+pub use cni_output_gate::{CNI_OUTPUT_LINGER, CniOutputGate, CniOutputHold, MAX_PLUGIN_RUN};
 pub use error::EbpfError;
 pub use event::{Cgroup, CniExec, Comm, DecodeError, EventMeta, KernelEvent, NetnsCall};
 pub use loader::{

@@ -85,9 +85,8 @@ impl EventSender {
 }
 
 /// Puts the agent's own records into the event stream: a few per burst of pod work. It
-/// holds the stream weakly: once the reader stops, the stream ends for its consumer even
-/// while an injector is still held (the write hook's gate lives as long as the agent's
-/// CRI client), and what is injected after that is dropped.
+/// does not keep the stream open: once the reader has ended, the consumer sees the end
+/// and injected records go nowhere.
 #[derive(Clone)]
 pub struct EventInjector {
     tx: mpsc::WeakUnboundedSender<Vec<KernelEvent>>,
@@ -99,9 +98,7 @@ impl EventInjector {
     /// else sent beyond it (the receiver then gives back one permit more than was taken,
     /// a channel one event larger per such record, rather than losing the record).
     pub fn inject(&self, event: KernelEvent) {
-        let Some(tx) = self.tx.upgrade() else {
-            return;
-        };
+        let Some(tx) = self.tx.upgrade() else { return };
         if let Ok(permit) = self.room.try_acquire() {
             permit.forget();
         }
@@ -384,6 +381,19 @@ mod tests {
 
     fn pid(e: &KernelEvent) -> u32 {
         e.meta().pid
+    }
+
+    #[tokio::test]
+    async fn injected_records_arrive_and_do_not_keep_the_stream_open() {
+        let (tx, mut rx) = channel(4);
+        let inject = tx.injector();
+        let record = decode(&exit_record(7)).unwrap();
+        inject.inject(record.clone());
+        assert_eq!(rx.recv().await, Some(record.clone()));
+        // The reader's sender gone, the stream ends though an injector is still held.
+        drop(tx);
+        assert_eq!(rx.recv().await, None);
+        inject.inject(record);
     }
 
     #[tokio::test(start_paused = true)]
