@@ -293,9 +293,10 @@ fn a_cni_plugin_that_exits_1_is_named_with_its_exit_code_and_the_runtimes_error(
         (Cause::CniPluginFailed, "cni_plugin:tuning"),
         "{p:#?}"
     );
+    // With the plugin's own words, as the probes captured what it printed.
     assert_eq!(
         p.verdict.summary,
-        "CNI plugin tuning exited with code 1 during ADD"
+        "CNI plugin tuning exited with code 1 during ADD; it said: invalid net sysctl key: \"kernel.podtrace_lab_fail\""
     );
     assert!(
         evidence(p, "cni_plugin:tuning ADD exited with code 1 (kernel, pid "),

@@ -538,7 +538,7 @@ fn pool_full(n: &crate::trace::NodeNetworkRecord) -> bool {
 /// A summary with the plugin's own message, when it printed one.
 fn with_words(summary: String, s: &Stage) -> String {
     match error_msg(s) {
-        Some(m) if !m.is_empty() => format!("{summary}: \"{m}\""),
+        Some(m) if !m.is_empty() => format!("{summary}; it said: {m}"),
         _ => summary,
     }
 }
