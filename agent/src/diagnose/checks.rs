@@ -470,10 +470,14 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             ),
         });
     }
+    // A plugin that exited with a code of its own says why; one killed by a signal was
+    // most often stopped by the runtime when the client gave up on the call.
+    let coded = |id: &str| exited_failing(id).filter(|s| s.exit_code.is_some_and(|c| c != 0));
     let failed = attempts
         .iter()
         .rev()
-        .find_map(|id| exited_failing(id))
+        .find_map(|id| coded(id))
+        .or_else(|| attempts.iter().rev().find_map(|id| exited_failing(id)))
         .or_else(|| failing(last));
     let Some(failed) = failed else {
         return chain_without_failure(p, f, last, &cni(last), evidence);
