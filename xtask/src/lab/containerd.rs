@@ -416,6 +416,9 @@ pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, La
         .map_err(|e| LabError::io(PART, "write", &config, e))?;
 
     let log = paths.containerd_log();
+    // The log is appended to across restarts; only what this start writes says whether it
+    // loaded the CNI config.
+    let log_start = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
     let pid = process::spawn_daemon(
         PART,
         &runtime.containerd,
@@ -447,7 +450,7 @@ pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, La
                 Ok(status) if status == "ok" => return Ok(Some(())),
                 // A plugin that failed to load stays failed; waiting longer cannot help.
                 Ok(status) if status == "error" => {
-                    let text = fs::read_to_string(&log).unwrap_or_default();
+                    let text = process::log_since(&log, log_start);
                     let why = text
                         .lines()
                         .rev()
@@ -471,7 +474,7 @@ pub(crate) fn start(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<u32, La
 
     // The CRI plugin loads even without a usable CNI config and only says so in its log;
     // pods would then fail much later with a less helpful error.
-    let text = fs::read_to_string(&log).unwrap_or_default();
+    let text = process::log_since(&log, log_start);
     if let Some(line) = text.lines().find(|l| l.contains("failed to load cni")) {
         return Err(not_ready(
             format!("CNI config not loaded: {line}"),

@@ -233,6 +233,23 @@ fn reap_spawned() {
 }
 
 /// The last `lines` lines of a log file (at most the last 16 KiB of it).
+/// What a daemon's log gained after byte `start` (the log's length before the daemon was
+/// spawned), read lossily; empty when the log cannot be read.
+pub(crate) fn log_since(path: &Path, start: u64) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    // A log shorter than before was replaced; all of it is this start's.
+    let from = if len < start { 0 } else { start };
+    if f.seek(SeekFrom::Start(from)).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(mut f) = File::open(path) else {
         return "(no log)".to_owned();
