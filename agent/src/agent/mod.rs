@@ -13,6 +13,7 @@ mod prepare;
 pub mod probes;
 pub mod recorder;
 mod serve;
+mod span_wait;
 mod start;
 mod start_feed;
 mod until_ready;

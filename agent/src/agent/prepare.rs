@@ -31,6 +31,8 @@ pub struct Options {
     pub otlp_endpoint: Option<String>,
     pub runtime_otlp: Option<Listen>,
     pub deleted_pod_retention: Duration,
+    /// How long the end waits for the runtime's spans (`--runtime-span-wait`).
+    pub runtime_span_wait: Duration,
     /// The probes, when the run wants kernel events; `--cni-bin-dir` in it, if given,
     /// else the runtime's CNI directory is filled in.
     pub probes: Option<ProbeRequest>,
@@ -49,6 +51,7 @@ pub struct Prepared {
     pub(super) probes: Option<ProbeRequest>,
     pub(super) run_config: RunConfig,
     pub(super) deleted_pod_retention: Duration,
+    pub(super) runtime_span_wait: Duration,
     /// The pod cgroups' root as the node's driver names it, which the probes watch.
     pub(super) watched_root: Option<String>,
 }
@@ -104,6 +107,7 @@ pub async fn prepare(opts: Options, cri: CriClient) -> Result<Prepared, AgentErr
         probes,
         run_config,
         deleted_pod_retention: opts.deleted_pod_retention,
+        runtime_span_wait: opts.runtime_span_wait,
         watched_root,
     })
 }

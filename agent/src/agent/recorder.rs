@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::AgentError;
 use super::probes::{Probes, start_probes, unavailable_note};
+use super::span_wait::SpanWait;
 use super::start_feed::StartFeed;
 use crate::clock::wall_now;
 use crate::config::source::PodUpdate;
@@ -22,8 +23,9 @@ use crate::otel::{
 use crate::syncloop::{KernelSeen, StatusStore};
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
-    Footer, Header, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord,
-    SCHEMA_VERSION, TraceConfig, TraceRecord, TraceSink, TraceWriter, redact_pod,
+    Footer, Header, KernelSource, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord,
+    PodWaitRecord, RecordingEnd, RuntimeSpanSource, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd,
+    TraceConfig, TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
 /// How long the agent's in-memory timeline keeps a pod after it left the config, unless
@@ -45,6 +47,8 @@ pub struct RecordSink {
     otel: Arc<OnceLock<Arc<LiveExport>>>,
     /// Which calls carry a sampled trace context (on when exporting or receiving spans).
     gate: Arc<TraceGate>,
+    /// The runtime's server spans the sampled calls are owed.
+    owed: Arc<SpanWait>,
 }
 
 /// The CRI calls inside which the runtime creates, enters or tears down a pod's network
@@ -66,6 +70,7 @@ impl RecordSink {
         }
         match &record {
             TraceRecord::Cri(call) => {
+                self.owed.call(call);
                 self.metrics.observe_call(call);
                 self.starts.call_ended(call);
                 if let Some(otel) = self.otel.get() {
@@ -94,6 +99,10 @@ impl RecordSink {
     /// The runtime's spans of one request (pods the agent knows): the live export
     /// forwards them with their pods, the trace and the timeline keep them.
     fn send_runtime_spans(&self, spans: Vec<RuntimeSpan>) {
+        self.owed.batch(&spans, now_ktime_ns());
+        if spans.is_empty() {
+            return;
+        }
         if let Some(otel) = self.otel.get() {
             otel.observe_runtime_spans(&spans);
         }
@@ -144,6 +153,10 @@ pub struct RunRecorder {
     receiver: Option<RuntimeReceiver>,
     /// Said to the user by the caller: see [`RunRecorder::take_notes`].
     notes: Vec<String>,
+    /// Whether the probes run, as the `sources` record says.
+    kernel_source: KernelSource,
+    /// How long the end waits for the runtime's spans of sampled calls.
+    span_wait: std::time::Duration,
 }
 
 /// The probes a run asks for.
@@ -152,6 +165,11 @@ pub struct ProbeRequest {
     /// A node that cannot run them fails the run (`--require-ebpf`).
     pub require: bool,
 }
+
+/// How long a run's end waits for the runtime's spans of its sampled calls, unless
+/// `--runtime-span-wait` says otherwise: longer than the OpenTelemetry batch processor's
+/// default delay (5 s), which containerd's exporter uses.
+pub const DEFAULT_RUNTIME_SPAN_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 
 /// How often the OTLP export looks for pods whose startup is over.
 const OTEL_TICK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -216,6 +234,7 @@ impl RunRecorder {
             cni_output: Arc::new(OnceLock::new()),
             otel: Arc::new(OnceLock::new()),
             gate: Arc::new(TraceGate::new()),
+            owed: Arc::new(SpanWait::default()),
         };
         let mut recorder = RunRecorder {
             retention: DEFAULT_DELETED_POD_RETENTION,
@@ -227,6 +246,10 @@ impl RunRecorder {
             otel_ticker: None,
             receiver: None,
             notes: Vec::new(),
+            kernel_source: KernelSource::Off {
+                why: "--no-ebpf".into(),
+            },
+            span_wait: DEFAULT_RUNTIME_SPAN_WAIT,
         };
         if let Some(request) = probes {
             recorder.start_probes(request, cgroup_root)?;
@@ -252,9 +275,11 @@ impl RunRecorder {
             Probes::Running(started) => *started,
             Probes::Unavailable(e) => {
                 self.notes.push(unavailable_note(&e));
+                self.kernel_source = KernelSource::Unavailable { why: e.to_string() };
                 return Ok(());
             }
         };
+        self.kernel_source = KernelSource::On;
         self.sink.starts.set_pace(probes.pace());
         if let Some(gate) = probes.netns_gate() {
             let _ = self.sink.netns.set(gate);
@@ -282,6 +307,68 @@ impl RunRecorder {
         }));
         self.probes = Some(probes);
         Ok(())
+    }
+
+    /// How long the end waits for the runtime's spans of sampled calls
+    /// (`--runtime-span-wait`).
+    pub fn set_runtime_span_wait(&mut self, wait: std::time::Duration) {
+        self.span_wait = wait;
+    }
+
+    /// The recording's sources as they stand, with how its end went once it ended.
+    fn sources(&self, ended: Option<RecordingEnd>) -> SourcesRecord {
+        SourcesRecord {
+            at_ns: now_ktime_ns(),
+            kernel: self.kernel_source.clone(),
+            runtime_spans: match &self.receiver {
+                Some(r) => RuntimeSpanSource::Listening {
+                    listen: r
+                        .local_addr()
+                        .map_or_else(|| r.listen().to_string(), |a| a.to_string()),
+                },
+                None => RuntimeSpanSource::Off,
+            },
+            ended,
+        }
+    }
+
+    /// Records which sources the recording has, once the probes and the receiver are
+    /// started: a trace cut short says so too.
+    pub fn announce_sources(&self) {
+        self.sink.send(TraceRecord::Sources(self.sources(None)));
+    }
+
+    /// Waits for the runtime's spans the sampled calls are owed (when they are being
+    /// received), and records how the sources ended.
+    async fn end_sources(&mut self) -> SourcesRecord {
+        let bound = self.span_wait;
+        let waited = match &self.receiver {
+            Some(_) => Some(self.sink.owed.wait(bound).await),
+            None => None,
+        };
+        let end = RecordingEnd {
+            runtime_spans_received: self.sink.metrics.runtime_otlp_stats().received(),
+            waited_ns: waited.map_or(0, |w| {
+                u64::try_from(w.waited.as_nanos()).unwrap_or(u64::MAX)
+            }),
+            bound_ns: u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX),
+            missing: waited.map_or(0, |w| w.missing),
+            wait: waited.map_or(SpanWaitEnd::NotNeeded, |w| w.end),
+        };
+        if end.missing > 0 {
+            self.notes.push(format!(
+                "the runtime's spans of {} sampled CRI calls did not arrive ({}; waited {:.1} s)",
+                end.missing,
+                match end.wait {
+                    SpanWaitEnd::Bound => "none came within the bound",
+                    _ => "its last batch did not hold them",
+                },
+                end.waited_ns as f64 / 1e9
+            ));
+        }
+        let record = self.sources(Some(end));
+        self.sink.send(TraceRecord::Sources(record.clone()));
+        record
     }
 
     /// What the user should know that stopped nothing (probes unavailable), once each.
@@ -477,8 +564,11 @@ impl RunRecorder {
 
     /// Stops the probes and closes the trace with its footer. What was lost on the way
     /// (kernel events, spans, trace records) is in the result; nothing is lost silently.
-    pub async fn finish(self) -> Finished {
+    pub async fn finish(mut self) -> Finished {
         let mut finished = Finished::default();
+        // First, while the receiver still takes them: the runtime's last spans.
+        let sources = self.end_sources().await;
+        finished.notes.append(&mut self.notes);
         let mut footer = Footer {
             ebpf: self.probes.is_some(),
             ..Footer::default()
@@ -513,8 +603,15 @@ impl RunRecorder {
         }
         if self.writer.is_some() {
             // Every record is in by now: the probes are stopped and their events drained.
-            send_stages(&self.sink.trace, &self.sink.collector.timeline());
+            let timeline = self.sink.collector.timeline();
+            send_stages(&self.sink.trace, &timeline);
+            footer.pod_sources = timeline
+                .pods
+                .iter()
+                .filter_map(|p| Some((p.uid.clone(), p.sources.clone()?)))
+                .collect();
         }
+        footer.sources = Some(sources);
         footer.ended_ns = now_ktime_ns();
         if let Some(w) = self.writer {
             finished.failures = close_trace(w, footer).await;

@@ -50,6 +50,8 @@ impl Prepared {
         if let Some(listen) = self.runtime_otlp {
             recorder.start_runtime_receiver(listen).await?;
         }
+        recorder.set_runtime_span_wait(self.runtime_span_wait);
+        recorder.announce_sources();
         let cri = Recording::new(self.cri, Arc::new(recorder.sink()));
         let mut kubelet = Kubelet::new(cri, self.cfg, self.settings)?;
         kubelet.set_metrics(recorder.metrics());

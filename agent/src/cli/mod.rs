@@ -259,6 +259,13 @@ pub struct RunArgs {
     /// with the pod's export.
     #[arg(long, value_name = "ADDR")]
     pub runtime_otlp_listen: Option<String>,
+    /// With --runtime-otlp-listen: how long the run's end waits for the runtime's spans
+    /// of the CRI calls it made (the runtime sends them in batches, every 5 s by
+    /// default). The wait ends sooner once every call has its span, or once a batch
+    /// sent after the last call shows the rest will not come; what did not come is said
+    /// on each pod.
+    #[arg(long, default_value = "8s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub runtime_span_wait: std::time::Duration,
     /// Without --until-ready: how long `GET /timeline` and `podtrace timeline` keep showing
     /// a pod after its manifest is gone (the trace keeps it for good). The agent then
     /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with

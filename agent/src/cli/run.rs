@@ -72,10 +72,9 @@ pub async fn run(args: RunArgs) -> ExitCode {
 
 /// The agent's options from the flags.
 fn options(args: &RunArgs, runtime_otlp: Option<crate::otel::Listen>) -> Options {
-    // Kernel events have a reader when a trace is written or the agent serves its API;
-    // --require-ebpf asks for them regardless, so a node without them fails loudly.
-    let want_kernel =
-        !args.no_ebpf && (args.trace.is_some() || !args.until_ready || args.ebpf.require_ebpf);
+    // Every output that shows stages (the trace, the export, /metrics, the API, the
+    // summary) shows the kernel's: the probes run unless turned off.
+    let want_kernel = !args.no_ebpf;
     Options {
         cfg: args.node.runtime_config(),
         settings: args.kubelet.settings(),
@@ -86,6 +85,7 @@ fn options(args: &RunArgs, runtime_otlp: Option<crate::otel::Listen>) -> Options
         otlp_endpoint: args.otlp_endpoint.clone(),
         runtime_otlp,
         deleted_pod_retention: args.deleted_pod_retention,
+        runtime_span_wait: args.runtime_span_wait,
         probes: want_kernel.then(|| ProbeRequest {
             config: args.ebpf.probe_config(),
             require: args.ebpf.require_ebpf,

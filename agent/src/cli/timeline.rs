@@ -138,6 +138,22 @@ pub fn render(t: &Timeline) -> String {
                 bar(s, origin, span),
             );
         }
+        match &p.sources {
+            Some(sources) => {
+                let _ = writeln!(out, "  sources: {}", sources.line());
+                for (name, state) in sources.lacking() {
+                    if let Some(why) = state.why() {
+                        let _ = writeln!(out, "  {name}: {why}");
+                    }
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  sources: not recorded (a trace from before podtrace recorded them, or a replay)"
+                );
+            }
+        }
         for n in &p.notes {
             let _ = writeln!(out, "  note: {n}");
         }

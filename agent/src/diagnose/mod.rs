@@ -90,6 +90,7 @@ fn pod_diagnosis(p: &PodFacts<'_>, f: &Facts<'_>) -> PodDiagnosis {
         running: t.stage(StageKind::Running).is_some(),
         verdict,
         also: findings,
+        sources: t.sources.clone(),
     }
 }
 

@@ -87,6 +87,9 @@ pub struct PodDiagnosis {
     /// Further findings, in order of importance.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<Finding>,
+    /// Which sources the verdict had to go on, and why any is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<crate::timeline::PodSources>,
 }
 
 impl PodDiagnosis {

@@ -42,6 +42,14 @@ pub fn render(d: &Diagnosis) -> String {
                 let _ = writeln!(out, "    - {e}");
             }
         }
+        if let Some(sources) = &p.sources {
+            let _ = writeln!(out, "  sources: {}", sources.line());
+            for (name, state) in sources.lacking() {
+                if let Some(why) = state.why() {
+                    let _ = writeln!(out, "    - {name}: {why}");
+                }
+            }
+        }
         out.push('\n');
     }
     for n in &d.notes {

@@ -20,7 +20,14 @@ use super::runtime_span::{self, RuntimeSpan};
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
 use crate::cri::CriCall;
-use crate::timeline::{Collector, PodTimeline, StageKind, Timeline};
+use crate::timeline::{Collector, PodTimeline, SourceState, StageKind, Timeline};
+
+/// The runtime owes the pod spans that have not come yet.
+fn runtime_spans_pending(pod: &PodTimeline) -> bool {
+    pod.sources
+        .as_ref()
+        .is_some_and(|s| matches!(s.runtime, SourceState::Pending { .. }))
+}
 
 /// How long a pod that ran but is not Ready (or failed) goes without a new stage before
 /// its startup is exported as it stands.
@@ -179,10 +186,15 @@ impl LiveExport {
             if st.exported.contains(&pod.uid) {
                 continue;
             }
-            if pod.stage(StageKind::Ready).is_some() {
+            // A Ready pod whose runtime spans are still on their way waits for them (at
+            // most until it settles), so its trace goes out whole.
+            if pod.stage(StageKind::Ready).is_some() && !runtime_spans_pending(&pod) {
                 st.pending.remove(&pod.uid);
                 self.export(&mut st, &pod);
-            } else if pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some() {
+            } else if pod.stage(StageKind::Ready).is_some()
+                || pod.stage(StageKind::Running).is_some()
+                || pod.failures().next().is_some()
+            {
                 st.pending.insert(pod.uid.clone(), pod);
             }
         }

@@ -149,7 +149,8 @@ impl ReceiverStats {
     }
 }
 
-/// Where kept spans go: one call per request, with that request's spans.
+/// Where kept spans go: one call per request that held any span, with the spans of it
+/// kept (none, when every one was dropped: the call still says a batch came).
 pub type Deliver = Arc<dyn Fn(Vec<RuntimeSpan>) + Send + Sync>;
 
 /// Which pod each received span belongs to, and so which spans are kept: `run` ties a
@@ -242,10 +243,16 @@ impl TraceService for Intake {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let held = request
+            .get_ref()
+            .resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .any(|ss| !ss.spans.is_empty());
         let spans = self
             .keeper
             .keep(request.get_ref(), self.anchor, &self.stats);
-        if !spans.is_empty() {
+        if held {
             (self.deliver)(spans);
         }
         Ok(tonic::Response::new(ExportTraceServiceResponse {
@@ -407,6 +414,11 @@ impl RuntimeReceiver {
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local
+    }
+
+    /// Where it listens, as asked (`127.0.0.1:0` stays so: see [`Self::local_addr`]).
+    pub fn listen(&self) -> &Listen {
+        &self.listen
     }
 
     /// Stops listening and waits for the server to end (for at most `deadline`); a

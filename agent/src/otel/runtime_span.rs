@@ -28,9 +28,7 @@ pub enum Malformed {
     Times,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use podtrace_core::record::ids::hex;
 
 /// Bytes from lower-case or upper-case hex, exactly `N` of them.
 pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {

@@ -84,6 +84,24 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     if let Some(ip) = &pod.ip {
         root_attrs.push(("podtrace.pod_ip", str(ip)));
     }
+    // Which sources the stages below came from, and why any is absent.
+    match &pod.sources {
+        Some(sources) => {
+            root_attrs.push(("podtrace.sources", str(sources.line())));
+            for (name, state) in sources.each() {
+                let key = match name {
+                    "cri" => "podtrace.source.cri",
+                    "kernel" => "podtrace.source.kernel",
+                    _ => "podtrace.source.runtime",
+                };
+                root_attrs.push((key, str(state.summary())));
+            }
+        }
+        None => root_attrs.push((
+            "podtrace.sources",
+            str("not recorded (a trace from before podtrace recorded them)"),
+        )),
+    }
     let ran = pod.stage(StageKind::Running).is_some();
     let root = PodSpan {
         trace_id,

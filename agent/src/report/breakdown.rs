@@ -159,6 +159,9 @@ fn claim(part: PartOf, what: String, start: u64, end: u64) -> Claim {
 /// What each kind of stage contributes; instants (the pause exec) contribute nothing.
 fn claims_of(p: &PodTimeline) -> Vec<Claim> {
     let mut out = Vec::new();
+    // The runtime owed spans that did not come: its calls' remainders are unrecorded,
+    // not the runtime's own work.
+    let missing_spans = p.sources.as_ref().is_some_and(|s| s.runtime_missing());
     for s in &p.stages {
         let c = s.container.clone().unwrap_or_default();
         let stage = || PartOf::Stage(s.stage.clone());
@@ -168,8 +171,13 @@ fn claims_of(p: &PodTimeline) -> Vec<Claim> {
             }
             StageKind::SandboxRequested => (
                 PartOf::RuntimeSandbox,
-                "RunPodSandbox less what the kernel timed in it: the runtime's own work"
-                    .to_string(),
+                if missing_spans {
+                    "RunPodSandbox less what the kernel timed in it: not broken down, the \
+                     runtime's spans of it did not arrive"
+                } else {
+                    "RunPodSandbox less what the kernel timed in it: the runtime's own work"
+                }
+                .to_string(),
             ),
             StageKind::ShimStart => (stage(), runtime_what("the shim starting", &c)),
             StageKind::ShimCreate => (
@@ -427,10 +435,19 @@ fn unexplained(p: &PodTimeline, parts: &[(u64, &PartOf, Part)]) -> Vec<String> {
     if bare.is_empty() {
         return Vec::new();
     }
-    let why = if runtime.is_empty() {
-        "the runtime sent no spans (no --runtime-otlp-listen, or a runtime without tracing)"
-    } else {
-        "the runtime sent no spans inside these calls"
+    // The recording's own account of the runtime's spans says why, when it has one.
+    let recorded = p
+        .sources
+        .as_ref()
+        .and_then(|s| s.runtime.why())
+        .map(str::to_string);
+    let why = match recorded {
+        Some(why) => why,
+        None if runtime.is_empty() => {
+            "the runtime sent no spans (no --runtime-otlp-listen, or a runtime without tracing)"
+                .to_string()
+        }
+        None => "the runtime sent no spans inside these calls".to_string(),
     };
     vec![format!("{} not broken down: {why}", bare.join(", "))]
 }

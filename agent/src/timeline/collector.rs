@@ -28,7 +28,7 @@ use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::trace::{
     Header, NodeNetworkRecord, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord,
-    PodWaitRecord, TraceRecord,
+    PodWaitRecord, SourcesRecord, TraceRecord,
 };
 use podtrace_core::record::RuntimeSpan;
 
@@ -75,6 +75,8 @@ struct Kept {
     observed: Chunks<ObservedRecord>,
     /// The node's pod network, as each change was recorded.
     network: VecDeque<NodeNetworkRecord>,
+    /// The recording's sources, as last recorded.
+    sources: Option<SourcesRecord>,
     /// An observer's header: it marks the records as observed, for the builder and
     /// `diagnose`.
     observed_header: Option<Header>,
@@ -179,6 +181,7 @@ impl Default for Kept {
             runtime: Chunks::new(MAX_RUNTIME_SPANS),
             observed: Chunks::new(MAX_OBSERVED),
             network: VecDeque::new(),
+            sources: None,
             observed_header: None,
             observations: HashMap::new(),
             last_status: None,
@@ -200,6 +203,7 @@ struct Frozen {
     kernel: Snapshot<KernelEvent>,
     runtime: Snapshot<RuntimeSpan>,
     observed: Snapshot<ObservedRecord>,
+    sources: Option<SourcesRecord>,
     /// The records are an observer's (the pods are another client's).
     observing: bool,
 }
@@ -214,6 +218,7 @@ impl Frozen {
             kernel: kept.kernel.snapshot(),
             runtime: kept.runtime.snapshot(),
             observed: kept.observed.snapshot(),
+            sources: kept.sources.clone(),
             observing: kept.observed_header.is_some(),
         }
     }
@@ -230,6 +235,7 @@ impl Frozen {
             .chain(self.kernel.iter().map(Ref::Kernel))
             .chain(self.runtime.iter().map(Ref::RuntimeSpan))
             .chain(self.observed.iter().map(Ref::Observed))
+            .chain(self.sources.iter().map(Ref::Sources))
             .enumerate();
         let mut index = Index::of(refs);
         if self.observing {
@@ -303,6 +309,7 @@ impl Collector {
                 }
                 kept.network.push_back((**n).clone());
             }
+            TraceRecord::Sources(s) => kept.sources = Some(s.clone()),
             TraceRecord::Header(h) if h.observed.is_some() => {
                 kept.observed_header = Some(h.clone())
             }
@@ -338,6 +345,7 @@ impl Collector {
     pub fn records(&self) -> Vec<TraceRecord> {
         let kept = self.lock();
         let len = usize::from(kept.observed_header.is_some())
+            + usize::from(kept.sources.is_some())
             + kept.observed.len()
             + kept.pods.len()
             + kept.calls.len()
@@ -371,7 +379,13 @@ impl Collector {
                 .cloned()
                 .map(|n| TraceRecord::Network(Box::new(n))),
         );
+        out.extend(kept.sources.iter().cloned().map(TraceRecord::Sources));
         out
+    }
+
+    /// The recording's sources, as last recorded.
+    pub fn sources(&self) -> Option<SourcesRecord> {
+        self.lock().sources.clone()
     }
 
     /// The node's pod network as last recorded.

@@ -9,7 +9,8 @@ use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::ebpf::event::cni_args_value;
 use crate::trace::{
-    Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, TraceRecord,
+    Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, SourcesRecord,
+    TraceRecord,
 };
 use podtrace_core::record::RuntimeSpan;
 
@@ -50,6 +51,9 @@ pub(super) struct Index<'a> {
     /// Each observed pod's sandbox and container changes (`podtrace observe`), ordered
     /// by when they happened, then record order.
     observed: BTreeMap<String, Vec<&'a ObservedRecord>>,
+    /// The recording's sources: the last `sources` record (the one written at its end,
+    /// when it ended).
+    pub sources: Option<&'a SourcesRecord>,
 }
 
 /// A record the builder reads, borrowed from wherever it is kept.
@@ -62,6 +66,7 @@ pub(super) enum Ref<'a> {
     Kernel(&'a KernelEvent),
     RuntimeSpan(&'a RuntimeSpan),
     Observed(&'a ObservedRecord),
+    Sources(&'a SourcesRecord),
 }
 
 impl<'a> Index<'a> {
@@ -78,6 +83,7 @@ impl<'a> Index<'a> {
                 TraceRecord::Kernel(k) => Ref::Kernel(k),
                 TraceRecord::RuntimeSpan(s) => Ref::RuntimeSpan(s),
                 TraceRecord::Observed(o) => Ref::Observed(o),
+                TraceRecord::Sources(s) => Ref::Sources(s),
                 TraceRecord::Header(_)
                 | TraceRecord::Status(_)
                 | TraceRecord::Stage(_)
@@ -126,6 +132,7 @@ impl<'a> Index<'a> {
             kernel: Vec::new(),
             runtime: BTreeMap::new(),
             observed: BTreeMap::new(),
+            sources: None,
         };
         let mut cri: Vec<&'a CriCall> = Vec::new();
         let mut observed: Vec<&'a ObservedRecord> = Vec::new();
@@ -139,6 +146,7 @@ impl<'a> Index<'a> {
                 Ref::Kernel(k) => index.kernel.push((i, k)),
                 Ref::RuntimeSpan(s) => index.runtime.entry(s.pod_uid.clone()).or_default().push(s),
                 Ref::Observed(o) => observed.push(o),
+                Ref::Sources(s) => index.sources = Some(s),
             }
         }
         observed.sort_by_key(|o| o.happened_ns());

@@ -28,6 +28,7 @@ mod runtime_args;
 mod runtime_spans;
 mod runtime_stages;
 mod seeing;
+mod sources;
 mod stage_kind;
 mod stage_name;
 mod stages;
@@ -44,6 +45,7 @@ pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};
 pub use runtime_spans::{Step as RuntimeStep, step_of as runtime_step_of};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
+pub use sources::{PodSources, SourceState};
 pub use stage_kind::StageKind;
 pub use stage_name::StageName;
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use podtrace_core::record::GrpcCode;
 
 use super::cni_reply::{CniCapture, CniReply};
+use super::sources::PodSources;
 use super::stage_kind::StageKind;
 use super::stage_name::StageName;
 
@@ -159,6 +160,10 @@ pub struct PodTimeline {
     /// What the timeline cannot show and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Which sources of stages the pod has, and why any is absent; None for a recording
+    /// that did not record its sources (older traces, replays).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<PodSources>,
 }
 
 impl PodTimeline {
@@ -234,6 +239,7 @@ impl Timeline {
                 stages: Vec::new(),
                 kernel_events: BTreeMap::new(),
                 notes: Vec::new(),
+                sources: None,
             });
             if s.stage.is(&StageKind::PodSeen) {
                 p.seen_ns = Some(s.start_ns);

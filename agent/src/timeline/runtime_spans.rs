@@ -211,9 +211,7 @@ pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec
     (calls, tied)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use podtrace_core::record::ids::hex;
 
 /// One stage the runtime's spans make inside a call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -190,6 +190,15 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .and_then(|s| s.detail.strip_prefix("ip "))
             .and_then(|rest| rest.split([' ', ';']).next())
             .map(str::to_string);
+        let sources = super::sources::of_pod(
+            self.index.sources,
+            &super::sources::PodRecords {
+                calls: &self.calls,
+                observed: observed.len() as u64,
+                kernel_events: self.kernel.len() as u64,
+                runtime_spans: self.index.runtime_spans_of(self.uid),
+            },
+        );
         PodTimeline {
             uid: self.uid.to_string(),
             namespace: self.info.namespace.clone(),
@@ -205,6 +214,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             stages: self.stages,
             kernel_events,
             notes: self.notes,
+            sources,
         }
     }
 

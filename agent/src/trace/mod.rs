@@ -8,6 +8,7 @@ mod node_network;
 mod observed;
 mod reader;
 mod record;
+mod sources;
 mod writer;
 
 pub use config::{ObserveMode, ObservedConfig, RunConfig, TraceConfig};
@@ -19,5 +20,9 @@ pub use record::{
     Footer, Header, Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
     PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION,
     TraceRecord, redact_pod,
+};
+pub use sources::{
+    KernelSource, PodSources, RecordingEnd, RuntimeSpanSource, SourceState, SourcesRecord,
+    SpanWaitEnd,
 };
 pub use writer::{QUEUE_RECORDS, SYNC_EVERY, TraceSink, TraceWriter, WriterStats};

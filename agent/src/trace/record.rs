@@ -14,6 +14,7 @@ use super::node_network::NodeNetworkRecord;
 pub use super::observed::{
     Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
 };
+use super::sources::SourcesRecord;
 
 /// The schema version this podtrace writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -120,6 +121,12 @@ pub struct Footer {
     /// An observed trace's losses on the runtime's side (`podtrace observe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<super::observed::ObservedFooter>,
+    /// The recording's sources as it ended (the last `sources` record's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<SourcesRecord>,
+    /// Each pod's sources, by UID: which it has, and why any is absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_sources: BTreeMap<String, super::sources::PodSources>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,6 +149,8 @@ pub enum TraceRecord {
     /// The node's pod network when it changed: NetworkReady, the CNI configuration,
     /// host-local's pool.
     Network(Box<NodeNetworkRecord>),
+    /// Which sources of stages the recording has (the probes, the runtime's spans).
+    Sources(SourcesRecord),
     Footer(Footer),
 }
 
@@ -159,6 +168,7 @@ impl TraceRecord {
             TraceRecord::RuntimeSpan(s) => Some(s.end_ns.max(s.start_ns)),
             TraceRecord::Observed(o) => Some(o.at_ns),
             TraceRecord::Network(n) => Some(n.at_ns),
+            TraceRecord::Sources(s) => Some(s.at_ns),
             TraceRecord::Header(_) | TraceRecord::Stage(_) | TraceRecord::Footer(_) => None,
         }
     }
@@ -176,6 +186,7 @@ impl TraceRecord {
             TraceRecord::RuntimeSpan(_) => "runtime_span",
             TraceRecord::Observed(_) => "observed",
             TraceRecord::Network(_) => "network",
+            TraceRecord::Sources(_) => "sources",
             TraceRecord::Footer(_) => "footer",
         }
     }
@@ -194,6 +205,7 @@ pub(super) const KNOWN_TYPES: &[&str] = &[
     "runtime_span",
     "observed",
     "network",
+    "sources",
     "footer",
 ];
 

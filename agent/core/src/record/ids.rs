@@ -40,6 +40,18 @@ pub fn root_span_id(pod_uid: &str) -> [u8; 8] {
     nonzero(d[..8].try_into().expect("8 of 32 bytes"))
 }
 
+/// Lower-case hex of an ID, as OTLP's JSON and the trace's `runtime_span` records spell
+/// IDs.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
+}
+
 pub fn call_span_id(call: &CriCall) -> [u8; 8] {
     let d = digest(&[
         b"podtrace/cri",
@@ -60,10 +72,6 @@ pub fn stage_span_id(pod_uid: &str, stage: &str, start_ns: u64) -> [u8; 8] {
         &start_ns.to_le_bytes(),
     ]);
     nonzero(d[..8].try_into().expect("8 of 32 bytes"))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The trace every call of no pod names (Version, Status, relists): fixed, so nothing

@@ -18,8 +18,9 @@ use crate::syncloop::StatusStore;
 use crate::syncloop::api;
 use crate::timeline::Collector;
 use crate::trace::{
-    Footer, Header, ObserveMode, ObservedConfig, ObservedFooter, ObservedHeader, SCHEMA_VERSION,
-    TraceConfig, TraceRecord, TraceWriter,
+    Footer, Header, KernelSource, ObserveMode, ObservedConfig, ObservedFooter, ObservedHeader,
+    RecordingEnd, RuntimeSpanSource, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd, TraceConfig,
+    TraceRecord, TraceWriter,
 };
 
 use super::connect::Connected;
@@ -68,6 +69,8 @@ pub struct Running {
     probes: Option<KernelProbes>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
     sources: Vec<String>,
+    /// Whether the probes run, for the `sources` record.
+    kernel_source: KernelSource,
     notes: Vec<String>,
 }
 
@@ -84,6 +87,9 @@ impl Connected {
     /// Starts the probes, the trace, the API and the span receiver.
     pub async fn start(self, mut opts: Options) -> Result<Running, AgentError> {
         let mut notes = Vec::new();
+        let mut kernel_source = KernelSource::Off {
+            why: "--no-ebpf".into(),
+        };
         let started = match opts.probes.take() {
             None => None,
             Some(request) => {
@@ -92,9 +98,13 @@ impl Connected {
                     opts.cni_bin_dir.clone().or(self.cni_bin_dir()),
                 );
                 match start_probes(config, request.require)? {
-                    Probes::Running(started) => Some(*started),
+                    Probes::Running(started) => {
+                        kernel_source = KernelSource::On;
+                        Some(*started)
+                    }
                     Probes::Unavailable(e) => {
                         notes.push(unavailable_note(&e));
+                        kernel_source = KernelSource::Unavailable { why: e.to_string() };
                         None
                     }
                 }
@@ -141,7 +151,7 @@ impl Connected {
             Some((probes, events)) => (Some(probes), Some(out.forward_kernel_events(events))),
             None => (None, None),
         };
-        Ok(Running {
+        let running = Running {
             runtime: self,
             poll: opts.poll,
             anchor,
@@ -155,12 +165,34 @@ impl Connected {
             probes,
             forwarder,
             sources,
+            kernel_source,
             notes,
-        })
+        };
+        running
+            .out
+            .send(TraceRecord::Sources(running.sources_record(None)));
+        Ok(running)
     }
 }
 
 impl Running {
+    /// The observer's sources as they stand (`ended`: how the recording ended).
+    fn sources_record(&self, ended: Option<RecordingEnd>) -> SourcesRecord {
+        SourcesRecord {
+            at_ns: now_ktime_ns(),
+            kernel: self.kernel_source.clone(),
+            runtime_spans: match &self.receiver {
+                Some(r) => RuntimeSpanSource::Listening {
+                    listen: r
+                        .local_addr()
+                        .map_or_else(|| r.listen().to_string(), |a| a.to_string()),
+                },
+                None => RuntimeSpanSource::Off,
+            },
+            ended,
+        }
+    }
+
     /// The runtime's name and version, and what the trace is observed from.
     pub fn describe(&self) -> (String, String, Vec<String>) {
         (
@@ -238,6 +270,7 @@ impl Running {
     }
 
     async fn finish(self, summary: ObserveSummary) -> Finished {
+        let sources = self.sources_record(None);
         let mut notes = self.notes;
         if let Some(server) = self.server {
             server.abort();
@@ -255,6 +288,19 @@ impl Running {
                 self.span_stats.dropped("malformed")
             ));
         }
+        let ended = SourcesRecord {
+            ended: Some(RecordingEnd {
+                runtime_spans_received: self.span_stats.received(),
+                waited_ns: 0,
+                bound_ns: 0,
+                missing: 0,
+                wait: SpanWaitEnd::NotNeeded,
+            }),
+            ..sources
+        };
+        // The observer made none of the calls, so it owes the runtime no wait: the
+        // sources end as they are.
+        self.out.send(TraceRecord::Sources(ended.clone()));
         let streamed = self.runtime.stream.is_ok();
         let mut footer = Footer {
             ebpf: self.probes.is_some(),
@@ -267,6 +313,15 @@ impl Running {
         if let Some(f) = self.forwarder {
             let _ = f.await;
         }
+        footer.pod_sources = self
+            .out
+            .collector
+            .timeline()
+            .pods
+            .into_iter()
+            .filter_map(|p| Some((p.uid, p.sources?)))
+            .collect();
+        footer.sources = Some(ended);
         footer.ended_ns = now_ktime_ns();
         let failures = close_trace(self.writer, footer).await;
         Finished {

@@ -113,6 +113,7 @@ mod tests {
             stages,
             kernel_events: BTreeMap::new(),
             notes: Vec::new(),
+            sources: None,
         }
     }
 
