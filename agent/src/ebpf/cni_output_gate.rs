@@ -6,8 +6,8 @@
 //! runs plugins (`podtrace run` takes a [`CniOutputHold`] before the call goes out), and as
 //! soon as the reader sees a network namespace created or a CNI plugin exec'd (the probes
 //! wake the reader for those; [`CniOutputGate::poke`]), for `observe` and `kernel-events`,
-//! which make no CRI calls of their own. It is detached once nothing has held or poked it
-//! for [`CNI_OUTPUT_LINGER`] and no plugin process is alive (the probes' `CNI_PLUGINS`
+//! which make no CRI calls of their own. It is detached once no hold has been held for
+//! [`CNI_OUTPUT_LINGER`], no poke came for [`CNI_OUTPUT_POKE_LINGER`], and no plugin process is alive (the probes' `CNI_PLUGINS`
 //! map; one alive for over [`MAX_PLUGIN_RUN`] no longer counts). Each attach, detach and refusal goes into the event stream as a
 //! `cni_write_hook` record, so a plugin run can say whether its output could be seen.
 
@@ -22,8 +22,13 @@ use super::event::{CniWriteHook, Comm, EventMeta, KernelEvent, WriteHookChange};
 use super::reader::EventInjector;
 use super::write_hooks::{WriteHook, WriteLink, attach};
 
-/// How long the hook stays attached after the last hold or poke, once no plugin runs.
+/// How long the hook stays attached after the last hold, once no plugin runs.
 pub const CNI_OUTPUT_LINGER: Duration = Duration::from_millis(500);
+/// How long it stays attached after the last poke, once no plugin runs. A poke comes
+/// from the reader, which sees a chain's plugins one exec at a time: the runtime's own
+/// work between two plugins (tens of milliseconds on an idle node, hundreds on a busy
+/// one) must not detach it, or the next plugin writes before the reader re-attaches.
+pub const CNI_OUTPUT_POKE_LINGER: Duration = Duration::from_secs(3);
 /// How often an idle gate is checked.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// A plugin process alive longer than this no longer keeps the hook attached: a plugin
@@ -43,7 +48,8 @@ struct GateState {
     inject: EventInjector,
     holders: usize,
     link: Option<WriteLink>,
-    last_wanted: Instant,
+    /// Until when the last hold's or poke's linger keeps the hook attached.
+    wanted_until: Instant,
     attaches: u64,
     failure: Option<String>,
     /// When each live plugin process was first seen alive by the idle check.
@@ -60,7 +66,7 @@ impl Drop for CniOutputHold {
     fn drop(&mut self) {
         let mut st = self.gate.lock();
         st.holders = st.holders.saturating_sub(1);
-        st.last_wanted = Instant::now();
+        st.wanted_until = st.wanted_until.max(Instant::now() + CNI_OUTPUT_LINGER);
     }
 }
 
@@ -76,7 +82,7 @@ impl CniOutputGate {
                 inject,
                 holders: 0,
                 link: None,
-                last_wanted: Instant::now(),
+                wanted_until: Instant::now(),
                 attaches: 0,
                 failure: None,
                 seen: std::collections::HashMap::new(),
@@ -95,13 +101,13 @@ impl CniOutputGate {
     pub fn hold(&self, reason: &str) -> CniOutputHold {
         let mut st = self.lock();
         st.holders += 1;
-        st.want(reason);
+        st.want(reason, CNI_OUTPUT_LINGER);
         CniOutputHold { gate: self.clone() }
     }
 
-    /// Attaches the hook if it is not, for at least the linger from now.
+    /// Attaches the hook if it is not, for at least the poke's linger from now.
     pub fn poke(&self, reason: &str) {
-        self.lock().want(reason);
+        self.lock().want(reason, CNI_OUTPUT_POKE_LINGER);
     }
 
     /// Whether a kernel event calls for the hook: a plugin exec'd, or a network namespace
@@ -143,8 +149,8 @@ impl CniOutputGate {
 }
 
 impl GateState {
-    fn want(&mut self, reason: &str) {
-        self.last_wanted = Instant::now();
+    fn want(&mut self, reason: &str, linger: Duration) {
+        self.wanted_until = self.wanted_until.max(Instant::now() + linger);
         if self.link.is_some() {
             return;
         }
@@ -171,10 +177,7 @@ impl GateState {
     }
 
     fn detach_if_idle(&mut self, now: Instant) {
-        if self.link.is_none()
-            || self.holders > 0
-            || now.duration_since(self.last_wanted) < CNI_OUTPUT_LINGER
-        {
+        if self.link.is_none() || self.holders > 0 || now < self.wanted_until {
             return;
         }
         let live = {
@@ -194,10 +197,7 @@ impl GateState {
         self.link = None;
         self.record(
             WriteHookChange::Detached,
-            format!(
-                "no CNI plugin running and none expected for {} ms",
-                CNI_OUTPUT_LINGER.as_millis()
-            ),
+            "no CNI plugin running and none expected since the last need's linger".to_string(),
         );
     }
 

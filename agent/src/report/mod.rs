@@ -68,6 +68,10 @@ pub struct PodReport {
     /// For a pod without a breakdown: how far it got.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<String>,
+    /// Which sources the breakdown had, and why any is absent; None for a trace that
+    /// did not record them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<crate::timeline::PodSources>,
 }
 
 impl PodReport {
@@ -103,6 +107,7 @@ fn pod_report(trace: &str, p: &PodTimeline) -> PodReport {
         uid: p.uid.clone(),
         breakdown,
         outcome,
+        sources: p.sources.clone(),
     }
 }
 

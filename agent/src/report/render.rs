@@ -70,6 +70,7 @@ pub fn table(r: &Report) -> String {
     }
     for p in &r.pods {
         let _ = writeln!(out, "\n{}", pod_title(p));
+        let _ = writeln!(out, "  sources: {}", sources_line(p));
         let Some(b) = &p.breakdown else {
             continue;
         };
@@ -104,6 +105,20 @@ pub fn table(r: &Report) -> String {
         }
     }
     out
+}
+
+/// The pod's sources, with the reason for each that is not wholly there.
+fn sources_line(p: &PodReport) -> String {
+    let Some(sources) = &p.sources else {
+        return "not recorded (a trace from before podtrace recorded them)".to_string();
+    };
+    let mut line = sources.line();
+    for (name, state) in sources.lacking() {
+        if let Some(why) = state.why() {
+            let _ = write!(line, "; {name}: {why}");
+        }
+    }
+    line
 }
 
 /// One line: the largest opaque part and the gap, the time the stages leave unexplained.
@@ -146,6 +161,7 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(out, "\n## Pods");
     for p in &r.pods {
         let _ = writeln!(out, "\n### {}\n", pod_title(p).replace("  ", " "));
+        let _ = writeln!(out, "Sources: {}.\n", sources_line(p));
         let Some(b) = &p.breakdown else {
             continue;
         };
