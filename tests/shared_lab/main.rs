@@ -31,6 +31,8 @@ mod observe;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
 /// traces.
 mod otel_export;
+/// Every output of a run carries every stage source, or says on the pod why not.
+mod sources;
 /// Init order, failing init, pull Never, admission, hostNetwork.
 mod pipeline;
 /// Exec, HTTP, TCP and sleep probes and hooks.

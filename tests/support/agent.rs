@@ -363,7 +363,7 @@ pub fn waiting_reason<'a>(p: &'a Value, name: &str) -> Option<&'a str> {
 }
 
 /// A loopback address with a port nothing listens on right now (the agent binds it).
-fn free_loopback_addr() -> String {
+pub fn free_loopback_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     l.local_addr().unwrap().to_string()
 }

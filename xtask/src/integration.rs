@@ -54,6 +54,7 @@ pub const SHARED_LAB: Binary = Binary {
         "no_ip",
         "crash_safe_trace",
         "otel_export",
+        "sources",
         "modern_node",
     ],
 };

@@ -93,6 +93,8 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "otel_export",
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
     ),
+    // Every output carries the kernel's and the runtime's stages, or says why not.
+    ("sources", &[]),
 ];
 
 /// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
