@@ -31,8 +31,6 @@ mod observe;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
 /// traces.
 mod otel_export;
-/// Every output of a run carries every stage source, or says on the pod why not.
-mod sources;
 /// Init order, failing init, pull Never, admission, hostNetwork.
 mod pipeline;
 /// Exec, HTTP, TCP and sleep probes and hooks.
@@ -43,5 +41,7 @@ mod resize;
 mod run_pods;
 /// Sidecars (restartable init containers): startup order, restarts, termination order.
 mod sidecars;
+/// Every output of a run carries every stage source, or says on the pod why not.
+mod sources;
 /// Per-pod stage timelines on the lab (loads the probes).
 mod timeline;

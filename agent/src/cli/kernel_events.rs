@@ -270,6 +270,9 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
         Vec::new()
     });
     let hooks = probes.netns_hooks().kind();
+    if let Some(gate) = probes.cni_output_gate() {
+        gate.detach("the watcher is stopping");
+    }
     let cni_output = cni_output_summary(&probes);
     // Events the reader drains while stopping still reach the channel: print them too.
     let stopping = probes.stop();

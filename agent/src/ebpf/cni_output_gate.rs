@@ -128,6 +128,15 @@ impl CniOutputGate {
         }
     }
 
+    /// Detaches the hook now, whatever holds or lingers (the probes are stopping), with
+    /// a `detached` record saying `reason`. Nothing when it is not attached.
+    pub fn detach(&self, reason: &str) {
+        let mut st = self.lock();
+        if st.link.take().is_some() {
+            st.record(WriteHookChange::Detached, reason.to_string());
+        }
+    }
+
     pub fn is_attached(&self) -> bool {
         self.lock().link.is_some()
     }

@@ -484,6 +484,10 @@ impl KernelProbes {
     /// The probes detach when this returns. The drain sends into the channel: keep
     /// receiving while this runs (or drop the receiver), or a full channel stalls it.
     pub async fn stop(mut self) -> Result<ProbeSummary, EbpfError> {
+        // While the stream is open, so the trace ends on the hook's detach.
+        if let Some(gate) = self.cni_output_gate() {
+            gate.detach("the probes are stopping");
+        }
         if let Some(stop) = self.stop.take() {
             // The reader may already have ended (its receiver dropped): nothing to tell.
             let _ = stop.send(());

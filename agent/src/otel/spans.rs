@@ -87,7 +87,12 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     // Which sources the stages below came from, and why any is absent.
     match &pod.sources {
         Some(sources) => {
-            root_attrs.push(("podtrace.sources", str(sources.line())));
+            let words: Vec<String> = sources
+                .each()
+                .iter()
+                .map(|(name, state)| format!("{name} {}", state.word()))
+                .collect();
+            root_attrs.push(("podtrace.sources", str(words.join(", "))));
             for (name, state) in sources.each() {
                 let key = match name {
                     "cri" => "podtrace.source.cri",

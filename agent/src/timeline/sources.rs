@@ -33,7 +33,10 @@ pub(super) fn of_pod(sources: Option<&SourcesRecord>, pod: &PodRecords<'_>) -> O
 }
 
 fn cri(pod: &PodRecords<'_>) -> SourceState {
-    let records = pod.calls.len() as u64 + pod.observed;
+    // Reads of state (statuses, lists) are not counted: the live agent keeps only those
+    // that changed something, and the count must not depend on where it is read.
+    let calls = pod.calls.iter().filter(|c| !c.is_observation()).count();
+    let records = calls as u64 + pod.observed;
     if records > 0 {
         SourceState::Present { records }
     } else {

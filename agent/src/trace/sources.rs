@@ -82,8 +82,8 @@ impl std::fmt::Display for KernelSource {
 /// One pod's sources.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodSources {
-    /// The CRI calls made for the pod (`podtrace run`), or the runtime's changes seen of
-    /// it (`podtrace observe`).
+    /// The CRI calls made for the pod that change something (`podtrace run`; reads of
+    /// state are not counted), or the runtime's changes seen of it (`podtrace observe`).
     pub cri: SourceState,
     /// Kernel events the probes attributed to the pod.
     pub kernel: SourceState,
@@ -135,13 +135,23 @@ impl SourceState {
         }
     }
 
-    /// `present (12)`, `absent: the probes were off (--no-ebpf)`, ...
-    pub fn summary(&self) -> String {
+    /// `present`, `partial`, `pending` or `absent`.
+    pub fn word(&self) -> &'static str {
         match self {
-            SourceState::Present { records } => format!("present ({records})"),
-            SourceState::Partial { records, why } => format!("partial ({records}): {why}"),
-            SourceState::Pending { records, why } => format!("pending ({records}): {why}"),
-            SourceState::Absent { why } => format!("absent: {why}"),
+            SourceState::Present { .. } => "present",
+            SourceState::Partial { .. } => "partial",
+            SourceState::Pending { .. } => "pending",
+            SourceState::Absent { .. } => "absent",
+        }
+    }
+
+    /// `present`, `absent: the probes were off (--no-ebpf)`, ...: the state and its
+    /// reason, without the count (which grows after a pod's startup, so the export made
+    /// live and the one made from the trace say the same).
+    pub fn summary(&self) -> String {
+        match self.why() {
+            None => self.word().to_string(),
+            Some(why) => format!("{}: {why}", self.word()),
         }
     }
 }
