@@ -446,3 +446,109 @@ fn runtime_spans_that_never_come_end_the_run_at_the_bound_and_are_said_on_the_po
         "{report}"
     );
 }
+
+/// One combination of output flags, and the outputs of it that carry stages.
+struct Combination {
+    flags: Vec<String>,
+    trace: bool,
+    export: bool,
+}
+
+#[test]
+fn every_combination_of_output_flags_gives_the_same_kernel_stages() {
+    require_lab();
+    let _one = serial();
+    let receives = runtime_traces_cri_calls();
+    if receives {
+        runtime_exporter_sending();
+    }
+    let receiver = Receiver::start("127.0.0.1:0");
+    let scratch = Scratch::new();
+    let endpoint = receiver.endpoint();
+    let runtime = [
+        "--runtime-otlp-listen",
+        xtask::lab::RUNTIME_OTLP_ADDR,
+        "--runtime-span-wait",
+        SPAN_WAIT,
+    ];
+    let mut combinations: Vec<Combination> = Vec::new();
+    for (i, (trace, export, require, hold, spans)) in [
+        (true, false, false, false, false),
+        (true, false, true, false, false),
+        (true, false, false, true, false),
+        (false, true, true, true, false),
+        (true, true, false, false, true),
+        (false, true, false, false, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if spans && !receives {
+            continue;
+        }
+        let mut flags: Vec<String> = Vec::new();
+        if trace {
+            let path = scratch.path().join(format!("combination{i}.jsonl"));
+            flags.extend(["--trace".into(), path.display().to_string()]);
+        }
+        if export {
+            flags.extend(["--otlp-endpoint".into(), endpoint.clone()]);
+        }
+        if require {
+            flags.push("--require-ebpf".into());
+        }
+        if hold {
+            flags.extend(["--hold".into(), "1s".into()]);
+        }
+        if spans {
+            flags.extend(runtime.iter().map(|s| s.to_string()));
+        }
+        combinations.push(Combination {
+            flags,
+            trace,
+            export,
+        });
+    }
+    let mut seen: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for (i, c) in combinations.iter().enumerate() {
+        let name = format!("src-combo{i}");
+        let flags: Vec<&str> = c.flags.iter().map(String::as_str).collect();
+        let (_, doc) = run_one(&scratch, &name, &flags);
+        let full = static_name(&name, doc["node"].as_str().unwrap());
+        let spans_received = flags.contains(&"--runtime-otlp-listen");
+        if c.trace {
+            let path = scratch.path().join(format!("combination{i}.jsonl"));
+            let timeline = trace_timeline(&path);
+            let pod = pod_of(&timeline, &full);
+            seen.push((
+                format!("the trace of {flags:?}"),
+                stages_from(pod, "kernel"),
+            ));
+            if spans_received {
+                assert!(
+                    !stages_from(pod, "runtime").is_empty(),
+                    "{flags:?}: no runtime stage in the trace: {:#}",
+                    pod["sources"]
+                );
+            }
+        }
+        if c.export {
+            let (_, spans) = exported(&receiver, &full);
+            seen.push((
+                format!("the export of {flags:?}"),
+                exported_kernel_stages(&spans),
+            ));
+            if spans_received {
+                assert!(
+                    spans.iter().any(|s| s.service == "containerd"),
+                    "{flags:?}: the runtime's spans were not forwarded"
+                );
+            }
+        }
+    }
+    let (first, stages) = &seen[0];
+    assert_core(first, stages);
+    for (what, other) in &seen[1..] {
+        assert_eq!(other, stages, "{what} against {first}");
+    }
+}

@@ -99,7 +99,7 @@ impl RecordSink {
     /// The runtime's spans of one request (pods the agent knows): the live export
     /// forwards them with their pods, the trace and the timeline keep them.
     fn send_runtime_spans(&self, spans: Vec<RuntimeSpan>) {
-        self.owed.batch(&spans, now_ktime_ns());
+        self.owed.batch(&spans);
         if spans.is_empty() {
             return;
         }

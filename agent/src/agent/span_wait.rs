@@ -1,7 +1,12 @@
 //! The runtime's spans a run is owed: each CRI call that went out sampled should come
 //! back as the runtime's server span under the call's own. A run that ends waits for
-//! them ([`SpanWait::wait`]): until every one came, or a batch from the runtime arrived
-//! after the last sampled call ended (what it did not hold is not coming), or the bound.
+//! them ([`SpanWait::wait`]): until every one came, or the runtime sent a span that ended
+//! after the last sampled call had (its batches go out in the order spans end, so what
+//! came before it and is still owed is not coming), or the bound.
+//!
+//! When a batch arrives says nothing of when it was made: a runtime exporter that was
+//! reconnecting delivers a batch made before the calls ended long after. Only the spans'
+//! own end times do.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -14,10 +19,10 @@ use crate::cri::CriCall;
 use crate::otel::RuntimeSpan;
 use crate::trace::SpanWaitEnd;
 
-/// How long after the last sampled call ended a batch must arrive to be taken as
-/// assembled after it: the runtime's server span ends before the client has the reply,
-/// and a batch is sent within milliseconds of being made.
-const AFTER_CALLS: u64 = 250_000_000;
+/// How much later than the last sampled call a span's end must be to show the runtime's
+/// batches had moved past the calls: room for the two clocks (the runtime's wall time is
+/// placed on the kernel's through the run's anchor).
+const AFTER_CALLS: u64 = 50_000_000;
 
 #[derive(Debug, Default)]
 struct Owed {
@@ -28,7 +33,8 @@ struct Owed {
     /// it returns; the runtime may export first).
     early: HashSet<String>,
     last_call_end_ns: u64,
-    last_batch_ns: u64,
+    /// The latest end of a span the runtime sent (of the pods the run knows).
+    last_span_end_ns: u64,
 }
 
 /// Shared by the record sink (which feeds it) and the run's end (which waits on it).
@@ -65,11 +71,12 @@ impl SpanWait {
         }
     }
 
-    /// A batch of the runtime's spans arrived at `at_ns` (`spans`: those of it kept).
-    pub fn batch(&self, spans: &[RuntimeSpan], at_ns: u64) {
+    /// A batch of the runtime's spans arrived (`spans`: those of it kept).
+    pub fn batch(&self, spans: &[RuntimeSpan]) {
         {
             let mut owed = self.owed();
-            owed.last_batch_ns = owed.last_batch_ns.max(at_ns);
+            let latest = spans.iter().map(|s| s.end_ns).max().unwrap_or(0);
+            owed.last_span_end_ns = owed.last_span_end_ns.max(latest);
             for s in spans.iter().filter(|s| s.kind == "server") {
                 if owed.calls.remove(&s.parent_span_id).is_none() {
                     owed.early.insert(s.parent_span_id.clone());
@@ -84,7 +91,7 @@ impl SpanWait {
         if owed.calls.is_empty() {
             return Some(SpanWaitEnd::AllArrived);
         }
-        (owed.last_batch_ns > owed.last_call_end_ns.saturating_add(AFTER_CALLS))
+        (owed.last_span_end_ns > owed.last_call_end_ns.saturating_add(AFTER_CALLS))
             .then_some(SpanWaitEnd::BatchAfterCalls)
     }
 
@@ -175,7 +182,7 @@ mod tests {
             let span = server_span(&c);
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                w.batch(&[span], 10);
+                w.batch(&[span]);
             })
         };
         let waited = w.wait(Duration::from_secs(30)).await;
@@ -188,16 +195,20 @@ mod tests {
     async fn a_span_before_its_call_is_recorded_is_not_owed() {
         let w = SpanWait::default();
         let c = call(1, true);
-        w.batch(&[server_span(&c)], 5);
+        w.batch(&[server_span(&c)]);
         w.call(&c);
         assert_eq!(w.wait(Duration::ZERO).await.end, SpanWaitEnd::AllArrived);
     }
 
     #[tokio::test]
-    async fn a_batch_after_the_last_call_settles_what_it_did_not_hold() {
+    async fn a_span_that_ended_after_the_last_call_settles_what_came_before_it() {
         let w = SpanWait::default();
-        w.call(&call(1_000, true));
-        w.batch(&[], 2_000 + AFTER_CALLS + 1);
+        let owed = call(1_000, true);
+        w.call(&owed);
+        // Another call's span, ended well after the owed one's call.
+        let mut later = server_span(&call(1_000 + AFTER_CALLS + 10_000, true));
+        later.parent_span_id = "00000000000000bb".into();
+        w.batch(&[later]);
         let waited = w.wait(Duration::from_secs(30)).await;
         assert_eq!(waited.end, SpanWaitEnd::BatchAfterCalls);
         assert_eq!(waited.missing, 1);
@@ -206,9 +217,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn spans_that_never_come_end_the_wait_at_the_bound() {
         let w = SpanWait::default();
-        w.call(&call(1, true));
-        // A batch made before the call ended settles nothing.
-        w.batch(&[], 500);
+        let owed = call(5_000, true);
+        w.call(&owed);
+        // A batch that arrives late but holds only what ended before the call did (an
+        // exporter that was reconnecting) settles nothing.
+        let mut early = server_span(&call(1, true));
+        early.parent_span_id = "00000000000000cc".into();
+        w.batch(&[early]);
         let waited = w.wait(Duration::from_secs(8)).await;
         assert_eq!(waited.end, SpanWaitEnd::Bound);
         assert_eq!(waited.waited, Duration::from_secs(8));

@@ -142,8 +142,8 @@ fn runtime(sources: &SourcesRecord, pod: &PodRecords<'_>) -> SourceState {
                 seconds(end.bound_ns)
             ),
             SpanWaitEnd::BatchAfterCalls => format!(
-                "{calls}: the runtime's batch sent after the last call did not hold them (it \
-                 makes no span for these calls)"
+                "{calls}: the runtime's spans of later work came, and these did not (it makes \
+                 no span for these calls)"
             ),
             SpanWaitEnd::NotNeeded | SpanWaitEnd::AllArrived => {
                 format!("{calls}: they came for no other pod either")

@@ -62,8 +62,8 @@ pub enum SpanWaitEnd {
     NotNeeded,
     /// Every sampled call had its runtime span.
     AllArrived,
-    /// A batch came from the runtime after the last sampled call ended: what it did not
-    /// hold will not come.
+    /// The runtime sent a span that ended after the last sampled call had: what was owed
+    /// from before it will not come.
     BatchAfterCalls,
     /// The bound passed.
     Bound,
