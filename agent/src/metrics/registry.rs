@@ -127,6 +127,18 @@ pub struct Metrics {
     timeline_seen: AtomicU64,
 }
 
+/// How long after a pod is first seen done its timeline is still built for stages that
+/// come late: the runtime sends its spans in batches every 5 s, and a retried export
+/// later still.
+const STAGES_SETTLE_NS: u64 = 30_000_000_000;
+
+#[derive(Default)]
+struct StagedPod {
+    /// (stage name, start) of each stage observed.
+    seen: BTreeSet<(String, u64)>,
+    done_ns: u64,
+}
+
 #[derive(Default)]
 struct State {
     /// What the pod-start metrics need per pod: pulls and init container runs to leave
@@ -135,8 +147,13 @@ struct State {
     /// When a pull that waited behind the image puller was asked for, by (pod UID,
     /// container): the pull's start for the SLI, as kubelet counts it.
     puller_waits: BTreeMap<(String, String), u64>,
-    /// Pods whose stages were observed already.
-    staged: BTreeSet<String>,
+    /// Pods that got to Running or failed: the stages of each observed so far, and when
+    /// it was first seen done. Stages that come later (a kernel exec read after the
+    /// runtime's reply, the runtime's spans in their batch) are observed as they come.
+    staged: BTreeMap<String, StagedPod>,
+    /// Pods done for longer than [`STAGES_SETTLE_NS`]: their stages are all in, and the
+    /// timeline is no longer built for them.
+    sealed: BTreeSet<String>,
     lost_seen: BTreeMap<String, u64>,
     netns_attaches_seen: u64,
     cni_hook_attaches_seen: u64,
@@ -509,23 +526,50 @@ impl Metrics {
     /// since the last time (an unchanged timeline has no pod to observe), building only
     /// the pods not observed yet: building the timeline is the costly part.
     pub fn observe_collector(&self, collector: &Collector) {
-        let staged = self.state().staged.clone();
+        let now_ns = crate::clock::now_ktime_ns();
+        let sealed = self.state().sealed.clone();
         if let Some(timeline) =
-            collector.timeline_if_changed(&self.timeline_seen, |uid| !staged.contains(uid))
+            collector.timeline_if_changed(&self.timeline_seen, |uid| !sealed.contains(uid))
         {
-            self.observe_timeline(&timeline);
+            self.observe_timeline_at(&timeline, now_ns);
+        }
+        let mut st = self.state();
+        let settled: Vec<String> = st
+            .staged
+            .iter()
+            .filter(|(_, p)| now_ns.saturating_sub(p.done_ns) >= STAGES_SETTLE_NS)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in settled {
+            st.staged.remove(&uid);
+            st.sealed.insert(uid);
         }
     }
 
-    /// Stage and CNI plugin durations of pods that got to Running or failed, once each.
+    /// Stage and CNI plugin durations of pods that got to Running or failed, each stage
+    /// once, as the stages come.
     pub fn observe_timeline(&self, timeline: &Timeline) {
+        self.observe_timeline_at(timeline, crate::clock::now_ktime_ns());
+    }
+
+    fn observe_timeline_at(&self, timeline: &Timeline, now_ns: u64) {
         let mut st = self.state();
         for pod in &timeline.pods {
             let done = pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some();
-            if !done || !st.staged.insert(pod.uid.clone()) {
+            if !done || st.sealed.contains(&pod.uid) {
                 continue;
             }
+            let staged = st
+                .staged
+                .entry(pod.uid.clone())
+                .or_insert_with(|| StagedPod {
+                    seen: BTreeSet::new(),
+                    done_ns: now_ns,
+                });
             for s in &pod.stages {
+                if !staged.seen.insert((s.stage.to_string(), s.start_ns)) {
+                    continue;
+                }
                 let secs = s.duration_ns as f64 / 1e9;
                 if let Some(plugin) = s.stage.cni_plugin() {
                     let labels = Plugin {
@@ -637,6 +681,7 @@ impl Metrics {
         let mut st = self.state();
         for uid in &forgotten.uids {
             st.staged.remove(uid);
+            st.sealed.remove(uid);
         }
     }
 
@@ -706,6 +751,47 @@ fn openmetrics_to_prometheus(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::kuberuntime::event::PodWait;
+
+    #[test]
+    fn a_stage_that_comes_after_running_is_observed_once_when_it_comes() {
+        use crate::timeline::{PodTimeline, Stage, StageSource};
+        let stage = |kind: StageKind, at: u64, source: StageSource| {
+            Stage::new("u", "default", "web", kind.into(), at, at + 5, source)
+        };
+        let pod = |stages: Vec<Stage>| Timeline {
+            pods: vec![PodTimeline {
+                uid: "u".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+                seen_ns: Some(0),
+                sandbox_ids: Vec::new(),
+                containers: BTreeMap::new(),
+                ip: None,
+                stages,
+                kernel_events: BTreeMap::new(),
+                notes: Vec::new(),
+                sources: None,
+            }],
+            ..Timeline::default()
+        };
+        let count = |m: &Metrics, kind: &str| {
+            let text = m.encode_prometheus();
+            let key = format!("podtrace_stage_duration_seconds_count{{stage=\"{kind}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(key.as_str()).map(str::to_string))
+        };
+        let m = Metrics::new();
+        let running = stage(StageKind::Running, 10, StageSource::Cri);
+        m.observe_timeline_at(&pod(vec![running.clone()]), 100);
+        assert_eq!(count(&m, "running").as_deref(), Some("1"));
+        assert_eq!(count(&m, "pause_exec"), None);
+        // The kernel's exec is read after the reply that made the pod Running.
+        let exec = stage(StageKind::PauseExec, 8, StageSource::Kernel);
+        m.observe_timeline_at(&pod(vec![exec.clone(), running.clone()]), 200);
+        m.observe_timeline_at(&pod(vec![exec, running]), 300);
+        assert_eq!(count(&m, "pause_exec").as_deref(), Some("1"));
+        assert_eq!(count(&m, "running").as_deref(), Some("1"));
+    }
 
     #[test]
     fn prometheus_text_names_counters_by_their_samples() {

@@ -93,8 +93,15 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "otel_export",
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
     ),
-    // Every output carries the kernel's and the runtime's stages, or says why not.
-    ("sources", &[]),
+    // Every output carries the kernel's and the runtime's stages, or says why not: the
+    // flag matrix and the spans that never come (the host lab runs the rest).
+    (
+        "sources",
+        &[
+            "every_combination_of_output_flags_gives_the_same_kernel_stages",
+            "runtime_spans_that_never_come_end_the_run_at_the_bound_and_are_said_on_the_pod",
+        ],
+    ),
 ];
 
 /// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
