@@ -24,8 +24,8 @@ use crate::syncloop::{KernelSeen, StatusStore};
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{
     Footer, Header, KernelSource, PodEventRecord, PodOp, PodOpRecord, PodStatusRecord,
-    PodWaitRecord, RecordingEnd, RuntimeSpanSource, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd,
-    TraceConfig, TraceRecord, TraceSink, TraceWriter, redact_pod,
+    PodWaitRecord, RecordingEnd, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd, TraceConfig,
+    TraceRecord, TraceSink, TraceWriter, redact_pod,
 };
 
 /// How long the agent's in-memory timeline keeps a pod after it left the config, unless
@@ -320,14 +320,7 @@ impl RunRecorder {
         SourcesRecord {
             at_ns: now_ktime_ns(),
             kernel: self.kernel_source.clone(),
-            runtime_spans: match &self.receiver {
-                Some(r) => RuntimeSpanSource::Listening {
-                    listen: r
-                        .local_addr()
-                        .map_or_else(|| r.listen().to_string(), |a| a.to_string()),
-                },
-                None => RuntimeSpanSource::Off,
-            },
+            runtime_spans: RuntimeReceiver::span_source(self.receiver.as_ref()),
             ended,
         }
     }

@@ -421,6 +421,19 @@ impl RuntimeReceiver {
         &self.listen
     }
 
+    /// The runtime's spans as a recording's `sources` record says them: received where
+    /// this listens (the bound port, when 0 was asked for).
+    pub fn span_source(receiver: Option<&RuntimeReceiver>) -> crate::trace::RuntimeSpanSource {
+        match receiver {
+            Some(r) => crate::trace::RuntimeSpanSource::Listening {
+                listen: r
+                    .local_addr()
+                    .map_or_else(|| r.listen().to_string(), |a| a.to_string()),
+            },
+            None => crate::trace::RuntimeSpanSource::Off,
+        }
+    }
+
     /// Stops listening and waits for the server to end (for at most `deadline`); a
     /// unix socket is removed.
     pub async fn stop(mut self, deadline: std::time::Duration) {

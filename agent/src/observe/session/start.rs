@@ -19,8 +19,8 @@ use crate::syncloop::api;
 use crate::timeline::Collector;
 use crate::trace::{
     Footer, Header, KernelSource, ObserveMode, ObservedConfig, ObservedFooter, ObservedHeader,
-    RecordingEnd, RuntimeSpanSource, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd, TraceConfig,
-    TraceRecord, TraceWriter,
+    RecordingEnd, SCHEMA_VERSION, SourcesRecord, SpanWaitEnd, TraceConfig, TraceRecord,
+    TraceWriter,
 };
 
 use super::connect::Connected;
@@ -181,14 +181,7 @@ impl Running {
         SourcesRecord {
             at_ns: now_ktime_ns(),
             kernel: self.kernel_source.clone(),
-            runtime_spans: match &self.receiver {
-                Some(r) => RuntimeSpanSource::Listening {
-                    listen: r
-                        .local_addr()
-                        .map_or_else(|| r.listen().to_string(), |a| a.to_string()),
-                },
-                None => RuntimeSpanSource::Off,
-            },
+            runtime_spans: RuntimeReceiver::span_source(self.receiver.as_ref()),
             ended,
         }
     }
