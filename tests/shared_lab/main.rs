@@ -28,6 +28,9 @@ mod no_ip;
 /// `podtrace observe` beside other CRI clients (cri-pod-client, a second podtrace); loads
 /// the probes.
 mod observe;
+/// `podtrace observe --metrics-addr`: the observed pods' stages and the live diagnosis
+/// as Prometheus metrics; changes the node's CNI configuration and loads the probes.
+mod observe_metrics;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
 /// traces.
 mod otel_export;

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use podtrace_tests::cni_conf::{ConfSwap, runtime_network};
+use podtrace_tests::cni_conf::{ConfSwap, network, pool, runtime_network};
 use podtrace_tests::ebpf::{require_probes, serial};
 use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
 use podtrace_tests::{Scratch, podtrace_bin, require_lab, stderr};
@@ -154,25 +154,6 @@ fn has(f: &Value, text: &str) -> bool {
 /// The node's finding of `cause` in a diagnosis.
 fn node<'a>(d: &'a Value, cause: &str) -> Option<&'a Value> {
     d["node"].as_array()?.iter().find(|f| f["cause"] == cause)
-}
-
-/// The used network, renamed `name`, with `edit` applied to its first plugin.
-fn network(swap: &ConfSwap, name: &str, edit: impl FnOnce(&mut Value)) -> Value {
-    let mut conf = swap.original();
-    conf["name"] = name.into();
-    edit(&mut conf["plugins"][0]);
-    conf
-}
-
-/// A pool of the addresses `.first` to `.last` of the lab's pod subnet.
-fn pool(first: u8, last: u8) -> impl FnOnce(&mut Value) {
-    move |bridge: &mut Value| {
-        let range = &mut bridge["ipam"]["ranges"][0][0];
-        let subnet = range["subnet"].as_str().unwrap().to_string();
-        let base = subnet.rsplit_once('.').unwrap().0.to_string();
-        range["rangeStart"] = format!("{base}.{first}").into();
-        range["rangeEnd"] = format!("{base}.{last}").into();
-    }
 }
 
 fn short(id: &str) -> &str {

@@ -131,17 +131,7 @@ impl Agent {
 
     /// The agent's `/metrics` exposition.
     pub fn metrics(&self) -> String {
-        use std::io::{Read, Write};
-        let mut conn = std::net::TcpStream::connect(&self.metrics_addr).expect("metrics endpoint");
-        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: podtrace\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        conn.read_to_string(&mut text).unwrap();
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b)
-            .unwrap_or_default();
-        body.to_string()
+        scrape(&self.metrics_addr)
     }
 
     /// The `/metrics` exposition once `done` holds for it, polled every 100 ms (metrics
@@ -301,6 +291,19 @@ impl Drop for Agent {
 }
 
 /// The value of the unlabelled sample `name` in a `/metrics` exposition.
+/// The `/metrics` exposition served at `addr` (an agent's or an observer's).
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: podtrace\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())

@@ -237,3 +237,22 @@ fn wait_not_ready() {
         },
     );
 }
+
+/// The used network, renamed `name`, with `edit` applied to its first plugin.
+pub fn network(swap: &ConfSwap, name: &str, edit: impl FnOnce(&mut Value)) -> Value {
+    let mut conf = swap.original();
+    conf["name"] = name.into();
+    edit(&mut conf["plugins"][0]);
+    conf
+}
+
+/// A pool of the addresses `.first` to `.last` of the lab's pod subnet.
+pub fn pool(first: u8, last: u8) -> impl FnOnce(&mut Value) {
+    move |bridge: &mut Value| {
+        let range = &mut bridge["ipam"]["ranges"][0][0];
+        let subnet = range["subnet"].as_str().unwrap().to_string();
+        let base = subnet.rsplit_once('.').unwrap().0.to_string();
+        range["rangeStart"] = format!("{base}.{first}").into();
+        range["rangeEnd"] = format!("{base}.{last}").into();
+    }
+}

@@ -50,6 +50,7 @@ pub const SHARED_LAB: Binary = Binary {
         "kernel_events",
         "timeline",
         "observe",
+        "observe_metrics",
         "diagnose_faults",
         "no_ip",
         "crash_safe_trace",

@@ -1,5 +1,6 @@
 //! `cargo xtask`: podtrace's workflows.
 
+mod alert_rules;
 mod bench;
 mod build_ebpf;
 mod demo;

@@ -82,6 +82,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         "cargo clippy (the fuzzers)",
     )?;
     crate::licences::check()?;
+    crate::alert_rules::check()?;
     eprintln!("[4/{total}] unit tests");
     workspace::run(
         workspace::cargo().args(["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE]),

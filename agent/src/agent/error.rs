@@ -46,12 +46,7 @@ pub enum AgentError {
     /// The observer's API (which it can do without).
     #[error("{0} (--api-socket, or --no-api)")]
     ObserverApi(crate::syncloop::api::ApiError),
-    #[error("--metrics-addr {addr:?}: {source}")]
-    MetricsAddr {
-        addr: String,
-        source: std::net::AddrParseError,
-    },
-    #[error(transparent)]
+    #[error("--metrics-addr: {0}")]
     Metrics(#[from] crate::metrics::MetricsError),
     #[error("watching {paths:?}: {source}")]
     WatchManifests {

@@ -27,6 +27,8 @@ pub struct Options {
     pub node_labels: BTreeMap<String, String>,
     pub until_ready: bool,
     pub trace: Option<PathBuf>,
+    /// `--trace-max-bytes` and `--trace-keep`.
+    pub trace_rotation: Option<crate::trace::Rotation>,
     /// `--otlp-endpoint` (the standard OTLP variables are read too).
     pub otlp_endpoint: Option<String>,
     pub runtime_otlp: Option<Listen>,
@@ -48,6 +50,7 @@ pub struct Prepared {
     pub(super) otlp_endpoint: Option<String>,
     pub(super) runtime_otlp: Option<Listen>,
     pub(super) trace: Option<PathBuf>,
+    pub(super) trace_rotation: Option<crate::trace::Rotation>,
     pub(super) probes: Option<ProbeRequest>,
     pub(super) run_config: RunConfig,
     pub(super) deleted_pod_retention: Duration,
@@ -104,6 +107,7 @@ pub async fn prepare(opts: Options, cri: CriClient) -> Result<Prepared, AgentErr
         otlp_endpoint,
         runtime_otlp: opts.runtime_otlp,
         trace: opts.trace,
+        trace_rotation: opts.trace_rotation,
         probes,
         run_config,
         deleted_pod_retention: opts.deleted_pod_retention,

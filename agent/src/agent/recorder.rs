@@ -184,7 +184,7 @@ impl RunRecorder {
     /// node that cannot run the probes, when they are not required, leaves a note
     /// ([`RunRecorder::take_notes`]) and the run goes on without kernel events.
     pub async fn start(
-        trace: Option<&Path>,
+        trace: Option<(&Path, Option<crate::trace::Rotation>)>,
         probes: Option<ProbeRequest>,
         cgroup_root: Option<&str>,
         cri: &CriClient,
@@ -197,7 +197,7 @@ impl RunRecorder {
         };
         let writer = match trace {
             None => None,
-            Some(path) => {
+            Some((path, rotation)) => {
                 let version = cri.version().await.map_err(AgentError::RuntimeVersion)?;
                 let header = Header {
                     schema_version: SCHEMA_VERSION,
@@ -212,8 +212,9 @@ impl RunRecorder {
                     started_wall_ns: anchor.wall_ns,
                     started_ns: anchor.mono_ns,
                     observed: None,
+                    part: None,
                 };
-                let w = TraceWriter::create(path, header).map_err(|source| {
+                let w = TraceWriter::create_rotating(path, header, rotation).map_err(|source| {
                     AgentError::TraceCreate {
                         path: path.to_path_buf(),
                         source,

@@ -93,15 +93,13 @@ impl Started {
         if addr == "off" {
             return Ok(None);
         }
-        let parsed: SocketAddr = addr.parse().map_err(|source| AgentError::MetricsAddr {
-            addr: addr.to_string(),
-            source,
-        })?;
+        let parsed = crate::metrics::parse_addr(addr)?;
         let (metrics, collector) = (self.recorder.metrics(), self.recorder.collector());
         let before = {
             let (metrics, netns) = (metrics.clone(), self.recorder.netns_refresher());
             Arc::new(move || {
                 metrics.observe_collector(&collector);
+                metrics.refresh_diagnosis(&collector);
                 netns();
             })
         };

@@ -35,7 +35,7 @@ impl Prepared {
     pub async fn start(self) -> Result<Started, AgentError> {
         let node = self.cfg.node_name.clone();
         let mut recorder = RunRecorder::start(
-            self.trace.as_deref(),
+            self.trace.as_deref().map(|p| (p, self.trace_rotation)),
             self.probes,
             self.watched_root.as_deref(),
             &self.cri,

@@ -15,12 +15,12 @@ pub struct DiagnoseArgs {
 
 pub async fn run(args: &DiagnoseArgs) -> ExitCode {
     let args = &args.source;
-    let diagnosis = match &args.trace {
-        Some(path) => match super::trace_file::read(path) {
+    let diagnosis = match args.traces.is_empty() {
+        false => match super::trace_file::read_one(&args.traces) {
             Ok(trace) => diagnose(&trace.records, None),
             Err(code) => return code,
         },
-        None => {
+        true => {
             let doc = match api::get(&args.socket, "/diagnose").await {
                 Ok(d) => d,
                 Err(e) => {

@@ -9,7 +9,8 @@ use crate::otel::{self, ExportQueue};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExportArgs {
-    /// Traces written by `podtrace run --trace`.
+    /// Traces written by `podtrace run --trace` or `podtrace observe`; the files of one
+    /// rotated trace are read as one recording.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
     /// The collector (http://HOST:4317 or https://...); else the standard
@@ -36,13 +37,13 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
         }
     };
     // Every trace is read before anything is sent: a bad file sends nothing.
-    let mut traces = Vec::new();
-    for path in &args.traces {
-        match super::trace_file::read(path) {
-            Ok(t) => traces.push((path, t)),
-            Err(code) => return code,
-        }
-    }
+    let traces: Vec<_> = match super::trace_file::read_recordings(&args.traces) {
+        Ok(r) => r
+            .into_iter()
+            .map(|r| (r.files[0].clone(), r.trace))
+            .collect(),
+        Err(code) => return code,
+    };
     let mut batches = Vec::new();
     for (path, trace) in &traces {
         let timeline = super::timeline::from_records(&trace.records);

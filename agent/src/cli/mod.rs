@@ -21,6 +21,7 @@ pub mod sched;
 mod timeline;
 mod trace_file;
 mod trace_or_agent;
+mod trace_rotation;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -246,6 +247,8 @@ pub struct RunArgs {
     /// Record the run as a trace (JSON Lines, docs/trace-format.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub trace_rotation: trace_rotation::TraceRotationArgs,
     /// Export each pod's startup as an OpenTelemetry trace over OTLP/gRPC to this
     /// collector (http://HOST:4317 or https://...). Without it, the standard
     /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns the export

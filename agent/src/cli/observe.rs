@@ -20,6 +20,8 @@ pub struct ObserveArgs {
     /// Where to write the trace (JSON Lines, docs/trace-format.md).
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
+    #[command(flatten)]
+    pub trace_rotation: super::trace_rotation::TraceRotationArgs,
     /// Stop after this many seconds (default: until SIGINT or SIGTERM).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
@@ -50,6 +52,13 @@ pub struct ObserveArgs {
     /// work becomes the pod's `runtime:*` stages.
     #[arg(long, value_name = "ADDR")]
     pub runtime_otlp_listen: Option<String>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (off by default): IP:PORT, or
+    /// localhost:PORT. The stages and CNI plugin runs of the pods observed, the observed
+    /// pod-start duration, the live diagnosis's pods by cause and the node's network,
+    /// what the probes, the event stream and the trace lost, the runtime's spans. Bind
+    /// 127.0.0.1 unless a scraper off the node must reach it.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
     /// Do not load the kernel probes: the runtime's view only.
     #[arg(long, conflicts_with = "require_ebpf")]
     pub no_ebpf: bool,
@@ -64,9 +73,24 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
+    let trace_rotation = match args.trace_rotation.rotation() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
+    };
     let runtime_otlp = match super::runtime_otlp_listen(args.runtime_otlp_listen.as_deref()) {
         Ok(l) => l,
         Err(code) => return code,
+    };
+    // Bound before anything starts: a port in use stops the observer with nothing begun.
+    let metrics = match &args.metrics_addr {
+        None => None,
+        Some(addr) => match bind_metrics(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => return agent_failed(&e.into()),
+        },
     };
     let client = match args.cri.connect().await {
         Ok(c) => c,
@@ -87,6 +111,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     }
     let opts = Options {
         trace: args.trace.clone(),
+        trace_rotation,
         poll: Duration::from_millis(args.poll_ms),
         node_name: args.node_name.clone(),
         api_socket: (!args.no_api).then(|| args.api_socket.clone()),
@@ -96,6 +121,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
             require: args.ebpf.require_ebpf,
         }),
         cni_bin_dir: args.ebpf.cni_bin_dir.clone(),
+        metrics,
     };
     let mut running = match connected.start(opts).await {
         Ok(r) => r,
@@ -109,6 +135,9 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     } else {
         format!(", API on {}", args.api_socket.display())
     };
+    if let Some(addr) = running.metrics_addr() {
+        eprintln!("podtrace: metrics on http://{addr}/metrics");
+    }
     let (name, version, sources) = running.describe();
     eprintln!(
         "podtrace: observing {name} {version} ({}) into {}{api_note}",
@@ -151,4 +180,8 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+async fn bind_metrics(addr: &str) -> Result<tokio::net::TcpListener, crate::metrics::MetricsError> {
+    crate::metrics::bind(crate::metrics::parse_addr(addr)?).await
 }

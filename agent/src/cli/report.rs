@@ -11,7 +11,8 @@ use crate::report::{self, TraceInput};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
-    /// Traces written by `podtrace run --trace`; their pods are pooled.
+    /// Traces written by `podtrace run --trace` or `podtrace observe`; their pods are
+    /// pooled. The files of one rotated trace are read as one recording.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
     /// Output format. `perfetto` writes Perfetto's native protobuf trace (binary: redirect
@@ -43,11 +44,12 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     let mut inputs = Vec::new();
     // Every pod in the traces, to name when --pod matches none.
     let mut names = std::collections::BTreeSet::new();
-    for path in &args.traces {
-        let trace = match super::trace_file::read(path) {
-            Ok(t) => t,
-            Err(code) => return code,
-        };
+    let recordings = match super::trace_file::read_recordings(&args.traces) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    for recording in recordings {
+        let (trace, path) = (recording.trace, &recording.files[0]);
         let mut timeline = super::timeline::from_records(&trace.records);
         names.extend(
             timeline

@@ -17,6 +17,13 @@ use crate::agent::{
 use crate::config::ManifestError;
 
 pub async fn run(args: RunArgs) -> ExitCode {
+    let trace_rotation = match args.trace_rotation.rotation() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
+    };
     let runtime_otlp = match super::runtime_otlp_listen(args.runtime_otlp_listen.as_deref()) {
         Ok(l) => l,
         Err(code) => return code,
@@ -28,7 +35,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
-    let prepared = match prepare(options(&args, runtime_otlp), cri).await {
+    let prepared = match prepare(options(&args, runtime_otlp, trace_rotation), cri).await {
         Ok(p) => p,
         Err(e) => return agent_failed(&e),
     };
@@ -71,7 +78,11 @@ pub async fn run(args: RunArgs) -> ExitCode {
 }
 
 /// The agent's options from the flags.
-fn options(args: &RunArgs, runtime_otlp: Option<crate::otel::Listen>) -> Options {
+fn options(
+    args: &RunArgs,
+    runtime_otlp: Option<crate::otel::Listen>,
+    trace_rotation: Option<crate::trace::Rotation>,
+) -> Options {
     // Every output that shows stages (the trace, the export, /metrics, the API, the
     // summary) shows the kernel's: the probes run unless turned off.
     let want_kernel = !args.no_ebpf;
@@ -82,6 +93,7 @@ fn options(args: &RunArgs, runtime_otlp: Option<crate::otel::Listen>) -> Options
         node_labels: args.kubelet.node_labels(),
         until_ready: args.until_ready,
         trace: args.trace.clone(),
+        trace_rotation,
         otlp_endpoint: args.otlp_endpoint.clone(),
         runtime_otlp,
         deleted_pod_retention: args.deleted_pod_retention,

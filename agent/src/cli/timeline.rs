@@ -19,12 +19,12 @@ pub struct TimelineArgs {
 
 pub async fn run(args: &TimelineArgs) -> ExitCode {
     let args = &args.source;
-    let timeline = match &args.trace {
-        Some(path) => match super::trace_file::read(path) {
+    let timeline = match args.traces.is_empty() {
+        false => match super::trace_file::read_one(&args.traces) {
             Ok(trace) => from_records(&trace.records),
             Err(code) => return code,
         },
-        None => {
+        true => {
             let doc = match api::get(&args.socket, "/timeline").await {
                 Ok(d) => d,
                 Err(e) => {

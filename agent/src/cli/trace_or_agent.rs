@@ -8,13 +8,14 @@ use crate::syncloop::api;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceOrAgentArgs {
-    /// A trace written by `podtrace run --trace` or `podtrace observe`. Without it, the
-    /// running agent or observer, as with --live.
-    #[arg(value_name = "TRACE")]
-    pub trace: Option<PathBuf>,
+    /// A trace written by `podtrace run --trace` or `podtrace observe`, or the files of
+    /// one rotated trace (TRACE TRACE.1 ...), read as one. Without it, the running agent
+    /// or observer, as with --live.
+    #[arg(value_name = "TRACE", num_args = 0..)]
+    pub traces: Vec<PathBuf>,
     /// Ask the running agent or observer (at --api-socket) about the pods as they are
     /// now, a pod still being retried included.
-    #[arg(long, conflicts_with = "trace")]
+    #[arg(long, conflicts_with = "traces")]
     pub live: bool,
     /// Only this pod: a name, namespace/name, or UID.
     #[arg(long, value_name = "NAME")]

@@ -11,7 +11,7 @@ use podtrace_core::record::CriMethod;
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;
 use crate::timeline::{PodTimeline, Stage, StageKind, Timeline};
-use crate::trace::{NodeNetworkRecord, PodEventRecord, PodOp, TraceRecord};
+use crate::trace::{NodeNetworkRecord, Observation, PodEventRecord, PodOp, TraceRecord};
 
 use super::network::LOOK_LAG_NS;
 
@@ -27,12 +27,22 @@ pub(super) struct PodFacts<'a> {
     pub timeline: &'a PodTimeline,
     pub spec: Option<&'a Pod>,
     pub removed_ns: Option<u64>,
+    /// Another client's pod whose every sandbox the runtime removed: when the last went.
+    pub sandboxes_removed_ns: Option<u64>,
     /// In start order.
     pub calls: Vec<&'a CriCall>,
     /// In time order.
     pub events: Vec<&'a PodEventRecord>,
     /// An observer saw the pod's sandbox on the node's network.
     pub observed_host_network: bool,
+}
+
+/// When the last of a pod's sandboxes was removed, if every one was.
+fn all_removed(sandboxes: &BTreeMap<&str, Option<u64>>) -> Option<u64> {
+    sandboxes
+        .values()
+        .try_fold(None, |last: Option<u64>, r| Some(last.max(Some((*r)?))))
+        .flatten()
 }
 
 impl<'a> PodFacts<'a> {
@@ -113,6 +123,8 @@ impl<'a> Facts<'a> {
         let mut kernel: Vec<&KernelEvent> = Vec::new();
         let mut network = Vec::new();
         let mut host_network: std::collections::BTreeSet<&str> = Default::default();
+        // By observed pod, each sandbox the runtime showed and when it was removed.
+        let mut sandboxes: BTreeMap<&str, BTreeMap<&str, Option<u64>>> = BTreeMap::new();
         for r in records {
             match r {
                 TraceRecord::Header(h) => {
@@ -139,8 +151,20 @@ impl<'a> Facts<'a> {
                 TraceRecord::Event(e) => events.entry(e.pod_uid.as_str()).or_default().push(e),
                 TraceRecord::Kernel(k) => kernel.push(k),
                 TraceRecord::Network(n) => network.push(&**n),
-                TraceRecord::Observed(o) if o.host_network => {
-                    host_network.insert(o.pod_key());
+                TraceRecord::Observed(o) => {
+                    if o.host_network {
+                        host_network.insert(o.pod_key());
+                    }
+                    let removed = sandboxes
+                        .entry(o.pod_key())
+                        .or_default()
+                        .entry(o.sandbox_id.as_str())
+                        .or_default();
+                    match o.what {
+                        Observation::SandboxRemoved => *removed = Some(o.at_ns),
+                        Observation::SandboxReady => *removed = None,
+                        _ => {}
+                    }
                 }
                 _ => {}
             }
@@ -161,6 +185,7 @@ impl<'a> Facts<'a> {
                 timeline: t,
                 spec: specs.get(t.uid.as_str()).copied(),
                 removed_ns: removed.get(t.uid.as_str()).copied(),
+                sandboxes_removed_ns: sandboxes.get(t.uid.as_str()).and_then(all_removed),
                 calls: calls.remove(t.uid.as_str()).unwrap_or_default(),
                 events: events.remove(t.uid.as_str()).unwrap_or_default(),
                 observed_host_network: host_network.contains(t.uid.as_str()),

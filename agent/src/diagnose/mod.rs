@@ -33,8 +33,17 @@ use facts::{Facts, PodFacts};
 /// Every pod's diagnosis. `node_ip` is the host's IP for host-network pods when the
 /// records do not carry it (a trace's header does).
 pub fn diagnose(records: &[TraceRecord], node_ip: Option<&str>) -> Diagnosis {
-    let timeline = timeline_of(records);
-    let mut facts = Facts::new(records, &timeline);
+    diagnose_with(records, &timeline_of(records), node_ip)
+}
+
+/// [`diagnose`] with the records' timeline already built (`/metrics` keeps it for the
+/// pods' last activity).
+pub fn diagnose_with(
+    records: &[TraceRecord],
+    timeline: &Timeline,
+    node_ip: Option<&str>,
+) -> Diagnosis {
+    let mut facts = Facts::new(records, timeline);
     if facts.host_ip.is_none() {
         facts.host_ip = node_ip.map(str::to_string);
     }
@@ -88,6 +97,7 @@ fn pod_diagnosis(p: &PodFacts<'_>, f: &Facts<'_>) -> PodDiagnosis {
         uid: t.uid.clone(),
         ip: t.ip.clone(),
         running: t.stage(StageKind::Running).is_some(),
+        removed: p.removed_ns.is_some() || p.sandboxes_removed_ns.is_some(),
         verdict,
         also: findings,
         sources: t.sources.clone(),
@@ -99,7 +109,11 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
     let t = p.timeline;
     let removed = p
         .removed_ns
-        .map(|r| format!("{} removed from the config", p.at(r)));
+        .map(|r| format!("{} removed from the config", p.at(r)))
+        .or_else(|| {
+            p.sandboxes_removed_ns
+                .map(|r| format!("{} its last sandbox removed from the runtime", p.at(r)))
+        });
     match (t.stage(StageKind::Running), &t.ip) {
         (Some(r), _) if p.host_network() => Finding {
             cause: model::Cause::HostNetwork,

@@ -82,6 +82,10 @@ pub struct PodDiagnosis {
     pub ip: Option<String>,
     /// Every container started (the timeline's `running` stage).
     pub running: bool,
+    /// Gone: removed from the config, or (another client's pod) every sandbox of it
+    /// removed from the runtime. Its verdict is what it was when it went.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
     /// The most important finding; `Healthy` when there is nothing wrong.
     pub verdict: Finding,
     /// Further findings, in order of importance.

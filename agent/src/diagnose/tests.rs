@@ -34,6 +34,7 @@ fn header(node_ip: &str) -> TraceRecord {
         started_wall_ns: 0,
         started_ns: 0,
         observed: None,
+        part: None,
     })
 }
 

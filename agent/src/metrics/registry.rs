@@ -19,7 +19,10 @@ use crate::kuberuntime::event::WaitKind;
 use crate::otel::{ExportStats, ReceiverStats};
 use crate::queues::{Queue as SyncLoopQueue, QueueStats};
 use crate::timeline::{Collector, CollectorStats, Forgotten, StageKind, Timeline};
-use crate::trace::PodWaitRecord;
+use crate::trace::{ObservedRecord, PodWaitRecord};
+
+use super::diagnosis::DiagnosisGauges;
+use super::observed::ObservedFamilies;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Operation {
@@ -122,6 +125,9 @@ pub struct Metrics {
     queue_waits: Family<Queue, Counter>,
     otlp: ExportStats,
     runtime_otlp: ReceiverStats,
+    diagnosis: DiagnosisGauges,
+    /// `podtrace observe`'s own families; None for `run`.
+    observed: Option<ObservedFamilies>,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
     timeline_seen: AtomicU64,
@@ -137,6 +143,8 @@ struct StagedPod {
     /// (stage name, start) of each stage observed.
     seen: BTreeSet<(String, u64)>,
     done_ns: u64,
+    /// Its time to Running was observed (the observer's pod-start histogram).
+    start_observed: bool,
 }
 
 #[derive(Default)]
@@ -184,8 +192,29 @@ impl Default for Metrics {
     }
 }
 
+/// Which command serves the metrics: the families differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `podtrace run`: kubelet's families too, from the calls the agent makes.
+    Agent,
+    /// `podtrace observe`: what applies to another client's pods.
+    Observer,
+}
+
 impl Metrics {
+    /// The metrics of `podtrace run`.
     pub fn new() -> Metrics {
+        Metrics::build(Mode::Agent)
+    }
+
+    /// The metrics of `podtrace observe`: the families of `run` that apply to pods it
+    /// did not make (stages, CNI plugins, the probes', the trace's and the timeline's
+    /// losses, the runtime's spans, the live diagnosis), and its own.
+    pub fn observer() -> Metrics {
+        Metrics::build(Mode::Observer)
+    }
+
+    fn build(mode: Mode) -> Metrics {
         let mut metrics = Metrics {
             runtime_ops: HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram),
             runtime_ops_total: Family::<Operation, Counter>::default(),
@@ -214,13 +243,22 @@ impl Metrics {
             queue_waits: Family::<Queue, Counter>::default(),
             otlp: ExportStats::default(),
             runtime_otlp: ReceiverStats::default(),
+            diagnosis: DiagnosisGauges::new(),
+            observed: (mode == Mode::Observer).then(|| ObservedFamilies::new(&POD_START_BUCKETS)),
             registry: Registry::default(),
             state: Mutex::new(State::default()),
             timeline_seen: AtomicU64::new(0),
         };
         let mut registry = std::mem::take(&mut metrics.registry);
-        metrics.register_kubelets(registry.sub_registry_with_prefix("kubelet"));
-        metrics.register_podtraces(registry.sub_registry_with_prefix("podtrace"));
+        if mode == Mode::Agent {
+            metrics.register_kubelets(registry.sub_registry_with_prefix("kubelet"));
+        }
+        let podtrace = registry.sub_registry_with_prefix("podtrace");
+        metrics.register_podtraces(podtrace, mode);
+        metrics.diagnosis.register(podtrace);
+        if let Some(observed) = &metrics.observed {
+            observed.register(podtrace);
+        }
         metrics.registry = registry;
         metrics
     }
@@ -284,7 +322,7 @@ impl Metrics {
 
     /// podtrace's metrics: stages, the probes' losses, the trace, the timeline, the
     /// queues and the OTLP export and receiver.
-    fn register_podtraces(&self, podtrace: &mut Registry) {
+    fn register_podtraces(&self, podtrace: &mut Registry, mode: Mode) {
         podtrace.register(
             "stage_duration_seconds",
             "Duration in seconds of each stage of pod startup, from CRI spans and kernel events",
@@ -364,6 +402,28 @@ impl Metrics {
             self.timeline_forgotten_early.clone(),
         );
         podtrace.register(
+            "runtime_spans_received",
+            "Spans the container runtime sent to the agent's OTLP receiver \
+             (--runtime-otlp-listen), in requests that decoded",
+            self.runtime_otlp.received.clone(),
+        );
+        podtrace.register(
+            "runtime_spans_dropped",
+            "Received runtime spans not kept, by reason: unknown_pod (in the trace of no pod \
+             the agent runs), malformed (bad IDs or times)",
+            self.runtime_otlp.dropped.clone(),
+        );
+        podtrace.register(
+            "runtime_otlp_requests_rejected",
+            "Connections and requests the runtime's OTLP receiver refused, by reason: \
+             non_local (a peer not on this host), oversized, malformed (did not decode)",
+            self.runtime_otlp.rejected.clone(),
+        );
+        if mode == Mode::Observer {
+            // The observer has no sync loop and exports nothing: these would only read 0.
+            return;
+        }
+        podtrace.register(
             "syncloop_queue_waits",
             "Sends that found one of the sync loop's bounded queues full and waited for room, \
              by queue (pod_updates, pleg, probe_results, work_done)",
@@ -384,24 +444,6 @@ impl Metrics {
             "otlp_export_failures",
             "OTLP export requests that failed",
             self.otlp.failed_exports.clone(),
-        );
-        podtrace.register(
-            "runtime_spans_received",
-            "Spans the container runtime sent to the agent's OTLP receiver \
-             (--runtime-otlp-listen), in requests that decoded",
-            self.runtime_otlp.received.clone(),
-        );
-        podtrace.register(
-            "runtime_spans_dropped",
-            "Received runtime spans not kept, by reason: unknown_pod (in the trace of no pod \
-             the agent runs), malformed (bad IDs or times)",
-            self.runtime_otlp.dropped.clone(),
-        );
-        podtrace.register(
-            "runtime_otlp_requests_rejected",
-            "Connections and requests the runtime's OTLP receiver refused, by reason: \
-             non_local (a peer not on this host), oversized, malformed (did not decode)",
-            self.runtime_otlp.rejected.clone(),
         );
     }
 
@@ -565,7 +607,15 @@ impl Metrics {
                 .or_insert_with(|| StagedPod {
                     seen: BTreeSet::new(),
                     done_ns: now_ns,
+                    start_observed: false,
                 });
+            if let Some(observed) = &self.observed
+                && !staged.start_observed
+                && let Some(ns) = pod.to_running_ns()
+            {
+                staged.start_observed = true;
+                observed.pod_start.observe(ns as f64 / 1e9);
+            }
             for s in &pod.stages {
                 if !staged.seen.insert((s.stage.to_string(), s.start_ns)) {
                     continue;
@@ -683,6 +733,20 @@ impl Metrics {
             st.staged.remove(uid);
             st.sealed.remove(uid);
         }
+    }
+
+    /// A change the observer recorded.
+    pub fn observe_observed(&self, r: &ObservedRecord) {
+        if let Some(observed) = &self.observed {
+            observed.observed(r);
+        }
+    }
+
+    /// The live diagnosis's gauges, from what `collector` keeps (worked out again only
+    /// when it changed, or every 30 s as pods age out).
+    pub fn refresh_diagnosis(&self, collector: &Collector) {
+        self.diagnosis
+            .refresh(collector, crate::clock::now_ktime_ns());
     }
 
     /// Whether the network-namespace probes are attached, and how many times they were.

@@ -383,6 +383,11 @@ impl Collector {
         out
     }
 
+    /// Grows with every record kept or let go: unchanged, the same timeline.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
     /// The recording's sources, as last recorded.
     pub fn sources(&self) -> Option<SourcesRecord> {
         self.lock().sources.clone()

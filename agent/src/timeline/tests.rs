@@ -1346,6 +1346,7 @@ fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
             sources: vec!["kernel".into(), "cri:events".into()],
             poll_ms: None,
         }),
+        part: None,
     });
     records.insert(0, header);
     let c = Collector::new();

@@ -6,8 +6,12 @@ mod config;
 mod line;
 mod node_network;
 mod observed;
+mod parts;
 mod reader;
 mod record;
+mod rotation;
+#[cfg(test)]
+mod rotation_tests;
 mod sources;
 mod writer;
 
@@ -15,12 +19,14 @@ pub use config::{ObserveMode, ObservedConfig, RunConfig, TraceConfig};
 pub use node_network::{
     ConfFileRecord, HolderRecord, IpamRecord, NetworkCondition, NodeNetworkRecord, RangeSetRecord,
 };
+pub use parts::{Recording, join_recordings};
 pub use reader::{Trace, TraceError, parse_trace, read_trace};
 pub use record::{
     Footer, Header, Observation, ObservedFooter, ObservedHeader, ObservedRecord, ObservedVia,
-    PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION,
+    PodEventRecord, PodOp, PodOpRecord, PodStatusRecord, PodWaitRecord, SCHEMA_VERSION, TracePart,
     TraceRecord, redact_pod,
 };
+pub use rotation::{MIN_MAX_BYTES, Rotation, RotationError, part_path};
 pub use sources::{
     KernelSource, PodSources, RecordingEnd, RuntimeSpanSource, SourceState, SourcesRecord,
     SpanWaitEnd,

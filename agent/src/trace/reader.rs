@@ -103,6 +103,13 @@ pub enum TraceError {
         found: u64,
         supported: u32,
     },
+    /// Two files given are the same file of one rotation.
+    #[error("{}: the same file of its recording (part {index}) as {}", path.display(), other.display())]
+    SamePart {
+        path: PathBuf,
+        other: PathBuf,
+        index: u64,
+    },
     /// The first line is not a header.
     #[error("{}:1: not a podtrace trace (the first record must be the header)", path.display())]
     NoHeader { path: PathBuf },

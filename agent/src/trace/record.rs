@@ -37,6 +37,20 @@ pub struct Header {
     /// Set when `podtrace observe` recorded the trace: another CRI client ran the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<ObservedHeader>,
+    /// Set when the trace rotates (`--trace-max-bytes`): which file of the recording
+    /// this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<TracePart>,
+}
+
+/// One file of a rotated trace. Each is a whole trace (header, records, footer); the
+/// files of one recording share `rotation` and count up in `index`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracePart {
+    /// The same in every file of one recording, and in no other recording's.
+    pub rotation: String,
+    /// 0 for the recording's first file, one more for each after it.
+    pub index: u64,
 }
 
 impl Header {
@@ -127,6 +141,10 @@ pub struct Footer {
     /// Each pod's sources, by UID: which it has, and why any is absent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_sources: BTreeMap<String, super::sources::PodSources>,
+    /// The recording goes on in the rotation's next file (`index` + 1): this footer
+    /// ends the file, not the recording, and holds only the file's counts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

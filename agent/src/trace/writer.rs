@@ -18,7 +18,8 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::record::{Footer, Header, TraceRecord};
+use super::record::{Footer, Header, TracePart, TraceRecord};
+use super::rotation::Rotation;
 use crate::cri::{CallSink, CriCall};
 
 /// Records waiting for the writer, at most. A writer that falls this far behind (a disk
@@ -53,6 +54,12 @@ impl TraceSink {
                 self.stats.path.display()
             );
         }
+    }
+
+    /// Sends, waiting for room: for tests that send faster than any node.
+    #[cfg(test)]
+    pub(crate) async fn send_waiting(&self, record: TraceRecord) {
+        let _ = self.tx.send(record).await;
     }
 
     /// A sink that drops everything (no trace file requested).
@@ -124,15 +131,37 @@ impl TraceWriter {
     /// writing, not the pods: it is said once, and every record from then on is counted
     /// in [`WriterStats::unwritten`].
     pub fn create(path: &Path, header: Header) -> std::io::Result<TraceWriter> {
+        TraceWriter::create_rotating(path, header, None)
+    }
+
+    /// [`TraceWriter::create`], in files of at most `rotation`'s size when given (see
+    /// [`super::rotation`]): each file is a whole trace, the header's `part` says which.
+    pub fn create_rotating(
+        path: &Path,
+        mut header: Header,
+        rotation: Option<Rotation>,
+    ) -> std::io::Result<TraceWriter> {
+        let rotating = rotation.map(|rotation| {
+            header.part = Some(TracePart {
+                rotation: format!("{:x}-{:x}", header.started_wall_ns, std::process::id()),
+                index: 0,
+            });
+            Rotating {
+                path: path.to_path_buf(),
+                rotation,
+                header: header.clone(),
+            }
+        });
         let out = open(path, &header)?;
         let (sink, rx) = TraceSink::channel(path, QUEUE_RECORDS);
-        TraceWriter::start(out, rx, sink)
+        TraceWriter::start(out, rx, sink, rotating)
     }
 
     fn start(
         out: BufWriter<File>,
         rx: mpsc::Receiver<TraceRecord>,
         sink: TraceSink,
+        rotating: Option<Rotating>,
     ) -> std::io::Result<TraceWriter> {
         let stats = sink.stats.clone();
         let path = stats.path.clone();
@@ -141,7 +170,7 @@ impl TraceWriter {
         std::thread::Builder::new()
             .name("podtrace-trace".into())
             .spawn(move || {
-                let counts = write_records(out, rx, &thread_stats);
+                let counts = write_records(out, rx, &thread_stats, rotating);
                 let _ = done_tx.send(counts);
             })?;
         Ok(TraceWriter {
@@ -177,6 +206,89 @@ impl TraceWriter {
     }
 }
 
+/// What a rotating writer needs to start the next file.
+struct Rotating {
+    path: PathBuf,
+    rotation: Rotation,
+    /// The first file's header; each next file's says its own index.
+    header: Header,
+}
+
+/// The state a new file starts with, so it reads alone: the recording's sources and the
+/// node's network as last written.
+#[derive(Default)]
+struct Carried {
+    sources: Option<TraceRecord>,
+    network: Option<TraceRecord>,
+}
+
+impl Carried {
+    fn note(&mut self, record: &TraceRecord) {
+        match record {
+            TraceRecord::Sources(_) => self.sources = Some(record.clone()),
+            TraceRecord::Network(_) => self.network = Some(record.clone()),
+            _ => {}
+        }
+    }
+}
+
+/// The file being written, and what it holds so far.
+struct Part {
+    out: BufWriter<File>,
+    index: u64,
+    bytes: u64,
+    counts: BTreeMap<String, u64>,
+    /// The newest time among its records: the `continued` footer's end.
+    last_ns: u64,
+}
+
+impl Part {
+    fn write(&mut self, line: &mut Vec<u8>, record: &TraceRecord) -> std::io::Result<()> {
+        self.bytes += write_line(&mut self.out, line, record)? as u64;
+        if !matches!(record, TraceRecord::Header(_) | TraceRecord::Footer(_)) {
+            *self
+                .counts
+                .entry(record.type_name().to_string())
+                .or_default() += 1;
+            self.last_ns = self.last_ns.max(record.at_ns().unwrap_or(0));
+        }
+        Ok(())
+    }
+
+    /// Ends this file with a footer of its own, moves it aside and starts the next.
+    fn rotate(
+        &mut self,
+        r: &Rotating,
+        carried: &Carried,
+        line: &mut Vec<u8>,
+        stats: &WriterStats,
+    ) -> std::io::Result<()> {
+        let footer = Footer {
+            ended_ns: self.last_ns,
+            counts: std::mem::take(&mut self.counts),
+            unwritten_records: stats.unwritten(),
+            dropped_records: stats.dropped(),
+            continued: true,
+            ..Footer::default()
+        };
+        write_line(&mut self.out, line, &TraceRecord::Footer(footer))?;
+        self.out.flush()?;
+        self.out.get_ref().sync_data()?;
+        super::rotation::shift(&r.path, r.rotation.keep)?;
+        let mut header = r.header.clone();
+        self.index += 1;
+        if let Some(part) = header.part.as_mut() {
+            part.index = self.index;
+        }
+        self.out = open(&r.path, &header)?;
+        self.bytes = 0;
+        for record in [&carried.sources, &carried.network].into_iter().flatten() {
+            self.write(line, record)?;
+        }
+        Ok(())
+    }
+}
+
 /// The file, private, with the header written and flushed.
 fn open(path: &Path, header: &Header) -> std::io::Result<BufWriter<File>> {
     let file = std::fs::OpenOptions::new()
@@ -198,11 +310,22 @@ fn open(path: &Path, header: &Header) -> std::io::Result<BufWriter<File>> {
 }
 
 fn write_records(
-    mut out: BufWriter<File>,
+    out: BufWriter<File>,
     mut rx: mpsc::Receiver<TraceRecord>,
     stats: &WriterStats,
+    rotating: Option<Rotating>,
 ) -> BTreeMap<String, u64> {
+    // Every record written, by type, across the files (what `finish` returns); each
+    // file's footer holds its own.
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut part = Part {
+        out,
+        index: 0,
+        bytes: 0,
+        counts: BTreeMap::new(),
+        last_ns: 0,
+    };
+    let mut carried = Carried::default();
     let mut last_sync = Instant::now();
     let fail = |e: std::io::Error, lost: u64| {
         stats.unwritten.fetch_add(lost, Ordering::Relaxed);
@@ -227,17 +350,19 @@ fn write_records(
         let mut done = false;
         for mut record in batch.drain(..) {
             if let TraceRecord::Footer(footer) = &mut record {
-                // The footer carries the counts of everything written before it.
-                footer.counts = counts.clone();
+                // The footer carries the counts of everything written before it, in
+                // its file.
+                footer.counts = part.counts.clone();
                 footer.unwritten_records = stats.unwritten();
                 footer.dropped_records = stats.dropped();
                 done = true;
             } else {
                 *counts.entry(record.type_name().to_string()).or_default() += 1;
+                carried.note(&record);
             }
             if stats.failure().is_some() {
                 stats.unwritten.fetch_add(1, Ordering::Relaxed);
-            } else if let Err(e) = write_line(&mut out, &mut line, &record) {
+            } else if let Err(e) = part.write(&mut line, &record) {
                 fail(e, in_buffer + 1);
                 in_buffer = 0;
             } else {
@@ -246,12 +371,25 @@ fn write_records(
             if done {
                 break;
             }
+            if let Some(r) = &rotating
+                && stats.failure().is_none()
+                && part.bytes >= r.rotation.max_bytes
+            {
+                match part.rotate(r, &carried, &mut line, stats) {
+                    Ok(()) => {
+                        in_buffer = 0;
+                        last_sync = Instant::now();
+                    }
+                    // What was in the buffer may not have reached the file.
+                    Err(e) => fail(e, 0),
+                }
+            }
         }
         if stats.failure().is_none() {
             let sync = done || last_sync.elapsed() >= SYNC_EVERY;
-            if let Err(e) = out.flush() {
+            if let Err(e) = part.out.flush() {
                 fail(e, in_buffer);
-            } else if sync && let Err(e) = out.get_ref().sync_data() {
+            } else if sync && let Err(e) = part.out.get_ref().sync_data() {
                 fail(e, 0);
             } else if sync {
                 last_sync = Instant::now();
@@ -268,8 +406,8 @@ fn write_records(
         }
     }
     if stats.failure().is_none() {
-        let _ = out.flush();
-        let _ = out.get_ref().sync_data();
+        let _ = part.out.flush();
+        let _ = part.out.get_ref().sync_data();
     }
     counts
 }
@@ -280,11 +418,12 @@ fn write_line(
     out: &mut BufWriter<File>,
     line: &mut Vec<u8>,
     record: &TraceRecord,
-) -> std::io::Result<()> {
+) -> std::io::Result<usize> {
     line.clear();
     serde_json::to_writer(&mut *line, record).map_err(std::io::Error::other)?;
     line.push(b'\n');
-    out.write_all(line)
+    out.write_all(line)?;
+    Ok(line.len())
 }
 
 #[cfg(test)]
@@ -304,6 +443,7 @@ mod tests {
             started_wall_ns: 0,
             started_ns: 1,
             observed: None,
+            part: None,
         }
     }
 
@@ -359,7 +499,7 @@ mod tests {
         for i in 0..sent {
             sink.send(call(i));
         }
-        let w = TraceWriter::start(out, rx, sink).unwrap();
+        let w = TraceWriter::start(out, rx, sink, None).unwrap();
         let stats = w.stats();
         assert_eq!(stats.dropped(), 100);
         w.finish(Footer::default()).await.unwrap();

@@ -1,7 +1,9 @@
-//! Where every observed record goes: the trace, and the collector the API answers from.
+//! Where every observed record goes: the trace, the collector the API answers from, and
+//! the metrics when they are served.
 
 use std::sync::Arc;
 
+use crate::metrics::Metrics;
 use crate::timeline::{Collector, KernelFilter};
 use crate::trace::{TraceRecord, TraceSink};
 
@@ -9,11 +11,15 @@ use crate::trace::{TraceRecord, TraceSink};
 pub(super) struct Outputs {
     pub(super) sink: TraceSink,
     pub(super) collector: Arc<Collector>,
+    pub(super) metrics: Option<Arc<Metrics>>,
 }
 
 impl Outputs {
     pub(super) fn send(&self, record: TraceRecord) {
         self.collector.push(&record);
+        if let (Some(m), TraceRecord::Observed(o)) = (&self.metrics, &record) {
+            m.observe_observed(o);
+        }
         self.sink.send(record);
     }
 

@@ -11,6 +11,7 @@ use crate::agent::recorder::{TraceLoss, close_trace, stop_probes};
 use crate::agent::{AgentError, ProbeRequest};
 use crate::clock::wall_now;
 use crate::ebpf::{KernelProbes, ProbeConfig, now_ktime_ns};
+use crate::metrics::Metrics;
 use crate::observe::node_network::NodeNetworkLook;
 use crate::observe::{ObserveConfig, ObserveSummary, ObservedPods, ObservedSpans, Watcher};
 use crate::otel::{ClockAnchor, Listen, ReceiverStats, RuntimeReceiver};
@@ -24,6 +25,7 @@ use crate::trace::{
 };
 
 use super::connect::Connected;
+use super::metrics::ServedMetrics;
 use super::outputs::Outputs;
 
 /// Between lists beside the event stream.
@@ -40,6 +42,8 @@ const RECEIVER_CLOSE: Duration = Duration::from_secs(2);
 /// What the observer is asked to do: `podtrace observe`'s flags, parsed.
 pub struct Options {
     pub trace: PathBuf,
+    /// `--trace-max-bytes` and `--trace-keep`.
+    pub trace_rotation: Option<crate::trace::Rotation>,
     /// Between lists when polling.
     pub poll: Duration,
     /// The node's name in the trace; the host name when not given.
@@ -52,6 +56,8 @@ pub struct Options {
     pub probes: Option<ProbeRequest>,
     /// `--cni-bin-dir`, when given.
     pub cni_bin_dir: Option<String>,
+    /// `--metrics-addr`, bound.
+    pub metrics: Option<tokio::net::TcpListener>,
 }
 
 /// The observer with everything started.
@@ -68,6 +74,7 @@ pub struct Running {
     receiver: Option<RuntimeReceiver>,
     probes: Option<KernelProbes>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
+    metrics: Option<ServedMetrics>,
     sources: Vec<String>,
     /// Whether the probes run, for the `sources` record.
     kernel_source: KernelSource,
@@ -116,7 +123,16 @@ impl Connected {
             mono_ns: now_ktime_ns(),
         };
         let header = observed_header(&self, &opts, &sources, anchor);
-        let (writer, out) = open_trace(&opts.trace, header)?;
+        let metrics = opts
+            .metrics
+            .take()
+            .map(|l| (l, Arc::new(Metrics::observer())));
+        let (writer, out) = open_trace(
+            &opts.trace,
+            header,
+            opts.trace_rotation,
+            metrics.as_ref().map(|(_, m)| m.clone()),
+        )?;
         let store = Arc::new(StatusStore::default());
         let server = match &opts.api_socket {
             None => None,
@@ -126,7 +142,9 @@ impl Connected {
             }
         };
         let spans = Arc::new(ObservedSpans::new());
-        let span_stats = ReceiverStats::default();
+        let span_stats = metrics
+            .as_ref()
+            .map_or_else(ReceiverStats::default, |(_, m)| m.runtime_otlp_stats());
         let receiver = match opts.runtime_otlp {
             Some(listen) => {
                 let out = out.clone();
@@ -151,6 +169,9 @@ impl Connected {
             Some((probes, events)) => (Some(probes), Some(out.forward_kernel_events(events))),
             None => (None, None),
         };
+        let metrics = metrics.map(|(listener, metrics)| {
+            ServedMetrics::start(listener, metrics, &out, &writer, probes.as_ref())
+        });
         let running = Running {
             runtime: self,
             poll: opts.poll,
@@ -164,6 +185,7 @@ impl Connected {
             receiver,
             probes,
             forwarder,
+            metrics,
             sources,
             kernel_source,
             notes,
@@ -195,6 +217,11 @@ impl Running {
         )
     }
 
+    /// Where `/metrics` is served, when it is.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
+    }
+
     /// What the user should know that stopped nothing, once each.
     pub fn take_notes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notes)
@@ -214,7 +241,7 @@ impl Running {
         let learner = self.spans.clone();
         let streamed = self.runtime.stream.is_ok();
         let network = self.watch_network();
-        let summary = crate::observe::observe(
+        let observing = crate::observe::observe(
             &self.runtime.view,
             streamed,
             config,
@@ -226,8 +253,11 @@ impl Running {
                 observed.send(TraceRecord::Observed(r));
             },
             stop,
-        )
-        .await;
+        );
+        let summary = match &self.metrics {
+            None => observing.await,
+            Some(m) => m.refreshed_while(observing, self.probes.as_ref()).await,
+        };
         // One last look, so the trace ends on the network as it was.
         if let Some(mut look) = network.stop().await
             && let Some(r) = look.look(&self.runtime.view, now_ktime_ns()).await
@@ -268,6 +298,9 @@ impl Running {
         if let Some(server) = self.server {
             server.abort();
             let _ = server.await;
+        }
+        if let Some(m) = self.metrics {
+            m.stop().await;
         }
         // The runtime's last batch may still be on its way (containerd sends every few
         // seconds); what comes after this is not taken.
@@ -353,17 +386,25 @@ fn observer_probes(mut config: ProbeConfig, cni_bin_dir: Option<String>) -> Prob
 }
 
 /// The trace file, with `header` written, and where every record goes from here on.
-fn open_trace(path: &Path, header: Header) -> Result<(TraceWriter, Outputs), AgentError> {
+fn open_trace(
+    path: &Path,
+    header: Header,
+    rotation: Option<crate::trace::Rotation>,
+    metrics: Option<Arc<Metrics>>,
+) -> Result<(TraceWriter, Outputs), AgentError> {
     let header_copy = header.clone();
-    let writer = TraceWriter::create(path, header).map_err(|source| AgentError::TraceCreate {
-        path: path.to_path_buf(),
-        source,
+    let writer = TraceWriter::create_rotating(path, header, rotation).map_err(|source| {
+        AgentError::TraceCreate {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let collector = Arc::new(Collector::new());
     collector.push(&TraceRecord::Header(header_copy));
     let out = Outputs {
         sink: writer.sink(),
         collector,
+        metrics,
     };
     Ok((writer, out))
 }
@@ -404,6 +445,7 @@ fn observed_header(
             sources: sources.to_vec(),
             poll_ms: polling.then_some(poll_ms),
         }),
+        part: None,
     }
 }
 
