@@ -43,6 +43,10 @@ pub struct ObservedPods {
     /// One moment on the wall clock and on the trace's monotonic clock (the header's).
     anchor: (i64, u64),
     pods: BTreeMap<String, PodSeen>,
+    /// Container changes of a sandbox not yet seen ready, by sandbox ID: one list can
+    /// find a sandbox still being made and, moments later, its container already
+    /// running. Applied once the sandbox is seen ready; dropped with the sandbox.
+    early: BTreeMap<String, Vec<ObservedRecord>>,
 }
 
 impl ObservedPods {
@@ -51,6 +55,7 @@ impl ObservedPods {
             store,
             anchor: (started_wall_ns, started_ns),
             pods: BTreeMap::new(),
+            early: BTreeMap::new(),
         }
     }
 
@@ -65,6 +70,7 @@ impl ObservedPods {
         let at = r.happened_ns();
         match r.what {
             Observation::SandboxRemoved => {
+                self.early.remove(&r.sandbox_id);
                 if self
                     .pods
                     .get(&key)
@@ -98,6 +104,9 @@ impl ObservedPods {
                 if !r.note.is_empty() {
                     pod.note = r.note.clone();
                 }
+                for early in self.early.remove(&r.sandbox_id).unwrap_or_default() {
+                    self.apply(&early);
+                }
             }
             Observation::SandboxNotReady => {
                 if let Some(pod) = self.pods.get_mut(&key)
@@ -110,12 +119,17 @@ impl ObservedPods {
             | Observation::ContainerStarted
             | Observation::ContainerExited
             | Observation::ContainerRemoved => {
-                let Some(pod) = self.pods.get_mut(&key) else {
+                let Some(pod) = self
+                    .pods
+                    .get_mut(&key)
+                    .filter(|p| p.sandbox_id == r.sandbox_id)
+                else {
+                    self.early
+                        .entry(r.sandbox_id.clone())
+                        .or_default()
+                        .push(r.clone());
                     return;
                 };
-                if pod.sandbox_id != r.sandbox_id {
-                    return;
-                }
                 let c = pod.containers.entry(r.container.clone()).or_default();
                 if c.id != r.container_id {
                     if r.what == Observation::ContainerRemoved {
@@ -236,6 +250,32 @@ mod tests {
             note: String::new(),
             stream_missed: false,
         }
+    }
+
+    /// One list found the sandbox still being made and its container already running:
+    /// the container shows once the sandbox is seen ready.
+    #[test]
+    fn a_container_seen_before_its_sandbox_was_ready_shows_once_it_is() {
+        let store = Arc::new(StatusStore::default());
+        let mut pods = ObservedPods::new(store.clone(), 1_000_000_000_000, 0);
+        pods.apply(&record(Observation::SandboxNotReady, 5, ""));
+        pods.apply(&record(Observation::ContainerCreated, 8, "app"));
+        pods.apply(&record(Observation::ContainerStarted, 9, "app"));
+        assert!(store.get(UID).is_none());
+        pods.apply(&record(Observation::SandboxReady, 10, ""));
+        let st = store.get(UID).unwrap().status;
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        let c = &st.container_statuses.unwrap()[0];
+        assert_eq!(c.container_id.as_deref(), Some("id-app"));
+        assert!(c.state.as_ref().unwrap().running.is_some());
+        // A sandbox removed before it was ever ready leaves nothing kept.
+        let mut gone = record(Observation::ContainerCreated, 20, "app");
+        gone.sandbox_id = "sb2".into();
+        pods.apply(&gone);
+        let mut removed = record(Observation::SandboxRemoved, 30, "");
+        removed.sandbox_id = "sb2".into();
+        pods.apply(&removed);
+        assert!(pods.early.is_empty());
     }
 
     #[test]
