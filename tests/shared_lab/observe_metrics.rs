@@ -164,10 +164,27 @@ fn the_observers_metrics_count_every_pods_stages_and_the_pod_without_an_ip_by_ca
     }
     // No family of run's that an observer cannot fill: it made no call of its own.
     assert!(!text.contains("kubelet_runtime_operations"), "{text}");
-    // Once the client's pods are gone, no pod is counted.
-    let text = scrape_when(&addr, "the removed pods no longer counted", |t| {
-        metric(t, "podtrace_unhealthy_pods{cause=\"ipam_exhausted\"}").is_none_or(|n| n == 0.0)
+    // Once the client's pods are removed, the five are not counted as not Running; the
+    // sixth, which never had a sandbox the runtime kept, is counted until its client
+    // could have tried again (6 minutes: longer than this test waits).
+    observer.wait_api(&["pods"], "the client's pods removed", |l| {
+        !l["items"].as_array().into_iter().flatten().any(|i| {
+            i["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(PREFIX))
+        })
     });
+    let text = scrape(&addr);
+    assert_eq!(
+        metric(&text, "podtrace_unhealthy_pods{cause=\"pending\"}").unwrap_or(0.0),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "podtrace_unhealthy_pods{cause=\"ipam_exhausted\"}"),
+        Some(1.0),
+        "{text}"
+    );
     assert_eq!(
         metric(&text, "podtrace_observed_pod_start_duration_seconds_count"),
         Some(5.0),

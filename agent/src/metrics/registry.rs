@@ -628,9 +628,10 @@ impl Metrics {
                     };
                     self.cni_plugin.get_or_create(&labels).observe(secs);
                 }
-                // Per-container stages are folded by kind: label values stay bounded. The
-                // runtime's steps keep their step (`runtime:task_start`).
-                let kind = if s.source == crate::timeline::StageSource::Runtime {
+                // Per-container stages are folded by kind: label values stay bounded (an
+                // observed `container_started:app` is `container_started`). The runtime's
+                // spans keep their step (`runtime:task_start`), one of a known few.
+                let kind = if *s.stage.kind() == StageKind::Runtime {
                     s.stage.kind_and_step()
                 } else {
                     s.kind().to_string()
@@ -852,9 +853,33 @@ mod tests {
         // The kernel's exec is read after the reply that made the pod Running.
         let exec = stage(StageKind::PauseExec, 8, StageSource::Kernel);
         m.observe_timeline_at(&pod(vec![exec.clone(), running.clone()]), 200);
-        m.observe_timeline_at(&pod(vec![exec, running]), 300);
+        m.observe_timeline_at(&pod(vec![exec, running.clone()]), 300);
         assert_eq!(count(&m, "pause_exec").as_deref(), Some("1"));
         assert_eq!(count(&m, "running").as_deref(), Some("1"));
+        // An observed container's stage is by kind, never by the container's name; a
+        // runtime span's keeps its step.
+        let named = |name: &str| {
+            Stage::new(
+                "u",
+                "default",
+                "web",
+                crate::timeline::StageName::parse(name),
+                20,
+                25,
+                StageSource::Runtime,
+            )
+        };
+        m.observe_timeline_at(
+            &pod(vec![
+                named("container_started:app"),
+                named("runtime:task_start:app"),
+                running,
+            ]),
+            400,
+        );
+        assert_eq!(count(&m, "container_started").as_deref(), Some("1"));
+        assert_eq!(count(&m, "runtime:task_start").as_deref(), Some("1"));
+        assert!(!m.encode().contains(":app"), "{}", m.encode());
     }
 
     #[test]
