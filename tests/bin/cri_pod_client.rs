@@ -23,6 +23,10 @@ use tokio::net::UnixStream;
 use tokio::signal::unix::{SignalKind, signal};
 use tonic::transport::{Channel, Uri};
 
+#[path = "kubelet_tracing.rs"]
+mod kubelet_tracing;
+use kubelet_tracing::KubeletTracer;
+
 /// kubelet's default runtime request timeout, and its separate one for pulls.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const PULL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -79,6 +83,11 @@ struct RunArgs {
     /// tracing on (one trace per pod).
     #[arg(long)]
     trace_calls: bool,
+    /// Export the spans a kubelet with tracing on exports to this OTLP/gRPC endpoint
+    /// (http://HOST:PORT): a `syncPod` per sync, each CRI call a client span under it,
+    /// each call's `traceparent` naming its span (`kubelet_tracing.rs`).
+    #[arg(long, value_name = "URL", conflicts_with = "trace_calls")]
+    kubelet_spans: Option<String>,
 }
 
 #[derive(Clone)]
@@ -90,6 +99,8 @@ struct Cri {
     /// The W3C `traceparent` every call carries (`run --trace-calls`): kubelet with its
     /// tracing on sends its span's context, sampled, so the runtime traces the call.
     traceparent: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// The kubelet's spans of the pod (`run --kubelet-spans`).
+    kubelet: Option<KubeletTracer>,
 }
 
 /// One CRI call with kubelet's deadline (sent as `grpc-timeout`, enforced by tonic's
@@ -102,8 +113,29 @@ macro_rules! call {
         if let Some(tp) = &$cri.traceparent {
             request.metadata_mut().insert("traceparent", tp.clone());
         }
+        // As the kubelet's otelgrpc handler: the call's own client span, named by the
+        // call's traceparent.
+        let traced = match &$cri.kubelet {
+            Some(k) => k.call_context()?,
+            None => None,
+        };
+        if let Some((_, tp)) = &traced {
+            request.metadata_mut().insert("traceparent", tp.parse()?);
+        }
         $(request.set_timeout($timeout);)?
+        let started_ns = kubelet_tracing::now_ns();
         let result = $cri.$svc.$method(request).await;
+        if let (Some(k), Some((id, _))) = (&$cri.kubelet, traced) {
+            let service = match stringify!($svc) {
+                "rt" => "runtime.v1.RuntimeService",
+                _ => "runtime.v1.ImageService",
+            };
+            let (code, message) = match &result {
+                Ok(_) => (tonic::Code::Ok, String::new()),
+                Err(s) => (s.code(), s.message().to_string()),
+            };
+            k.called(id, service, &camel(stringify!($method)), started_ns, code, &message);
+        }
         result.map(tonic::Response::into_inner).map_err(|s| {
             let rpc = camel(stringify!($method));
             anyhow!("{rpc} for {}: {:?}: {}", $what, s.code(), s.message())
@@ -139,6 +171,7 @@ async fn connect(endpoint: &str, cgroup_root: &str) -> anyhow::Result<Cri> {
         driver: CgroupDriver::Cgroupfs,
         cgroup_root: cgroup_root.into(),
         traceparent: None,
+        kubelet: None,
     };
     let version = VersionRequest {
         version: "v1".into(),
@@ -348,6 +381,9 @@ async fn start_pod(cri: &mut Cri, args: &RunArgs, pod: &mut Pod) -> anyhow::Resu
     let started = Instant::now();
     let mut attempt = 0;
     let config = loop {
+        if let Some(k) = cri.kubelet.as_mut() {
+            k.begin_sync()?;
+        }
         let config = sandbox_config(pod, attempt, cri.pod_cgroup(&pod.uid));
         let run = RunPodSandboxRequest {
             config: Some(config.clone()),
@@ -360,6 +396,10 @@ async fn start_pod(cri: &mut Cri, args: &RunArgs, pod: &mut Pod) -> anyhow::Resu
             }
             Err(e) => e,
         };
+        // The sync fails with the call's error, as kubelet's SyncPod returns it.
+        if let Some(k) = &cri.kubelet {
+            k.end_sync(Some(&format!("{error:#}"))).await?;
+        }
         let Some(every) = args.retry_sandbox_every else {
             return Err(error);
         };
@@ -437,6 +477,9 @@ async fn start_pod(cri: &mut Cri, args: &RunArgs, pod: &mut Pod) -> anyhow::Resu
     pod.container_id = Some(container_id.clone());
     let start = StartContainerRequest { container_id };
     call!(cri.rt.start_container(start), what)?;
+    if let Some(k) = &cri.kubelet {
+        k.end_sync(None).await?;
+    }
     Ok(())
 }
 
@@ -495,8 +538,16 @@ async fn run(cri: Cri, args: RunArgs) -> anyhow::Result<bool> {
                 if args.trace_calls {
                     cri.traceparent = Some(traceparent()?);
                 }
+                if let Some(url) = &args.kubelet_spans {
+                    cri.kubelet = Some(KubeletTracer::new(url, &pod.uid, NAMESPACE, &pod.name)?);
+                }
                 let started = Instant::now();
-                start_pod(&mut cri, &args, &mut pod).await?;
+                if let Err(e) = start_pod(&mut cri, &args, &mut pod).await {
+                    if let Some(k) = &cri.kubelet {
+                        k.end_sync(Some(&format!("{e:#}"))).await?;
+                    }
+                    return Err(e);
+                }
                 pod.run_ms = Some(started.elapsed().as_secs_f64() * 1e3);
                 anyhow::Ok(())
             }

@@ -28,6 +28,9 @@ mod no_ip;
 /// `podtrace observe` beside other CRI clients (cri-pod-client, a second podtrace); loads
 /// the probes.
 mod observe;
+/// `podtrace observe` receiving the kubelet's own spans (the suite's client exports them
+/// as a tracing kubelet does); changes the node's CNI configuration and loads the probes.
+mod observe_kubelet;
 /// `podtrace observe --metrics-addr`: the observed pods' stages and the live diagnosis
 /// as Prometheus metrics; changes the node's CNI configuration and loads the probes.
 mod observe_metrics;

@@ -51,6 +51,7 @@ pub const SHARED_LAB: Binary = Binary {
         "timeline",
         "observe",
         "observe_metrics",
+        "observe_kubelet",
         "diagnose_faults",
         "no_ip",
         "crash_safe_trace",

@@ -174,6 +174,29 @@ struct State {
     queue_waits_seen: BTreeMap<&'static str, u64>,
 }
 
+/// A stage's `stage` label: its kind, with the step for the runtime's spans
+/// (`runtime:task_start`), the method for the kubelet's calls (`kubelet_call:RunPodSandbox`)
+/// and the update type for its syncs (`kubelet_sync:create`); a value outside the known
+/// few is `other`, so what a client sends cannot grow the label's values.
+fn stage_label(stage: &crate::timeline::StageName) -> String {
+    let step = stage.name().map(|n| n.split(':').next().unwrap_or(n));
+    let known = match (stage.kind(), step) {
+        (StageKind::Runtime, Some(step)) => crate::timeline::RuntimeStep::ALL
+            .iter()
+            .any(|s| s.name() == step),
+        (StageKind::KubeletCall, Some(step)) => step.parse::<CriMethod>().is_ok(),
+        (StageKind::KubeletSync, Some(step)) => matches!(
+            step,
+            "create" | "update" | "sync" | "kill" | "terminating" | "terminated"
+        ),
+        _ => return stage.kind().to_string(),
+    };
+    match (known, step) {
+        (true, Some(step)) => format!("{}:{step}", stage.kind()),
+        _ => format!("{}:other", stage.kind()),
+    }
+}
+
 /// kubelet's `operation_type` label for a CRI method (`RunPodSandbox` -> `run_podsandbox`).
 pub fn operation_type(method: &str) -> String {
     let mut out = String::new();
@@ -631,11 +654,7 @@ impl Metrics {
                 // Per-container stages are folded by kind: label values stay bounded (an
                 // observed `container_started:app` is `container_started`). The runtime's
                 // spans keep their step (`runtime:task_start`), one of a known few.
-                let kind = if *s.stage.kind() == StageKind::Runtime {
-                    s.stage.kind_and_step()
-                } else {
-                    s.kind().to_string()
-                };
+                let kind = stage_label(&s.stage);
                 self.stage
                     .get_or_create(&StageLabel { stage: kind })
                     .observe(secs);

@@ -58,6 +58,10 @@ fn uid_in_name(name: &str, fields: usize, uid_from_end: usize) -> Option<String>
 /// What one span's attributes say of its pod: a UID, or an ID the observer knows.
 fn named_pod(attributes: &Attributes, known: &HashMap<String, String>) -> Option<String> {
     let text = |k: &str| attributes.get(k).and_then(serde_json::Value::as_str);
+    // The kubelet's sync spans (`syncPod`, ...) name the pod they sync.
+    if let Some(uid) = text("k8s.pod.uid").filter(|u| is_uid(u)) {
+        return Some(uid.to_string());
+    }
     if let Some(uid) = text("pod.uid").filter(|u| is_uid(u)) {
         return Some(uid.to_string());
     }

@@ -81,7 +81,8 @@ fn colour(s: &Stage) -> &'static str {
         return FAILED;
     }
     match s.source {
-        StageSource::Cri => CRI,
+        // The kubelet's calls are CRI calls too, as the client saw them.
+        StageSource::Cri | StageSource::Kubelet => CRI,
         StageSource::Kernel => KERNEL,
         StageSource::Agent => AGENT,
         StageSource::Runtime => RUNTIME,

@@ -22,6 +22,7 @@ mod filter;
 mod forget;
 mod ids;
 mod index;
+mod kubelet_spans;
 mod model;
 mod observed;
 mod runtime_args;

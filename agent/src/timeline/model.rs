@@ -25,6 +25,8 @@ pub enum StageSource {
     /// The container runtime's own spans (`--runtime-otlp-listen`), inside the CRI call
     /// that holds them.
     Runtime,
+    /// The kubelet's own spans (its syncs and CRI calls), received by the observer.
+    Kubelet,
 }
 
 impl std::fmt::Display for StageSource {
@@ -32,6 +34,7 @@ impl std::fmt::Display for StageSource {
         f.write_str(match self {
             StageSource::Cri => "cri",
             StageSource::Kernel => "kernel",
+            StageSource::Kubelet => "kubelet",
             StageSource::Agent => "agent",
             StageSource::Runtime => "runtime",
         })

@@ -51,6 +51,18 @@ pub enum Step {
 }
 
 impl Step {
+    pub const ALL: [Step; 9] = [
+        Step::SandboxImagePull,
+        Step::ImageResolve,
+        Step::ImageFetch,
+        Step::ImageUnpack,
+        Step::NetworkSetup,
+        Step::Metadata,
+        Step::ContainerNew,
+        Step::TaskCreate,
+        Step::TaskStart,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Step::SandboxImagePull => "sandbox_image_pull",

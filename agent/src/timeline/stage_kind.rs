@@ -44,6 +44,9 @@ macro_rules! stage_kinds {
 stage_kinds! {
     /// The agent first saw the pod (its config ADD, or its first CRI call).
     PodSeen => "pod_seen",
+    /// The kubelet's own span of a pod sync (observed, with its tracing on):
+    /// `kubelet_sync:<update type>`, `kubelet_sync:terminating`, `kubelet_sync:terminated`.
+    KubeletSync => "kubelet_sync",
     /// An update waited for the pod worker's earlier work.
     PodWorkerWait => "pod_worker_wait",
     /// The runtime's network was not ready.
@@ -82,6 +85,9 @@ stage_kinds! {
     ContainerStart => "container_start",
     /// An observer saw the container started: `container_started:<container>`.
     ContainerStarted => "container_started",
+    /// A CRI call as the kubelet saw it, from its client span (observed):
+    /// `kubelet_call:<Method>` or `kubelet_call:<Method>:<container>`.
+    KubeletCall => "kubelet_call",
     /// The runtime's own span: `runtime:<step>` or `runtime:<step>:<container>`.
     Runtime => "runtime",
     /// The shim's start command.
@@ -177,7 +183,7 @@ mod tests {
             assert_eq!(StageKind::parse(k.as_str()), *k);
             assert_eq!(k.rank(), i);
         }
-        assert_eq!(StageKind::PIPELINE.len(), 34);
+        assert_eq!(StageKind::PIPELINE.len(), 36);
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         self.init_waits();
         self.pod_status_stages();
         self.runtime_span_stages();
+        self.kubelet_span_stages();
         if self.kernel.is_empty() {
             self.notes
                 .push("no kernel event was attributed to this pod: CRI timing only".into());
@@ -958,6 +959,32 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 made.push(s);
             }
         }
+        self.stages.extend(made);
+    }
+}
+
+impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
+    /// `kubelet_sync:*` and `kubelet_call:*` stages from the kubelet's own spans, when an
+    /// observer received them (`kubelet_spans.rs`).
+    fn kubelet_span_stages(&mut self) {
+        let spans = self.index.runtime_spans_of(self.uid);
+        if spans.is_empty() {
+            return;
+        }
+        let name_of = |id: &str| Some(self.observed_container_name(id)).filter(|n| !n.is_empty());
+        let made: Vec<Stage> = super::kubelet_spans::kubelet_stages(spans, &name_of)
+            .into_iter()
+            .map(|k| {
+                let mut s = self.stage(k.name, k.start_ns, k.end_ns, StageSource::Kubelet);
+                s.ok = k.ok;
+                s.code = k.code;
+                s.container = k.container;
+                s.sandbox_id = k.sandbox_id;
+                s.container_id = k.container_id;
+                s.detail = k.detail;
+                s
+            })
+            .collect();
         self.stages.extend(made);
     }
 }
