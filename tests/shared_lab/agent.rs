@@ -5,7 +5,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, container, metric, phase, waiting_reason};
+use podtrace_tests::agent::{
+    Agent, container, metric, phase, promtool_check_metrics, waiting_reason,
+};
 use podtrace_tests::{Scratch, require_lab, runtime_objects};
 
 use xtask::lab::IMAGE_APP as APP;
@@ -674,27 +676,7 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
             "still attached after 10 s idle:\n{text}"
         );
     }
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
-    use std::io::Write;
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check_metrics(&text);
 }
 
 /// kubelet's pod-start histograms: the total from first seen until every container ran,

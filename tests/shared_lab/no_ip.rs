@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use podtrace_tests::cni_conf::{ConfSwap, network, pool, runtime_network};
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
+use podtrace_tests::observer::{ClientRun, Observer, cleanup_client_pods};
 use podtrace_tests::{Scratch, podtrace_bin, require_lab, stderr};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
@@ -122,11 +122,7 @@ impl Drop for Broken {
 }
 
 fn cleanup(cri: &str, prefix: &str) {
-    let out = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
-        .args(["--cri", cri, "cleanup", "--prefix", prefix])
-        .output()
-        .expect("cri-pod-client cleanup runs");
-    assert!(out.status.success(), "{}", stderr(&out));
+    cleanup_client_pods(env!("CARGO_BIN_EXE_cri-pod-client"), cri, prefix);
 }
 
 /// Pod `name`'s verdict in a diagnosis.

@@ -12,21 +12,13 @@
 use podtrace::timeline::Timeline;
 use podtrace_tests::cni_conf::{ConfSwap, network, pool};
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
+use podtrace_tests::observer::{ClientRun, Observer, cleanup_client_pods};
 use podtrace_tests::otlp::reconnect_runtime_exporter;
 use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
 use serde_json::Value;
 use xtask::lab::{IMAGE_APP, RUNTIME_OTLP_ADDR};
 
 const PREFIX: &str = "obs-kubelet";
-
-fn cleanup(cri: &str) {
-    let out = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
-        .args(["--cri", cri, "cleanup", "--prefix", PREFIX])
-        .output()
-        .expect("cri-pod-client cleanup runs");
-    assert!(out.status.success(), "{}", stderr(&out));
-}
 
 /// The stages of pod `name` by name, with their source and whether each is ok.
 fn stages(t: &Timeline, name: &str) -> Vec<(String, String, bool, String)> {
@@ -128,7 +120,7 @@ fn the_kubelets_syncs_and_calls_show_beside_the_kernels_stages_with_the_error_it
         },
     );
     client.kill();
-    cleanup(&cri);
+    cleanup_client_pods(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
     let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);

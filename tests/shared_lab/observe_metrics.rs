@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
-use podtrace_tests::agent::{free_loopback_addr, metric, scrape};
+use podtrace_tests::agent::{free_loopback_addr, metric, promtool_check_metrics, scrape};
 use podtrace_tests::cni_conf::{ConfSwap, network, pool};
 use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
+use podtrace_tests::observer::{ClientRun, Observer, cleanup_client_pods};
 use podtrace_tests::{Scratch, podtrace_bin, require_lab, stderr};
 use xtask::lab::IMAGE_APP;
 
@@ -32,38 +32,6 @@ fn scrape_when(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
     });
     assert!(held, "{what}: not within {SHOWS:?}:\n{text}");
     text
-}
-
-fn cleanup(cri: &str) {
-    let out = std::process::Command::new(cri_pod_client(env!("CARGO_BIN_EXE_cri-pod-client")))
-        .args(["--cri", cri, "cleanup", "--prefix", PREFIX])
-        .output()
-        .expect("cri-pod-client cleanup runs");
-    assert!(out.status.success(), "{}", stderr(&out));
-}
-
-fn promtool_check(text: &str) {
-    use std::io::Write;
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -114,8 +82,8 @@ fn the_observers_metrics_count_every_pods_stages_and_the_pod_without_an_ip_by_ca
         },
     );
     client.kill();
-    cleanup(&cri);
-    promtool_check(&text);
+    cleanup_client_pods(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
+    promtool_check_metrics(&text);
     // Each stage of the five pods' startups, once per pod, from the kernel and the
     // runtime; the sixth, failed, counts in the stages it reached.
     let stage = |s: &str| {

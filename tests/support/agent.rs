@@ -291,6 +291,31 @@ impl Drop for Agent {
 }
 
 /// The value of the unlabelled sample `name` in a `/metrics` exposition.
+/// Fails unless `promtool check metrics` takes `text` (an exposition) as clean.
+pub fn promtool_check_metrics(text: &str) {
+    use std::io::Write;
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The `/metrics` exposition served at `addr` (an agent's or an observer's).
 pub fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};

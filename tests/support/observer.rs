@@ -188,3 +188,13 @@ pub fn cri_pod_client(built: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| built.into())
 }
+
+/// Removes what `cri-pod-client` left of the pods whose names start with `prefix`
+/// (`cri-pod-client cleanup`); `built` as for [`cri_pod_client`].
+pub fn cleanup_client_pods(built: &str, cri: &str, prefix: &str) {
+    let out = Command::new(cri_pod_client(built))
+        .args(["--cri", cri, "cleanup", "--prefix", prefix])
+        .output()
+        .expect("cri-pod-client cleanup runs");
+    assert!(out.status.success(), "{}", crate::stderr(&out));
+}

@@ -35,6 +35,9 @@ pub(super) struct PodFacts<'a> {
     pub events: Vec<&'a PodEventRecord>,
     /// An observer saw the pod's sandbox on the node's network.
     pub observed_host_network: bool,
+    /// An observer found the pod's sandbox already there when it started: its startup
+    /// (and so its `running` stage) was not seen.
+    pub before_start: bool,
 }
 
 /// When the last of a pod's sandboxes was removed, if every one was.
@@ -123,6 +126,7 @@ impl<'a> Facts<'a> {
         let mut kernel: Vec<&KernelEvent> = Vec::new();
         let mut network = Vec::new();
         let mut host_network: std::collections::BTreeSet<&str> = Default::default();
+        let mut before_start: std::collections::BTreeSet<&str> = Default::default();
         // By observed pod, each sandbox the runtime showed and when it was removed.
         let mut sandboxes: BTreeMap<&str, BTreeMap<&str, Option<u64>>> = BTreeMap::new();
         for r in records {
@@ -154,6 +158,9 @@ impl<'a> Facts<'a> {
                 TraceRecord::Observed(o) => {
                     if o.host_network {
                         host_network.insert(o.pod_key());
+                    }
+                    if o.before_start && o.what == Observation::SandboxReady {
+                        before_start.insert(o.pod_key());
                     }
                     let removed = sandboxes
                         .entry(o.pod_key())
@@ -189,6 +196,7 @@ impl<'a> Facts<'a> {
                 calls: calls.remove(t.uid.as_str()).unwrap_or_default(),
                 events: events.remove(t.uid.as_str()).unwrap_or_default(),
                 observed_host_network: host_network.contains(t.uid.as_str()),
+                before_start: before_start.contains(t.uid.as_str()),
             })
             .collect();
         let exits = exits(&kernel);

@@ -104,6 +104,13 @@ fn pod_diagnosis(p: &PodFacts<'_>, f: &Facts<'_>) -> PodDiagnosis {
     }
 }
 
+/// A container of the pod was seen started (by the runtime's list or event).
+fn already_running(t: &crate::timeline::PodTimeline) -> bool {
+    t.stages
+        .iter()
+        .any(|s| *s.kind() == StageKind::ContainerStarted)
+}
+
 /// The verdict for a pod no check found fault with.
 fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
     let t = p.timeline;
@@ -155,6 +162,16 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
             .into_iter()
             .flatten()
             .collect(),
+        },
+        // Already running when the observer started: its containers run, though the
+        // startup was not seen.
+        (None, Some(ip)) if p.before_start && already_running(t) => Finding {
+            cause: model::Cause::Healthy,
+            stage: StageKind::SandboxReady.into(),
+            summary: format!(
+                "Running with IP {ip}; already running when podtrace observe started (its startup was not observed)"
+            ),
+            evidence: removed.into_iter().collect(),
         },
         _ => {
             let last = t.stages.iter().max_by_key(|s| (s.end_ns, s.start_ns));
