@@ -79,6 +79,10 @@ fn the_observers_metrics_count_every_pods_stages_and_the_pod_without_an_ip_by_ca
                     t,
                     "podtrace_stage_duration_seconds_count{stage=\"app_first_exec\"}",
                 ) == Some(5.0)
+                // The node's network is looked at once a second, apart from the pods'
+                // records: its full range shows at the first look after the fifth pod.
+                && metric(t, "podtrace_node_network_findings{cause=\"ipam_exhausted\"}")
+                    == Some(1.0)
         },
     );
     client.kill();
