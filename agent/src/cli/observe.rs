@@ -59,6 +59,15 @@ pub struct ObserveArgs {
     /// 127.0.0.1 unless a scraper off the node must reach it.
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<String>,
+    /// Export over OTLP/gRPC to this collector (http://HOST:4317 or https://...): every
+    /// span received on --runtime-otlp-listen (the kubelet's, the runtime's) forwarded
+    /// once as it came, and each observed pod's startup (the kernel's stages and what
+    /// the runtime showed) as spans under the kubelet's CRI call each happened in, or
+    /// in a trace of the pod's own without the kubelet's spans. Without it, the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT turns the export
+    /// on; headers, timeout and TLS follow the OTEL_EXPORTER_OTLP_* variables.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// Do not load the kernel probes: the runtime's view only.
     #[arg(long, conflicts_with = "require_ebpf")]
     pub no_ebpf: bool,
@@ -83,6 +92,13 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     let runtime_otlp = match super::runtime_otlp_listen(args.runtime_otlp_listen.as_deref()) {
         Ok(l) => l,
         Err(code) => return code,
+    };
+    let otlp_endpoint = match crate::otel::endpoint(args.otlp_endpoint.as_deref()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("podtrace: {e}");
+            return ExitCode::from(super::EXIT_BAD_INPUT);
+        }
     };
     // Bound before anything starts: a port in use stops the observer with nothing begun.
     let metrics = match &args.metrics_addr {
@@ -122,6 +138,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         }),
         cni_bin_dir: args.ebpf.cni_bin_dir.clone(),
         metrics,
+        otlp_endpoint: otlp_endpoint.clone(),
     };
     let mut running = match connected.start(opts).await {
         Ok(r) => r,
@@ -137,6 +154,9 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     };
     if let Some(addr) = running.metrics_addr() {
         eprintln!("podtrace: metrics on http://{addr}/metrics");
+    }
+    if let Some(endpoint) = &otlp_endpoint {
+        eprintln!("podtrace: exporting over OTLP to {endpoint}");
     }
     let (name, version, sources) = running.describe();
     eprintln!(

@@ -227,17 +227,18 @@ enum Mode {
 impl Metrics {
     /// The metrics of `podtrace run`.
     pub fn new() -> Metrics {
-        Metrics::build(Mode::Agent)
+        Metrics::build(Mode::Agent, true)
     }
 
     /// The metrics of `podtrace observe`: the families of `run` that apply to pods it
     /// did not make (stages, CNI plugins, the probes', the trace's and the timeline's
-    /// losses, the runtime's spans, the live diagnosis), and its own.
-    pub fn observer() -> Metrics {
-        Metrics::build(Mode::Observer)
+    /// losses, the spans received, the live diagnosis, and the OTLP export's when
+    /// `exports`), and its own.
+    pub fn observer(exports: bool) -> Metrics {
+        Metrics::build(Mode::Observer, exports)
     }
 
-    fn build(mode: Mode) -> Metrics {
+    fn build(mode: Mode, exports: bool) -> Metrics {
         let mut metrics = Metrics {
             runtime_ops: HistFamily::<Operation>::new_with_constructor(ops as fn() -> Histogram),
             runtime_ops_total: Family::<Operation, Counter>::default(),
@@ -277,7 +278,7 @@ impl Metrics {
             metrics.register_kubelets(registry.sub_registry_with_prefix("kubelet"));
         }
         let podtrace = registry.sub_registry_with_prefix("podtrace");
-        metrics.register_podtraces(podtrace, mode);
+        metrics.register_podtraces(podtrace, mode, exports);
         metrics.diagnosis.register(podtrace);
         if let Some(observed) = &metrics.observed {
             observed.register(podtrace);
@@ -345,7 +346,7 @@ impl Metrics {
 
     /// podtrace's metrics: stages, the probes' losses, the trace, the timeline, the
     /// queues and the OTLP export and receiver.
-    fn register_podtraces(&self, podtrace: &mut Registry, mode: Mode) {
+    fn register_podtraces(&self, podtrace: &mut Registry, mode: Mode, exports: bool) {
         podtrace.register(
             "stage_duration_seconds",
             "Duration in seconds of each stage of pod startup, from CRI spans and kernel events",
@@ -442,16 +443,18 @@ impl Metrics {
              non_local (a peer not on this host), oversized, malformed (did not decode)",
             self.runtime_otlp.rejected.clone(),
         );
-        if mode == Mode::Observer {
-            // The observer has no sync loop and exports nothing: these would only read 0.
+        if mode == Mode::Agent {
+            podtrace.register(
+                "syncloop_queue_waits",
+                "Sends that found one of the sync loop's bounded queues full and waited for \
+                 room, by queue (pod_updates, pleg, probe_results, work_done)",
+                self.queue_waits.clone(),
+            );
+        }
+        if !exports {
+            // An observer without --otlp-endpoint exports nothing: these would only read 0.
             return;
         }
-        podtrace.register(
-            "syncloop_queue_waits",
-            "Sends that found one of the sync loop's bounded queues full and waited for room, \
-             by queue (pod_updates, pleg, probe_results, work_done)",
-            self.queue_waits.clone(),
-        );
         podtrace.register(
             "otlp_spans_exported",
             "Spans the OTLP export delivered to the collector",

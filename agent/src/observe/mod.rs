@@ -9,9 +9,11 @@
 //! runtime: a view with the reading calls and nothing else. [`observed_pods`] folds what
 //! it saw into the pods its API serves; [`runtime_spans`] ties the runtime's spans to
 //! those pods; [`node_network`] looks at the node's pod network (the runtime's
-//! NetworkReady, its CNI configuration, host-local's pool) and records its changes. [`session`]
-//! runs it all in phases, as `podtrace observe` does.
+//! NetworkReady, its CNI configuration, host-local's pool) and records its changes;
+//! [`export`] sends what was received, and each observed startup inside the kubelet's
+//! traces, over OTLP. [`session`] runs it all in phases, as `podtrace observe` does.
 
+pub mod export;
 pub mod node_network;
 pub mod observed_pods;
 pub mod observer;

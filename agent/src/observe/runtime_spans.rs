@@ -86,15 +86,28 @@ struct State {
     held: VecDeque<(Instant, RuntimeSpan)>,
 }
 
+/// Where every span read from a request goes, placed or not, before it is placed: the
+/// observer's export forwards what it received ([`crate::observe::export`]).
+pub type Forward = Box<dyn Fn(&[RuntimeSpan]) + Send + Sync>;
+
 /// Keeps the runtime's spans of the pods the observer sees (see the module's docs).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ObservedSpans {
     state: Mutex<State>,
+    forward: Option<Forward>,
 }
 
 impl ObservedSpans {
     pub fn new() -> ObservedSpans {
         ObservedSpans::default()
+    }
+
+    /// Also hands every span read to `forward`, as it comes.
+    pub fn forwarding(forward: Forward) -> ObservedSpans {
+        ObservedSpans {
+            state: Mutex::default(),
+            forward: Some(forward),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -150,6 +163,9 @@ impl ObservedSpans {
                 Err(Malformed::Ids | Malformed::Times) => stats.drop_span("malformed"),
             },
         );
+        if let Some(forward) = &self.forward {
+            forward(&fresh);
+        }
         // First what this request's spans say of their traces' pods, then every span,
         // held ones included, placed by its trace.
         for s in &fresh {

@@ -3,18 +3,44 @@
 
 use opentelemetry_sdk::trace::SpanData;
 
+use super::joined::joined_pod_spans;
+use super::runtime_span::RuntimeSpan;
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
 use crate::cri::CriCall;
 use crate::timeline::Timeline;
 use crate::trace::{Header, TraceRecord};
 
-/// Every pod's spans in `records` (with their `timeline`), in timeline order.
+/// Every pod's spans in `records` (with their `timeline`), in timeline order: an
+/// observed trace's inside the kubelet's traces, as `observe --otlp-endpoint` exports
+/// them.
 pub fn trace_spans(header: &Header, records: &[TraceRecord], timeline: &Timeline) -> Vec<SpanData> {
     let anchor = ClockAnchor {
         wall_ns: header.started_wall_ns,
         mono_ns: header.started_ns,
     };
+    if header.observed.is_some() {
+        let received: Vec<&RuntimeSpan> = records
+            .iter()
+            .filter_map(|r| match r {
+                TraceRecord::RuntimeSpan(s) => Some(&**s),
+                _ => None,
+            })
+            .collect();
+        return timeline
+            .pods
+            .iter()
+            .flat_map(|pod| {
+                let mine: Vec<&RuntimeSpan> = received
+                    .iter()
+                    .copied()
+                    .filter(|s| s.pod_uid == pod.uid)
+                    .collect();
+                joined_pod_spans(pod, &mine, &header.node)
+            })
+            .map(|s| span_data(&s, anchor))
+            .collect();
+    }
     let calls = cri_calls(records);
     timeline
         .pods

@@ -7,6 +7,7 @@
 //! - `queue.rs`: the bounded export queue and its sending task; drops are counted.
 //! - `live.rs`: the agent exports each pod once its startup is over.
 //! - `gate.rs`: which CRI calls carry a sampled trace context to the runtime.
+//! - `joined.rs`: an observed pod's spans inside the kubelet's own traces.
 //! - `export.rs`: spans of recorded traces (`podtrace export`).
 //! - `runtime_span.rs`: a span the container runtime sent, from OTLP and back (the record
 //!   itself is the core's).
@@ -15,6 +16,7 @@
 mod error;
 mod export;
 mod gate;
+pub mod joined;
 mod live;
 mod queue;
 pub mod receiver;
@@ -23,11 +25,14 @@ mod sdk;
 pub mod spans;
 
 #[cfg(test)]
+pub(crate) mod test_collector;
+#[cfg(test)]
 mod tests;
 
 pub use error::OtelError;
 pub use export::{runtime_batches, trace_spans};
 pub use gate::TraceGate;
+pub use joined::joined_pod_spans;
 pub use live::LiveExport;
 pub use podtrace_core::record::ids;
 pub use queue::{ExportQueue, ExportStats};

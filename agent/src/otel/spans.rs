@@ -129,12 +129,13 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
         })
         .collect();
     calls.sort_by_key(|c| (c.start_ns, c.end_ns));
-    // The runtime's and the kubelet's stages are their own spans, which the export
-    // forwards as they came: not made again here.
+    // The runtime's stages made from its spans (`runtime:*`) and the kubelet's are their
+    // own spans, which the export forwards as they came: not made again here. What the
+    // observer saw of the runtime (sandbox_ready, running) is a stage like any other.
     let stages: Vec<&Stage> = pod
         .stages
         .iter()
-        .filter(|s| !matches!(s.source, StageSource::Runtime | StageSource::Kubelet))
+        .filter(|s| s.source != StageSource::Kubelet && *s.kind() != StageKind::Runtime)
         // A stage still under way when the startup ended (a pod worker's wait the Ready
         // sync was held in) is not part of it: the live export, made at that end, cannot
         // see how it ends, and the export of the trace must give the same spans.

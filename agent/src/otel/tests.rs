@@ -445,65 +445,9 @@ fn runtime_span_records_read_back_from_a_trace_file_and_old_readers_skip_them() 
     assert_eq!(old.skipped, 7);
 }
 
-/// A collector for the tests: every span it is sent, with its resource's service name.
-#[derive(Default, Clone)]
-struct Collected(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
-    for Collected
-{
-    async fn export(
-        &self,
-        request: tonic::Request<
-            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
-        >,
-    ) -> Result<
-        tonic::Response<
-            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
-        >,
-        tonic::Status,
-    > {
-        for rs in request.into_inner().resource_spans {
-            let attrs = super::runtime_span::attributes(
-                rs.resource.as_ref().map_or(&[][..], |r| &r.attributes),
-            );
-            let service = attrs
-                .get("service.name")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string();
-            for ss in rs.scope_spans {
-                for s in ss.spans {
-                    self.0.lock().unwrap().push((service.clone(), s.name));
-                }
-            }
-        }
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
 #[tokio::test]
 async fn the_live_export_forwards_the_runtimes_spans_with_the_runtimes_resource() {
-    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-    let collected = Collected::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        Some((l.accept().await.map(|(s, _)| s), l))
-    });
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collected.clone()))
-            .serve_with_incoming(incoming),
-    );
-    let endpoint = format!("http://{addr}");
-    let queue = super::ExportQueue::start(
-        super::exporter(&endpoint, "node-1").unwrap(),
-        endpoint,
-        super::ExportStats::default(),
-        super::resource("node-1"),
-    );
+    let (collected, server, queue) = super::test_collector::start().await;
     let (trace, uid) = with_runtime_spans();
     let anchor = super::ClockAnchor {
         wall_ns: trace.header.started_wall_ns,
@@ -551,7 +495,7 @@ async fn the_live_export_forwards_the_runtimes_spans_with_the_runtimes_resource(
         )
         .await;
     server.abort();
-    let got = collected.0.lock().unwrap().clone();
+    let got = collected.names();
     let of = |service: &str| got.iter().filter(|(s, _)| s == service).count();
     assert_eq!(of("containerd"), runtime.len(), "{got:?}");
     assert!(of("podtrace") > 10, "{got:?}");

@@ -97,6 +97,16 @@ pub fn status_code(s: &RuntimeSpan) -> Option<GrpcCode> {
         .find(|c| c.as_str().eq_ignore_ascii_case(&name))
 }
 
+/// One of the kubelet's pod syncs (`syncPod`, `syncTerminatingPod`, `syncTerminatedPod`).
+pub fn is_kubelet_sync(s: &RuntimeSpan) -> bool {
+    is_kubelets(s) && sync_kind(s).is_some()
+}
+
+/// One of the kubelet's CRI calls, as its client saw it.
+pub fn is_kubelet_call(s: &RuntimeSpan) -> bool {
+    is_kubelets(s) && client_method(s).is_some()
+}
+
 /// The stages the kubelet's spans among `spans` (one pod's) make, in the order they
 /// started. `container_of` names a container by its ID (what the observer recorded).
 pub fn kubelet_stages(

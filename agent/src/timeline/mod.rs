@@ -36,13 +36,14 @@ mod stages;
 mod waits;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use attribution::{Attribution, Owner, Rule};
 pub use cni_reply::{CniCapture, CniIp, CniReply};
 pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
+pub use kubelet_spans::{is_kubelet_call, is_kubelet_sync};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};
 pub use runtime_spans::{Step as RuntimeStep, step_of as runtime_step_of};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};

@@ -8,7 +8,7 @@ use crate::ebpf::{Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
 
-const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
+pub(crate) const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
 const OTHER_UID: &str = "0a1b2c3d-0000-4000-8000-0000000000ff";
 const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const CONTAINER: &str = "c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0";
@@ -1048,7 +1048,7 @@ fn runtime_programs_are_attributed_by_the_ids_in_their_arguments_and_runc_init_b
 /// What `podtrace observe` records of the same pod: the kernel's events, and instead of
 /// the client's config change and CRI calls, the runtime's reports of the sandbox and
 /// container (its event stream's times).
-fn observed_run() -> Vec<TraceRecord> {
+pub(crate) fn observed_run() -> Vec<TraceRecord> {
     use crate::trace::{Observation, ObservedRecord, ObservedVia};
     let mut records: Vec<TraceRecord> = run("portmap", 0)
         .into_iter()

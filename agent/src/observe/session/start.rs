@@ -12,9 +12,10 @@ use crate::agent::{AgentError, ProbeRequest};
 use crate::clock::wall_now;
 use crate::ebpf::{KernelProbes, ProbeConfig, now_ktime_ns};
 use crate::metrics::Metrics;
+use crate::observe::export::ObservedExport;
 use crate::observe::node_network::NodeNetworkLook;
 use crate::observe::{ObserveConfig, ObserveSummary, ObservedPods, ObservedSpans, Watcher};
-use crate::otel::{ClockAnchor, Listen, ReceiverStats, RuntimeReceiver};
+use crate::otel::{ClockAnchor, ExportQueue, ExportStats, Listen, ReceiverStats, RuntimeReceiver};
 use crate::syncloop::StatusStore;
 use crate::syncloop::api;
 use crate::timeline::Collector;
@@ -38,6 +39,10 @@ const READ_PERIOD: Duration = Duration::from_millis(100);
 /// How long the runtime's OTLP receiver may take to finish the requests under way at the
 /// end.
 const RECEIVER_CLOSE: Duration = Duration::from_secs(2);
+/// How often the export looks for startups that are over.
+const EXPORT_TICK: Duration = Duration::from_secs(1);
+/// How long the export's queue may take to send what is left at the end.
+const EXPORT_CLOSE: Duration = Duration::from_secs(5);
 
 /// What the observer is asked to do: `podtrace observe`'s flags, parsed.
 pub struct Options {
@@ -58,6 +63,8 @@ pub struct Options {
     pub cni_bin_dir: Option<String>,
     /// `--metrics-addr`, bound.
     pub metrics: Option<tokio::net::TcpListener>,
+    /// `--otlp-endpoint` (or the standard variables'), checked.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The observer with everything started.
@@ -75,6 +82,7 @@ pub struct Running {
     probes: Option<KernelProbes>,
     forwarder: Option<tokio::task::JoinHandle<()>>,
     metrics: Option<ServedMetrics>,
+    export: Option<Export>,
     sources: Vec<String>,
     /// Whether the probes run, for the `sources` record.
     kernel_source: KernelSource,
@@ -122,11 +130,28 @@ impl Connected {
             wall_ns: wall_now(),
             mono_ns: now_ktime_ns(),
         };
-        let header = observed_header(&self, &opts, &sources, anchor);
+        let node = node_name(&opts);
+        let header = observed_header(&self, &opts, &node, &sources, anchor);
+        let exports = opts.otlp_endpoint.is_some();
         let metrics = opts
             .metrics
             .take()
-            .map(|l| (l, Arc::new(Metrics::observer())));
+            .map(|l| (l, Arc::new(Metrics::observer(exports))));
+        let export = match &opts.otlp_endpoint {
+            None => None,
+            Some(endpoint) => {
+                let stats = metrics
+                    .as_ref()
+                    .map_or_else(ExportStats::default, |(_, m)| m.otlp_stats());
+                let queue = ExportQueue::start(
+                    crate::otel::exporter(endpoint, &node)?,
+                    endpoint.clone(),
+                    stats,
+                    crate::otel::resource(&node),
+                );
+                Some(Arc::new(ObservedExport::new(queue, &node, anchor)))
+            }
+        };
         let (writer, out) = open_trace(
             &opts.trace,
             header,
@@ -141,14 +166,25 @@ impl Connected {
                 Some(api::serve(socket, state).map_err(AgentError::ObserverApi)?)
             }
         };
-        let spans = Arc::new(ObservedSpans::new());
+        let spans = Arc::new(match &export {
+            // Everything received is forwarded once, as it came.
+            Some(e) => {
+                let e = e.clone();
+                ObservedSpans::forwarding(Box::new(move |spans| e.forward(spans)))
+            }
+            None => ObservedSpans::new(),
+        });
         let span_stats = metrics
             .as_ref()
             .map_or_else(ReceiverStats::default, |(_, m)| m.runtime_otlp_stats());
         let receiver = match opts.runtime_otlp {
             Some(listen) => {
                 let out = out.clone();
+                let export = export.clone();
                 let deliver = Arc::new(move |kept: Vec<crate::otel::RuntimeSpan>| {
+                    if let Some(e) = &export {
+                        e.observe_spans(&kept);
+                    }
                     for s in kept {
                         out.send(TraceRecord::RuntimeSpan(Box::new(s)));
                     }
@@ -172,6 +208,7 @@ impl Connected {
         let metrics = metrics.map(|(listener, metrics)| {
             ServedMetrics::start(listener, metrics, &out, &writer, probes.as_ref())
         });
+        let export = export.map(|e| Export::start(e, out.collector.clone()));
         let running = Running {
             runtime: self,
             poll: opts.poll,
@@ -186,6 +223,7 @@ impl Connected {
             probes,
             forwarder,
             metrics,
+            export,
             sources,
             kernel_source,
             notes,
@@ -339,6 +377,16 @@ impl Running {
         if let Some(f) = self.forwarder {
             let _ = f.await;
         }
+        // Every record is in: what did not settle goes as it stands.
+        if let Some(export) = self.export {
+            let stats = export.close(&self.out.collector.timeline()).await;
+            notes.push(format!(
+                "OTLP: {} spans exported, {} dropped ({} failed exports)",
+                stats.exported(),
+                stats.dropped(),
+                stats.failed_exports()
+            ));
+        }
         footer.pod_sources = self
             .out
             .collector
@@ -355,6 +403,33 @@ impl Running {
             notes,
             failures,
         }
+    }
+}
+
+/// The OTLP export and its ticker.
+struct Export {
+    export: Arc<ObservedExport>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Export {
+    fn start(export: Arc<ObservedExport>, collector: Arc<Collector>) -> Export {
+        let ticking = export.clone();
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(EXPORT_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                ticking.tick(&collector, now_ktime_ns());
+            }
+        });
+        Export { export, ticker }
+    }
+
+    async fn close(self, timeline: &crate::timeline::Timeline) -> ExportStats {
+        self.ticker.abort();
+        let _ = self.ticker.await;
+        self.export.close(timeline, EXPORT_CLOSE).await
     }
 }
 
@@ -409,20 +484,26 @@ fn open_trace(
     Ok((writer, out))
 }
 
-/// The trace's header: the node, the runtime, and what the trace was observed from.
-fn observed_header(
-    runtime: &Connected,
-    opts: &Options,
-    sources: &[String],
-    anchor: ClockAnchor,
-) -> Header {
-    let node = opts.node_name.clone().unwrap_or_else(|| {
+/// The node's name: `--node-name`, else the host name, as kubelet names its node.
+fn node_name(opts: &Options) -> String {
+    opts.node_name.clone().unwrap_or_else(|| {
         nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "localhost".into())
             .to_lowercase()
-    });
+    })
+}
+
+/// The trace's header: the node, the runtime, and what the trace was observed from.
+fn observed_header(
+    runtime: &Connected,
+    opts: &Options,
+    node: &str,
+    sources: &[String],
+    anchor: ClockAnchor,
+) -> Header {
+    let node = node.to_string();
     let polling = runtime.stream.is_err();
     let poll_ms = opts.poll.as_millis() as u64;
     Header {
