@@ -33,7 +33,7 @@ mod observe;
 mod observe_kubelet;
 /// `podtrace observe --metrics-addr`: the observed pods' stages and the live diagnosis
 /// as Prometheus metrics; changes the node's CNI configuration and loads the probes.
-mod observe_metrics;
+mod observe_outputs;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
 /// traces.
 mod otel_export;

@@ -118,6 +118,15 @@ impl Observer {
     }
 }
 
+/// An observer the test did not stop (it failed first) is killed: it would hold its
+/// ports and watch the next test's pods.
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `cri-pod-client run` in the background: its pods, one JSON line each as it reports
 /// them, until it is told to tear them down.
 pub struct ClientRun {
@@ -197,4 +206,46 @@ pub fn cleanup_client_pods(built: &str, cri: &str, prefix: &str) {
         .output()
         .expect("cri-pod-client cleanup runs");
     assert!(out.status.success(), "{}", crate::stderr(&out));
+}
+
+/// A client the test did not stop is killed (its pods are `ClientPodsCleanup`'s).
+impl Drop for ClientRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Removes the client's pods when dropped, the test passed or not: a test that fails
+/// while its client's pods run leaves none to the next.
+pub struct ClientPodsCleanup {
+    built: String,
+    cri: String,
+    prefix: String,
+}
+
+impl ClientPodsCleanup {
+    pub fn new(built: &str, cri: &str, prefix: &str) -> ClientPodsCleanup {
+        ClientPodsCleanup {
+            built: built.into(),
+            cri: cri.into(),
+            prefix: prefix.into(),
+        }
+    }
+}
+
+impl Drop for ClientPodsCleanup {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // No assertion while unwinding: say what failed, and go on.
+            if let Err(e) = Command::new(cri_pod_client(&self.built))
+                .args(["--cri", &self.cri, "cleanup", "--prefix", &self.prefix])
+                .output()
+            {
+                eprintln!("cri-pod-client cleanup --prefix {}: {e}", self.prefix);
+            }
+        } else {
+            cleanup_client_pods(&self.built, &self.cri, &self.prefix);
+        }
+    }
 }

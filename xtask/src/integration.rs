@@ -50,7 +50,7 @@ pub const SHARED_LAB: Binary = Binary {
         "kernel_events",
         "timeline",
         "observe",
-        "observe_metrics",
+        "observe_outputs",
         "observe_kubelet",
         "diagnose_faults",
         "no_ip",

@@ -1,10 +1,10 @@
 //! The span model for a pod another client ran, pure: its startup inside the kubelet's
 //! own traces, when the observer received them.
 //!
-//! The pod's spans are those [`pod_spans`] makes from its timeline with no CRI call of
-//! podtrace's (the observer made none): a `pod_startup` root and a span per stage that is
-//! neither the runtime's nor the kubelet's (the kernel's, and what the observer saw of
-//! the runtime). With the kubelet's spans for the pod, they move into the kubelet's
+//! The pod's spans are those [`settled_pod_spans`] makes from its timeline with no CRI
+//! call of podtrace's (the observer made none): a `pod_startup` root and a span per stage
+//! that is neither made from the runtime's spans nor the kubelet's (the kernel's, and
+//! what the observer saw of the runtime), the app's first exec included. With the kubelet's spans for the pod, they move into the kubelet's
 //! traces:
 //!
 //! - each stage span becomes a child of the innermost of the kubelet's spans under way
@@ -23,7 +23,7 @@
 use podtrace_core::record::RuntimeSpan;
 
 use super::runtime_span::unhex;
-use super::spans::{PodSpan, pod_spans};
+use super::spans::{PodSpan, settled_pod_spans};
 use crate::timeline::{PodTimeline, StageKind, is_kubelet_call, is_kubelet_sync};
 
 /// A pod the observer found running: its startup was not observed (no `pod_seen`), so
@@ -68,7 +68,7 @@ pub fn joined_pod_spans(pod: &PodTimeline, received: &[&RuntimeSpan], node: &str
     if startup_unseen(pod) {
         return Vec::new();
     }
-    let mut spans = pod_spans(pod, &[], node);
+    let mut spans = settled_pod_spans(pod, node);
     let mut holders: Vec<Holder> = received.iter().filter_map(|s| Holder::of(s)).collect();
     if spans.is_empty() || holders.is_empty() {
         return spans;

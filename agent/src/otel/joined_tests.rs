@@ -18,8 +18,8 @@ fn stage(name: StageName, start: u64, end: u64, source: StageSource) -> Stage {
 }
 
 /// Seen at 100 (its pod cgroup, before the sync the test's kubelet began at 105), the
-/// netns and bridge inside RunPodSandbox, the app's exec inside StartContainer, Running
-/// at 400; the runtime's and the kubelet's own stages besides.
+/// netns begun a moment before, the bridge inside RunPodSandbox, Running and then the
+/// app's exec inside StartContainer; the runtime's and the kubelet's own stages besides.
 fn pod() -> PodTimeline {
     let mut bridge = stage(
         StageName::of(StageKind::CniPlugin, "bridge"),
@@ -30,8 +30,8 @@ fn pod() -> PodTimeline {
     bridge.exit_code = Some(0);
     let mut exec = stage(
         StageName::of(StageKind::AppFirstExec, "app"),
-        310,
-        310,
+        385,
+        385,
         StageSource::Kernel,
     );
     exec.container = Some("app".into());
@@ -51,12 +51,8 @@ fn pod() -> PodTimeline {
                 101,
                 StageSource::Kernel,
             ),
-            stage(
-                StageKind::NetnsCreated.into(),
-                120,
-                121,
-                StageSource::Kernel,
-            ),
+            // The runtime was creating the netns when the pod's first event came.
+            stage(StageKind::NetnsCreated.into(), 95, 121, StageSource::Kernel),
             bridge,
             stage(
                 StageName::of(StageKind::Runtime, "sandbox_start"),
@@ -77,7 +73,8 @@ fn pod() -> PodTimeline {
                 StageSource::Runtime,
             ),
             exec,
-            stage(StageKind::Running.into(), 400, 400, StageSource::Runtime),
+            // The runtime shows the container started a moment before the app's exec.
+            stage(StageKind::Running.into(), 380, 380, StageSource::Runtime),
         ],
         kernel_events: BTreeMap::new(),
         notes: Vec::new(),
@@ -171,12 +168,17 @@ fn each_stage_hangs_under_the_kubelets_call_it_happened_in_inside_the_kubelets_t
     assert_eq!(root.span_id, ids::root_span_id(UID));
     assert_eq!(named(&out, "pod_cgroup_created").parent, Some(root.span_id));
     // The kernel's stages under the call they happened in.
-    for s in ["netns_created", "cni_plugin:bridge", "sandbox_ready"] {
+    for s in ["cni_plugin:bridge", "sandbox_ready"] {
         assert_eq!(named(&out, s).parent, Some(id(RUN)), "{s}");
     }
+    // Begun before the pod was seen and before the kubelet's sync: in the startup, under
+    // pod_startup.
+    assert_eq!(named(&out, "netns_created").parent, Some(root.span_id));
+    assert_eq!(root.start_ns, 95);
+    // The app's exec after Running is part of the startup.
+    assert_eq!(named(&out, "running").parent, Some(id(START)));
     assert_eq!(named(&out, "app_first_exec:app").parent, Some(id(START)));
-    // Between the calls, the sync.
-    assert_eq!(named(&out, "running").parent, Some(id(SYNC)));
+    assert_eq!(root.end_ns, 385);
     // The runtime's and the kubelet's own spans are forwarded, never made again.
     assert!(
         out.iter()
@@ -220,7 +222,7 @@ fn a_pod_seen_during_a_later_sync_starts_in_that_syncs_trace() {
     assert_eq!(out[0].trace_id, [0x11; 16]);
     // The calls' stages stay in the calls' trace.
     assert_eq!(
-        named(&out, "netns_created").trace_id,
+        named(&out, "cni_plugin:bridge").trace_id,
         unhex::<16>(TRACE).unwrap()
     );
     // A span the kubelet did not send (bad IDs) is no holder.

@@ -72,6 +72,48 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
         .seen_ns
         .or_else(|| pod.stages.iter().map(|s| s.start_ns).min())
         .unwrap_or(end);
+    pod_spans_in(pod, calls, node, (start, end))
+}
+
+/// The pod's spans once its startup settled, as the observer exports it: every stage
+/// that began from the pod's first sign (a netns the runtime was still creating when
+/// the pod's first event came) until its end, which is Running or, later, the last
+/// container's first exec (the runtime shows a container started as its process is
+/// told to run, a moment before the app's exec); a stage is whole by the time the
+/// startup settled, so it is taken whatever its end.
+pub fn settled_pod_spans(pod: &PodTimeline, node: &str) -> Vec<PodSpan> {
+    let Some(running) = startup_end(pod) else {
+        return Vec::new();
+    };
+    let first = pod.stages.iter().map(|s| s.start_ns).min();
+    let start = match (pod.seen_ns, first) {
+        (Some(seen), Some(first)) => seen.min(first),
+        (seen, first) => seen.or(first).unwrap_or(running),
+    };
+    let exec = pod
+        .stages
+        .iter()
+        .filter(|s| *s.kind() == StageKind::AppFirstExec && s.start_ns >= start)
+        .map(|s| s.end_ns)
+        .max();
+    let end = exec.map_or(running, |e| e.max(running));
+    let ended: Vec<u64> = pod
+        .stages
+        .iter()
+        .filter(|s| s.start_ns >= start && s.start_ns <= end && exported_as_stage(s))
+        .map(|s| s.end_ns)
+        .collect();
+    let end = ended.into_iter().fold(end, u64::max);
+    pod_spans_in(pod, &[], node, (start, end))
+}
+
+/// The pod's spans in the startup `window` (from, to: CLOCK_MONOTONIC).
+fn pod_spans_in(
+    pod: &PodTimeline,
+    calls: &[&CriCall],
+    node: &str,
+    (start, end): (u64, u64),
+) -> Vec<PodSpan> {
     let trace_id = ids::trace_id(&pod.uid);
     let root_id = ids::root_span_id(&pod.uid);
     let pod_attrs = vec![
@@ -135,7 +177,7 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     let stages: Vec<&Stage> = pod
         .stages
         .iter()
-        .filter(|s| s.source != StageSource::Kubelet && *s.kind() != StageKind::Runtime)
+        .filter(|s| exported_as_stage(s))
         // A stage still under way when the startup ended (a pod worker's wait the Ready
         // sync was held in) is not part of it: the live export, made at that end, cannot
         // see how it ends, and the export of the trace must give the same spans.
@@ -174,6 +216,12 @@ pub fn pod_spans(pod: &PodTimeline, calls: &[&CriCall], node: &str) -> Vec<PodSp
     }
     out[1..].sort_by_key(|s| (s.start_ns, s.end_ns, s.span_id));
     out
+}
+
+/// Whether a stage is a span of podtrace's: not one made from the runtime's spans
+/// (`runtime:*`) or the kubelet's, which go as they came.
+fn exported_as_stage(s: &Stage) -> bool {
+    s.source != StageSource::Kubelet && *s.kind() != StageKind::Runtime
 }
 
 fn failure_message(s: &Stage) -> String {

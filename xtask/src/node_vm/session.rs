@@ -166,7 +166,7 @@ impl Node<'_> {
         .chain(p.args.iter().cloned())
         .collect();
         let script = format!(
-            "cd {WORK} && env PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PATH={WORK}/bin:$PATH PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             runtime = self.runtime,
             cmd = ssh::join_args(&cmd)?

@@ -88,10 +88,13 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
     ),
     // "Why has this pod no IP?" on the reference node's own CNI configuration.
     ("no_ip", &[]),
-    // What the observer sees leaves the node: the kubelet's own spans joined with
-    // containerd 2.x's and the kernel's stages. (Its metrics run on the host lab: the
-    // guest image has no promtool.)
-    ("observe_kubelet", &[]),
+    // What the observer sees leaves the node: its metrics, and its OTLP export with the
+    // kubelet's own spans joined with containerd 2.x's and the kernel's stages (the
+    // kubelet's stages in the timeline, `observe_kubelet`, run on the host lab).
+    (
+        "observe_outputs",
+        &["the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_traces"],
+    ),
     // containerd 2.x traces every CRI call here: its spans must continue podtrace's.
     (
         "otel_export",
@@ -321,6 +324,10 @@ fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::
     }
     let place = super::place;
     place(podtrace, dir.join("bin/podtrace"))?;
+    // The host's promtool (a static Go program but for libc, which trixie's is newer
+    // than): the metrics tests check their scrape with it, and the guest image has no
+    // Prometheus, which as a package would start a server at every boot.
+    place(&promtool()?, dir.join("bin/promtool"))?;
     // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
     // test uses the embedded object instead).
     place(probes, dir.join("bpf/podtrace-probes.o"))?;
@@ -341,6 +348,18 @@ fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::
         bail!("copying {}", examples.display());
     }
     Ok(dir)
+}
+
+/// promtool on the host's PATH (`cargo xtask setup` installs it).
+fn promtool() -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("promtool"))
+        .find(|p| p.is_file())
+        .context(
+            "promtool is not on PATH (Debian package prometheus; `cargo xtask setup` installs it)",
+        )
 }
 
 pub fn registry_port() -> u16 {
