@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::otel::joined::startup_unseen;
-use crate::otel::runtime_span::{self, RuntimeSpan};
+use crate::otel::runtime_span::RuntimeSpan;
 use crate::otel::{ClockAnchor, ExportQueue, ExportStats, joined_pod_spans, span_data};
 use crate::timeline::{
     Collector, PodTimeline, StageKind, Timeline, is_kubelet_call, is_kubelet_sync,
@@ -72,19 +72,13 @@ impl ObservedExport {
     /// Every span of one request the receiver read, pod or not: forwarded now, as it
     /// came, batched by its sender's resource.
     pub fn forward(&self, spans: &[RuntimeSpan]) {
-        let batches = runtime_span::batches(spans, self.anchor);
-        if batches.is_empty() {
-            return;
-        }
         if let Some(q) = self
             .queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            for (key, resource, spans) in batches {
-                q.send_foreign(key, resource, spans);
-            }
+            q.forward(spans, self.anchor);
         }
     }
 

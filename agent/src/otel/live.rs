@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 
 use super::gate::TraceGate;
 use super::queue::{ExportQueue, ExportStats};
-use super::runtime_span::{self, RuntimeSpan};
+use super::runtime_span::RuntimeSpan;
 use super::sdk::{ClockAnchor, span_data};
 use super::spans::pod_spans;
 use crate::cri::CriCall;
@@ -124,19 +124,13 @@ impl LiveExport {
     }
 
     fn forward<'a>(&self, spans: impl IntoIterator<Item = &'a RuntimeSpan>) {
-        let batches = runtime_span::batches(spans, self.anchor);
-        if batches.is_empty() {
-            return;
-        }
         if let Some(q) = self
             .queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
         {
-            for (key, resource, spans) in batches {
-                q.send_foreign(key, resource, spans);
-            }
+            q.forward(spans, self.anchor);
         }
     }
 

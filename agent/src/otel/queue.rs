@@ -98,6 +98,18 @@ impl ExportQueue {
         });
     }
 
+    /// Queues spans another service sent (the runtime's, the kubelet's), as they came,
+    /// batched by their sender's resource; never waits.
+    pub fn forward<'a>(
+        &self,
+        spans: impl IntoIterator<Item = &'a super::RuntimeSpan>,
+        anchor: super::ClockAnchor,
+    ) {
+        for (key, resource, spans) in super::runtime_span::batches(spans, anchor) {
+            self.send_foreign(key, resource, spans);
+        }
+    }
+
     fn queue(&self, item: Item) {
         let n = item.spans.len();
         if n > 0 && self.tx.try_send(item).is_err() {
