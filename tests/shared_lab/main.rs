@@ -34,6 +34,9 @@ mod observe_kubelet;
 /// `podtrace observe --metrics-addr`: the observed pods' stages and the live diagnosis
 /// as Prometheus metrics; changes the node's CNI configuration and loads the probes.
 mod observe_outputs;
+/// `podtrace observe --trace-max-bytes`: a rotated trace over a few hundred pods, read
+/// file by file and as one; loads the probes.
+mod observe_rotation;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
 /// traces.
 mod otel_export;

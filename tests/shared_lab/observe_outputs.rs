@@ -243,7 +243,15 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
             if lacking.is_empty() {
                 Ok(spans)
             } else {
-                Err(lacking.join("\n"))
+                // What the export says of itself, for a failure to show.
+                let export: Vec<String> = scrape(&addr)
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("podtrace_otlp") || l.starts_with("podtrace_runtime_spans")
+                    })
+                    .map(str::to_string)
+                    .collect();
+                Err(format!("{}\n{}", lacking.join("\n"), export.join("\n")))
             }
         },
     );
@@ -310,6 +318,16 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     assert_eq!(ids.len(), all, "a span was sent twice");
 
     check_recorded(&trace, &spans, &uids);
+
+    // "Why has this pod no IP?" of the recorded trace quotes the kubelet's own words: the
+    // runtime's error as the kubelet's failed RunPodSandbox got it.
+    let out = podtrace(&["diagnose", trace.to_str().unwrap()]);
+    let text = podtrace_tests::stdout(&out);
+    assert!(
+        text.contains("RunPodSandbox failed for the kubelet")
+            && text.contains("no IP addresses available in range set"),
+        "{text}"
+    );
 }
 
 /// Each started pod's trace at the collector.

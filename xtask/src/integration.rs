@@ -52,6 +52,7 @@ pub const SHARED_LAB: Binary = Binary {
         "observe",
         "observe_outputs",
         "observe_kubelet",
+        "observe_rotation",
         "diagnose_faults",
         "no_ip",
         "crash_safe_trace",

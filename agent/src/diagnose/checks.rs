@@ -411,8 +411,9 @@ fn chain_text(p: &PodFacts<'_>, stages: &[&Stage], missing: &str) -> String {
 /// CNI plugins were given, and what stopped the last one: the plugin that failed (the
 /// IPAM plugin on a used-up pool among them), a plugin of the network that is not
 /// installed, or a chain that succeeded without giving the pod an address. The
-/// runtime's error text went to the client that asked, so the node's network as the
-/// observer looked at it stands in for it.
+/// runtime's error text went to the client that asked: when that client is a kubelet
+/// whose spans the observer receives, its failed RunPodSandbox carries the text and the
+/// verdict quotes it; else the node's network as the observer looked at it stands in.
 fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     if !p.calls.is_empty() {
         return None;
@@ -449,12 +450,18 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
             .into_iter()
             .find(|s| !s.ok && (s.exit_code.is_some() || s.signal.is_some()))
     };
+    let kubelet_said = kubelet_sandbox_error(p);
     let mut evidence = vec![format!(
-        "{} sandbox attempt{} the kernel saw, none of them ready; the runtime kept none \
-         (its error went to the client that asked)",
+        "{} sandbox attempt{} the kernel saw, none of them ready; the runtime kept none{}",
         attempts.len(),
-        if attempts.len() == 1 { "" } else { "s" }
+        if attempts.len() == 1 { "" } else { "s" },
+        if kubelet_said.is_some() {
+            ""
+        } else {
+            " (its error went to the client that asked)"
+        }
     )];
+    evidence.extend(kubelet_said);
     // The last few attempts, each on a line: a client retrying for minutes makes many.
     let shown = attempts.len().saturating_sub(MAX_ATTEMPTS_SHOWN);
     if shown > 0 {
@@ -530,6 +537,17 @@ fn observed_sandbox_failed(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
         with_words(summary, failed),
         evidence,
     ))
+}
+
+/// The kubelet's own words for its last failed RunPodSandbox, from its client span
+/// (`kubelet_call:RunPodSandbox`): the runtime's error as the kubelet got it, which is
+/// the failing plugin's message wrapped by the runtime.
+fn kubelet_sandbox_error(p: &PodFacts<'_>) -> Option<String> {
+    let call = p
+        .stages(StageKind::KubeletCall)
+        .filter(|s| !s.ok && s.stage.name() == Some("RunPodSandbox"))
+        .max_by_key(|s| s.start_ns)?;
+    Some(format!("{} {}", p.at(call.start_ns), call.detail))
 }
 
 /// A look whose pool has a range set used up.

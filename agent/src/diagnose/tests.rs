@@ -5,6 +5,7 @@ use crate::cri::CriCall;
 use crate::ebpf::{CniExec, EventMeta, KernelEvent};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{Header, PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+use podtrace_core::record::RuntimeSpan;
 
 const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
 const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
@@ -763,4 +764,88 @@ fn an_observed_sandbox_on_the_hosts_network_is_host_network_by_its_sandbox() {
     let p = one(&r);
     assert_eq!(p.verdict.cause, Cause::HostNetwork, "{p:#?}");
     assert!(p.running, "{p:#?}");
+}
+
+/// A kubelet's span of `name` (`kind`) of pod UID, from `start_ms` to `end_ms`.
+fn kubelet_span(
+    id: &str,
+    parent: &str,
+    name: &str,
+    kind: &str,
+    start_ms: u64,
+    end_ms: u64,
+) -> RuntimeSpan {
+    let mut attributes = podtrace_core::record::Attributes::new();
+    if name == "syncPod" {
+        attributes.insert("k8s.pod.uid".into(), UID.into());
+        attributes.insert("k8s.pod.update_type".into(), "create".into());
+    }
+    RuntimeSpan {
+        pod_uid: UID.into(),
+        trace_id: "7".repeat(32),
+        span_id: id.repeat(16),
+        parent_span_id: parent.repeat(16),
+        name: name.into(),
+        kind: kind.into(),
+        start_ns: start_ms * MS,
+        end_ns: end_ms * MS,
+        attributes,
+        events: Vec::new(),
+        status: "unset".into(),
+        status_message: String::new(),
+        scope: String::new(),
+        scope_version: String::new(),
+        resource: podtrace_core::record::Attributes::from([(
+            "service.name".to_string(),
+            "kubelet".into(),
+        )]),
+    }
+}
+
+#[test]
+fn an_observed_pods_verdict_quotes_the_kubelets_error_when_its_spans_came() {
+    let id = "a1".repeat(32);
+    let words = "rpc error: code = Unknown desc = failed to setup network for sandbox: \
+                 plugin type=\"tuning\" failed (add): sysctl net.ipv4.conf.eth0.bogus: no such file";
+    let mut r = observed_failing(&[&id]);
+    // Without the kubelet's spans the error went to the client, unseen.
+    let p = one(&r);
+    assert!(
+        has(&p.verdict, "its error went to the client that asked"),
+        "{p:#?}"
+    );
+    let mut sync = kubelet_span("1", "", "syncPod", "internal", 5, 90);
+    sync.status = "error".into();
+    sync.status_message = words.into();
+    let mut call = kubelet_span(
+        "2",
+        "1",
+        "runtime.v1.RuntimeService/RunPodSandbox",
+        "client",
+        10,
+        80,
+    );
+    call.status = "error".into();
+    call.status_message = words.into();
+    call.attributes
+        .insert("rpc.grpc.status_code".into(), 2.into());
+    r.push(TraceRecord::RuntimeSpan(Box::new(sync)));
+    r.push(TraceRecord::RuntimeSpan(Box::new(call)));
+    let p = one(&r);
+    assert_eq!(
+        (p.verdict.cause, p.verdict.stage.to_string().as_str()),
+        (Cause::CniPluginFailed, "cni_plugin:tuning"),
+        "{p:#?}"
+    );
+    assert!(
+        has(
+            &p.verdict,
+            &format!("RunPodSandbox failed for the kubelet (Unknown): {words}")
+        ),
+        "the kubelet's own words: {p:#?}"
+    );
+    assert!(
+        !has(&p.verdict, "its error went to the client that asked"),
+        "{p:#?}"
+    );
 }

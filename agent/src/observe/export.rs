@@ -119,6 +119,14 @@ impl ObservedExport {
             }
         }
         let mut st = self.state();
+        if !st.pending.is_empty() {
+            tracing::debug!(
+                pending = st.pending.len(),
+                now_ns,
+                last_ns = st.pending.values().map(last_ns).max(),
+                "startups waiting to settle"
+            );
+        }
         let settled: Vec<String> = st
             .pending
             .iter()
@@ -159,6 +167,13 @@ impl ObservedExport {
             .iter()
             .map(|s| span_data(s, self.anchor))
             .collect();
+        tracing::debug!(
+            pod = %pod.name,
+            uid = %pod.uid,
+            spans = spans.len(),
+            kubelet_spans = refs.len(),
+            "exporting the pod's startup"
+        );
         if let Some(q) = self
             .queue
             .lock()

@@ -165,8 +165,13 @@ impl Node<'_> {
         .into_iter()
         .chain(p.args.iter().cloned())
         .collect();
+        // The podtraces the tests start log as the host's shell asks (PODTRACE_LOG).
+        let log = match std::env::var("PODTRACE_LOG") {
+            Ok(filter) => format!("PODTRACE_LOG={} ", ssh::join_args(&[filter])?),
+            Err(_) => String::new(),
+        };
         let script = format!(
-            "cd {WORK} && env PATH={WORK}/bin:$PATH PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PATH={WORK}/bin:$PATH PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} {log}RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             runtime = self.runtime,
             cmd = ssh::join_args(&cmd)?
