@@ -288,6 +288,13 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
     let spans = collector.spans();
+    check_failing_and_once(&spans);
+    check_recorded(&trace, &spans, &uids);
+}
+
+/// The sixth pod's failed plugin under its RunPodSandbox, and every span once, whoever
+/// made it.
+fn check_failing_and_once(spans: &[ReceivedSpan]) {
     let failing = spans
         .iter()
         .find(|s| s.name == "syncPod" && s.status_code == 2)
@@ -316,18 +323,6 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), all, "a span was sent twice");
-
-    check_recorded(&trace, &spans, &uids);
-
-    // "Why has this pod no IP?" of the recorded trace quotes the kubelet's own words: the
-    // runtime's error as the kubelet's failed RunPodSandbox got it.
-    let out = podtrace(&["diagnose", trace.to_str().unwrap()]);
-    let text = podtrace_tests::stdout(&out);
-    assert!(
-        text.contains("RunPodSandbox failed for the kubelet")
-            && text.contains("no IP addresses available in range set"),
-        "{text}"
-    );
 }
 
 /// Each started pod's trace at the collector.
@@ -425,6 +420,15 @@ fn check_recorded(trace: &std::path::Path, spans: &[ReceivedSpan], uids: &BTreeS
         podtraces(s, uids).len() >= live.len()
     });
     assert_eq!(podtraces(&exported, uids), live);
+    // "Why has this pod no IP?" of the recorded trace quotes the kubelet's own words: the
+    // runtime's error as the kubelet's failed RunPodSandbox got it.
+    let out = podtrace(&["diagnose", trace.to_str().unwrap()]);
+    let text = podtrace_tests::stdout(&out);
+    assert!(
+        text.contains("RunPodSandbox failed for the kubelet")
+            && text.contains("no IP addresses available in range set"),
+        "{text}"
+    );
 }
 
 /// What the scrape says of the five pods and the sixth.

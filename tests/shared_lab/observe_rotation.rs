@@ -88,7 +88,10 @@ fn timeline(files: &[PathBuf]) -> Timeline {
 }
 
 fn lacks(p: &PodTimeline) -> Vec<&'static str> {
-    let mut lacks: Vec<&str> = WHOLE.into_iter().filter(|s| p.stage(*s).is_none()).collect();
+    let mut lacks: Vec<&str> = WHOLE
+        .into_iter()
+        .filter(|s| p.stage(*s).is_none())
+        .collect();
     if p.ip.is_none() {
         lacks.push("its IP");
     }

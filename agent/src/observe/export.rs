@@ -11,9 +11,14 @@
 //!
 //! A startup is over once the pod ran, or failed, and nothing new happened to it for
 //! [`SETTLE_NS`]: the kubelet and the runtime send their spans in batches (every 5 s by
-//! default), and the pod's stages go under them, so the export waits for them. At the
-//! latest the observer's end exports what is left. A pod that was already there when
-//! the observer started has no startup to export.
+//! default), and the pod's stages go under them, so the export waits for them. Once the
+//! kubelet's spans come at all (its tracing is on), a startup also waits for the
+//! kubelet's sync that ran or failed it: the kubelet exports a sync's spans when the
+//! sync ends, which on a loaded node can be long after the runtime said the containers
+//! started. A pod whose sync never comes (the kubelet sampled it out) goes without it
+//! after [`KUBELET_WAIT_NS`], in a trace of its own. At the latest the observer's end
+//! exports what is left. A pod that was already there when the observer started has no
+//! startup to export.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
@@ -30,6 +35,13 @@ use crate::timeline::{
 /// How long a pod that ran (or failed) goes with no new stage before its startup is
 /// exported: longer than the kubelet's and containerd's export period (5 s).
 pub const SETTLE_NS: u64 = 10_000_000_000;
+/// How long a settled startup waits for the kubelet's sync that ran it, once the
+/// kubelet's spans come at all.
+pub const KUBELET_WAIT_NS: u64 = 60_000_000_000;
+/// A sync's end and the runtime's word that the containers started are two clocks (the
+/// kubelet's wall clock placed on the trace's, and the runtime's): a sync that ended
+/// this little before the pod ran is still the one that ran it.
+const CLOCKS_NS: u64 = 1_000_000_000;
 /// The kubelet's spans kept per pod until its export (a pod whose sync keeps failing
 /// makes a sync and its calls every few seconds).
 const KUBELET_SPANS_PER_POD: usize = 2048;
@@ -42,6 +54,32 @@ struct State {
     done: BTreeSet<String>,
     /// Pods that ran or failed, not exported yet: their latest timeline.
     pending: BTreeMap<String, PodTimeline>,
+    /// A span of the kubelet's came: its tracing is on.
+    kubelet_traced: bool,
+}
+
+impl State {
+    /// Whether `pod`'s startup is over at `now_ns` (see the module's docs).
+    fn settled(&self, pod: &PodTimeline, now_ns: u64) -> bool {
+        let quiet_ns = now_ns.saturating_sub(last_ns(pod));
+        if quiet_ns < SETTLE_NS {
+            return false;
+        }
+        if !self.kubelet_traced || quiet_ns >= KUBELET_WAIT_NS {
+            return true;
+        }
+        // The moment the kubelet's sync that ran (or failed) the pod ended after.
+        let outcome = pod
+            .stage(StageKind::Running)
+            .map(|s| s.start_ns)
+            .or_else(|| pod.failures().map(|s| s.end_ns).max())
+            .unwrap_or(0);
+        self.kubelet.get(&pod.uid).is_some_and(|spans| {
+            spans
+                .iter()
+                .any(|s| is_kubelet_sync(s) && s.end_ns.saturating_add(CLOCKS_NS) >= outcome)
+        })
+    }
 }
 
 pub struct ObservedExport {
@@ -90,7 +128,13 @@ impl ObservedExport {
             .iter()
             .filter(|s| is_kubelet_sync(s) || is_kubelet_call(s))
         {
+            st.kubelet_traced = true;
             if st.done.contains(&s.pod_uid) {
+                tracing::debug!(
+                    uid = %s.pod_uid,
+                    span = %s.name,
+                    "a kubelet span came after the pod's startup was exported"
+                );
                 continue;
             }
             let spans = st.kubelet.entry(s.pod_uid.clone()).or_default();
@@ -130,7 +174,7 @@ impl ObservedExport {
         let settled: Vec<String> = st
             .pending
             .iter()
-            .filter(|(_, p)| now_ns.saturating_sub(last_ns(p)) >= SETTLE_NS)
+            .filter(|(_, p)| st.settled(p, now_ns))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in settled {

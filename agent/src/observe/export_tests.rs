@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use podtrace_core::record::{Attributes, RuntimeSpan};
 
-use super::{ObservedExport, SETTLE_NS};
+use super::{KUBELET_WAIT_NS, ObservedExport, SETTLE_NS};
 use crate::otel::ClockAnchor;
 use crate::otel::runtime_span::unhex;
 use crate::otel::test_collector;
@@ -200,6 +200,78 @@ async fn a_startup_not_settled_when_the_observer_stops_goes_as_it_stands_in_its_
         collected.names()
     );
     let own = crate::otel::ids::trace_id(UID).to_vec();
+    assert!(
+        got.iter()
+            .all(|(svc, s)| svc == "podtrace" && s.trace_id == own)
+    );
+}
+
+/// The kubelet's sync of another pod: its tracing is on.
+fn another_pods_sync() -> RuntimeSpan {
+    let mut other = span("00000000000000e5", "", "syncPod", "internal", (1, 3));
+    other.pod_uid = "0a1b2c3d-0000-4000-8000-0000000000ff".into();
+    other.trace_id = "33".repeat(16);
+    other
+}
+
+#[tokio::test]
+async fn with_the_kubelet_tracing_a_startup_waits_for_the_sync_that_ran_it() {
+    let (collected, server, queue) = test_collector::start().await;
+    let export = ObservedExport::new(queue, "node-1", ANCHOR);
+    export.observe_spans(&[another_pods_sync()]);
+    let records = observed_run();
+    let c = collector(&records);
+    // Quiet for longer than the settling, but the kubelet's sync of the pod (it ends once
+    // StartContainer returned, and is exported then) has not come.
+    export.tick(&c, 260 * MS + SETTLE_NS);
+    export.tick(&c, 260 * MS + 2 * SETTLE_NS);
+    assert!(
+        !export.state().done.contains(UID),
+        "exported before its sync"
+    );
+    let placed: Vec<RuntimeSpan> = received()
+        .into_iter()
+        .filter(|s| !s.pod_uid.is_empty())
+        .collect();
+    export.observe_spans(&placed);
+    export.tick(&c, 260 * MS + 3 * SETTLE_NS);
+    assert!(export.state().done.contains(UID), "its sync came: exported");
+    let stats = export
+        .close(&crate::timeline::build(&records), Duration::from_secs(10))
+        .await;
+    server.abort();
+    let got = collected.spans();
+    let startup = got
+        .iter()
+        .find(|(_, s)| s.name == "pod_startup")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("{:?}", collected.names()));
+    assert_eq!(startup.parent_span_id, unhex::<8>(SYNC).unwrap().to_vec());
+    assert_eq!(stats.dropped(), 0);
+}
+
+#[tokio::test]
+async fn a_pod_the_kubelet_sampled_out_goes_in_its_own_trace_after_the_wait() {
+    let (collected, server, queue) = test_collector::start().await;
+    let export = ObservedExport::new(queue, "node-1", ANCHOR);
+    export.observe_spans(&[another_pods_sync()]);
+    let records = observed_run();
+    let c = collector(&records);
+    export.tick(&c, 260 * MS + SETTLE_NS);
+    assert!(!export.state().done.contains(UID), "it may still come");
+    export.tick(&c, 260 * MS + KUBELET_WAIT_NS);
+    assert!(export.state().done.contains(UID), "waited out: exported");
+    export
+        .close(&crate::timeline::build(&records), Duration::from_secs(10))
+        .await;
+    server.abort();
+    let got = collected.spans();
+    let own = crate::otel::ids::trace_id(UID).to_vec();
+    assert!(
+        got.iter().any(|(_, s)| s.name == "pod_startup"),
+        "{:?}",
+        collected.names()
+    );
     assert!(
         got.iter()
             .all(|(svc, s)| svc == "podtrace" && s.trace_id == own)

@@ -89,10 +89,12 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
     // "Why has this pod no IP?" on the reference node's own CNI configuration.
     ("no_ip", &[]),
     // What the observer sees leaves the node: the kubelet's own spans joined with
-    // containerd 2.x's and the kernel's stages. (Its metrics and OTLP export,
-    // `observe_outputs`, run on the host lab: in the emulated guest no observed startup
-    // was exported within the test's bound, not yet explained.)
+    // containerd 2.x's and the kernel's stages, its metrics and its OTLP export.
     ("observe_kubelet", &[]),
+    (
+        "observe_outputs",
+        &["the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_traces"],
+    ),
     // containerd 2.x traces every CRI call here: its spans must continue podtrace's.
     (
         "otel_export",
