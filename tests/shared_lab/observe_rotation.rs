@@ -5,6 +5,8 @@
 //! - Every file of the rotation is a whole trace on its own: `timeline`, `report` and
 //!   `diagnose` read each alone; each has its header's place in the rotation and its
 //!   footer, and none grows much past the bound.
+//! - The observer forgets the removed pods (`--deleted-pod-retention`): its live
+//!   timeline holds none of them at the end.
 //! - All the files given together read as one recording: every pod the client made is
 //!   there once, with its whole startup (the kernel's stages, the runtime's, its IP),
 //!   also the pods whose records went into two files, which no file alone holds whole.
@@ -122,7 +124,14 @@ fn a_rotated_observed_trace_reads_file_by_file_and_together_gives_every_pod_once
         &trace,
         &require_probes(),
         &cri,
-        &["--trace-max-bytes", &max, "--trace-keep", &keep],
+        &[
+            "--trace-max-bytes",
+            &max,
+            "--trace-keep",
+            &keep,
+            "--deleted-pod-retention",
+            "2s",
+        ],
     );
     let _cleanup = ClientPodsCleanup::new(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
     let mut pods = BTreeMap::new();
@@ -137,6 +146,12 @@ fn a_rotated_observed_trace_reads_file_by_file_and_together_gives_every_pod_once
                 .as_str()
                 .is_some_and(|n| n.starts_with(PREFIX))
         })
+    });
+    // The observer forgets what the runtime removed (its memory does not grow with every
+    // pod), while the trace keeps them all (below).
+    observer.wait_api(&["timeline", "--live"], "the removed pods forgotten", |t| {
+        let t: Timeline = serde_json::from_value(t.clone()).unwrap_or_default();
+        !t.pods.iter().any(|p| p.name.starts_with(PREFIX))
     });
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");

@@ -68,6 +68,12 @@ pub struct ObserveArgs {
     /// on; headers, timeout and TLS follow the OTEL_EXPORTER_OTLP_* variables.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// How long the API, the metrics and the export keep a pod after the runtime removed
+    /// its last sandbox (the trace keeps it for good). The observer then forgets it, as
+    /// kubelet forgets a terminated pod, so its memory does not grow with every pod the
+    /// node ever ran; at most 512 removed pods are kept whatever this says.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub deleted_pod_retention: Duration,
     /// Do not load the kernel probes: the runtime's view only.
     #[arg(long, conflicts_with = "require_ebpf")]
     pub no_ebpf: bool,
@@ -139,6 +145,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         cni_bin_dir: args.ebpf.cni_bin_dir.clone(),
         metrics,
         otlp_endpoint: otlp_endpoint.clone(),
+        deleted_pod_retention: args.deleted_pod_retention,
     };
     let mut running = match connected.start(opts).await {
         Ok(r) => r,

@@ -20,7 +20,7 @@
 //! exports what is left. A pod that was already there when the observer started has no
 //! startup to export.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,6 +42,8 @@ pub const KUBELET_WAIT_NS: u64 = 60_000_000_000;
 /// kubelet's wall clock placed on the trace's, and the runtime's): a sync that ended
 /// this little before the pod ran is still the one that ran it.
 const CLOCKS_NS: u64 = 1_000_000_000;
+/// Forgotten pods remembered, to refuse their late spans.
+const FORGOTTEN_KEPT: usize = 1024;
 /// The kubelet's spans kept per pod until its export (a pod whose sync keeps failing
 /// makes a sync and its calls every few seconds).
 const KUBELET_SPANS_PER_POD: usize = 2048;
@@ -56,6 +58,9 @@ struct State {
     pending: BTreeMap<String, PodTimeline>,
     /// A span of the kubelet's came: its tracing is on.
     kubelet_traced: bool,
+    /// Pods the observer forgot, newest last, bounded: the kubelet's late spans of one
+    /// (its terminating syncs) are not kept for an export that will not come.
+    forgotten: VecDeque<String>,
 }
 
 impl State {
@@ -129,6 +134,9 @@ impl ObservedExport {
             .filter(|s| is_kubelet_sync(s) || is_kubelet_call(s))
         {
             st.kubelet_traced = true;
+            if st.forgotten.contains(&s.pod_uid) {
+                continue;
+            }
             if st.done.contains(&s.pod_uid) {
                 tracing::debug!(
                     uid = %s.pod_uid,
@@ -181,6 +189,26 @@ impl ObservedExport {
             if let Some(pod) = st.pending.remove(&uid) {
                 self.export(&mut st, &pod);
             }
+        }
+    }
+
+    /// The observer forgot these pods (their timeline as it was): a startup not
+    /// exported yet goes as it stands, and nothing of theirs is kept.
+    pub fn forget(&self, uids: &[String], timeline: &Timeline) {
+        let mut st = self.state();
+        for pod in &timeline.pods {
+            if !st.done.contains(&pod.uid) && !pod.stages.is_empty() && !startup_unseen(pod) {
+                self.export(&mut st, pod);
+            }
+        }
+        for uid in uids {
+            st.done.remove(uid);
+            st.pending.remove(uid);
+            st.kubelet.remove(uid);
+            if st.forgotten.len() == FORGOTTEN_KEPT {
+                st.forgotten.pop_front();
+            }
+            st.forgotten.push_back(uid.clone());
         }
     }
 

@@ -277,3 +277,39 @@ async fn a_pod_the_kubelet_sampled_out_goes_in_its_own_trace_after_the_wait() {
             .all(|(svc, s)| svc == "podtrace" && s.trace_id == own)
     );
 }
+
+#[tokio::test]
+async fn a_forgotten_pod_goes_out_as_it_stands_and_its_late_spans_are_not_kept() {
+    let (collected, server, queue) = test_collector::start().await;
+    let export = ObservedExport::new(queue, "node-1", ANCHOR);
+    let records = observed_run();
+    let timeline = crate::timeline::build(&records);
+    export.forget(&[UID.to_string()], &timeline);
+    {
+        let st = export.state();
+        assert!(st.done.is_empty() && st.pending.is_empty());
+    }
+    let placed: Vec<RuntimeSpan> = received()
+        .into_iter()
+        .filter(|s| !s.pod_uid.is_empty())
+        .collect();
+    export.observe_spans(&placed);
+    assert!(
+        export.state().kubelet.is_empty(),
+        "late spans of a forgotten pod"
+    );
+    export
+        .close(
+            &crate::timeline::Timeline::default(),
+            Duration::from_secs(10),
+        )
+        .await;
+    server.abort();
+    let got = collected.spans();
+    assert_eq!(
+        got.iter().filter(|(_, s)| s.name == "pod_startup").count(),
+        1,
+        "{:?}",
+        collected.names()
+    );
+}

@@ -94,12 +94,36 @@ struct Kept {
 }
 
 /// What the collector knows of a pod for forgetting it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct PodMark {
-    /// The pod's config has it (its last change was not a removal).
+    /// The pod's config has it (its last change was not a removal); for another client's
+    /// pod (an observer's), the runtime still has a sandbox of it.
     desired: bool,
     /// The newest time a kept record about it carries.
     last_ns: u64,
+    /// Another client's pod: its sandboxes the runtime showed and has not removed, by
+    /// [`id_hash`]. A pod whose old sandbox goes while a new one runs stays.
+    live_sandboxes: Vec<u64>,
+}
+
+impl PodMark {
+    /// What an observer's record says of the pod's sandboxes.
+    fn observed(&mut self, o: &crate::trace::ObservedRecord) {
+        if o.sandbox_id.is_empty() {
+            return;
+        }
+        let h = id_hash(&o.sandbox_id);
+        match o.what {
+            Observation::SandboxRemoved => self.live_sandboxes.retain(|s| *s != h),
+            Observation::ContainerRemoved => {}
+            _ => {
+                if !self.live_sandboxes.contains(&h) {
+                    self.live_sandboxes.push(h);
+                }
+            }
+        }
+        self.desired = !self.live_sandboxes.is_empty();
+    }
 }
 
 /// Recently forgotten IDs, oldest first, bounded. Kept as 64-bit hashes (SipHash with
@@ -300,7 +324,7 @@ impl Collector {
             TraceRecord::Kernel(e) => kept.kernel.push(kept_kernel_event(e)),
             TraceRecord::RuntimeSpan(s) => kept.runtime.push((**s).clone()),
             TraceRecord::Observed(o) => {
-                kept.mark(o.pod_key(), o.at_ns).desired = o.what != Observation::SandboxRemoved;
+                kept.mark(o.pod_key(), o.at_ns).observed(o);
                 kept.observed.push(o.clone())
             }
             TraceRecord::Network(n) => {

@@ -1366,3 +1366,56 @@ fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
         3
     );
 }
+
+#[test]
+fn an_observed_pod_is_forgotten_once_its_last_sandbox_went_not_when_an_old_one_did() {
+    use crate::trace::Observation;
+    let collector = Collector::new();
+    let records = observed_run();
+    for r in &records {
+        collector.push(r);
+    }
+    // The runtime shows a second sandbox of the pod, then removes the first (the kubelet
+    // made a new one and its GC took the old): the pod runs on.
+    let observed = |at_ms: u64, what, sandbox: &str| {
+        let mut o = records
+            .iter()
+            .find_map(|r| match r {
+                TraceRecord::Observed(o) if o.what == Observation::SandboxReady => Some(o.clone()),
+                _ => None,
+            })
+            .unwrap();
+        o.what = what;
+        o.sandbox_id = sandbox.into();
+        o.at_ns = at_ms * MS;
+        o.runtime_ns = Some(at_ms * MS);
+        TraceRecord::Observed(o)
+    };
+    let second = "7c".repeat(32);
+    collector.push(&observed(1_000, Observation::SandboxReady, &second));
+    collector.push(&observed(1_100, Observation::SandboxRemoved, SANDBOX));
+    let retention = 10_000 * MS;
+    assert!(
+        collector
+            .forget_deleted(100_000 * MS, retention)
+            .uids
+            .is_empty()
+    );
+    assert_eq!(collector.pods_kept(), (1, 0));
+    // Its last sandbox goes: forgotten after the retention, not before.
+    collector.push(&observed(200_000, Observation::SandboxRemoved, &second));
+    assert_eq!(collector.pods_kept(), (1, 1));
+    assert!(
+        collector
+            .forget_deleted(205_000 * MS, retention)
+            .uids
+            .is_empty()
+    );
+    let forgotten = collector.forget_deleted(211_000 * MS, retention);
+    assert_eq!(forgotten.uids, [UID]);
+    assert!(forgotten.timeline.pods[0].stage("running").is_some());
+    assert!(collector.timeline().pods.is_empty());
+    // A late record of it is refused.
+    collector.push(&observed(212_000, Observation::ContainerExited, &second));
+    assert!(collector.timeline().pods.is_empty());
+}

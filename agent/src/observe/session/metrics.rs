@@ -61,6 +61,11 @@ impl ServedMetrics {
         }
     }
 
+    /// The metrics served.
+    pub(super) fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// Runs `observing` to its end, reading the probes' loss counters meanwhile.
     pub(super) async fn refreshed_while<T>(
         &self,

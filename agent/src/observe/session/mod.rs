@@ -5,6 +5,7 @@
 //! was observed and lost. Nothing here calls a mutating CRI method or touches a cgroup.
 
 mod connect;
+mod forget;
 mod metrics;
 mod outputs;
 mod start;

@@ -26,6 +26,7 @@ use crate::trace::{
 };
 
 use super::connect::Connected;
+use super::forget::Forgetting;
 use super::metrics::ServedMetrics;
 use super::outputs::Outputs;
 
@@ -65,6 +66,8 @@ pub struct Options {
     pub metrics: Option<tokio::net::TcpListener>,
     /// `--otlp-endpoint` (or the standard variables'), checked.
     pub otlp_endpoint: Option<String>,
+    /// `--deleted-pod-retention`: how long a pod is kept once its last sandbox went.
+    pub deleted_pod_retention: Duration,
 }
 
 /// The observer with everything started.
@@ -83,6 +86,7 @@ pub struct Running {
     forwarder: Option<tokio::task::JoinHandle<()>>,
     metrics: Option<ServedMetrics>,
     export: Option<Export>,
+    forgetting: Forgetting,
     sources: Vec<String>,
     /// Whether the probes run, for the `sources` record.
     kernel_source: KernelSource,
@@ -208,6 +212,12 @@ impl Connected {
         let metrics = metrics.map(|(listener, metrics)| {
             ServedMetrics::start(listener, metrics, &out, &writer, probes.as_ref())
         });
+        let forgetting = Forgetting::start(
+            out.collector.clone(),
+            metrics.as_ref().map(ServedMetrics::metrics),
+            export.clone(),
+            opts.deleted_pod_retention,
+        );
         let export = export.map(|e| Export::start(e, out.collector.clone()));
         let running = Running {
             runtime: self,
@@ -224,6 +234,7 @@ impl Connected {
             forwarder,
             metrics,
             export,
+            forgetting,
             sources,
             kernel_source,
             notes,
@@ -333,6 +344,7 @@ impl Running {
     async fn finish(self, summary: ObserveSummary) -> Finished {
         let sources = self.sources_record(None);
         let mut notes = self.notes;
+        self.forgetting.stop().await;
         if let Some(server) = self.server {
             server.abort();
             let _ = server.await;
