@@ -94,6 +94,14 @@ fn received() -> Vec<RuntimeSpan> {
     ]
 }
 
+/// What the receiver placed with the pod of [`received`].
+fn placed() -> Vec<RuntimeSpan> {
+    received()
+        .into_iter()
+        .filter(|s| !s.pod_uid.is_empty())
+        .collect()
+}
+
 fn collector(records: &[TraceRecord]) -> Collector {
     let c = Collector::new();
     for r in records {
@@ -229,10 +237,7 @@ async fn with_the_kubelet_tracing_a_startup_waits_for_the_sync_that_ran_it() {
         !export.state().done.contains(UID),
         "exported before its sync"
     );
-    let placed: Vec<RuntimeSpan> = received()
-        .into_iter()
-        .filter(|s| !s.pod_uid.is_empty())
-        .collect();
+    let placed = placed();
     export.observe_spans(&placed);
     export.tick(&c, 260 * MS + 3 * SETTLE_NS);
     assert!(export.state().done.contains(UID), "its sync came: exported");
@@ -289,10 +294,7 @@ async fn a_forgotten_pod_goes_out_as_it_stands_and_its_late_spans_are_not_kept()
         let st = export.state();
         assert!(st.done.is_empty() && st.pending.is_empty());
     }
-    let placed: Vec<RuntimeSpan> = received()
-        .into_iter()
-        .filter(|s| !s.pod_uid.is_empty())
-        .collect();
+    let placed = placed();
     export.observe_spans(&placed);
     assert!(
         export.state().kubelet.is_empty(),
