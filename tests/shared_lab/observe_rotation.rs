@@ -22,7 +22,7 @@ use podtrace_tests::observer::{ClientPodsCleanup, Observer, cri_pod_client};
 use podtrace_tests::otlp::reconnect_runtime_exporter;
 use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
 use serde_json::Value;
-use xtask::lab::IMAGE_APP;
+use xtask::lab::{IMAGE_APP, RUNTIME_OTLP_ADDR};
 
 const PREFIX: &str = "obs-rotate";
 /// 5 batches of 50: a few hundred pods, some tens of them at once.
@@ -131,6 +131,12 @@ fn a_rotated_observed_trace_reads_file_by_file_and_together_gives_every_pod_once
             &keep,
             "--deleted-pod-retention",
             "2s",
+            // The runtime's spans too, as a node's observer takes them (and the lab's
+            // containerd, which exports to this address, keeps its connection: after
+            // a minute and more with nothing there, gRPC waits up to 2 minutes between
+            // attempts, and the next test's receiver would miss its batches).
+            "--runtime-otlp-listen",
+            RUNTIME_OTLP_ADDR,
         ],
     );
     let _cleanup = ClientPodsCleanup::new(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
