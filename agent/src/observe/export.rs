@@ -196,11 +196,7 @@ impl ObservedExport {
     /// exported yet goes as it stands, and nothing of theirs is kept.
     pub fn forget(&self, uids: &[String], timeline: &Timeline) {
         let mut st = self.state();
-        for pod in &timeline.pods {
-            if !st.done.contains(&pod.uid) && !pod.stages.is_empty() && !startup_unseen(pod) {
-                self.export(&mut st, pod);
-            }
-        }
+        self.export_unsent(&mut st, timeline);
         for uid in uids {
             st.done.remove(uid);
             st.pending.remove(uid);
@@ -215,18 +211,20 @@ impl ObservedExport {
     /// The observer stops: every startup not exported yet goes as it stands, then the
     /// queue has `deadline` to send.
     pub async fn close(&self, timeline: &Timeline, deadline: Duration) -> ExportStats {
-        {
-            let mut st = self.state();
-            for pod in &timeline.pods {
-                if !st.done.contains(&pod.uid) && !pod.stages.is_empty() && !startup_unseen(pod) {
-                    self.export(&mut st, pod);
-                }
-            }
-        }
+        self.export_unsent(&mut self.state(), timeline);
         let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
         match queue {
             Some(q) => q.close(deadline).await,
             None => self.stats.clone(),
+        }
+    }
+
+    /// Every startup of `timeline` not sent yet goes as it stands.
+    fn export_unsent(&self, st: &mut State, timeline: &Timeline) {
+        for pod in &timeline.pods {
+            if !st.done.contains(&pod.uid) && !pod.stages.is_empty() && !startup_unseen(pod) {
+                self.export(st, pod);
+            }
         }
     }
 
