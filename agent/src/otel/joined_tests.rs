@@ -7,7 +7,7 @@ use podtrace_core::record::{Attributes, RuntimeSpan};
 use super::joined_pod_spans;
 use crate::otel::ids;
 use crate::otel::runtime_span::unhex;
-use crate::otel::spans::PodSpan;
+use crate::otel::spans::{EXEC_LAG_NS, PodSpan};
 use crate::timeline::{PodTimeline, Stage, StageKind, StageName, StageSource};
 
 const UID: &str = "0b6c1f9e-2a4d-4c1e-9f3a-5d6e7f8a9b0c";
@@ -233,4 +233,60 @@ fn a_pod_seen_during_a_later_sync_starts_in_that_syncs_trace() {
     let refs: Vec<&RuntimeSpan> = bad.iter().collect();
     let out = joined_pod_spans(&pod(), &refs, "node-1");
     assert_eq!(out[0].parent, None);
+}
+
+fn with_exec_at(at: u64) -> PodTimeline {
+    let mut pod = pod();
+    for s in &mut pod.stages {
+        if s.stage.kind() == &StageKind::AppFirstExec {
+            s.start_ns = at;
+            s.end_ns = at;
+        }
+    }
+    pod
+}
+
+#[test]
+fn an_exec_after_the_kubelet_had_the_reply_stays_under_the_call_that_caused_it() {
+    // StartContainer for the app (300–390) and then for a sidecar (392–398), its server
+    // span naming the container; the app's exec came at 395, after its reply.
+    let mut spans = kubelets();
+    spans.push(received(
+        "00000000000000f6",
+        SYNC,
+        "runtime.v1.RuntimeService/StartContainer",
+        "client",
+        (392, 398),
+    ));
+    let mut server = received(
+        "00000000000000f7",
+        "00000000000000f6",
+        "runtime.v1.RuntimeService/StartContainer",
+        "server",
+        (393, 397),
+    );
+    server
+        .attributes
+        .insert("container.name".into(), "sidecar_web_default_u_0".into());
+    spans.push(server);
+    let refs: Vec<&RuntimeSpan> = spans.iter().collect();
+    let out = joined_pod_spans(&with_exec_at(395), &refs, "node-1");
+    assert_eq!(named(&out, "app_first_exec:app").parent, Some(id(START)));
+    // Without the sidecar's call the nearest is still the app's.
+    let refs: Vec<&RuntimeSpan> = spans[..4].iter().collect();
+    let out = joined_pod_spans(&with_exec_at(395), &refs, "node-1");
+    assert_eq!(named(&out, "app_first_exec:app").parent, Some(id(START)));
+}
+
+#[test]
+fn an_exec_long_after_every_call_is_no_calls() {
+    // Past the lag after StartContainer's reply (390), inside a longer sync.
+    let mut spans = kubelets();
+    spans[0].end_ns = 390 + EXEC_LAG_NS + 100;
+    let refs: Vec<&RuntimeSpan> = spans.iter().collect();
+    let out = joined_pod_spans(&with_exec_at(390 + EXEC_LAG_NS + 1), &refs, "node-1");
+    assert_eq!(named(&out, "app_first_exec:app").parent, Some(id(SYNC)));
+    // Begun before the call: not the call's.
+    let out = joined_pod_spans(&with_exec_at(299), &refs, "node-1");
+    assert_eq!(named(&out, "app_first_exec:app").parent, Some(id(SYNC)));
 }

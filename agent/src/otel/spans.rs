@@ -13,7 +13,8 @@
 //!   which the export forwards as the runtime sent them.
 //! - Every other stage in that time is a span of its own: a kernel stage is a child of
 //!   the innermost call of its container that was under way when it began (the netns and
-//!   the CNI plugins under RunPodSandbox); the rest are children of the root.
+//!   the CNI plugins under RunPodSandbox); the rest are children of the root. An exec a
+//!   call causes is that call's even when it came after the reply ([`causing_method`]).
 //! - Attributes follow the semantic conventions for Kubernetes, containers, processes
 //!   and RPC where there is one, `podtrace.*` where not. A failed call or stage has an
 //!   error status with its message.
@@ -22,6 +23,23 @@
 
 use crate::cri::CriCall;
 use crate::timeline::{PodTimeline, Stage, StageKind, StageSource};
+
+/// How long after its call's reply an exec the call caused still counts as the call's:
+/// far more than a scheduling delay, far less than the time to the pod's next call of
+/// the method.
+pub const EXEC_LAG_NS: u64 = 1_000_000_000;
+
+/// The CRI method whose call causes an exec stage of `kind`: the app's first exec is
+/// its container's `StartContainer`'s, the pause exec `RunPodSandbox`'s. `runc start`
+/// returns once `runc init` was let go, and `runc init` execs the program when it is
+/// next scheduled: on a busy node that is after the runtime replied.
+pub fn causing_method(kind: &StageKind) -> Option<&'static str> {
+    match kind {
+        StageKind::AppFirstExec => Some("StartContainer"),
+        StageKind::PauseExec => Some("RunPodSandbox"),
+        _ => None,
+    }
+}
 
 use super::ids;
 
@@ -199,15 +217,28 @@ fn pod_spans_in(
         .filter(|s| !calls.iter().any(|c| is_call(s, c)))
     {
         let parent = if s.source == StageSource::Kernel {
-            calls
-                .iter()
-                .filter(|c| {
-                    c.end_ns > c.start_ns
-                        && c.start_ns <= s.start_ns
-                        && s.start_ns <= c.end_ns
-                        && s.container.as_deref().unwrap_or("") == c.container
+            let ours = |c: &&&CriCall| {
+                c.end_ns > c.start_ns
+                    && c.start_ns <= s.start_ns
+                    && s.container.as_deref().unwrap_or("") == c.container
+            };
+            let cause = causing_method(s.kind()).and_then(|m| {
+                calls
+                    .iter()
+                    .filter(ours)
+                    .filter(|c| {
+                        c.method.as_str() == m && s.start_ns <= c.end_ns.saturating_add(EXEC_LAG_NS)
+                    })
+                    .max_by_key(|c| (c.start_ns, c.end_ns))
+            });
+            cause
+                .or_else(|| {
+                    calls
+                        .iter()
+                        .filter(ours)
+                        .filter(|c| s.start_ns <= c.end_ns)
+                        .min_by_key(|c| (c.end_ns - c.start_ns, c.start_ns))
                 })
-                .min_by_key(|c| (c.end_ns - c.start_ns, c.start_ns))
                 .map_or(root_id, |c| ids::call_span_id(c))
         } else {
             root_id

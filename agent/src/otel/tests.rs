@@ -505,3 +505,59 @@ async fn the_live_export_forwards_the_runtimes_spans_with_the_runtimes_resource(
     // Exported: the pod's later calls go out unsampled.
     assert!(!gate.sampled(&late));
 }
+
+#[test]
+fn an_exec_after_its_calls_reply_is_still_that_calls() {
+    // On a busy node `runc init` execs the program after the runtime replied: the exec
+    // stays under the call that caused it.
+    let records = fixture("multi-container.jsonl");
+    let timeline = crate::timeline::build(&records);
+    let calls = cri_calls(&records);
+    let mut pod = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .unwrap()
+        .clone();
+    let mine: Vec<&CriCall> = calls
+        .iter()
+        .copied()
+        .filter(|c| c.pod_uid == pod.uid)
+        .collect();
+    let end_of = |m: CriMethod, container: &str| {
+        mine.iter()
+            .filter(|c| c.method == m && c.container == container)
+            .map(|c| c.end_ns)
+            .max()
+            .unwrap()
+    };
+    let (sandbox_end, start_end) = (
+        end_of(CriMethod::RunPodSandbox, ""),
+        end_of(CriMethod::StartContainer, "app"),
+    );
+    for s in &mut pod.stages {
+        let at = match s.stage.to_string().as_str() {
+            "pause_exec" => sandbox_end + 3_000_000,
+            "app_first_exec:app" => start_end + 3_000_000,
+            _ => continue,
+        };
+        (s.start_ns, s.end_ns) = (at, at);
+    }
+    let spans = pod_spans(&pod, &mine, "node-1");
+    let parent_name = |stage: &str| {
+        let s = spans.iter().find(|s| s.name == stage).unwrap();
+        let p = spans.iter().find(|p| Some(p.span_id) == s.parent).unwrap();
+        (p.name.clone(), attr(p, "k8s.container.name").cloned())
+    };
+    assert_eq!(
+        parent_name("app_first_exec:app"),
+        (
+            "runtime.v1.RuntimeService/StartContainer".to_string(),
+            Some(Value::Str("app".into()))
+        )
+    );
+    assert_eq!(
+        parent_name("pause_exec").0,
+        "runtime.v1.RuntimeService/RunPodSandbox"
+    );
+}

@@ -104,7 +104,16 @@ pub fn is_kubelet_sync(s: &RuntimeSpan) -> bool {
 
 /// One of the kubelet's CRI calls, as its client saw it.
 pub fn is_kubelet_call(s: &RuntimeSpan) -> bool {
-    is_kubelets(s) && client_method(s).is_some()
+    kubelet_call_method(s).is_some()
+}
+
+/// The CRI method of one of the kubelet's calls (`RunPodSandbox`), if `s` is one.
+pub fn kubelet_call_method(s: &RuntimeSpan) -> Option<&str> {
+    if is_kubelets(s) {
+        client_method(s)
+    } else {
+        None
+    }
 }
 
 /// The stages the kubelet's spans among `spans` (one pod's) make, in the order they

@@ -43,7 +43,7 @@ pub use cni_reply::{CniCapture, CniIp, CniReply};
 pub use collector::{Collector, CollectorStats, Forgotten};
 pub use filter::KernelFilter;
 pub use ids::{CgroupIds, cgroup_ids, is_runtime_helper_exec};
-pub use kubelet_spans::{is_kubelet_call, is_kubelet_sync};
+pub use kubelet_spans::{is_kubelet_call, is_kubelet_sync, kubelet_call_method};
 pub use model::{PodTimeline, Stage, StageSource, Timeline};
 pub use runtime_spans::{Step as RuntimeStep, step_of as runtime_step_of};
 pub use seeing::{Change, Seeing, SeenSample, seen_latencies};
