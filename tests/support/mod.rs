@@ -15,6 +15,9 @@ use std::time::Duration;
 use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
 use xtask::lab::LabPaths;
 
+/// `podtrace run --until-ready`'s cap on a pod's wait in the tests, in seconds.
+pub const READY_CAP_SECS: &str = "900";
+
 /// The tests' one bounded wait: looks every `every` until `probe` gives `Ok`, and once
 /// `bound` has passed without it, panics naming `what` and showing what the last look
 /// saw (`probe`'s last `Err`, with `{:#}`). Waits end on evidence; the bound only keeps a
@@ -165,7 +168,8 @@ impl Scratch {
         self.path().join("logs")
     }
 
-    /// `podtrace run --until-ready --json` with this scratch node's directories.
+    /// `podtrace run --until-ready --json` with this scratch node's directories (and a
+    /// [`READY_CAP_SECS`] cap on each pod's wait, unless `extra` sets one).
     pub fn run(&self, manifests: &[&Path], extra: &[&str]) -> (Output, serde_json::Value) {
         let root = self.root_dir().display().to_string();
         let logs = self.logs_dir().display().to_string();
@@ -178,6 +182,12 @@ impl Scratch {
             "--pod-logs-dir",
             &logs,
         ];
+        // The run ends as soon as every pod settles; the cap is only for a pod that never
+        // does. It is wide because in the emulated guest, on a busy host, a 50 MiB pull
+        // through the forwarded registry port has taken well over the default 120 s.
+        if !extra.contains(&"--ready-timeout") {
+            args.extend(["--ready-timeout", READY_CAP_SECS]);
+        }
         args.extend_from_slice(extra);
         args.push("--manifests");
         let paths: Vec<String> = manifests.iter().map(|p| p.display().to_string()).collect();

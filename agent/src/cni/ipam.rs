@@ -22,10 +22,11 @@ use serde_json::Value;
 /// host-local's store when the configuration names no `dataDir`.
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 /// A reservation younger than this may belong to a sandbox still being created (the
-/// runtime lists a sandbox only once its RunPodSandbox is done), so it is not called
-/// leaked. A CNI ADD takes well under a second; a failed one is undone by the runtime's
-/// DEL within the same call.
-pub const LEAK_GRACE: Duration = Duration::from_secs(10);
+/// runtime lists a sandbox only once its RunPodSandbox is done, which on a busy node is
+/// many seconds after the CNI ADD: the pause container is still to start), so it is not
+/// called leaked. It is kubelet's default runtime request timeout: a RunPodSandbox that
+/// runs longer is cancelled, and the runtime undoes a failed one's network with a DEL.
+pub const LEAK_GRACE: Duration = Duration::from_secs(120);
 /// At most this many files of a store are read: a node's pool is a few hundred.
 const MAX_STORE_FILES: usize = 65_536;
 

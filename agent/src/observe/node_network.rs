@@ -4,9 +4,11 @@
 //! differs from the last one written, so a quiet node writes nothing.
 //!
 //! The pool's store is read again only when its directory changed (host-local adds or
-//! removes a file per reservation), or while a reservation of a sandbox the runtime does
-//! not know is still too young to call leaked; the runtime's sandboxes are listed for
-//! those reads only.
+//! removes a file per reservation). The runtime's sandboxes are listed after each read,
+//! and again at every look while a reservation's sandbox is not among them: a sandbox is
+//! listed only once its RunPodSandbox is done, so a reservation unknown at one look is
+//! known at a later one unless it is leaked, and a leak found is looked for again until
+//! it is released.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -41,8 +43,11 @@ struct StoreSeen {
     modified: Option<SystemTime>,
     read_at: SystemTime,
     store: Store,
-    /// None when the runtime's list failed: then no reservation is called leaked.
+    /// The runtime's sandboxes, listed after the store was read; None when the list
+    /// failed: then no reservation is called leaked.
     known: Option<BTreeSet<String>>,
+    /// When `known` was listed: a reservation's age is taken then.
+    listed_at: SystemTime,
 }
 
 impl NodeNetworkLook {
@@ -100,29 +105,29 @@ impl NodeNetworkLook {
         let modified = std::fs::metadata(&pool.dir).and_then(|m| m.modified()).ok();
         let now = SystemTime::now();
         let fresh = self.store.as_ref().is_some_and(|s| {
-            s.dir == pool.dir
-                && s.modified == modified
-                && !settling(modified, s.read_at)
-                && !young_unknown(&s.store, &s.known, s.read_at)
+            s.dir == pool.dir && s.modified == modified && !settling(modified, s.read_at)
         });
-        if !fresh {
-            let store = pool.read_store();
-            let known = match &store {
-                Ok(s) if s.held.is_empty() => Some(BTreeSet::new()),
-                _ => view
-                    .sandboxes()
-                    .await
-                    .ok()
-                    .map(|list| list.into_iter().map(|s| s.id).collect()),
-            };
-            match store {
+        if fresh {
+            let seen = self.store.as_mut()?;
+            if !all_known(&seen.store, &seen.known) {
+                seen.known = known_sandboxes(view).await;
+                seen.listed_at = SystemTime::now();
+            }
+        } else {
+            match pool.read_store() {
                 Ok(store) => {
+                    let known = if store.held.is_empty() {
+                        Some(BTreeSet::new())
+                    } else {
+                        known_sandboxes(view).await
+                    };
                     self.store = Some(StoreSeen {
                         dir: pool.dir.clone(),
                         modified,
                         read_at: now,
                         store,
                         known,
+                        listed_at: SystemTime::now(),
                     })
                 }
                 Err(e) => {
@@ -140,7 +145,7 @@ impl NodeNetworkLook {
             &pool,
             &seen.store,
             seen.known.as_ref(),
-            seen.read_at,
+            seen.listed_at,
         ))
     }
 }
@@ -152,17 +157,20 @@ fn settling(modified: Option<SystemTime>, read_at: SystemTime) -> bool {
     modified.is_none_or(|m| read_at.duration_since(m).is_ok_and(|d| d < SETTLE) || m > read_at)
 }
 
-/// Whether a reservation of a sandbox the runtime did not know was too young to call
-/// leaked when read: the store is read again (and the sandboxes listed) until it is
-/// either known or old enough.
-fn young_unknown(store: &Store, known: &Option<BTreeSet<String>>, read_at: SystemTime) -> bool {
-    let Some(known) = known else {
-        return true;
-    };
-    store
-        .held
-        .iter()
-        .any(|h| !known.contains(&h.sandbox_id) && !is_leaked(h, known, read_at))
+/// Whether every reservation's sandbox was among the runtime's when last listed (a
+/// failed list knows none).
+fn all_known(store: &Store, known: &Option<BTreeSet<String>>) -> bool {
+    known
+        .as_ref()
+        .is_some_and(|k| store.held.iter().all(|h| k.contains(&h.sandbox_id)))
+}
+
+/// The IDs of the runtime's sandboxes; None when it could not list them.
+async fn known_sandboxes(view: &RuntimeView) -> Option<BTreeSet<String>> {
+    view.sandboxes()
+        .await
+        .ok()
+        .map(|list| list.into_iter().map(|s| s.id).collect())
 }
 
 /// The runtime's NetworkReady condition, and, when it is false, the runtime's own words
@@ -337,6 +345,23 @@ mod tests {
         // Every sandbox gone: every old reservation is leaked.
         let r = ipam_record(&pool(), &store, Some(&BTreeSet::new()), t + LEAK_GRACE);
         assert_eq!(r.leaked, 2);
+    }
+
+    #[test]
+    fn a_reservation_not_among_the_listed_sandboxes_is_listed_for_again() {
+        let t = SystemTime::UNIX_EPOCH;
+        let store = Store {
+            held: vec![held("10.0.0.2", "a", t), held("10.0.0.3", "b", t)],
+            skipped: 0,
+        };
+        let both: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        assert!(all_known(&store, &Some(both)));
+        // A sandbox still in its RunPodSandbox, or leaked: the next look lists again.
+        let one: BTreeSet<String> = ["a".to_string()].into();
+        assert!(!all_known(&store, &Some(one)));
+        // A failed list knows none.
+        assert!(!all_known(&store, &None));
+        assert!(all_known(&Store::default(), &Some(BTreeSet::new())));
     }
 
     #[test]
