@@ -1,5 +1,5 @@
 //! The one cargo invocation that builds the eBPF probes, shared (through `#[path]`) by
-//! `agent/build.rs`, which embeds the object in `podtrace`, and `cargo xtask build-ebpf`,
+//! `agent/build.rs`, which embeds the object in `podlapse`, and `cargo xtask build-ebpf`,
 //! which copies it to `target/bpf`. Both use the same target directory, so either reuses
 //! the other's build.
 
@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub const TARGET: &str = "bpfel-unknown-none";
-pub const PACKAGE: &str = "podtrace-probes";
+pub const PACKAGE: &str = "podlapse-probes";
 
-/// Where the probes build: `$CARGO_TARGET_DIR/podtrace-probes` when a target directory is
+/// Where the probes build: `$CARGO_TARGET_DIR/podlapse-probes` when a target directory is
 /// given, else `target/` beside their Cargo.toml.
 pub fn target_dir(probes: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")

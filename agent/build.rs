@@ -1,12 +1,12 @@
 //! Builds the eBPF probes and leaves the object in OUT_DIR, where `src/ebpf/object.rs`
-//! embeds it: a `podtrace` binary copied alone to a node carries its probes.
+//! embeds it: a `podlapse` binary copied alone to a node carries its probes.
 //!
 //! The probes build for `bpfel-unknown-none` with `-Z build-std=core` (RUSTC_BOOTSTRAP on
 //! stable) and link with bpf-linker (`cargo xtask setup` installs it). They build into the
 //! same target directory `cargo xtask build-ebpf` uses, not into OUT_DIR, so the debug,
-//! release and clippy builds of podtrace share one probes build.
+//! release and clippy builds of podlapse share one probes build.
 //!
-//! `PODTRACE_PROBES_OBJECT=<path>` embeds a prebuilt object instead (a packager's build
+//! `PODLAPSE_PROBES_OBJECT=<path>` embeds a prebuilt object instead (a packager's build
 //! with no bpf-linker).
 
 #[path = "../agent-ebpf/probes_build.rs"]
@@ -15,8 +15,8 @@ mod probes_build;
 use std::env;
 use std::path::{Path, PathBuf};
 
-const OBJECT_NAME: &str = "podtrace-probes.o";
-const PREBUILT_ENV: &str = "PODTRACE_PROBES_OBJECT";
+const OBJECT_NAME: &str = "podlapse-probes.o";
+const PREBUILT_ENV: &str = "PODLAPSE_PROBES_OBJECT";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join(OBJECT_NAME);
@@ -55,9 +55,9 @@ fn main() {
     let linker = find_bpf_linker();
     let Some(linker) = linker else {
         fail(
-            "bpf-linker is not on PATH nor in $CARGO_HOME/bin: the eBPF probes, which podtrace \
+            "bpf-linker is not on PATH nor in $CARGO_HOME/bin: the eBPF probes, which podlapse \
              embeds, cannot be linked. Install it with `cargo xtask setup`, or set \
-             PODTRACE_PROBES_OBJECT to a prebuilt podtrace-probes.o",
+             PODLAPSE_PROBES_OBJECT to a prebuilt podlapse-probes.o",
         );
     };
     // Shared with `cargo xtask build-ebpf`.

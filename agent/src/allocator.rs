@@ -35,7 +35,7 @@ const MI_MALLOC_ALIGN: usize = 16;
 pub struct PerCommand;
 
 /// Whether a command line, as `/proc/self/cmdline` has it (each argument followed by a NUL),
-/// runs a batch command. podtrace takes no option before its subcommand, so the
+/// runs a batch command. podlapse takes no option before its subcommand, so the
 /// subcommand is the first argument after the program's name.
 pub fn is_batch(cmdline: &[u8]) -> bool {
     let mut args = cmdline.split(|&b| b == 0);
@@ -207,14 +207,14 @@ mod tests {
 
     #[test]
     fn only_a_batch_subcommand_allocates_with_mimalloc() {
-        assert!(is_batch(b"podtrace\0replay\0trace.jsonl\0-o\0json\0"));
-        assert!(is_batch(b"/usr/local/bin/podtrace\0replay\0"));
+        assert!(is_batch(b"podlapse\0replay\0trace.jsonl\0-o\0json\0"));
+        assert!(is_batch(b"/usr/local/bin/podlapse\0replay\0"));
         for line in [
-            &b"podtrace\0run\0--manifests\0/etc/podtrace\0"[..],
-            b"podtrace\0observe\0",
-            b"podtrace\0report\0replay\0",
-            b"podtrace\0replays\0",
-            b"podtrace\0",
+            &b"podlapse\0run\0--manifests\0/etc/podlapse\0"[..],
+            b"podlapse\0observe\0",
+            b"podlapse\0report\0replay\0",
+            b"podlapse\0replays\0",
+            b"podlapse\0",
             b"replay\0",
             b"",
         ] {
@@ -290,12 +290,12 @@ mod tests {
                 cli.find_subcommand(name).is_some(),
                 "{name} is not a subcommand"
             );
-            let parsed = crate::cli::Cli::try_parse_from(["podtrace", name, "t.jsonl"])
-                .unwrap_or_else(|e| panic!("podtrace {name} t.jsonl: {e}"));
+            let parsed = crate::cli::Cli::try_parse_from(["podlapse", name, "t.jsonl"])
+                .unwrap_or_else(|e| panic!("podlapse {name} t.jsonl: {e}"));
             assert!(!parsed.keeps_memory_low() && !parsed.is_long_running());
         }
-        let run = crate::cli::Cli::try_parse_from(["podtrace", "run", "--manifests", "d"])
-            .expect("podtrace run parses");
-        assert!(run.keeps_memory_low() && !is_batch(b"podtrace\0run\0"));
+        let run = crate::cli::Cli::try_parse_from(["podlapse", "run", "--manifests", "d"])
+            .expect("podlapse run parses");
+        assert!(run.keeps_memory_low() && !is_batch(b"podlapse\0run\0"));
     }
 }

@@ -59,7 +59,7 @@ fn start() -> Option<Handle> {
     };
     let handle = runtime.handle().clone();
     let started = std::thread::Builder::new()
-        .name("podtrace-events".into())
+        .name("podlapse-events".into())
         .spawn(move || {
             if let Some(f) = ON_START.get() {
                 f();
@@ -88,6 +88,6 @@ mod tests {
             let _ = tx.send(std::thread::current().name().map(str::to_string));
         });
         let name = rx.await.expect("the task ran");
-        assert_eq!(name.as_deref(), Some("podtrace-events"));
+        assert_eq!(name.as_deref(), Some("podlapse-events"));
     }
 }

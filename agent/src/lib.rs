@@ -1,8 +1,8 @@
-//! podtrace: kubelet's pod-creation pipeline over CRI, timed stage by stage.
+//! podlapse: kubelet's pod-creation pipeline over CRI, timed stage by stage.
 //!
 //! Read ARCHITECTURE.md first. In short: `config` reads desired pods, `kubelet` (the
-//! `podtrace-core` crate) holds the deterministic decisions, `kuberuntime` carries them
-//! out over `cri`, and `cli` is the `podtrace` command.
+//! `podlapse-core` crate) holds the deterministic decisions, `kuberuntime` carries them
+//! out over `cri`, and `cli` is the `podlapse` command.
 
 pub mod agent;
 pub mod allocator;
@@ -17,7 +17,7 @@ pub mod diagnose;
 pub mod ebpf;
 pub mod event_thread;
 /// kubelet's decisions, from the core crate (`agent/core`).
-pub use podtrace_core::kubelet;
+pub use podlapse_core::kubelet;
 pub mod kuberuntime;
 pub mod lifecycle;
 pub mod metrics;

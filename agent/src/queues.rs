@@ -17,7 +17,7 @@ pub enum Queue {
     PodUpdates,
     /// Pod lifecycle events (kubelet's plegChannelCapacity, 1000).
     Pleg,
-    /// Probe results (kubelet's results manager holds 20; podtrace's workers also send
+    /// Probe results (kubelet's results manager holds 20; podlapse's workers also send
     /// each container's initial results from a call that cannot wait, hence more room).
     ProbeResults,
     /// Pod workers reporting a unit of work done: at most one each at a time.

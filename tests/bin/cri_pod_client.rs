@@ -1,6 +1,6 @@
-//! A stand-alone CRI client that plays "a kubelet" for the tests of `podtrace observe`:
+//! A stand-alone CRI client that plays "a kubelet" for the tests of `podlapse observe`:
 //! it creates and tears down pods with the CRI v1 calls kubelet makes, in kubelet's order,
-//! using only the official protos (`k8s-cri`) and nothing from podtrace itself.
+//! using only the official protos (`k8s-cri`) and nothing from podlapse itself.
 //!
 //! `cri-pod-client --cri unix:///run/containerd.sock run --pods N --prefix NAME --image IMG`
 //! prints one JSON line per pod once it is started (or failed), holds, then tears down.

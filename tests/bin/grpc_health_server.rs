@@ -1,6 +1,6 @@
 //! A gRPC health server for the lab's probe tests: serves `grpc.health.v1.Health` on the
 //! port given as its only argument, for the overall server ("") and the service
-//! `podtrace`, both SERVING. SIGUSR1 switches both to NOT_SERVING, SIGUSR2 back to
+//! `podlapse`, both SERVING. SIGUSR1 switches both to NOT_SERVING, SIGUSR2 back to
 //! SERVING, so a test can flip a running container's health from outside.
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -9,7 +9,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-const SERVICES: [&str; 2] = ["", "podtrace"];
+const SERVICES: [&str; 2] = ["", "podlapse"];
 
 async fn set_all(reporter: &HealthReporter, status: ServingStatus) {
     for service in SERVICES {

@@ -1,5 +1,5 @@
 //! The spans a kubelet with tracing on exports, for `cri-pod-client --kubelet-spans URL`:
-//! what `podtrace observe` receives from a real kubelet, made by the suite's own client.
+//! what `podlapse observe` receives from a real kubelet, made by the suite's own client.
 //! Every name and attribute is the kubelet's:
 //!
 //! - `pkg/kubelet/kubelet.go`, `SyncPod`: a span `syncPod` per sync of the pod, from the

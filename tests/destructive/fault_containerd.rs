@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::{eventually, require_lab, runtime_objects};
+use podlapse_tests::agent::{Agent, phase};
+use podlapse_tests::{eventually, require_lab, runtime_objects};
 use serde_json::Value;
 use xtask::lab::{self, LabState};
 
@@ -53,7 +53,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
         let made = names()
             .iter()
             .filter(|n| {
-                !podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", &agent.name(n))
+                !podlapse_tests::runtime_objects_labelled("io.kubernetes.pod.name", &agent.name(n))
                     .0
                     .is_empty()
             })
@@ -103,7 +103,7 @@ fn containerd_killed_while_ten_pods_are_created_recovers_each_pod_once() {
     // RunPodSandbox the kill cut between CNI ADD and that record is forgotten, and its
     // IP and netns stay held with nothing left to release them (1.6 recorded it first,
     // and its StopPodSandbox released them). Those leaks are the runtime's, at most one
-    // per RunPodSandbox in flight at the kill; podtrace's part is that no pod is made
+    // per RunPodSandbox in flight at the kill; podlapse's part is that no pod is made
     // twice and that no sandbox it knows of is left.
     let forgets = lab::containerd_version(&lab_paths).is_some_and(|(_, major)| major >= 2);
     let leaked = std::sync::Mutex::new((BTreeSet::new(), 0usize));

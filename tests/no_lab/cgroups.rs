@@ -1,14 +1,14 @@
 //! Pod cgroups on the real kernel, no lab needed: per-QoS placement and limits read back
 //! from cgroupfs, orphan listing, removal in every hierarchy, and straggler processes.
-//! Each test works under its own root, `/podtrace-test-<pid>-<test>`, and removes it.
+//! Each test works under its own root, `/podlapse-test-<pid>-<test>`, and removes it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-use podtrace::cm::{CgroupDriver, CgroupLayout, CmError, PodContainerManager, cgroup_dir};
-use podtrace::config::load_paths;
-use podtrace::kubelet::qos::{QosClass, pod_qos};
+use podlapse::cm::{CgroupDriver, CgroupLayout, CmError, PodContainerManager, cgroup_dir};
+use podlapse::config::load_paths;
+use podlapse::kubelet::qos::{QosClass, pod_qos};
 use xtask::lab::IMAGE_APP;
 
 fn pods_yaml() -> String {
@@ -71,7 +71,7 @@ impl TestRoot {
     fn new(test: &str) -> TestRoot {
         let layout = CgroupLayout::discover().expect("cgroup mounts");
         TestRoot {
-            root: format!("/podtrace-test-{}-{test}", std::process::id()),
+            root: format!("/podlapse-test-{}-{test}", std::process::id()),
             layout,
             children: Vec::new(),
         }
@@ -148,9 +148,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn pods() -> Vec<podtrace::config::StaticPod> {
+fn pods() -> Vec<podlapse::config::StaticPod> {
     let dir = tempfile::tempdir().unwrap();
-    for (i, doc) in podtrace_tests::documents(&pods_yaml()).iter().enumerate() {
+    for (i, doc) in podlapse_tests::documents(&pods_yaml()).iter().enumerate() {
         std::fs::write(dir.path().join(format!("pod-{i}.yaml")), doc).unwrap();
     }
     let (pods, errors) = load_paths(&[dir.path().to_path_buf()], NODE);
@@ -213,7 +213,7 @@ fn kernel_limits(layout: &CgroupLayout, cgroup: &str) -> Limits {
 /// `shares` as the kernel reports it: itself on v1, its weight on v2.
 fn shares(layout: &CgroupLayout, shares: u64) -> i64 {
     if layout.is_unified() {
-        podtrace::cm::cpu_shares_to_weight(shares) as i64
+        podlapse::cm::cpu_shares_to_weight(shares) as i64
     } else {
         shares as i64
     }

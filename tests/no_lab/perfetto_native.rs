@@ -1,4 +1,4 @@
-//! `podtrace report -o perfetto`: the native Perfetto trace of each recorded fixture in
+//! `podlapse report -o perfetto`: the native Perfetto trace of each recorded fixture in
 //! traces/, read back with Perfetto's own generated Python definitions (the `perfetto`
 //! package from PyPI, which `cargo xtask setup` installs), and held to the timeline the
 //! same trace gives: every stage a slice with the same start and duration to the
@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use podtrace::timeline::{PodTimeline, Stage, StageSource, Timeline};
-use podtrace::trace::{TraceRecord, read_trace};
-use podtrace_tests::{fixtures, podtrace_bin, stderr, workspace_root};
+use podlapse::timeline::{PodTimeline, Stage, StageSource, Timeline};
+use podlapse::trace::{TraceRecord, read_trace};
+use podlapse_tests::{fixtures, podlapse_bin, stderr, workspace_root};
 use serde_json::Value;
 
 fn file_name(p: &Path) -> String {
@@ -23,7 +23,7 @@ fn file_name(p: &Path) -> String {
 fn pftrace(trace: &Path, dir: &Path) -> PathBuf {
     let out_path = dir.join(format!("{}.pftrace", file_name(trace)));
     let file = std::fs::File::create(&out_path).unwrap();
-    let status = Command::new(podtrace_bin())
+    let status = Command::new(podlapse_bin())
         .args(["report", "-o", "perfetto"])
         .arg(trace)
         .stdout(file)
@@ -34,7 +34,7 @@ fn pftrace(trace: &Path, dir: &Path) -> PathBuf {
 }
 
 fn timeline(trace: &Path) -> Timeline {
-    let out = Command::new(podtrace_bin())
+    let out = Command::new(podlapse_bin())
         .arg("timeline")
         .arg(trace)
         .args(["-o", "json"])

@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use podtrace_tests::{fixtures, podtrace_bin, stderr, stdout, workspace_root};
+use podlapse_tests::{fixtures, podlapse_bin, stderr, stdout, workspace_root};
 
 fn replay(args: &[&str], traces: &[&Path]) -> Output {
-    Command::new(podtrace_bin())
+    Command::new(podlapse_bin())
         .arg("replay")
         .args(args)
         .args(traces)
@@ -36,14 +36,14 @@ fn every_fixture_has_a_scenario_and_matches_the_schema() {
     assert!(!validator.is_valid(&timeless));
     // A wait as the agent writes it validates; one that does not say what it waited for
     // does not.
-    let wait = podtrace::trace::TraceRecord::Wait(podtrace::trace::PodWaitRecord {
+    let wait = podlapse::trace::TraceRecord::Wait(podlapse::trace::PodWaitRecord {
         start_ns: 1,
         end_ns: 2,
         pod_uid: "u".into(),
         namespace: "default".into(),
         name: "p".into(),
-        wait: podtrace::kuberuntime::event::PodWait {
-            wait: podtrace::kuberuntime::event::WaitKind::ImagePuller,
+        wait: podlapse::kuberuntime::event::PodWait {
+            wait: podlapse::kuberuntime::event::WaitKind::ImagePuller,
             container: Some("c".into()),
             behind: vec!["default/q".into()],
             detail: "serialized image pulls".into(),
@@ -54,14 +54,14 @@ fn every_fixture_has_a_scenario_and_matches_the_schema() {
     wait.as_object_mut().unwrap().remove("wait");
     assert!(!validator.is_valid(&wait), "{wait}");
     // So does a runtime program's exec with its arguments; without them it does not.
-    let runtime = podtrace::trace::TraceRecord::Kernel(podtrace::ebpf::KernelEvent::RuntimeExec(
-        Box::new(podtrace::ebpf::event::RuntimeExec {
-            meta: podtrace::ebpf::event::EventMeta {
+    let runtime = podlapse::trace::TraceRecord::Kernel(podlapse::ebpf::KernelEvent::RuntimeExec(
+        Box::new(podlapse::ebpf::event::RuntimeExec {
+            meta: podlapse::ebpf::event::EventMeta {
                 ktime_ns: 5,
                 cpu: 0,
                 pid: 7,
                 tgid: 7,
-                comm: podtrace::ebpf::Comm::new("runc"),
+                comm: podlapse::ebpf::Comm::new("runc"),
                 cgroup_id: 1,
             },
             argv: vec!["runc".into(), "start".into(), "0123".into()],
@@ -136,6 +136,49 @@ fn every_fixture_replays_without_divergence() {
     }
 }
 
+/// The one compatibility with the project's old name: a trace recorded before it was
+/// podlapse carries its version as `podtrace_version`. Every fixture, so written, matches
+/// the schema and replays to the same bytes as it does today; a header with neither
+/// name, or with both, does not match.
+#[test]
+fn a_trace_recorded_under_the_old_name_reads_and_replays_the_same() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace_root().join("docs/trace-format.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let dir = tempfile::tempdir().unwrap();
+    for trace in fixtures() {
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let (header, rest) = text.split_once('\n').unwrap();
+        let old = header.replacen("\"podlapse_version\"", "\"podtrace_version\"", 1);
+        assert_ne!(old, header, "{} has no podlapse_version", trace.display());
+        let old_header: serde_json::Value = serde_json::from_str(&old).unwrap();
+        assert!(validator.is_valid(&old_header), "{old}");
+        let mut neither = old_header.clone();
+        neither.as_object_mut().unwrap().remove("podtrace_version");
+        assert!(!validator.is_valid(&neither), "{neither}");
+        let mut both = old_header.clone();
+        both["podlapse_version"] = old_header["podtrace_version"].clone();
+        assert!(!validator.is_valid(&both), "{both}");
+
+        let path = dir.path().join(trace.file_name().unwrap());
+        std::fs::write(&path, format!("{old}\n{rest}")).unwrap();
+        let today = replay(&["-o", "json"], &[&trace]);
+        let then = replay(&["-o", "json"], &[&path]);
+        assert!(
+            then.status.success(),
+            "{}: {}{}",
+            path.display(),
+            stdout(&then),
+            stderr(&then)
+        );
+        let then_out =
+            stdout(&then).replace(&path.display().to_string(), &trace.display().to_string());
+        assert_eq!(then_out, stdout(&today), "{}", trace.display());
+    }
+}
+
 #[test]
 fn replaying_twice_gives_identical_bytes() {
     let all = fixtures();
@@ -169,7 +212,7 @@ fn a_changed_decision_fails_replay_at_the_right_call() {
     assert!(recorded.contains("CreateContainer container="), "{block}");
     assert!(
         replayed.contains(
-            "PullImage image=127.0.0.1:5000/podtrace/app:1.0 attempt=0 -> NOT IN RECORDING"
+            "PullImage image=127.0.0.1:5000/podlapse/app:1.0 attempt=0 -> NOT IN RECORDING"
         ),
         "{block}"
     );
@@ -263,7 +306,7 @@ fn a_newer_schema_names_both_versions() {
     lines[0] = lines[0].replace("\"schema_version\":1", "\"schema_version\":2");
     let err = bad_input("newer.jsonl", &(lines.join("\n") + "\n"));
     assert!(
-        err.contains("schema version 2 is newer than this podtrace reads (up to 1)"),
+        err.contains("schema version 2 is newer than this podlapse reads (up to 1)"),
         "{err}"
     );
 }

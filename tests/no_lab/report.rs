@@ -1,4 +1,4 @@
-//! `podtrace report` and `podtrace diagnose` on the recorded fixtures in traces/: the
+//! `podlapse report` and `podlapse diagnose` on the recorded fixtures in traces/: the
 //! stage table, breakdowns whose shares are the recorded numbers and add up with the
 //! gap, the Perfetto (Chrome JSON) export checked against the trace-event format's rules
 //! and read back, the SVG, and the verdicts. Needs no lab.
@@ -14,22 +14,22 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use podtrace::diagnose::{Cause, Diagnosis};
-use podtrace::report::Report;
-use podtrace::timeline::Timeline;
-use podtrace::trace::{TraceRecord, read_trace};
-use podtrace_tests::{fixtures, podtrace_bin, stderr, stdout, workspace_root};
+use podlapse::diagnose::{Cause, Diagnosis};
+use podlapse::report::Report;
+use podlapse::timeline::Timeline;
+use podlapse::trace::{TraceRecord, read_trace};
+use podlapse_tests::{fixtures, podlapse_bin, stderr, stdout, workspace_root};
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
     workspace_root().join("traces").join(name)
 }
 
-fn podtrace(args: &[&str]) -> Output {
-    Command::new(podtrace_bin())
+fn podlapse(args: &[&str]) -> Output {
+    Command::new(podlapse_bin())
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", podtrace_bin().display()))
+        .unwrap_or_else(|e| panic!("running {}: {e}", podlapse_bin().display()))
 }
 
 fn report(extra: &[&str], traces: &[PathBuf]) -> Output {
@@ -37,13 +37,13 @@ fn report(extra: &[&str], traces: &[PathBuf]) -> Output {
     args.extend_from_slice(extra);
     let paths: Vec<String> = traces.iter().map(|p| p.display().to_string()).collect();
     args.extend(paths.iter().map(String::as_str));
-    let out = podtrace(&args);
+    let out = podlapse(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     out
 }
 
 fn timeline(trace: &Path) -> Timeline {
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).expect("timeline JSON")
 }
@@ -152,7 +152,7 @@ fn the_report_narrows_to_one_pod() {
         text.starts_with("1 trace, 1 pod (1 reached Running)"),
         "{text}"
     );
-    let missing = podtrace(&[
+    let missing = podlapse(&[
         "report",
         "--pod",
         "nope",
@@ -386,7 +386,7 @@ fn the_svg_parses_and_draws_the_waterfall_and_the_distributions() {
 #[test]
 fn diagnose_names_each_fixtures_failing_stage() {
     let diagnose = |name: &str| -> (Option<i32>, Diagnosis) {
-        let out = podtrace(&["diagnose", fixture(name).to_str().unwrap(), "-o", "json"]);
+        let out = podlapse(&["diagnose", fixture(name).to_str().unwrap(), "-o", "json"]);
         let d = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{name}: {e}: {}", stderr(&out)));
         (out.status.code(), d)
@@ -436,7 +436,7 @@ fn diagnose_names_each_fixtures_failing_stage() {
             assert!(p.also.is_empty(), "{name}: {p:#?}");
         }
     }
-    let table = podtrace(&["diagnose", fixture("cni-failure.jsonl").to_str().unwrap()]);
+    let table = podlapse(&["diagnose", fixture("cni-failure.jsonl").to_str().unwrap()]);
     assert!(
         stdout(&table).contains("cni_plugin_failed  stage cni_plugin:tuning: CNI plugin tuning exited with code 1 during ADD"),
         "{}",
@@ -448,7 +448,7 @@ fn diagnose_names_each_fixtures_failing_stage() {
 fn an_svg_pod_the_traces_do_not_hold_is_refused_by_name_and_nothing_is_drawn() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("report.svg");
-    let out = podtrace(&[
+    let out = podlapse(&[
         "report",
         fixture("cni-failure.jsonl").to_str().unwrap(),
         "--svg",

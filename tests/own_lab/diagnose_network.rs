@@ -1,5 +1,5 @@
 //! Faults of the node's pod network, made for real on a lab of each test's own, get the
-//! verdict naming the right stage from `podtrace diagnose` on the run's trace:
+//! verdict naming the right stage from `podlapse diagnose` on the run's trace:
 //!
 //! - the CNI configuration removed: containerd reports NetworkReady=false and no sandbox
 //!   is requested;
@@ -15,11 +15,11 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts};
-use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
-use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::ebpf::require_probes;
-use podtrace_tests::{Scratch, ip_in_subnet, lab, podtrace_bin, stderr};
+use podlapse::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts};
+use podlapse::diagnose::{Cause, Diagnosis, PodDiagnosis};
+use podlapse_tests::agent::{Agent, phase};
+use podlapse_tests::ebpf::require_probes;
+use podlapse_tests::{Scratch, ip_in_subnet, lab, podlapse_bin, stderr};
 use xtask::lab::{
     IMAGE_APP, LabOptions, LabPaths, POD_SUBNET, ResidueSnapshot, UpOutcome, down,
     snapshot_residue, up_with,
@@ -73,7 +73,7 @@ fn pod_yaml(name: &str) -> String {
     )
 }
 
-/// `podtrace run --until-ready --cleanup --trace` of `yaml`; returns the trace's path.
+/// `podlapse run --until-ready --cleanup --trace` of `yaml`; returns the trace's path.
 /// The run ends once every pod is Running or has failed once.
 fn traced_run(scratch: &Scratch, yaml: &str) -> PathBuf {
     let manifest = scratch.manifest("pods.yaml", yaml);
@@ -96,11 +96,11 @@ fn traced_run(scratch: &Scratch, yaml: &str) -> PathBuf {
 }
 
 fn diagnose(trace: &Path) -> Diagnosis {
-    let out = Command::new(podtrace_bin())
+    let out = Command::new(podlapse_bin())
         .args(["diagnose", "-o", "json"])
         .arg(trace)
         .output()
-        .expect("podtrace diagnose");
+        .expect("podlapse diagnose");
     let d: Diagnosis = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no diagnosis ({e}): {}", stderr(&out)));
     eprintln!("{d:#?}");
@@ -143,7 +143,7 @@ fn network_ready(paths: &LabPaths) -> (bool, String, String) {
 /// Waits until containerd reports NetworkReady=false (it watches its CNI configuration
 /// directory and reloads on change); its reason and message.
 fn not_ready(paths: &LabPaths) -> (String, String) {
-    podtrace_tests::eventually(
+    podlapse_tests::eventually(
         "containerd to report NetworkReady=false without a conflist",
         Duration::from_secs(60),
         Duration::from_millis(50),
@@ -280,7 +280,7 @@ fn a_cni_plugin_that_exits_1_is_named_with_its_exit_code_and_the_runtimes_error(
     let lab = OwnLab::up(&LabOptions {
         extra_cni_plugins: vec![serde_json::json!({
             "type": "tuning",
-            "sysctl": { "kernel.podtrace_lab_fail": "1" }
+            "sysctl": { "kernel.podlapse_lab_fail": "1" }
         })],
         ..LabOptions::default()
     });
@@ -296,7 +296,7 @@ fn a_cni_plugin_that_exits_1_is_named_with_its_exit_code_and_the_runtimes_error(
     // With the plugin's own words, as the probes captured what it printed.
     assert_eq!(
         p.verdict.summary,
-        "CNI plugin tuning exited with code 1 during ADD; it said: invalid net sysctl key: \"kernel.podtrace_lab_fail\""
+        "CNI plugin tuning exited with code 1 during ADD; it said: invalid net sysctl key: \"kernel.podlapse_lab_fail\""
     );
     assert!(
         evidence(p, "cni_plugin:tuning ADD exited with code 1 (kernel, pid "),

@@ -6,7 +6,7 @@
 use std::net::TcpListener;
 use std::sync::Mutex;
 
-use podtrace_tests::{Scratch, lab, pod, stderr};
+use podlapse_tests::{Scratch, lab, pod, stderr};
 use xtask::lab::{
     CONTAINERD_ENV, IMAGE_APP, REGISTRY_ADDR, UpOutcome, down, snapshot_residue, status, up,
 };
@@ -122,7 +122,7 @@ fn a_lab_whose_containerd_was_killed_is_cleaned_up_by_the_next_up() {
     );
     let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
     // The kernel finishes the killed process soon; the bound is for one it never does.
-    podtrace_tests::eventually(
+    podlapse_tests::eventually(
         "the kernel to finish the killed containerd",
         std::time::Duration::from_secs(60),
         std::time::Duration::from_millis(50),

@@ -4,13 +4,13 @@
 //! chained after portmap and told to set a sysctl outside `net.` (which it refuses, exit
 //! 1), and takes it down again. It runs while the shared lab is down.
 
-use podtrace::ebpf::KernelEvent;
-use podtrace::ebpf::event::CniOutput;
-use podtrace::timeline::{CniReply, StageKind, StageName, build};
-use podtrace::trace::{TraceRecord, read_trace};
-use podtrace_tests::ebpf::require_probes;
-use podtrace_tests::observer::{ClientRun, Observer, cri_pod_client};
-use podtrace_tests::{Scratch, lab, pod, podtrace_bin, stderr, stdout};
+use podlapse::ebpf::KernelEvent;
+use podlapse::ebpf::event::CniOutput;
+use podlapse::timeline::{CniReply, StageKind, StageName, build};
+use podlapse::trace::{TraceRecord, read_trace};
+use podlapse_tests::ebpf::require_probes;
+use podlapse_tests::observer::{ClientRun, Observer, cri_pod_client};
+use podlapse_tests::{Scratch, lab, pod, podlapse_bin, stderr, stdout};
 use xtask::lab::{IMAGE_APP, LabOptions, LabPaths, UpOutcome, down, snapshot_residue, up_with};
 
 /// Takes the lab down when the test ends, passed or not.
@@ -36,7 +36,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     let options = LabOptions {
         extra_cni_plugins: vec![serde_json::json!({
             "type": "tuning",
-            "sysctl": { "kernel.podtrace_lab_fail": "1" }
+            "sysctl": { "kernel.podlapse_lab_fail": "1" }
         })],
         ..LabOptions::default()
     };
@@ -87,7 +87,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     let t = &timeline.pods[0];
     assert_eq!(
         t.name,
-        podtrace_tests::static_name("cni-fails", doc["node"].as_str().unwrap())
+        podlapse_tests::static_name("cni-fails", doc["node"].as_str().unwrap())
     );
     let tuning = t.stage("cni_plugin:tuning").unwrap_or_else(|| {
         panic!("no tuning stage: {:#?}", t.stages);
@@ -101,7 +101,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     // RunPodSandbox went out.
     match &tuning.reply {
         Some(CniReply::Error { msg, .. }) => assert_eq!(
-            msg, "invalid net sysctl key: \"kernel.podtrace_lab_fail\"",
+            msg, "invalid net sysctl key: \"kernel.podlapse_lab_fail\"",
             "{tuning:?}"
         ),
         other => panic!("tuning's reply is {other:?}: {tuning:?}"),
@@ -109,7 +109,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert!(
         tuning
             .detail
-            .contains("invalid net sysctl key: \"kernel.podtrace_lab_fail\""),
+            .contains("invalid net sysctl key: \"kernel.podlapse_lab_fail\""),
         "{tuning:?}"
     );
     for plugin in ["loopback", "bridge", "host-local", "portmap"] {
@@ -131,10 +131,10 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert!(t.stage("netns_created").is_some(), "{:#?}", t.stages);
     assert!(t.stage("sandbox_ready").is_none());
 
-    let out = std::process::Command::new(podtrace_bin())
+    let out = std::process::Command::new(podlapse_bin())
         .args(["timeline", trace_path.to_str().unwrap()])
         .output()
-        .expect("podtrace timeline");
+        .expect("podlapse timeline");
     let text = stdout(&out);
     eprintln!("{text}");
     let line = text
@@ -143,7 +143,7 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains(" 1  |") && line.contains("FAILED"), "{line}");
 
-    // The same failure in another client's pod, as `podtrace observe` sees it: the
+    // The same failure in another client's pod, as `podlapse observe` sees it: the
     // CRI-protos client retries the sandbox as a kubelet's pod worker does while the
     // observer records, and diagnose names the plugin from the kernel's view alone:
     // live, from the observer while the client still retries, and from the trace after.
@@ -203,10 +203,10 @@ fn a_failing_cni_plugin_shows_on_its_pods_timeline_with_its_exit_code() {
     assert!(cleanup.status.success(), "{}", stderr(&cleanup));
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
-    let out = std::process::Command::new(podtrace_bin())
+    let out = std::process::Command::new(podlapse_bin())
         .args(["diagnose", observed.to_str().unwrap(), "-o", "json"])
         .output()
-        .expect("podtrace diagnose");
+        .expect("podlapse diagnose");
     let d: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}): {}", stderr(&out)));
     let (v, n) = observed_verdict(&d)
@@ -263,7 +263,7 @@ fn observed_tuning_said_why(observed: &std::path::Path) {
             reply.summary()
         );
         if c.plugin == "tuning"
-            && matches!(&reply, CniReply::Error { msg, .. } if msg.contains("kernel.podtrace_lab_fail"))
+            && matches!(&reply, CniReply::Error { msg, .. } if msg.contains("kernel.podlapse_lab_fail"))
         {
             errors += 1;
         }

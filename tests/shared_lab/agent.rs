@@ -1,14 +1,14 @@
-//! The long-running agent (`podtrace run` without --until-ready) on real containerd:
+//! The long-running agent (`podlapse run` without --until-ready) on real containerd:
 //! crash-loop back-off, image-pull back-off that recovers, manifest updates, deletion,
 //! a SIGKILLed agent adopting its pods, and housekeeping of orphans.
 
 use std::process::Command;
 use std::time::Duration;
 
-use podtrace_tests::agent::{
+use podlapse_tests::agent::{
     Agent, container, metric, phase, promtool_check_metrics, waiting_reason,
 };
-use podtrace_tests::{Scratch, require_lab, runtime_objects};
+use podlapse_tests::{Scratch, require_lab, runtime_objects};
 
 use xtask::lab::IMAGE_APP as APP;
 use xtask::lab::IMAGE_BIG10 as BIG10;
@@ -158,7 +158,7 @@ fn crash_loop_back_off_grows_and_counts_restarts() {
 #[test]
 fn image_pull_back_off_recovers_once_the_image_is_pushed() {
     require_lab();
-    let image = format!("{REGISTRY_ADDR}/podtrace/late-{}:1.0", std::process::id());
+    let image = format!("{REGISTRY_ADDR}/podlapse/late-{}:1.0", std::process::id());
     let agent = Agent::start(
         "latepush",
         &["--backoff-initial", "1s", "--backoff-max", "2s"],
@@ -333,7 +333,7 @@ fn an_agent_killed_mid_creation_adopts_its_pod_without_a_second_sandbox() {
 }
 
 #[test]
-fn housekeeping_removes_an_orphaned_sandbox_with_podtraces_labels() {
+fn housekeeping_removes_an_orphaned_sandbox_with_podlapses_labels() {
     require_lab();
     // A pod of node "orphans" that no manifest of that node's agent describes.
     let scratch = Scratch::new();
@@ -362,7 +362,7 @@ fn housekeeping_removes_an_orphaned_sandbox_with_podtraces_labels() {
 
     let _agent = Agent::start("orphans", &["--housekeeping-interval", "200ms"]);
     // Housekeeping runs every 200 ms; each look is one list of the runtime.
-    podtrace_tests::eventually(
+    podlapse_tests::eventually(
         "housekeeping to remove the orphan",
         Duration::from_secs(60),
         Duration::from_millis(100),
@@ -648,18 +648,18 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
         "kubelet_pod_worker_duration_seconds_count{operation_type=\"create\"} 1",
         "kubelet_pod_start_sli_duration_seconds_count 1",
         "kubelet_runtime_operations_total{operation_type=\"start_container\"} 1",
-        "podtrace_stage_duration_seconds_count{stage=\"cni_plugin\"}",
-        "podtrace_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"} 1",
+        "podlapse_stage_duration_seconds_count{stage=\"cni_plugin\"}",
+        "podlapse_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"} 1",
         // The namespace probes saw the pod's netns created ...
-        "podtrace_stage_duration_seconds_count{stage=\"netns_created\"} 1",
+        "podlapse_stage_duration_seconds_count{stage=\"netns_created\"} 1",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
-    if podtrace::ebpf::kprobes_present().is_ok() {
+    if podlapse::ebpf::kprobes_present().is_ok() {
         // ... from kernel-function hooks, attached throughout and never gated.
         for want in [
-            "podtrace_ebpf_netns_probe_attaches_total 0",
-            "podtrace_ebpf_netns_probes_attached 1",
+            "podlapse_ebpf_netns_probe_attaches_total 0",
+            "podlapse_ebpf_netns_probes_attached 1",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
@@ -667,9 +667,9 @@ fn metrics_use_kubelets_names_and_pass_promtool() {
         // ... from syscall tracepoints attached for the pod's creation, and detached
         // once the agent has been idle for a second, so the node's syscalls stop paying
         // for them. Polled: the agent checks every 250 ms.
-        let attached = "podtrace_ebpf_netns_probe_attaches_total 1";
+        let attached = "podlapse_ebpf_netns_probe_attaches_total 1";
         assert!(text.contains(attached), "missing {attached:?} in:\n{text}");
-        let detached = "podtrace_ebpf_netns_probes_attached 0";
+        let detached = "podlapse_ebpf_netns_probes_attached 0";
         let text = agent.metrics_when(Duration::from_secs(10), |t| t.contains(detached));
         assert!(
             text.contains(detached),
@@ -837,7 +837,7 @@ fn a_pull_that_hangs_past_its_deadline_fails_that_pod_only_and_is_retried() {
         &pod_yaml(
             "hung",
             &format!(
-                "  - {{name: c, image: '127.0.0.1:{port}/podtrace/silent:1.0', command: [sleep, '3600']}}\n"
+                "  - {{name: c, image: '127.0.0.1:{port}/podlapse/silent:1.0', command: [sleep, '3600']}}\n"
             ),
         ),
     );
@@ -915,7 +915,7 @@ fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
         &pod_yaml(
             "first",
             &format!(
-                "  - {{name: c, image: '127.0.0.1:{port}/podtrace/silent:1.0', command: [sleep, '3600']}}\n"
+                "  - {{name: c, image: '127.0.0.1:{port}/podlapse/silent:1.0', command: [sleep, '3600']}}\n"
             ),
         ),
     );
@@ -937,7 +937,7 @@ fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
     agent.wait_pod("second", "Running after its queued pull", MINUTE, |p| {
         phase(p) == "Running"
     });
-    let out = Command::new(podtrace_tests::podtrace_bin())
+    let out = Command::new(podlapse_tests::podlapse_bin())
         .args([
             "timeline",
             "--pod",
@@ -949,7 +949,7 @@ fn a_pull_queued_behind_another_pods_pull_is_a_stage_naming_that_pod() {
         .arg(&agent.socket)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", podtrace_tests::stderr(&out));
+    assert!(out.status.success(), "{}", podlapse_tests::stderr(&out));
     let t: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let stages = t["pods"][0]["stages"].as_array().unwrap();
     let names: Vec<&str> = stages.iter().filter_map(|s| s["stage"].as_str()).collect();

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use podtrace::cri::{RuntimeService, api};
-use podtrace_tests::{Scratch, lab_cri, pod, require_lab, runtime_objects, stderr};
+use podlapse::cri::{RuntimeService, api};
+use podlapse_tests::{Scratch, lab_cri, pod, require_lab, runtime_objects, stderr};
 
 use xtask::lab::IMAGE_APP as IMAGE;
 
@@ -346,7 +346,7 @@ spec:
     let manifest = scratch.manifest("half.yaml", &text);
     let root = scratch.root_dir().display().to_string();
     let logs = scratch.logs_dir().display().to_string();
-    let out = podtrace_tests::podtrace(&[
+    let out = podlapse_tests::podlapse(&[
         "run",
         "--until-ready",
         "--cleanup",
@@ -357,7 +357,7 @@ spec:
         "--manifests",
         manifest.to_str().unwrap(),
     ]);
-    let text = podtrace_tests::stdout(&out);
+    let text = podlapse_tests::stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
         text.contains("0/1 pods Running with every container running"),
@@ -595,7 +595,7 @@ fn a_static_pod_that_references_api_objects_is_refused_at_decode_with_kubelets_r
         paths.push(scratch.manifest(file, &text));
     }
     let dir = paths[0].parent().unwrap().to_path_buf();
-    let out = podtrace_tests::podtrace(&[
+    let out = podlapse_tests::podlapse(&[
         "run",
         "--until-ready",
         "--json",
@@ -613,9 +613,9 @@ fn a_static_pod_that_references_api_objects_is_refused_at_decode_with_kubelets_r
         let line = format!("{} (document 0): {want}", path.display());
         assert!(err.contains(&line), "missing {line:?} in:\n{err}");
         let name = path.file_stem().unwrap().to_str().unwrap();
-        let (sandboxes, containers) = podtrace_tests::runtime_objects_labelled(
+        let (sandboxes, containers) = podlapse_tests::runtime_objects_labelled(
             "io.kubernetes.pod.name",
-            &podtrace_tests::static_name(name, &podtrace_tests::host_node()),
+            &podlapse_tests::static_name(name, &podlapse_tests::host_node()),
         );
         assert!(sandboxes.is_empty() && containers.is_empty(), "{name}");
     }
@@ -682,7 +682,7 @@ spec:
     );
     assert_eq!(
         cat("name"),
-        podtrace_tests::static_name("podinfo", run.doc["node"].as_str().unwrap())
+        podlapse_tests::static_name("podinfo", run.doc["node"].as_str().unwrap())
     );
     assert_eq!(cat("cpu_limit_millis"), "500");
     // 100M is 95.4 MiB: rounded up.
@@ -808,7 +808,7 @@ spec:
         );
         // The runtime's sandbox carries the same name.
         let (sandboxes, _) =
-            podtrace_tests::runtime_objects_labelled("io.kubernetes.pod.name", &full);
+            podlapse_tests::runtime_objects_labelled("io.kubernetes.pod.name", &full);
         assert_eq!(sandboxes.len(), 1, "{full}: {sandboxes:?}");
     }
 }

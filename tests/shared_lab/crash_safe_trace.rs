@@ -5,23 +5,23 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::{podtrace_bin, require_lab, runtime_objects, stderr, stdout};
+use podlapse_tests::agent::{Agent, phase};
+use podlapse_tests::{podlapse_bin, require_lab, runtime_objects, stderr, stdout};
 use serde_json::Value;
 
 use xtask::lab::IMAGE_APP as APP;
 const PODS: [&str; 4] = ["kept-a", "kept-b", "kept-c", "kept-d"];
 
 fn read(args: &[&str]) -> (Value, String) {
-    let out = Command::new(podtrace_bin()).args(args).output().unwrap();
+    let out = Command::new(podlapse_bin()).args(args).output().unwrap();
     assert!(
         out.status.success(),
-        "podtrace {args:?}: {}{}",
+        "podlapse {args:?}: {}{}",
         stdout(&out),
         stderr(&out)
     );
     let doc = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("podtrace {args:?} printed no JSON ({e}): {}", stdout(&out)));
+        .unwrap_or_else(|e| panic!("podlapse {args:?} printed no JSON ({e}): {}", stdout(&out)));
     (doc, stderr(&out))
 }
 
@@ -95,7 +95,7 @@ fn an_agent_killed_while_recording_keeps_its_trace_and_adopts_its_pods() {
     for name in PODS {
         assert!(text.contains(name), "report without {name}: {report:#}");
     }
-    let out = Command::new(podtrace_bin())
+    let out = Command::new(podlapse_bin())
         .args(["diagnose", path, "-o", "json"])
         .output()
         .unwrap();
@@ -147,7 +147,7 @@ impl Drop for Mounted {
 #[test]
 fn a_full_disk_stops_the_trace_not_the_pods() {
     require_lab();
-    let scratch = podtrace_tests::Scratch::new();
+    let scratch = podlapse_tests::Scratch::new();
     let small = scratch.path().join("small");
     std::fs::create_dir_all(&small).unwrap();
     let mounted = Command::new("mount")
@@ -156,7 +156,7 @@ fn a_full_disk_stops_the_trace_not_the_pods() {
             "tmpfs",
             "-o",
             "size=16k",
-            "podtrace-test",
+            "podlapse-test",
             small.to_str().unwrap(),
         ])
         .status()
@@ -176,7 +176,7 @@ fn a_full_disk_stops_the_trace_not_the_pods() {
     );
     let err = stderr(&out);
     // The pod ran and was cleaned up as usual.
-    let p = podtrace_tests::pod(&doc, "disk-full");
+    let p = podlapse_tests::pod(&doc, "disk-full");
     assert_eq!(p["phase"], "Running", "{doc:#}\n{err}");
     assert_eq!(doc["cleaned_up"], true, "{doc:#}");
     // The trace stopped, said once and why, and what it could not write is counted.

@@ -1,16 +1,16 @@
-//! `podtrace cri info` against the real lab runtime, and against endpoints that are not
+//! `podlapse cri info` against the real lab runtime, and against endpoints that are not
 //! one.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 
-use podtrace_tests::{podtrace, podtrace_with_env, require_lab, stderr, stdout};
+use podlapse_tests::{podlapse, podlapse_with_env, require_lab, stderr, stdout};
 use xtask::lab::IMAGE_APP;
 
 #[test]
 fn lab_runtime_is_ready_with_network() {
     let lab = require_lab();
-    let out = podtrace(&["cri", "info"]);
+    let out = podlapse(&["cri", "info"]);
     let text = stdout(&out);
     assert!(
         out.status.success(),
@@ -32,7 +32,7 @@ fn lab_runtime_is_ready_with_network() {
     // false, its CNI plugins are Debian's and its configuration is the lab's. The lab's
     // reference runtime is containerd 2.x, which answers RuntimeConfig and lists its
     // plugin directories as `binDirs`; a 1.x put under the lab with
-    // PODTRACE_LAB_CONTAINERD says them in its status info instead.
+    // PODLAPSE_LAB_CONTAINERD says them in its status info instead.
     let two = text.contains("runtime:        containerd 2.");
     let one = text.contains("runtime:        containerd 1.");
     assert!(
@@ -71,7 +71,7 @@ fn lab_runtime_is_ready_with_network() {
     assert!(text.contains("cgroups:        v1"), "{text}");
     // What the probes will try first follows the kernel (this host's is built without
     // kprobes).
-    let expected = if podtrace::ebpf::kprobes_present().is_ok() {
+    let expected = if podlapse::ebpf::kprobes_present().is_ok() {
         "netns probes:   kprobes on the kernel functions"
     } else {
         "netns probes:   syscall tracepoints (this kernel has no kprobes"
@@ -89,16 +89,16 @@ fn one_line_error(out: &std::process::Output) -> String {
 
 #[test]
 fn missing_socket_fails_with_exit_2_naming_it() {
-    let out = podtrace(&[
+    let out = podlapse(&[
         "cri",
         "info",
         "--cri",
-        "unix:///nonexistent/podtrace-test.sock",
+        "unix:///nonexistent/podlapse-test.sock",
     ]);
     assert_eq!(out.status.code(), Some(2));
     let line = one_line_error(&out);
     assert!(
-        line.contains("unix:///nonexistent/podtrace-test.sock"),
+        line.contains("unix:///nonexistent/podlapse-test.sock"),
         "{line}"
     );
     assert!(line.contains("no socket"), "{line}");
@@ -106,9 +106,9 @@ fn missing_socket_fails_with_exit_2_naming_it() {
 
 #[test]
 fn env_endpoint_is_used_when_no_flag() {
-    let out = podtrace_with_env(
+    let out = podlapse_with_env(
         &["cri", "info"],
-        &[("PODTRACE_CRI", "/nonexistent/from-env.sock")],
+        &[("PODLAPSE_CRI", "/nonexistent/from-env.sock")],
     );
     assert_eq!(out.status.code(), Some(2));
     let line = one_line_error(&out);
@@ -130,7 +130,7 @@ fn a_socket_that_is_not_cri_is_named_as_such() {
         }
     });
     let sock = path.display().to_string();
-    let out = podtrace(&["cri", "info", "--cri", &sock]);
+    let out = podlapse(&["cri", "info", "--cri", &sock]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let line = one_line_error(&out);
     assert!(line.contains(&sock), "{line}");
@@ -141,7 +141,7 @@ fn a_socket_that_is_not_cri_is_named_as_such() {
 fn a_regular_file_is_not_a_socket() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let path = file.path().display().to_string();
-    let out = podtrace(&["cri", "info", "--cri", &path]);
+    let out = podlapse(&["cri", "info", "--cri", &path]);
     assert_eq!(out.status.code(), Some(2));
     let line = one_line_error(&out);
     assert!(line.contains("is not a unix socket"), "{line}");
@@ -218,7 +218,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         let sock = d.join("c.sock");
         // Waits for containerd to answer CRI; the bound is for a containerd that never
         // does, not a guess of how soon it will.
-        podtrace_tests::eventually(
+        podlapse_tests::eventually(
             "the second containerd to answer CRI",
             std::time::Duration::from_secs(120),
             std::time::Duration::from_millis(100),
@@ -226,7 +226,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 if !sock.exists() {
                     return Err(format!("no socket at {}", sock.display()));
                 }
-                let out = podtrace(&["cri", "info", "--cri", sock.to_str().unwrap()]);
+                let out = podlapse(&["cri", "info", "--cri", sock.to_str().unwrap()]);
                 if out.status.success() {
                     Ok(())
                 } else {
@@ -254,7 +254,7 @@ impl Drop for OtherRuntime {
 fn a_cgroup_driver_nobody_names_is_exit_2_naming_what_the_runtime_said() {
     let runtime = OtherRuntime::start();
     let sock = runtime.socket();
-    let info = podtrace(&["cri", "info", "--cri", &sock]);
+    let info = podlapse(&["cri", "info", "--cri", &sock]);
     assert!(info.status.success(), "{}", stderr(&info));
     assert!(
         stdout(&info).contains("cgroup driver:  not said by the runtime (pass --cgroup-driver)"),
@@ -269,7 +269,7 @@ fn a_cgroup_driver_nobody_names_is_exit_2_naming_what_the_runtime_said() {
     )
     .unwrap();
     let root = dir.path().join("root");
-    let out = podtrace(&[
+    let out = podlapse(&[
         "run",
         "--until-ready",
         "--cri",

@@ -1,4 +1,4 @@
-//! `podtrace diagnose` against the live agent on the shared lab: a pod whose image is
+//! `podlapse diagnose` against the live agent on the shared lab: a pod whose image is
 //! not in the registry, a pod whose container crashes on start, and a healthy pod, each
 //! get their verdict naming the stage, with the evidence the agent recorded.
 
@@ -6,10 +6,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use podtrace::diagnose::{Cause, Diagnosis, PodDiagnosis};
-use podtrace_tests::agent::Agent;
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::{ip_in_subnet, podtrace_bin, require_lab, static_name, stderr, stdout};
+use podlapse::diagnose::{Cause, Diagnosis, PodDiagnosis};
+use podlapse_tests::agent::Agent;
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::{ip_in_subnet, podlapse_bin, require_lab, static_name, stderr, stdout};
 use xtask::lab::{IMAGE_APP, REGISTRY_ADDR};
 
 fn pods() -> String {
@@ -29,7 +29,7 @@ metadata: {{name: diag-no-image}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
-  - {{name: app, image: {REGISTRY_ADDR}/podtrace/not-pushed:1.0, command: [sleep, '3600']}}
+  - {{name: app, image: {REGISTRY_ADDR}/podlapse/not-pushed:1.0, command: [sleep, '3600']}}
 ---
 apiVersion: v1
 kind: Pod
@@ -42,10 +42,10 @@ spec:
     )
 }
 
-/// `podtrace diagnose -o json` against the agent; exit code 1 (a pod has a problem) is
+/// `podlapse diagnose -o json` against the agent; exit code 1 (a pod has a problem) is
 /// an answer too.
 fn diagnose(socket: &Path, extra: &[&str]) -> Option<Diagnosis> {
-    let out = Command::new(podtrace_bin())
+    let out = Command::new(podlapse_bin())
         .args(["diagnose", "-o", "json", "--api-socket"])
         .arg(socket)
         .args(extra)
@@ -92,7 +92,7 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
     ];
     // Each look is one API call; the verdicts settle as the agent records the pulls,
     // exits and back-offs, well within the limit.
-    let d = podtrace_tests::eventually(
+    let d = podlapse_tests::eventually(
         "the verdicts to settle",
         Duration::from_secs(120),
         Duration::from_millis(100),
@@ -157,7 +157,7 @@ fn the_live_agent_names_a_missing_image_a_crash_on_start_and_a_healthy_pod() {
     );
 
     // The table, for one pod.
-    let out = Command::new(podtrace_bin())
+    let out = Command::new(podlapse_bin())
         .args([
             "diagnose",
             "--pod",

@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, container, container_pids, phase};
-use podtrace_tests::require_lab;
+use podlapse_tests::agent::{Agent, container, container_pids, phase};
+use podlapse_tests::require_lab;
 
 use xtask::lab::IMAGE_APP as APP;
 use xtask::lab::REGISTRY_ADDR;
@@ -59,7 +59,7 @@ fn a_grpc_liveness_probe_passes_then_restarts_the_container_when_not_serving() {
         &["--backoff-initial", "1s", "--backoff-max", "2s"],
     );
     // The lab's busybox base with this crate's health server in it.
-    let image = format!("{REGISTRY_ADDR}/podtrace/grpc-{}:1.0", std::process::id());
+    let image = format!("{REGISTRY_ADDR}/podlapse/grpc-{}:1.0", std::process::id());
     xtask::lab::push_program_image(
         &agent.scratch.path().join("image"),
         &image,
@@ -70,7 +70,7 @@ fn a_grpc_liveness_probe_passes_then_restarts_the_container_when_not_serving() {
 
     agent.write(
         "healthy.yaml",
-        &probed_pod("healthy", &image, PORT, "podtrace", true),
+        &probed_pod("healthy", &image, PORT, "podlapse", true),
     );
     // Nothing listens on this port in the app image.
     agent.write("deaf.yaml", &probed_pod("deaf", APP, PORT, "", false));

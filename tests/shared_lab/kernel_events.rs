@@ -1,19 +1,19 @@
-//! `podtrace kernel-events`: the eBPF probes watching a real sandbox come up on the lab,
+//! `podlapse kernel-events`: the eBPF probes watching a real sandbox come up on the lab,
 //! unshare/setns (and clone, on request) reporting the netns each task ends up in, from
 //! kernel functions where kprobes attach and from syscall tracepoints otherwise, a ring buffer too small
 //! for a burst counting what it dropped, and nodes without BPF privileges or tracefs
-//! where podtrace says once what is missing and carries on.
+//! where podlapse says once what is missing and carries on.
 
 use std::process::Command;
 
 use std::time::Duration;
 
-use podtrace::ebpf::event::CniOutput;
-use podtrace::ebpf::{KernelEvent, now_ktime_ns};
-use podtrace::timeline::CniReply;
-use podtrace_tests::ebpf::{Watched, Watcher, require_probes, serial};
-use podtrace_tests::{
-    Scratch, eventually, pod, podtrace_bin, require_lab, runtime_objects, stderr,
+use podlapse::ebpf::event::CniOutput;
+use podlapse::ebpf::{KernelEvent, now_ktime_ns};
+use podlapse::timeline::CniReply;
+use podlapse_tests::ebpf::{Watched, Watcher, require_probes, serial};
+use podlapse_tests::{
+    Scratch, eventually, pod, podlapse_bin, require_lab, runtime_objects, stderr,
 };
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
@@ -98,7 +98,7 @@ fn a_sandbox_is_seen_from_the_kernel() {
             });
         assert_eq!(
             add["pod_name"],
-            podtrace_tests::static_name(POD, doc["node"].as_str().unwrap()).as_str(),
+            podlapse_tests::static_name(POD, doc["node"].as_str().unwrap()).as_str(),
             "{add}"
         );
         assert_eq!(add["pod_namespace"], "default", "{add}");
@@ -300,7 +300,7 @@ fn a_tiny_ring_buffer_counts_what_it_drops() {
             );
             assert!(
                 w.stderr
-                    .contains(&format!("podtrace: {lost} kernel events lost")),
+                    .contains(&format!("podlapse: {lost} kernel events lost")),
                 "the loss is not reported on stderr:\n{}",
                 w.stderr
             );
@@ -343,7 +343,7 @@ fn find_netns(w: &Watched, syscall: &str, comm: &str, inode: u64) -> Option<Valu
 
 /// Whether this kernel lets kprobes attach through perf, as the loader attaches them.
 fn kernel_has_kprobes() -> bool {
-    podtrace::ebpf::kprobes_present().is_ok()
+    podlapse::ebpf::kprobes_present().is_ok()
 }
 
 /// unshare and setns (nsenter) report the namespace the task ends up in, from the
@@ -353,7 +353,7 @@ fn kernel_has_kprobes() -> bool {
 fn namespace_creation_and_entry_report_the_netns_from_kernel_functions_or_tracepoints() {
     let _one = serial();
     // The modern node's Debian kernel has kprobes: there they must be what attached.
-    let modern_node = std::env::var_os("PODTRACE_NODE_RUNTIME").is_some();
+    let modern_node = std::env::var_os("PODLAPSE_NODE_RUNTIME").is_some();
     let preferred = if modern_node || kernel_has_kprobes() {
         "kprobes"
     } else {
@@ -411,12 +411,12 @@ fn namespace_creation_and_entry_report_the_netns_from_kernel_functions_or_tracep
     }
     if !kernel_has_kprobes() {
         // Asked for kprobes where there are none: refused by name, nothing watched.
-        let out = Command::new(podtrace_bin())
+        let out = Command::new(podlapse_bin())
             .args(["kernel-events", "--duration", "1", "--summary-only"])
             .args(["--netns-hooks", "kprobes", "--probes"])
             .arg(require_probes())
             .output()
-            .expect("podtrace kernel-events");
+            .expect("podlapse kernel-events");
         assert!(!out.status.success(), "{}", stderr(&out));
         assert!(
             stderr(&out)
@@ -531,7 +531,7 @@ fn clone_with_a_new_netns_is_reported_on_request() {
 
 fn without_caps(args: &[&str]) -> std::process::Output {
     // capsh drops the capabilities from the bounding set; the shell it starts (and the
-    // podtrace it execs) cannot get them back even as root.
+    // podlapse it execs) cannot get them back even as root.
     let mut cmd = Command::new("capsh");
     cmd.args([
         "--drop=cap_sys_admin,cap_bpf,cap_perfmon",
@@ -539,7 +539,7 @@ fn without_caps(args: &[&str]) -> std::process::Output {
         "-c",
         "exec \"$0\" \"$@\"",
     ])
-    .arg(podtrace_bin())
+    .arg(podlapse_bin())
     .arg("kernel-events")
     .arg("--probes")
     .arg(require_probes())
@@ -584,7 +584,7 @@ fn without_tracefs_it_names_what_is_missing() {
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(format!(
             "mount -t tmpfs none /sys/kernel/tracing && exec {} kernel-events --duration 1 --probes {}",
-            podtrace_bin().display(),
+            podlapse_bin().display(),
             require_probes().display()
         ))
         .output()
@@ -687,15 +687,15 @@ impl Timeline {
 }
 
 /// `cargo build` embeds the probes: the binary copied alone into an empty directory, with
-/// neither --probes nor $PODTRACE_PROBES, attaches them and sees a program run.
+/// neither --probes nor $PODLAPSE_PROBES, attaches them and sees a program run.
 #[test]
 fn the_binary_copied_alone_loads_its_embedded_probes() {
     use std::io::{BufRead, BufReader};
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
-    let alone = dir.path().join("podtrace");
-    std::fs::copy(podtrace_bin(), &alone).unwrap();
-    let marker = dir.path().join("podtrace-alone-marker");
+    let alone = dir.path().join("podlapse");
+    std::fs::copy(podlapse_bin(), &alone).unwrap();
+    let marker = dir.path().join("podlapse-alone-marker");
     std::fs::copy("/bin/true", &marker).unwrap();
     let mut child = Command::new(&alone)
         .args([
@@ -706,8 +706,8 @@ fn the_binary_copied_alone_loads_its_embedded_probes() {
             "4",
         ])
         .current_dir(dir.path())
-        .env_remove("PODTRACE_PROBES")
-        .env_remove("PODTRACE_LAB_DIR")
+        .env_remove("PODLAPSE_PROBES")
+        .env_remove("PODLAPSE_LAB_DIR")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -725,7 +725,7 @@ fn the_binary_copied_alone_loads_its_embedded_probes() {
         }
     }
     assert!(
-        said.contains("embedded in the podtrace binary"),
+        said.contains("embedded in the podlapse binary"),
         "did not load the embedded probes:\n{said}"
     );
     assert!(Command::new(&marker).status().unwrap().success());

@@ -3,7 +3,7 @@
 //! after another (`xtask/src/integration.rs`): the probe tests see every exec on the node,
 //! so no other module's pods may run beside them.
 
-/// `podtrace run` as an agent: back-off, pull recovery, edits, deletion, adoption,
+/// `podlapse run` as an agent: back-off, pull recovery, edits, deletion, adoption,
 /// housekeeping, hooks, readiness, liveness, invalid manifests.
 mod agent;
 /// Real-world-shaped manifests: the security context and namespaces the runtime applied,
@@ -11,9 +11,9 @@ mod agent;
 mod conformance;
 /// A trace cut short by a crash or a full disk keeps what was recorded.
 mod crash_safe_trace;
-/// What `podtrace cri info` reads from the runtime.
+/// What `podlapse cri info` reads from the runtime.
 mod cri_info;
-/// `podtrace diagnose` against the live agent: missing image, crash on start, healthy.
+/// `podlapse diagnose` against the live agent: missing image, crash on start, healthy.
 mod diagnose_faults;
 /// gRPC liveness probes against a health server in the pod.
 mod grpc_probes;
@@ -25,16 +25,16 @@ mod modern_node;
 /// configuration broken one way at a time, pods of another client observed; loads the
 /// probes.
 mod no_ip;
-/// `podtrace observe` beside other CRI clients (cri-pod-client, a second podtrace); loads
+/// `podlapse observe` beside other CRI clients (cri-pod-client, a second podlapse); loads
 /// the probes.
 mod observe;
-/// `podtrace observe` receiving the kubelet's own spans (the suite's client exports them
+/// `podlapse observe` receiving the kubelet's own spans (the suite's client exports them
 /// as a tracing kubelet does); changes the node's CNI configuration and loads the probes.
 mod observe_kubelet;
-/// `podtrace observe --metrics-addr`: the observed pods' stages and the live diagnosis
+/// `podlapse observe --metrics-addr`: the observed pods' stages and the live diagnosis
 /// as Prometheus metrics; changes the node's CNI configuration and loads the probes.
 mod observe_outputs;
-/// `podtrace observe --trace-max-bytes`: a rotated trace over a few hundred pods, read
+/// `podlapse observe --trace-max-bytes`: a rotated trace over a few hundred pods, read
 /// file by file and as one; loads the probes.
 mod observe_rotation;
 /// OTLP export of pod startups to a test receiver, with the runtime's spans where it
@@ -46,7 +46,7 @@ mod pipeline;
 mod probes;
 /// In-place pod resize: NotRequired, RestartContainer, infeasible.
 mod resize;
-/// The example pods and bad input to `podtrace run`.
+/// The example pods and bad input to `podlapse run`.
 mod run_pods;
 /// Sidecars (restartable init containers): startup order, restarts, termination order.
 mod sidecars;

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use podtrace_tests::{
-    Scratch, ip_in_subnet, pod, podtrace, require_lab, runtime_objects, runtime_objects_labelled,
+use podlapse_tests::{
+    Scratch, ip_in_subnet, pod, podlapse, require_lab, runtime_objects, runtime_objects_labelled,
     stderr, stdout,
 };
 use xtask::lab::{IMAGE_APP, POD_SUBNET};
@@ -36,7 +36,7 @@ fn require_modern_node() {
 /// Which containerd the suite says serves the node (`cargo xtask node-vm test` sets it):
 /// the reference 2.x unless it says `1.7`.
 fn expected_runtime() -> (u32, u32) {
-    match std::env::var("PODTRACE_NODE_RUNTIME").as_deref() {
+    match std::env::var("PODLAPSE_NODE_RUNTIME").as_deref() {
         Ok("1.7") => (1, 7),
         _ => (2, 0),
     }
@@ -45,7 +45,7 @@ fn expected_runtime() -> (u32, u32) {
 #[test]
 fn cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2() {
     require_modern_node();
-    let out = podtrace(&["cri", "info"]);
+    let out = podlapse(&["cri", "info"]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     let version = text
@@ -195,7 +195,7 @@ fn netns_entries() -> BTreeSet<String> {
 }
 
 fn ipam_reservations() -> BTreeSet<String> {
-    let dir = podtrace_tests::lab()
+    let dir = podlapse_tests::lab()
         .ipam_dir()
         .join(xtask::lab::CNI_NETWORK);
     std::fs::read_dir(dir)
@@ -337,7 +337,7 @@ fn a_slice_systemd_refuses_is_exit_2_and_creates_nothing() {
         &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: refused-slice}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let root_dir = scratch.root_dir().display().to_string();
-    let out = podtrace(&[
+    let out = podlapse(&[
         "run",
         "--until-ready",
         "--root-dir",
@@ -357,7 +357,7 @@ fn a_slice_systemd_refuses_is_exit_2_and_creates_nothing() {
     );
     let (sandboxes, containers) = runtime_objects_labelled(
         "io.kubernetes.pod.name",
-        &podtrace_tests::static_name("refused-slice", &podtrace_tests::host_node()),
+        &podlapse_tests::static_name("refused-slice", &podlapse_tests::host_node()),
     );
     assert!(
         sandboxes.is_empty() && containers.is_empty(),

@@ -1,7 +1,7 @@
 //! "Why has this pod no IP?" for the causes real nodes have, made for real on the node's
 //! own runtime (the host lab, and the modern node's containerd 2.x in its guest): a CRI
-//! client of the suite's own (`cri-pod-client`, not podtrace) creates pods beside
-//! `podtrace observe` while the node's CNI configuration is broken one way at a time,
+//! client of the suite's own (`cri-pod-client`, not podlapse) creates pods beside
+//! `podlapse observe` while the node's CNI configuration is broken one way at a time,
 //! and the verdict is read from `diagnose --live` while the pod fails, then from
 //! `diagnose` on the observed trace afterwards, each with its evidence:
 //!
@@ -12,16 +12,16 @@
 //! - no network configuration at all, or a file that does not parse (the node's
 //!   finding).
 //!
-//! `podtrace run`'s own pods get the same verdicts from the runtime's words (a plugin
+//! `podlapse run`'s own pods get the same verdicts from the runtime's words (a plugin
 //! that is not installed, a used-up range). Each test changes the network every pod on
 //! the runtime uses and puts it back (`ConfSwap`); the module's tests run one at a time.
 
 use std::time::{Duration, SystemTime};
 
-use podtrace_tests::cni_conf::{ConfSwap, network, pool, runtime_network};
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer, cleanup_client_pods};
-use podtrace_tests::{Scratch, podtrace_bin, require_lab, stderr};
+use podlapse_tests::cni_conf::{ConfSwap, network, pool, runtime_network};
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::observer::{ClientRun, Observer, cleanup_client_pods};
+use podlapse_tests::{Scratch, podlapse_bin, require_lab, stderr};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
 
@@ -42,7 +42,7 @@ impl Broken {
     fn start(prefix: &'static str, pods: usize) -> Broken {
         let scratch = Scratch::new();
         let trace = scratch.path().join("observed.jsonl");
-        let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+        let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
         let observer = Observer::start(&trace, &require_probes(), &cri, &[]);
         let n = pods.to_string();
         let client = ClientRun::spawn(
@@ -102,11 +102,11 @@ impl Broken {
         cleanup(&self.cri, self.prefix);
         let (status, last) = self.observer.take().unwrap().stop();
         assert!(status.success(), "the observer exited {status}: {last:?}");
-        let out = std::process::Command::new(podtrace_bin())
+        let out = std::process::Command::new(podlapse_bin())
             .args(["diagnose", "-o", "json"])
             .arg(&self.trace)
             .output()
-            .expect("podtrace diagnose");
+            .expect("podlapse diagnose");
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("diagnose printed no JSON ({e}): {}", stderr(&out)))
     }
@@ -161,8 +161,8 @@ fn a_network_naming_a_plugin_that_is_not_installed_is_cni_plugin_missing() {
     let _one = serial();
     require_lab();
     let mut swap = ConfSwap::save();
-    let conf = network(&swap, "podtrace-noip-missing", |p| {
-        p["type"] = "podtrace-absent-plugin".into()
+    let conf = network(&swap, "podlapse-noip-missing", |p| {
+        p["type"] = "podlapse-absent-plugin".into()
     });
     swap.use_network(&conf);
     let bin_dirs = runtime_network().bin_dirs.join(" ");
@@ -172,7 +172,7 @@ fn a_network_naming_a_plugin_that_is_not_installed_is_cni_plugin_missing() {
     for d in [&live, &trace] {
         let v = verdict(d, "noip-missing-0").unwrap();
         assert_eq!(v["cause"], "cni_plugin_missing", "{d:#}");
-        assert_eq!(v["stage"], "cni_plugin:podtrace-absent-plugin", "{d:#}");
+        assert_eq!(v["stage"], "cni_plugin:podlapse-absent-plugin", "{d:#}");
         assert!(
             v["summary"]
                 .as_str()
@@ -181,13 +181,13 @@ fn a_network_naming_a_plugin_that_is_not_installed_is_cni_plugin_missing() {
             "{d:#}"
         );
         // The kernel agrees: the chain stopped before the plugin's exec.
-        assert!(has(v, "podtrace-absent-plugin never exec'd"), "{d:#}");
+        assert!(has(v, "podlapse-absent-plugin never exec'd"), "{d:#}");
         let n = node(d, "cni_plugin_missing").unwrap_or_else(|| panic!("no node finding: {d:#}"));
         assert!(
             has(
                 n,
                 &format!(
-                    "no executable for plugin podtrace-absent-plugin in the runtime's plugin directories [{bin_dirs}]"
+                    "no executable for plugin podlapse-absent-plugin in the runtime's plugin directories [{bin_dirs}]"
                 )
             ),
             "{d:#}"
@@ -201,7 +201,7 @@ fn a_used_up_range_names_the_range_and_who_holds_it_and_a_running_pod_stays_heal
     require_lab();
     let mut swap = ConfSwap::save();
     // One address: the first pod gets it, the second finds none.
-    let conf = network(&swap, "podtrace-noip-full", pool(2, 2));
+    let conf = network(&swap, "podlapse-noip-full", pool(2, 2));
     swap.use_network(&conf);
     let run = Broken::start("noip-full", 2);
     let first = run.client.as_ref().unwrap().pods(1).remove(0);
@@ -245,7 +245,7 @@ fn a_range_full_of_leaked_reservations_names_the_leaked_ids_as_the_reason() {
     let _one = serial();
     require_lab();
     let mut swap = ConfSwap::save();
-    let name = "podtrace-noip-leak";
+    let name = "podlapse-noip-leak";
     let conf = network(&swap, name, pool(2, 3));
     // host-local's store as a node left it after sandboxes went away without a CNI DEL
     // (a runtime killed mid-ADD, a node that lost its runtime's state): every address
@@ -306,7 +306,7 @@ fn a_chain_that_succeeds_without_an_address_is_cni_no_address() {
     require_lab();
     let mut swap = ConfSwap::save();
     // bridge without IPAM: a layer-2 network; every plugin exits 0, no address comes.
-    let conf = network(&swap, "podtrace-noip-noaddr", |p| {
+    let conf = network(&swap, "podlapse-noip-noaddr", |p| {
         p.as_object_mut().unwrap().remove("ipam");
         p["isGateway"] = false.into();
         p["ipMasq"] = false.into();
@@ -320,7 +320,7 @@ fn a_chain_that_succeeds_without_an_address_is_cni_no_address() {
         assert_eq!(v["stage"], "cni_add", "{d:#}");
         assert!(has(v, "bridge (exit 0)"), "{d:#}");
         assert!(
-            has(v, "the runtime uses network podtrace-noip-noaddr"),
+            has(v, "the runtime uses network podlapse-noip-noaddr"),
             "{d:#}"
         );
     }
@@ -340,11 +340,11 @@ fn no_configuration_or_a_file_that_does_not_parse_is_the_nodes_finding() {
         "the node's network not ready",
         |d| node(d, "network_not_ready").is_some(),
     );
-    let pods = std::process::Command::new(podtrace_bin())
+    let pods = std::process::Command::new(podlapse_bin())
         .args(["pods", "--api-socket"])
         .arg(run.trace.with_extension("sock"))
         .output()
-        .expect("podtrace pods");
+        .expect("podlapse pods");
     let table = String::from_utf8_lossy(&pods.stdout).into_owned();
     assert!(table.starts_with("node: network_not_ready: "), "{table}");
     let trace = run.finish();
@@ -368,7 +368,7 @@ fn no_configuration_or_a_file_that_does_not_parse_is_the_nodes_finding() {
     // A file that does not parse, first in libcni's order: the runtime loads nothing.
     let mut swap = ConfSwap::save();
     swap.add_broken(
-        "00-podtrace-broken.conflist",
+        "00-podlapse-broken.conflist",
         "{\"name\": \"x\", \"plugins\": [ {\"type\": \"bridge\"} ",
     );
     let run = Broken::start("noip-broken", 1);
@@ -381,16 +381,16 @@ fn no_configuration_or_a_file_that_does_not_parse_is_the_nodes_finding() {
     for d in [&live, &trace] {
         let n = node(d, "network_not_ready").unwrap();
         assert!(
-            has(n, "1. 00-podtrace-broken.conflist: is not valid JSON")
+            has(n, "1. 00-podlapse-broken.conflist: is not valid JSON")
                 && has(n, "the runtime's load stops here"),
             "{d:#}"
         );
         assert!(has(n, "not loaded: an earlier file fails"), "{d:#}");
-        assert!(has(n, "00-podtrace-broken.conflist"), "{d:#}");
+        assert!(has(n, "00-podlapse-broken.conflist"), "{d:#}");
     }
 }
 
-/// `podtrace run --until-ready` of one pod; the diagnosis of its trace.
+/// `podlapse run --until-ready` of one pod; the diagnosis of its trace.
 fn run_diagnosis(scratch: &Scratch, name: &str) -> Value {
     let manifest = scratch.manifest(
         "pod.yaml",
@@ -411,33 +411,33 @@ fn run_diagnosis(scratch: &Scratch, name: &str) -> Value {
         ],
     );
     assert!(!out.status.success(), "the pod ran on a broken network");
-    let d = std::process::Command::new(podtrace_bin())
+    let d = std::process::Command::new(podlapse_bin())
         .args(["diagnose", "-o", "json"])
         .arg(&trace)
         .output()
-        .expect("podtrace diagnose");
+        .expect("podlapse diagnose");
     serde_json::from_slice(&d.stdout).unwrap_or_else(|e| panic!("no JSON ({e}): {}", stderr(&d)))
 }
 
 #[test]
-fn podtraces_own_pods_get_the_same_verdicts_from_the_runtimes_words() {
+fn podlapses_own_pods_get_the_same_verdicts_from_the_runtimes_words() {
     let _one = serial();
     require_lab();
     let scratch = Scratch::new();
     let mut swap = ConfSwap::save();
-    let conf = network(&swap, "podtrace-noip-run-missing", |p| {
-        p["type"] = "podtrace-absent-plugin".into()
+    let conf = network(&swap, "podlapse-noip-run-missing", |p| {
+        p["type"] = "podlapse-absent-plugin".into()
     });
     swap.use_network(&conf);
     let d = run_diagnosis(&scratch, "run-missing");
     let v = &d["pods"][0]["verdict"];
     assert_eq!(v["cause"], "cni_plugin_missing", "{d:#}");
-    assert_eq!(v["stage"], "cni_plugin:podtrace-absent-plugin", "{d:#}");
+    assert_eq!(v["stage"], "cni_plugin:podlapse-absent-plugin", "{d:#}");
     drop(swap);
 
     let scratch = Scratch::new();
     let mut swap = ConfSwap::save();
-    let name = "podtrace-noip-run-full";
+    let name = "podlapse-noip-run-full";
     let conf = network(&swap, name, pool(2, 2));
     let store = swap.store_of(name);
     std::fs::create_dir_all(&store).unwrap();

@@ -1,17 +1,17 @@
-//! `podtrace observe` beside other CRI clients on the lab: a kubelet-like client built on
-//! the official CRI protos (`cri-pod-client`) and a second podtrace each create pods while
+//! `podlapse observe` beside other CRI clients on the lab: a kubelet-like client built on
+//! the official CRI protos (`cri-pod-client`) and a second podlapse each create pods while
 //! the observer records. Every pod gets its own kernel stages and the runtime's times,
 //! none attributed to another pod, both while they run (the observer's API) and in its
 //! trace; every call the observer made only reads (a recording proxy between it and the
 //! runtime keeps them), and replay refuses the observed trace.
 
-use podtrace::timeline::{PodTimeline, StageSource, Timeline};
-use podtrace::trace::read_trace;
-use podtrace_tests::cri_proxy::CriProxy;
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer};
-use podtrace_tests::otlp::reconnect_runtime_exporter;
-use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
+use podlapse::timeline::{PodTimeline, StageSource, Timeline};
+use podlapse::trace::read_trace;
+use podlapse_tests::cri_proxy::CriProxy;
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::observer::{ClientRun, Observer};
+use podlapse_tests::otlp::reconnect_runtime_exporter;
+use podlapse_tests::{Scratch, podlapse, require_lab, runtime_version, stderr};
 use serde_json::Value;
 use xtask::lab::IMAGE_APP;
 
@@ -146,7 +146,7 @@ fn beside_two_clients(learn: Learn) {
     let scratch = Scratch::new();
     let trace = scratch.path().join("observed.jsonl");
     // The observer reaches the runtime only through a proxy that keeps every method.
-    let proxy = CriProxy::start(&podtrace_tests::lab().cri_socket(), scratch.path());
+    let proxy = CriProxy::start(&podlapse_tests::lab().cri_socket(), scratch.path());
     // containerd 2.x traces the CRI calls sent with a sampled context: the client sends
     // one, as a kubelet with tracing on does, and the observer receives the spans.
     let runtime_spans = learn == Learn::Auto && runtime_version().0 >= 2;
@@ -161,15 +161,15 @@ fn beside_two_clients(learn: Learn) {
     }
     let observer = Observer::start(&trace, &probes, &proxy.endpoint(), &extra);
 
-    // A second podtrace as one client, the CRI-protos client as the other, at once. The
+    // A second podlapse as one client, the CRI-protos client as the other, at once. The
     // client holds its pods until told to tear them down.
     let manifest = scratch.manifest(
         "pt.yaml",
         &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: observed-by-podtrace}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: observed-by-podlapse}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"
         ),
     );
-    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
     let mut client_args = vec![
         "--pods",
         "5",
@@ -192,7 +192,7 @@ fn beside_two_clients(learn: Learn) {
     }
 
     // While they run, the observer's API shows them: as the runtime runs them
-    // (`podtrace pods`), and their timelines so far (`podtrace timeline --live`).
+    // (`podlapse pods`), and their timelines so far (`podlapse timeline --live`).
     let uid = |p: &Value| p["uid"].as_str().unwrap().to_string();
     let listed = observer.wait_api(&["pods"], "the client's pods running, with IPs", |l| {
         client.iter().all(|p| {
@@ -310,7 +310,7 @@ fn beside_two_clients(learn: Learn) {
         assert!(!methods.contains("GetContainerEvents"), "{methods:?}");
     }
     assert!(read.footer.is_some(), "the trace was closed");
-    let t = podtrace::timeline::build(&read.records);
+    let t = podlapse::timeline::build(&read.records);
 
     for p in &client {
         assert_observed(
@@ -336,7 +336,7 @@ fn beside_two_clients(learn: Learn) {
         .pods
         .iter()
         .find(|p| p.uid == uid)
-        .expect("podtrace's pod was observed");
+        .expect("podlapse's pod was observed");
     let sandbox = p.sandbox_ids.last().expect("a sandbox").clone();
     let container = p.containers.keys().next().expect("a container").clone();
     assert_observed(&t, uid, &sandbox, &container);
@@ -355,9 +355,9 @@ fn beside_two_clients(learn: Learn) {
 
     // The views read it; replay refuses it with its reason.
     let trace_arg = trace.to_str().unwrap();
-    let report = podtrace(&["report", trace_arg]);
+    let report = podlapse(&["report", trace_arg]);
     assert!(report.status.success(), "{}", stderr(&report));
-    let replay = podtrace(&["replay", trace_arg]);
+    let replay = podlapse(&["replay", trace_arg]);
     assert_eq!(replay.status.code(), Some(2), "{}", stderr(&replay));
     assert!(
         stderr(&replay).contains("observed trace"),

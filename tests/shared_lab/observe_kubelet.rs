@@ -1,4 +1,4 @@
-//! The kubelet's own spans, received by `podtrace observe` (its `--runtime-otlp-listen`,
+//! The kubelet's own spans, received by `podlapse observe` (its `--runtime-otlp-listen`,
 //! where a kubelet's `tracing.endpoint` points): the suite's own CRI client exports what a
 //! tracing kubelet exports (`cri-pod-client --kubelet-spans`: `syncPod` per sync, each CRI
 //! call a client span under it with its `traceparent`; names and attributes from
@@ -9,12 +9,12 @@
 //! kubelet's calls (containerd 2.x traces a call that carries a sampled context), and the
 //! failing call with the error text the kubelet got.
 
-use podtrace::timeline::Timeline;
-use podtrace_tests::cni_conf::{ConfSwap, network, pool};
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientRun, Observer, cleanup_client_pods};
-use podtrace_tests::otlp::reconnect_runtime_exporter;
-use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
+use podlapse::timeline::Timeline;
+use podlapse_tests::cni_conf::{ConfSwap, network, pool};
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::observer::{ClientRun, Observer, cleanup_client_pods};
+use podlapse_tests::otlp::reconnect_runtime_exporter;
+use podlapse_tests::{Scratch, podlapse, require_lab, runtime_version, stderr};
 use serde_json::Value;
 use xtask::lab::{IMAGE_APP, RUNTIME_OTLP_ADDR};
 
@@ -55,14 +55,14 @@ fn the_kubelets_syncs_and_calls_show_beside_the_kernels_stages_with_the_error_it
     // hang under the kubelet's.
     let runtime_traces = runtime_version().0 >= 2;
     let mut swap = ConfSwap::save();
-    let conf = network(&swap, "podtrace-obs-kubelet", pool(2, 3));
+    let conf = network(&swap, "podlapse-obs-kubelet", pool(2, 3));
     swap.use_network(&conf);
     if runtime_traces {
         reconnect_runtime_exporter();
     }
     let scratch = Scratch::new();
     let trace = scratch.path().join("observed.jsonl");
-    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
     let observer = Observer::start(
         &trace,
         &require_probes(),
@@ -123,7 +123,7 @@ fn the_kubelets_syncs_and_calls_show_beside_the_kernels_stages_with_the_error_it
     cleanup_client_pods(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
     let (status, last) = observer.stop();
     assert!(status.success(), "the observer exited {status}: {last:?}");
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let recorded: Value = serde_json::from_slice(&out.stdout).unwrap();
     let recorded: Timeline = serde_json::from_value(recorded).unwrap();

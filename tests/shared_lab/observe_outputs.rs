@@ -1,7 +1,7 @@
-//! What the observer sees leaves the node: `podtrace observe` with `--metrics-addr`, the
+//! What the observer sees leaves the node: `podlapse observe` with `--metrics-addr`, the
 //! span receiver (`--runtime-otlp-listen`, where the lab's containerd and the kubelet's
 //! tracing point) and `--otlp-endpoint` (a collector of the test's own, the official
-//! protos). A CRI client of the suite's own (`cri-pod-client`, not podtrace) plays a
+//! protos). A CRI client of the suite's own (`cri-pod-client`, not podlapse) plays a
 //! tracing kubelet (`--kubelet-spans`: `syncPod` per sync, each CRI call a client span
 //! under it with its `traceparent`; names and attributes from kubelet's own source, see
 //! `tests/bin/kubelet_tracing.rs`) and creates six pods while the network's range has
@@ -11,9 +11,9 @@
 //! - The scrape is `promtool check metrics` clean, each stage counts the five pods, and
 //!   the sixth shows in the live diagnosis's gauge by its cause.
 //! - The collector gets one trace per pod: `syncPod` at its root, the kubelet's CRI
-//!   client spans under it, containerd's server spans under those, podtrace's kernel
+//!   client spans under it, containerd's server spans under those, podlapse's kernel
 //!   stages under the call they happened in; no span whose parent is missing, none
-//!   twice. `podtrace export` of the recorded trace gives the same spans.
+//!   twice. `podlapse export` of the recorded trace gives the same spans.
 //! - The recorded timeline shows the kubelet's syncs and calls beside the kernel's stages.
 //!
 //! Bad addresses stop the observer before it starts anything.
@@ -21,13 +21,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use podtrace::timeline::Timeline;
-use podtrace_tests::agent::{free_loopback_addr, metric, promtool_check_metrics, scrape};
-use podtrace_tests::cni_conf::{ConfSwap, network, pool};
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientPodsCleanup, ClientRun, Observer, cleanup_client_pods};
-use podtrace_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
-use podtrace_tests::{Scratch, podtrace, podtrace_bin, require_lab, runtime_version, stderr};
+use podlapse::timeline::Timeline;
+use podlapse_tests::agent::{free_loopback_addr, metric, promtool_check_metrics, scrape};
+use podlapse_tests::cni_conf::{ConfSwap, network, pool};
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::observer::{ClientPodsCleanup, ClientRun, Observer, cleanup_client_pods};
+use podlapse_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
+use podlapse_tests::{Scratch, podlapse, podlapse_bin, require_lab, runtime_version, stderr};
 use xtask::lab::{IMAGE_APP, RUNTIME_OTLP_ADDR};
 
 /// The client's pods, retried until the test kills the client.
@@ -81,12 +81,12 @@ fn call<'a>(trace: &Trace<'a>, method: &str) -> Option<&'a ReceivedSpan> {
     })
 }
 
-/// podtrace's span for `stage` in `trace`.
+/// podlapse's span for `stage` in `trace`.
 fn stage<'a>(trace: &Trace<'a>, stage: &str) -> Option<&'a ReceivedSpan> {
     trace
         .values()
         .copied()
-        .find(|s| s.service == "podtrace" && s.name == stage)
+        .find(|s| s.service == "podlapse" && s.name == stage)
 }
 
 /// What a started pod's trace still lacks: its kernel stages exported under the calls,
@@ -121,16 +121,16 @@ fn lacks(trace: &Trace, runtime_traces: bool) -> Vec<String> {
     lacks
 }
 
-/// The spans podtrace made, as (trace, span, parent, name): what the live export and
-/// `podtrace export` of the recorded trace must agree on.
-fn podtraces(
+/// The spans podlapse made, as (trace, span, parent, name): what the live export and
+/// `podlapse export` of the recorded trace must agree on.
+fn podlapses(
     spans: &[ReceivedSpan],
     uids: &BTreeSet<String>,
 ) -> BTreeSet<(String, String, String, String)> {
     spans
         .iter()
         .filter(|s| {
-            s.service == "podtrace" && s.attr("k8s.pod.uid").is_some_and(|u| uids.contains(u))
+            s.service == "podlapse" && s.attr("k8s.pod.uid").is_some_and(|u| uids.contains(u))
         })
         .map(|s| {
             (
@@ -151,7 +151,7 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     // hang under the kubelet's.
     let runtime_traces = runtime_version().0 >= 2;
     let mut swap = ConfSwap::save();
-    let conf = network(&swap, "podtrace-obs-outputs", pool(2, 6));
+    let conf = network(&swap, "podlapse-obs-outputs", pool(2, 6));
     swap.use_network(&conf);
     if runtime_traces {
         reconnect_runtime_exporter();
@@ -159,7 +159,7 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     let collector = Receiver::start("127.0.0.1:0");
     let scratch = Scratch::new();
     let trace = scratch.path().join("observed.jsonl");
-    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
     let addr = free_loopback_addr();
     let endpoint = collector.endpoint();
     let observer = Observer::start(
@@ -210,21 +210,21 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
         &addr,
         "five pods started and the sixth without an IP",
         |t| {
-            metric(t, "podtrace_observed_pod_start_duration_seconds_count") == Some(5.0)
-                && metric(t, "podtrace_unhealthy_pods{cause=\"ipam_exhausted\"}") == Some(1.0)
+            metric(t, "podlapse_observed_pod_start_duration_seconds_count") == Some(5.0)
+                && metric(t, "podlapse_unhealthy_pods{cause=\"ipam_exhausted\"}") == Some(1.0)
                 && metric(
                     t,
-                    "podtrace_stage_duration_seconds_count{stage=\"app_first_exec\"}",
+                    "podlapse_stage_duration_seconds_count{stage=\"app_first_exec\"}",
                 ) == Some(5.0)
                 // The node's network is looked at once a second, apart from the pods'
                 // records: its full range shows at the first look after the fifth pod.
-                && metric(t, "podtrace_node_network_findings{cause=\"ipam_exhausted\"}")
+                && metric(t, "podlapse_node_network_findings{cause=\"ipam_exhausted\"}")
                     == Some(1.0)
         },
     );
     // Each started pod's startup goes out once it settled (10 s with nothing new), after
     // the kubelet's and the runtime's batches came.
-    let spans = podtrace_tests::eventually(
+    let spans = podlapse_tests::eventually(
         "each started pod's trace whole at the collector",
         SHOWS,
         Duration::from_millis(200),
@@ -247,7 +247,7 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
                 let export: Vec<String> = scrape(&addr)
                     .lines()
                     .filter(|l| {
-                        l.starts_with("podtrace_otlp") || l.starts_with("podtrace_runtime_spans")
+                        l.starts_with("podlapse_otlp") || l.starts_with("podlapse_runtime_spans")
                     })
                     .map(str::to_string)
                     .collect();
@@ -271,12 +271,12 @@ fn the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_tr
     });
     let text = scrape(&addr);
     assert_eq!(
-        metric(&text, "podtrace_unhealthy_pods{cause=\"pending\"}").unwrap_or(0.0),
+        metric(&text, "podlapse_unhealthy_pods{cause=\"pending\"}").unwrap_or(0.0),
         0.0,
         "{text}"
     );
     assert_eq!(
-        metric(&text, "podtrace_unhealthy_pods{cause=\"ipam_exhausted\"}"),
+        metric(&text, "podlapse_unhealthy_pods{cause=\"ipam_exhausted\"}"),
         Some(1.0),
         "{text}"
     );
@@ -303,7 +303,7 @@ fn check_failing_and_once(spans: &[ReceivedSpan]) {
     let failed_plugin = spans
         .iter()
         .find(|s| {
-            s.service == "podtrace"
+            s.service == "podlapse"
                 && s.attr("k8s.pod.uid") == Some(&failing_uid)
                 && s.name.starts_with("cni_plugin:")
                 && s.status_code == 2
@@ -347,14 +347,14 @@ fn check_traces(spans: &[ReceivedSpan], uids: &BTreeSet<String>) {
                 s.service
             );
         }
-        // The kubelet's calls under its sync; podtrace's under the kubelet's.
+        // The kubelet's calls under its sync; podlapse's under the kubelet's.
         for s in t
             .values()
             .filter(|s| s.service == "kubelet" && s.kind == CLIENT)
         {
             assert_eq!(s.parent_span_id, roots[0].span_id, "{}", s.name);
         }
-        for s in t.values().filter(|s| s.service == "podtrace") {
+        for s in t.values().filter(|s| s.service == "podlapse") {
             let parent = t[s.parent_span_id.as_str()];
             assert!(
                 parent.service == "kubelet" || parent.name == "pod_startup",
@@ -372,13 +372,13 @@ fn check_traces(spans: &[ReceivedSpan], uids: &BTreeSet<String>) {
             stage(&t, "cni_plugin:bridge").unwrap().parent_span_id,
             call(&t, "RunPodSandbox").unwrap().span_id
         );
-        // Every span podtrace made of the pod is in this trace.
+        // Every span podlapse made of the pod is in this trace.
         assert!(
             spans
                 .iter()
-                .filter(|s| s.service == "podtrace" && s.attr("k8s.pod.uid") == Some(uid))
+                .filter(|s| s.service == "podlapse" && s.attr("k8s.pod.uid") == Some(uid))
                 .all(|s| s.trace_id == roots[0].trace_id),
-            "{uid}: podtrace's spans in another trace"
+            "{uid}: podlapse's spans in another trace"
         );
     }
 }
@@ -386,8 +386,8 @@ fn check_traces(spans: &[ReceivedSpan], uids: &BTreeSet<String>) {
 /// The recorded trace: its timeline, and its export against the live one's spans.
 fn check_recorded(trace: &std::path::Path, spans: &[ReceivedSpan], uids: &BTreeSet<String>) {
     // The recorded trace: its timeline has the kubelet's syncs and calls beside the
-    // kernel's stages, and its export gives podtrace's spans as the live export did.
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    // kernel's stages, and its export gives podlapse's spans as the live export did.
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let recorded: Timeline = serde_json::from_slice(&out.stdout).unwrap();
     for p in recorded.pods.iter().filter(|p| uids.contains(&p.uid)) {
@@ -408,22 +408,22 @@ fn check_recorded(trace: &std::path::Path, spans: &[ReceivedSpan], uids: &BTreeS
         }
     }
     let again = Receiver::start("127.0.0.1:0");
-    let out = podtrace(&[
+    let out = podlapse(&[
         "export",
         trace.to_str().unwrap(),
         "--otlp-endpoint",
         &again.endpoint(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let live = podtraces(spans, uids);
+    let live = podlapses(spans, uids);
     let exported = again.wait_for("the recorded trace's spans", SHOWS, |s| {
-        podtraces(s, uids).len() >= live.len()
+        podlapses(s, uids).len() >= live.len()
     });
-    assert_eq!(podtraces(&exported, uids), live);
+    assert_eq!(podlapses(&exported, uids), live);
     // "Why has this pod no IP?" of the recorded trace quotes the kubelet's own words: the
     // runtime's error as the kubelet's failed RunPodSandbox got it.
-    let out = podtrace(&["diagnose", trace.to_str().unwrap()]);
-    let text = podtrace_tests::stdout(&out);
+    let out = podlapse(&["diagnose", trace.to_str().unwrap()]);
+    let text = podlapse_tests::stdout(&out);
     assert!(
         text.contains("RunPodSandbox failed for the kubelet")
             && text.contains("no IP addresses available in range set"),
@@ -438,7 +438,7 @@ fn check_metrics(text: &str) {
     let stage = |s: &str| {
         metric(
             text,
-            &format!("podtrace_stage_duration_seconds_count{{stage=\"{s}\"}}"),
+            &format!("podlapse_stage_duration_seconds_count{{stage=\"{s}\"}}"),
         )
     };
     for s in [
@@ -463,21 +463,21 @@ fn check_metrics(text: &str) {
     assert!(
         metric(
             text,
-            "podtrace_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"}"
+            "podlapse_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"}"
         )
         .is_some_and(|n| n >= 5.0),
         "{text}"
     );
     // The node: its network ready, and its range full (the sixth pod's evidence).
     assert_eq!(
-        metric(text, "podtrace_node_network_ready{reason=\"\"}"),
+        metric(text, "podlapse_node_network_ready{reason=\"\"}"),
         Some(1.0),
         "{text}"
     );
     assert_eq!(
         metric(
             text,
-            "podtrace_node_network_findings{cause=\"ipam_exhausted\"}"
+            "podlapse_node_network_findings{cause=\"ipam_exhausted\"}"
         ),
         Some(1.0),
         "{text}"
@@ -490,11 +490,11 @@ fn check_metrics(text: &str) {
     assert!(!text.contains("kubelet_runtime_operations"), "{text}");
     // The spans it received and exported.
     assert!(
-        metric(text, "podtrace_runtime_spans_received_total").is_some_and(|n| n > 0.0),
+        metric(text, "podlapse_runtime_spans_received_total").is_some_and(|n| n > 0.0),
         "{text}"
     );
     assert!(
-        text.contains("podtrace_otlp_spans_exported_total"),
+        text.contains("podlapse_otlp_spans_exported_total"),
         "{text}"
     );
 }
@@ -502,7 +502,7 @@ fn check_metrics(text: &str) {
 #[test]
 fn a_metrics_address_in_use_a_host_name_or_a_bad_collector_stops_the_observer_before_it_starts() {
     require_lab();
-    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let in_use = held.local_addr().unwrap().to_string();
     for (flag, value, says) in [
@@ -524,13 +524,13 @@ fn a_metrics_address_in_use_a_host_name_or_a_bad_collector_stops_the_observer_be
     ] {
         let scratch = Scratch::new();
         let trace = scratch.path().join("observed.jsonl");
-        let out = std::process::Command::new(podtrace_bin())
+        let out = std::process::Command::new(podlapse_bin())
             .args(["observe", "--cri", &cri, "--no-api", "--duration", "30"])
             .arg("--trace")
             .arg(&trace)
             .args([flag, value])
             .output()
-            .expect("podtrace observe runs");
+            .expect("podlapse observe runs");
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(

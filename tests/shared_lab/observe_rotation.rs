@@ -1,5 +1,5 @@
-//! A bounded trace on a node that records for months: `podtrace observe --trace-max-bytes
-//! 1MiB` while the suite's CRI client (`cri-pod-client`, not podtrace) creates and
+//! A bounded trace on a node that records for months: `podlapse observe --trace-max-bytes
+//! 1MiB` while the suite's CRI client (`cri-pod-client`, not podlapse) creates and
 //! removes a few hundred pods, batch after batch, as a busy node's kubelet does.
 //!
 //! - Every file of the rotation is a whole trace on its own: `timeline`, `report` and
@@ -15,12 +15,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use podtrace::timeline::{PodTimeline, Timeline};
-use podtrace::trace::{part_path, read_trace};
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::observer::{ClientPodsCleanup, Observer, cri_pod_client};
-use podtrace_tests::otlp::reconnect_runtime_exporter;
-use podtrace_tests::{Scratch, podtrace, require_lab, runtime_version, stderr};
+use podlapse::timeline::{PodTimeline, Timeline};
+use podlapse::trace::{part_path, read_trace};
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::observer::{ClientPodsCleanup, Observer, cri_pod_client};
+use podlapse_tests::otlp::reconnect_runtime_exporter;
+use podlapse_tests::{Scratch, podlapse, require_lab, runtime_version, stderr};
 use serde_json::Value;
 use xtask::lab::{IMAGE_APP, RUNTIME_OTLP_ADDR};
 
@@ -77,16 +77,16 @@ fn batch(cri: &str, n: usize) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `podtrace timeline FILES -o json`.
+/// `podlapse timeline FILES -o json`.
 fn timeline(files: &[PathBuf]) -> Timeline {
     let mut args = vec!["timeline".to_string()];
     args.extend(files.iter().map(|f| f.display().to_string()));
     args.extend(["-o".into(), "json".into()]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = podtrace(&args);
-    assert!(out.status.success(), "podtrace {args:?}: {}", stderr(&out));
+    let out = podlapse(&args);
+    assert!(out.status.success(), "podlapse {args:?}: {}", stderr(&out));
     serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("podtrace {args:?} printed no timeline: {e}"))
+        .unwrap_or_else(|e| panic!("podlapse {args:?} printed no timeline: {e}"))
 }
 
 fn lacks(p: &PodTimeline) -> Vec<&'static str> {
@@ -117,7 +117,7 @@ fn a_rotated_observed_trace_reads_file_by_file_and_together_gives_every_pod_once
     }
     let scratch = Scratch::new();
     let trace = scratch.path().join("observed.jsonl");
-    let cri = format!("unix://{}", podtrace_tests::lab().cri_socket().display());
+    let cri = format!("unix://{}", podlapse_tests::lab().cri_socket().display());
     let max = MAX_BYTES.to_string();
     let keep = KEEP.to_string();
     let observer = Observer::start(
@@ -199,15 +199,15 @@ fn a_rotated_observed_trace_reads_file_by_file_and_together_gives_every_pod_once
             *in_files.entry(p.uid.clone()).or_default() += 1;
         }
         for cmd in ["report", "diagnose"] {
-            let out = Command::new(podtrace_tests::podtrace_bin())
+            let out = Command::new(podlapse_tests::podlapse_bin())
                 .arg(cmd)
                 .arg(f)
                 .output()
-                .expect("podtrace runs");
+                .expect("podlapse runs");
             // diagnose exits 1 when it found something wrong, 2 on a trace it cannot read.
             assert!(
                 out.status.code().is_some_and(|c| c < 2),
-                "podtrace {cmd} {}: {}\n{}",
+                "podlapse {cmd} {}: {}\n{}",
                 f.display(),
                 out.status,
                 stderr(&out)

@@ -1,19 +1,19 @@
 //! OpenTelemetry export on the lab: a pod's startup arrives at an OTLP receiver (the
 //! OpenTelemetry project's generated server) as one trace with the right parents; the
-//! modern node's containerd exports its own spans to the same receiver; `podtrace
+//! modern node's containerd exports its own spans to the same receiver; `podlapse
 //! export` of the run's trace gives the same spans; a receiver that goes away costs
 //! spans, counted, and no pod work. On containerd 2.x, whose gRPC server traces CRI
 //! calls, the agent receives the runtime's spans itself (`--runtime-otlp-listen`): they
-//! hang under podtrace's CRI spans in the exported trace and show as `runtime:*` stages
+//! hang under podlapse's CRI spans in the exported trace and show as `runtime:*` stages
 //! inside RunPodSandbox in `timeline` and `report`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use podtrace_tests::agent::{Agent, metric, phase};
-use podtrace_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
-use podtrace_tests::{podtrace, require_lab, runtime_version, stderr};
+use podlapse_tests::agent::{Agent, metric, phase};
+use podlapse_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
+use podlapse_tests::{podlapse, require_lab, runtime_version, stderr};
 
 use xtask::lab::IMAGE_APP as APP;
 /// Used by no other test of the modern node's suite: its pull here is a real one.
@@ -42,7 +42,7 @@ fn pod_with_image(name: &str, image: &str) -> String {
     )
 }
 
-/// podtrace's spans of the pod named `pod` (`<name>-<node>`), once its root arrived.
+/// podlapse's spans of the pod named `pod` (`<name>-<node>`), once its root arrived.
 fn pod_trace(receiver: &Receiver, pod: &str) -> Vec<ReceivedSpan> {
     let spans = receiver.wait_for(&format!("{pod}'s startup"), MINUTE, |spans| {
         spans
@@ -55,7 +55,7 @@ fn pod_trace(receiver: &Receiver, pod: &str) -> Vec<ReceivedSpan> {
         .unwrap();
     spans
         .iter()
-        .filter(|s| s.service == "podtrace" && s.trace_id == root.trace_id)
+        .filter(|s| s.service == "podlapse" && s.trace_id == root.trace_id)
         .cloned()
         .collect()
 }
@@ -78,7 +78,7 @@ fn runtime_traces() -> bool {
 }
 
 /// True when the runtime's gRPC server makes a span for each CRI call under the
-/// `traceparent` podtrace sends: containerd 2.x. Debian's 1.7 build leaves that
+/// `traceparent` podlapse sends: containerd 2.x. Debian's 1.7 build leaves that
 /// instrumentation out.
 fn runtime_traces_cri_calls() -> bool {
     runtime_version().0 >= 2
@@ -147,7 +147,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     let sandbox = call("RunPodSandbox");
     assert_eq!(sandbox.name, "runtime.v1.RuntimeService/RunPodSandbox");
     assert_eq!(sandbox.parent_span_id, root.span_id);
-    assert_eq!(sandbox.attr("podtrace.stage"), Some("sandbox_requested"));
+    assert_eq!(sandbox.attr("podlapse.stage"), Some("sandbox_requested"));
     let create = call("CreateContainer");
     let start = call("StartContainer");
     for c in [create, start] {
@@ -165,7 +165,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     assert!(!plugins.is_empty());
     for p in &plugins {
         assert_eq!(p.parent_span_id, sandbox.span_id, "{}", p.name);
-        assert!(p.attr("podtrace.cni.plugin").is_some());
+        assert!(p.attr("podlapse.cni.plugin").is_some());
     }
     let cgroup = one(
         &spans,
@@ -179,9 +179,9 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     // containerd 1.7 exports its spans (its tracing is configured by the lab); Debian's
     // 1.6 build on the host lab has no tracing plugin. Debian's 1.7 build also leaves
     // out the gRPC server instrumentation (otelgrpc), so it makes no span for a CRI call
-    // and does not read the traceparent podtrace sends: its spans (an image pull's)
-    // start traces of their own. containerd 2.x makes its server span under podtrace's
-    // call. Any runtime span that does join the pod's trace must hang under podtrace's.
+    // and does not read the traceparent podlapse sends: its spans (an image pull's)
+    // start traces of their own. containerd 2.x makes its server span under podlapse's
+    // call. Any runtime span that does join the pod's trace must hang under podlapse's.
     if traces {
         // containerd's exporter may be waiting out a reconnection back-off (up to two
         // minutes) from a time nothing listened here. It sends in batches, and a parent
@@ -213,7 +213,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
             let under_theirs = joined.iter().any(|t| t.span_id == s.parent_span_id);
             assert!(
                 under_ours || under_theirs,
-                "containerd's {} joined the pod's trace outside podtrace's spans",
+                "containerd's {} joined the pod's trace outside podlapse's spans",
                 s.name
             );
         }
@@ -228,7 +228,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     // The recorded trace, exported, gives the same spans.
     agent.stop();
     let mut again = Receiver::start("127.0.0.1:0");
-    let out = podtrace(&[
+    let out = podlapse(&[
         "export",
         trace.to_str().unwrap(),
         "--otlp-endpoint",
@@ -242,7 +242,7 @@ fn a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same()
     file.sort();
     assert_eq!(
         file, live,
-        "podtrace export of the trace against the live export"
+        "podlapse export of the trace against the live export"
     );
     again.stop();
 }
@@ -280,15 +280,15 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
     // the export runs after the pod is Ready.
     let counter = |text: &str, name: &str| metric(text, name).unwrap_or(0.0);
     let text = agent.metrics_when(MINUTE, |t| {
-        counter(t, "podtrace_otlp_spans_dropped_total") > 0.0
+        counter(t, "podlapse_otlp_spans_dropped_total") > 0.0
     });
     assert!(
-        counter(&text, "podtrace_otlp_spans_dropped_total") > 5.0,
+        counter(&text, "podlapse_otlp_spans_dropped_total") > 5.0,
         "no dropped spans counted:\n{text}"
     );
-    assert!(counter(&text, "podtrace_otlp_export_failures_total") >= 1.0);
+    assert!(counter(&text, "podlapse_otlp_export_failures_total") >= 1.0);
     assert_eq!(
-        counter(&text, "podtrace_otlp_spans_exported_total") as usize,
+        counter(&text, "podlapse_otlp_spans_exported_total") as usize,
         sent,
         "{text}"
     );
@@ -297,7 +297,7 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
     agent.wait_pod("third", "Running", MINUTE, |p| phase(p) == "Running");
     // The trace file has all three startups, whatever the collector did.
     agent.stop();
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let timeline: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for name in ["first", "second", "third"] {
@@ -321,7 +321,7 @@ fn a_receiver_that_goes_away_costs_counted_spans_and_no_pod_work() {
 #[test]
 fn a_malformed_endpoint_is_one_line_and_exit_2() {
     for bad in ["localhost:4317", "ftp://collector:4317", "http://"] {
-        let out = podtrace(&["export", "/nonexistent.jsonl", "--otlp-endpoint", bad]);
+        let out = podlapse(&["export", "/nonexistent.jsonl", "--otlp-endpoint", bad]);
         assert_eq!(out.status.code(), Some(2), "{bad}: {}", stderr(&out));
         let err = stderr(&out);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -356,11 +356,11 @@ fn whole_trace(
     of_pod(&all)
 }
 
-/// Every CRI client span podtrace exported has the runtime's server span as a child.
+/// Every CRI client span podlapse exported has the runtime's server span as a child.
 fn every_call_has_its_server_span(spans: &[ReceivedSpan]) -> bool {
     spans
         .iter()
-        .filter(|s| s.service == "podtrace" && s.kind == CLIENT)
+        .filter(|s| s.service == "podlapse" && s.kind == CLIENT)
         .all(|c| {
             spans.iter().any(|s| {
                 s.service == "containerd" && s.kind == SERVER && s.parent_span_id == c.span_id
@@ -372,7 +372,7 @@ fn counter(text: &str, name: &str) -> f64 {
     metric(text, name).unwrap_or(0.0)
 }
 
-/// A stage of `pod` in a timeline document (`podtrace timeline -o json`).
+/// A stage of `pod` in a timeline document (`podlapse timeline -o json`).
 fn stages_of<'a>(timeline: &'a serde_json::Value, pod: &str) -> Vec<&'a serde_json::Value> {
     timeline["pods"]
         .as_array()
@@ -392,7 +392,7 @@ fn stage_named<'a>(stages: &[&'a serde_json::Value], name: &str) -> Option<&'a s
     reason = "one story on a live lab: a pod, its exported spans, then each span checked in turn"
 )]
 #[test]
-fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox() {
+fn the_runtimes_spans_hang_under_podlapses_and_are_stages_inside_run_pod_sandbox() {
     let lab = require_lab();
     let _port = runtime_otlp_port();
     if !runtime_traces_cri_calls() {
@@ -423,9 +423,9 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
         agent.write(&format!("{name}.yaml"), &pod_yaml(&name));
         agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
         let text = agent.metrics_when(Duration::from_secs(15), |t| {
-            counter(t, "podtrace_runtime_spans_received_total") > 0.0
+            counter(t, "podlapse_runtime_spans_received_total") > 0.0
         });
-        if counter(&text, "podtrace_runtime_spans_received_total") > 0.0 {
+        if counter(&text, "podlapse_runtime_spans_received_total") > 0.0 {
             break;
         }
         assert!(
@@ -454,7 +454,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
         agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
         // The runtime's spans come in batches after the pod ran: until its network
         // setup (whose end the runtime's last sandbox spans mark) is a stage.
-        let stages = podtrace_tests::eventually(
+        let stages = podlapse_tests::eventually(
             &format!("{name}'s runtime stages in the agent's timeline"),
             MINUTE,
             Duration::from_millis(200),
@@ -486,7 +486,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
     let name = agent.name(&found.expect("a sandbox whose image the runtime pulled"));
 
     // The exported trace: one tree. Every containerd span in the pod's trace hangs under
-    // a span podtrace exported, and every CRI call has the runtime's server span.
+    // a span podlapse exported, and every CRI call has the runtime's server span.
     let spans = whole_trace(
         &receiver,
         &name,
@@ -500,7 +500,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
     for s in &runtime {
         let mut cur = *s;
         let mut hops = 0;
-        while cur.service != "podtrace" {
+        while cur.service != "podlapse" {
             cur = by_id.get(cur.parent_span_id.as_str()).unwrap_or_else(|| {
                 panic!(
                     "containerd's {} hangs under {}, which is not in the trace",
@@ -513,7 +513,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
     }
     let sandbox = one(
         &spans,
-        |s| s.service == "podtrace" && s.name.ends_with("/RunPodSandbox"),
+        |s| s.service == "podlapse" && s.name.ends_with("/RunPodSandbox"),
         "RunPodSandbox",
     );
     let server = one(
@@ -523,19 +523,19 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
     );
     assert_eq!(server.kind, SERVER);
     assert_eq!(server.name, "runtime.v1.RuntimeService/RunPodSandbox");
-    // podtrace made no span of its own for the runtime's stages: they are the runtime's.
+    // podlapse made no span of its own for the runtime's stages: they are the runtime's.
     assert!(
         spans
             .iter()
-            .all(|s| s.service != "podtrace" || !s.name.starts_with("runtime:")),
+            .all(|s| s.service != "podlapse" || !s.name.starts_with("runtime:")),
         "{spans:#?}"
     );
 
     // What the agent counted; then the trace, read back.
     let text = agent.metrics();
-    assert!(counter(&text, "podtrace_runtime_spans_received_total") >= runtime.len() as f64);
+    assert!(counter(&text, "podlapse_runtime_spans_received_total") >= runtime.len() as f64);
     agent.stop();
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let timeline: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let stages = stages_of(&timeline, &name);
@@ -556,7 +556,7 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
             "{want} inside RunPodSandbox: {s}"
         );
     }
-    let out = podtrace(&["report", trace.to_str().unwrap(), "--pod", &name]);
+    let out = podlapse(&["report", trace.to_str().unwrap(), "--pod", &name]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report = String::from_utf8_lossy(&out.stdout).to_string();
     for want in [
@@ -574,9 +574,9 @@ fn the_runtimes_spans_hang_under_podtraces_and_are_stages_inside_run_pod_sandbox
         "{report}"
     );
 
-    // podtrace export of the trace forwards the same runtime spans the agent did.
+    // podlapse export of the trace forwards the same runtime spans the agent did.
     let mut again = Receiver::start("127.0.0.1:0");
-    let out = podtrace(&[
+    let out = podlapse(&[
         "export",
         trace.to_str().unwrap(),
         "--otlp-endpoint",

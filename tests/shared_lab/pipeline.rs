@@ -1,8 +1,8 @@
-//! kubelet's pipeline on real containerd, one `podtrace run --until-ready` per case: init
+//! kubelet's pipeline on real containerd, one `podlapse run --until-ready` per case: init
 //! containers in order, a failing init container, pull policy Never, admission, and
 //! hostNetwork.
 
-use podtrace_tests::{Scratch, pod, require_lab, runtime_objects, stderr};
+use podlapse_tests::{Scratch, pod, require_lab, runtime_objects, stderr};
 
 use xtask::lab::IMAGE_APP as APP;
 use xtask::lab::REGISTRY_ADDR;
@@ -76,7 +76,7 @@ spec:
 fn wait_for_file(path: &std::path::Path) -> String {
     // A shell in the container writes it soon after it starts; the bound is for a broken
     // run, not a guess of how soon (an emulated guest is many times slower).
-    podtrace_tests::eventually(
+    podlapse_tests::eventually(
         &format!("{} to be written", path.display()),
         std::time::Duration::from_secs(120),
         std::time::Duration::from_millis(50),
@@ -131,7 +131,7 @@ fn pull_policy_never_with_a_missing_image_is_err_image_never_pull() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "never.yaml",
-        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: never-pull}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podtrace/not-pulled:1.0, imagePullPolicy: Never}}\n"),
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: never-pull}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podlapse/not-pulled:1.0, imagePullPolicy: Never}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -140,7 +140,7 @@ fn pull_policy_never_with_a_missing_image_is_err_image_never_pull() {
     assert_eq!(
         p["message"],
         format!(
-            "Container image \"{REGISTRY_ADDR}/podtrace/not-pulled:1.0\" is not present with pull policy of Never"
+            "Container image \"{REGISTRY_ADDR}/podlapse/not-pulled:1.0\" is not present with pull policy of Never"
         )
     );
     // Nothing was pulled.

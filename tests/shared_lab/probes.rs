@@ -11,19 +11,19 @@ use k8s_openapi::api::core::v1::{
     ExecAction, HTTPGetAction, LifecycleHandler, Pod, Probe, SleepAction, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use podtrace::cri::{RuntimeService, api};
-use podtrace::lifecycle::{HandlerError, run_handler};
-use podtrace::prober::action::{ExecError, probe_exec, probe_tcp};
-use podtrace::prober::{
+use podlapse::cri::{RuntimeService, api};
+use podlapse::lifecycle::{HandlerError, run_handler};
+use podlapse::prober::action::{ExecError, probe_exec, probe_tcp};
+use podlapse::prober::{
     ProbeKind, ProbeManager, ProbeOutcome, ProbeResult, ProbeSpec, ProbeUpdate, now_ns, run_probe,
 };
-use podtrace::queues::{self, Queue, QueueStats};
-use podtrace_tests::{Scratch, lab_cri, pod, require_lab, stderr};
+use podlapse::queues::{self, Queue, QueueStats};
+use podlapse_tests::{Scratch, lab_cri, pod, require_lab, stderr};
 use tokio::sync::mpsc;
 use xtask::lab::IMAGE_APP;
 
 /// busybox httpd serving /tmp on a named port, plus a literal env var for `$(VAR)`.
-/// JSON, which is YAML for podtrace and parses straight into a `Pod` here.
+/// JSON, which is YAML for podlapse and parses straight into a `Pod` here.
 fn manifest(name: &str) -> String {
     serde_json::json!({
         "apiVersion": "v1",
@@ -41,7 +41,7 @@ fn manifest(name: &str) -> String {
     .to_string()
 }
 
-/// Removes the pod through `podtrace run --cleanup` however the test ends.
+/// Removes the pod through `podlapse run --cleanup` however the test ends.
 struct Cleanup {
     scratch: Scratch,
     manifest: PathBuf,

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, condition, container, container_pids, phase};
-use podtrace_tests::require_lab;
+use podlapse_tests::agent::{Agent, condition, container, container_pids, phase};
+use podlapse_tests::require_lab;
 use serde_json::{Value, json};
 
 use xtask::lab::IMAGE_APP as APP;

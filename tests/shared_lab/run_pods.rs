@@ -1,8 +1,8 @@
-//! `podtrace run` creating real pods on the lab's containerd: sandboxes with CNI IPs,
+//! `podlapse run` creating real pods on the lab's containerd: sandboxes with CNI IPs,
 //! images pulled from the local registry, containers created and started, and cleanup
 //! that leaves no runtime object behind.
 
-use podtrace_tests::{
+use podlapse_tests::{
     Scratch, examples_dir, ip_in_subnet, pod, require_lab, runtime_objects, stderr,
 };
 use xtask::lab::{IMAGE_APP, POD_SUBNET, REGISTRY_ADDR};
@@ -101,7 +101,7 @@ spec:
 fn wait_for_file(path: &std::path::Path) -> String {
     // A shell in the container writes it soon after it starts; the bound is for a broken
     // run, not a guess of how soon (an emulated guest is many times slower).
-    podtrace_tests::eventually(
+    podlapse_tests::eventually(
         &format!("{} to be written", path.display()),
         std::time::Duration::from_secs(120),
         std::time::Duration::from_millis(50),
@@ -165,7 +165,7 @@ fn bad_manifests_are_named_and_the_good_pod_still_runs() {
             "{}: document 1 not read: kubelet reads only a manifest's first YAML document \
              (it read document 0, pod default/{}); put each pod in a file of its own",
             not_pod.display(),
-            podtrace_tests::static_name("good-one", doc["node"].as_str().unwrap())
+            podlapse_tests::static_name("good-one", doc["node"].as_str().unwrap())
         )
     );
     let e = find(&no_image);
@@ -187,7 +187,7 @@ fn a_missing_image_fails_that_pod_only() {
     let scratch = Scratch::new();
     let manifest = scratch.manifest(
         "pods.yaml",
-        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: missing-image}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podtrace/does-not-exist:1.0}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: fine}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
+        &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: missing-image}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {REGISTRY_ADDR}/podlapse/does-not-exist:1.0}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: fine}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let (out, doc) = scratch.run(&[&manifest], &["--cleanup"]);
     assert_eq!(out.status.code(), Some(1), "{doc:#}");
@@ -218,7 +218,7 @@ fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
         &format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: no-cni-dir}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: c, image: {IMAGE_APP}, command: [sleep, '3600']}}\n"),
     );
     let root = scratch.root_dir().display().to_string();
-    let out = podtrace_tests::podtrace(&[
+    let out = podlapse_tests::podlapse(&[
         "run",
         "--until-ready",
         "--root-dir",
@@ -237,9 +237,9 @@ fn a_cni_directory_that_does_not_exist_is_exit_2_and_creates_nothing() {
             && lines[0].contains("the runtime says /"),
         "names the directory, where it came from and what the runtime said: {err}"
     );
-    let (sandboxes, containers) = podtrace_tests::runtime_objects_labelled(
+    let (sandboxes, containers) = podlapse_tests::runtime_objects_labelled(
         "io.kubernetes.pod.name",
-        &podtrace_tests::static_name("no-cni-dir", &podtrace_tests::host_node()),
+        &podlapse_tests::static_name("no-cni-dir", &podlapse_tests::host_node()),
     );
     assert!(
         sandboxes.is_empty() && containers.is_empty(),

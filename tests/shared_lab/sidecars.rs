@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, condition, container, container_pids, init_container, phase};
-use podtrace_tests::require_lab;
+use podlapse_tests::agent::{Agent, condition, container, container_pids, init_container, phase};
+use podlapse_tests::require_lab;
 
 use xtask::lab::IMAGE_APP as APP;
 /// Each wait ends as soon as the pod gets there; the bound only keeps a hung agent from
@@ -91,7 +91,7 @@ fn a_sidecar_with_a_startup_probe_gates_the_app_restarts_and_stops_last() {
     assert_eq!(app["restartCount"], 0, "the app found its config at once");
     // kubectl's READY counts the started, ready sidecar with the app container.
     let row = agent.table_row("meshed");
-    assert_eq!(row[1..3], ["2/2", "Running"], "podtrace pods row: {row:?}");
+    assert_eq!(row[1..3], ["2/2", "Running"], "podlapse pods row: {row:?}");
     assert_eq!(
         std::fs::read_to_string(out.join("app-read")).unwrap(),
         "greeting=hello\n",
@@ -250,8 +250,8 @@ fn a_sidecar_whose_startup_probe_never_passes_is_restarted_and_holds_the_pod() {
     );
     // kubectl shows the pod in Init (0/1 or the sidecar's back-off), nothing ready of two.
     let row = agent.table_row("stuck");
-    assert_eq!(row[1], "0/2", "podtrace pods row: {row:?}");
-    assert!(row[2].starts_with("Init:"), "podtrace pods row: {row:?}");
+    assert_eq!(row[1], "0/2", "podlapse pods row: {row:?}");
+    assert!(row[2].starts_with("Init:"), "podlapse pods row: {row:?}");
     let events = agent.events("stuck");
     assert!(
         events.iter().any(|e| e["reason"] == "Killing"

@@ -10,10 +10,10 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
-use podtrace_tests::{
-    Scratch, eventually, podtrace, require_lab, runtime_version, static_name, stderr, stdout,
+use podlapse_tests::agent::{Agent, phase};
+use podlapse_tests::otlp::{ReceivedSpan, Receiver, reconnect_runtime_exporter};
+use podlapse_tests::{
+    Scratch, eventually, podlapse, require_lab, runtime_version, static_name, stderr, stdout,
 };
 use serde_json::Value;
 
@@ -53,7 +53,7 @@ fn runtime_traces_cri_calls() -> bool {
     runtime_version().0 >= 2
 }
 
-/// `podtrace run --until-ready --cleanup` of one pod with `flags`; its JSON document.
+/// `podlapse run --until-ready --cleanup` of one pod with `flags`; its JSON document.
 fn run_one(scratch: &Scratch, name: &str, flags: &[&str]) -> (std::process::Output, Value) {
     let manifest = scratch.manifest(&format!("{name}.yaml"), &pod_yaml(name));
     let mut all = vec!["--cleanup"];
@@ -61,16 +61,16 @@ fn run_one(scratch: &Scratch, name: &str, flags: &[&str]) -> (std::process::Outp
     let (out, doc) = scratch.run(&[&manifest], &all);
     assert!(
         out.status.success(),
-        "podtrace run {flags:?}:\n{}\n{}",
+        "podlapse run {flags:?}:\n{}\n{}",
         stdout(&out),
         stderr(&out)
     );
     (out, doc)
 }
 
-/// The timeline of a trace file, as `podtrace timeline -o json` gives it.
+/// The timeline of a trace file, as `podlapse timeline -o json` gives it.
 fn trace_timeline(trace: &Path) -> Value {
-    let out = podtrace(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
+    let out = podlapse(&["timeline", trace.to_str().unwrap(), "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -129,8 +129,8 @@ fn exported(receiver: &Receiver, full: &str) -> (ReceivedSpan, Vec<ReceivedSpan>
 fn exported_kernel_stages(spans: &[ReceivedSpan]) -> BTreeSet<String> {
     spans
         .iter()
-        .filter(|s| s.service == "podtrace" && s.attr("podtrace.source") == Some("kernel"))
-        .filter_map(|s| s.attr("podtrace.stage").map(str::to_string))
+        .filter(|s| s.service == "podlapse" && s.attr("podlapse.source") == Some("kernel"))
+        .filter_map(|s| s.attr("podlapse.stage").map(str::to_string))
         .collect()
 }
 
@@ -166,11 +166,11 @@ fn runtime_exporter_sending() {
             agent.write(&format!("{name}.yaml"), &pod_yaml(&name));
             agent.wait_pod(&name, "Running", MINUTE, |p| phase(p) == "Running");
             let text = agent.metrics_when(Duration::from_secs(12), |t| {
-                podtrace_tests::agent::metric(t, "podtrace_runtime_spans_received_total")
+                podlapse_tests::agent::metric(t, "podlapse_runtime_spans_received_total")
                     .unwrap_or(0.0)
                     > 0.0
             });
-            match podtrace_tests::agent::metric(&text, "podtrace_runtime_spans_received_total") {
+            match podlapse_tests::agent::metric(&text, "podlapse_runtime_spans_received_total") {
                 Some(n) if n > 0.0 => Ok(()),
                 _ => Err(format!("{} pods and no span", n + 1)),
             }
@@ -197,11 +197,11 @@ fn an_export_without_a_trace_carries_the_kernels_stages_and_says_its_sources() {
         &exported_kernel_stages(&spans),
     );
     assert_eq!(
-        root.attr("podtrace.source.kernel"),
+        root.attr("podlapse.source.kernel"),
         Some("present"),
         "{root:#?}"
     );
-    let runtime = root.attr("podtrace.source.runtime").unwrap_or("");
+    let runtime = root.attr("podlapse.source.runtime").unwrap_or("");
     assert!(
         runtime.starts_with("absent: ") && runtime.contains("--runtime-otlp-listen"),
         "{root:#?}"
@@ -269,7 +269,7 @@ fn a_quick_run_gives_its_trace_and_its_export_the_same_stages_the_runtimes_inclu
             "the runtime's spans were not forwarded with the pod's"
         );
         assert_eq!(
-            root.attr("podtrace.source.runtime"),
+            root.attr("podlapse.source.runtime"),
             Some("present"),
             "{root:#?}"
         );
@@ -327,14 +327,14 @@ fn a_served_agent_shows_the_same_kernel_stages_in_its_api_metrics_trace_and_expo
     let text = agent.metrics_when(MINUTE, |t| {
         kinds.iter().all(|k| {
             t.contains(&format!(
-                "podtrace_stage_duration_seconds_count{{stage=\"{k}\"}}"
+                "podlapse_stage_duration_seconds_count{{stage=\"{k}\"}}"
             ))
         })
     });
     for k in &kinds {
         assert!(
             text.contains(&format!(
-                "podtrace_stage_duration_seconds_count{{stage=\"{k}\"}}"
+                "podlapse_stage_duration_seconds_count{{stage=\"{k}\"}}"
             )),
             "/metrics has no {k} stage:\n{text}"
         );
@@ -374,20 +374,20 @@ fn probes_turned_off_are_said_on_the_pod_in_every_output() {
     );
     let (root, _) = exported(&receiver, &full);
     assert_eq!(
-        root.attr("podtrace.source.kernel"),
+        root.attr("podlapse.source.kernel"),
         Some("absent: the probes were off (--no-ebpf)")
     );
-    let text = stdout(&podtrace(&["timeline", trace.to_str().unwrap()]));
+    let text = stdout(&podlapse(&["timeline", trace.to_str().unwrap()]));
     assert!(
         text.contains("sources: cri ") && text.contains("kernel: the probes were off (--no-ebpf)"),
         "{text}"
     );
-    let diagnosis = stdout(&podtrace(&["diagnose", trace.to_str().unwrap()]));
+    let diagnosis = stdout(&podlapse(&["diagnose", trace.to_str().unwrap()]));
     assert!(
         diagnosis.contains("kernel absent") && diagnosis.contains("--no-ebpf"),
         "{diagnosis}"
     );
-    let report = stdout(&podtrace(&["report", trace.to_str().unwrap()]));
+    let report = stdout(&podlapse(&["report", trace.to_str().unwrap()]));
     assert!(
         report.contains("kernel: the probes were off (--no-ebpf)"),
         "{report}"
@@ -399,7 +399,7 @@ fn runtime_spans_that_never_come_end_the_run_at_the_bound_and_are_said_on_the_po
     require_lab();
     let _one = serial();
     // The runtime exports to the lab's address, never to this one.
-    let listen = podtrace_tests::agent::free_loopback_addr();
+    let listen = podlapse_tests::agent::free_loopback_addr();
     let scratch = Scratch::new();
     let trace = scratch.path().join("nospans.jsonl");
     let (out, doc) = run_one(
@@ -440,7 +440,7 @@ fn runtime_spans_that_never_come_end_the_run_at_the_bound_and_are_said_on_the_po
         "{why}"
     );
     // The report does not call the call's unexplained remainder the runtime's own work.
-    let report = stdout(&podtrace(&["report", trace.to_str().unwrap()]));
+    let report = stdout(&podlapse(&["report", trace.to_str().unwrap()]));
     assert!(
         report.contains("not broken down, the runtime's spans of it did not arrive"),
         "{report}"

@@ -8,14 +8,14 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use podtrace::cri::CriCall;
-use podtrace::ebpf::event::cni_args_value;
-use podtrace::ebpf::{KernelEvent, NetnsCall};
-use podtrace::timeline::{CniReply, PodTimeline, Stage, StageSource, Timeline, build};
-use podtrace::trace::{Trace, TraceRecord, read_trace};
-use podtrace_tests::agent::{Agent, phase};
-use podtrace_tests::ebpf::{require_probes, serial};
-use podtrace_tests::{Scratch, lab, pod, podtrace_bin, require_lab, stderr, stdout};
+use podlapse::cri::CriCall;
+use podlapse::ebpf::event::cni_args_value;
+use podlapse::ebpf::{KernelEvent, NetnsCall};
+use podlapse::timeline::{CniReply, PodTimeline, Stage, StageSource, Timeline, build};
+use podlapse::trace::{Trace, TraceRecord, read_trace};
+use podlapse_tests::agent::{Agent, phase};
+use podlapse_tests::ebpf::{require_probes, serial};
+use podlapse_tests::{Scratch, lab, pod, podlapse_bin, require_lab, stderr, stdout};
 use serde_json::Value;
 
 use xtask::lab::IMAGE_APP as APP;
@@ -89,11 +89,11 @@ fn waterfall(p: &PodTimeline) -> String {
 }
 
 fn timeline_cli(args: &[&str]) -> Output {
-    Command::new(podtrace_bin())
+    Command::new(podlapse_bin())
         .arg("timeline")
         .args(args)
         .output()
-        .expect("podtrace timeline")
+        .expect("podlapse timeline")
 }
 
 #[expect(
@@ -175,7 +175,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
         let p = timeline
             .pods
             .iter()
-            .find(|p| p.name == podtrace_tests::static_name(name, node))
+            .find(|p| p.name == podlapse_tests::static_name(name, node))
             .unwrap_or_else(|| panic!("no timeline for {name}"));
         let sandbox = &sandbox_of[&p.uid];
         let mine = &containers_of[&p.uid];
@@ -341,7 +341,7 @@ fn five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order() {
     }
 
     // What the command prints for one pod.
-    let third = podtrace_tests::static_name(&names[2], node);
+    let third = podlapse_tests::static_name(&names[2], node);
     let out = timeline_cli(&[trace_path.to_str().unwrap(), "--pod", &third]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -529,7 +529,7 @@ fn the_live_agent_serves_its_timelines() {
     );
 }
 
-/// `podtrace run` with the capabilities BPF needs dropped from the bounding set.
+/// `podlapse run` with the capabilities BPF needs dropped from the bounding set.
 fn run_without_bpf(scratch: &Scratch, manifest: &Path, extra: &[&str]) -> Output {
     let mut cmd = Command::new("capsh");
     cmd.args([
@@ -538,7 +538,7 @@ fn run_without_bpf(scratch: &Scratch, manifest: &Path, extra: &[&str]) -> Output
         "-c",
         "exec \"$0\" \"$@\"",
     ])
-    .arg(podtrace_bin())
+    .arg(podlapse_bin())
     .args(["run", "--until-ready", "--cleanup", "--json", "--probes"])
     .arg(require_probes())
     .arg("--root-dir")
@@ -548,8 +548,8 @@ fn run_without_bpf(scratch: &Scratch, manifest: &Path, extra: &[&str]) -> Output
     .args(extra)
     .arg("--manifests")
     .arg(manifest)
-    .env("PODTRACE_LAB_DIR", lab().root)
-    .env_remove("PODTRACE_CRI");
+    .env("PODLAPSE_LAB_DIR", lab().root)
+    .env_remove("PODLAPSE_CRI");
     cmd.output().expect("capsh (package libcap2-bin)")
 }
 

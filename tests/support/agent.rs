@@ -1,4 +1,4 @@
-//! A running `podtrace run` agent for a test: its own node name, API socket, root dir,
+//! A running `podlapse run` agent for a test: its own node name, API socket, root dir,
 //! cgroup root and manifests directory, so agents of parallel tests never touch each
 //! other's pods. Dropping it removes its manifests, waits for its pods to go, and stops it.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use xtask::agent_process::{AgentPlaces, AgentProcess};
 
-use super::{Scratch, lab, podtrace_bin, static_name};
+use super::{Scratch, lab, podlapse_bin, static_name};
 
 pub struct Agent {
     pub scratch: Scratch,
@@ -22,7 +22,7 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Starts an agent named `node` with extra `podtrace run` flags.
+    /// Starts an agent named `node` with extra `podlapse run` flags.
     pub fn start(node: &str, extra: &[&str]) -> Agent {
         let scratch = Scratch::new();
         std::fs::create_dir_all(scratch.path().join("manifests")).unwrap();
@@ -38,7 +38,7 @@ impl Agent {
         agent
     }
 
-    /// The extra `podtrace run` flags the next [`Agent::spawn`] uses.
+    /// The extra `podlapse run` flags the next [`Agent::spawn`] uses.
     pub fn set_extra(&mut self, extra: &[&str]) {
         self.extra = extra.iter().map(|s| s.to_string()).collect();
     }
@@ -60,12 +60,12 @@ impl Agent {
             logs_dir: self.scratch.logs_dir(),
             metrics_addr: self.metrics_addr.clone(),
         };
-        let bin = podtrace_bin();
+        let bin = podlapse_bin();
         let mut cmd = AgentProcess::command(&bin, &places);
-        cmd.args(["--cgroup-root", &format!("/podtrace-test-{}", self.node)])
+        cmd.args(["--cgroup-root", &format!("/podlapse-test-{}", self.node)])
             .args(&self.extra)
-            .env("PODTRACE_LAB_DIR", lab().root)
-            .env_remove("PODTRACE_CRI")
+            .env("PODLAPSE_LAB_DIR", lab().root)
+            .env_remove("PODLAPSE_CRI")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let process =
@@ -124,7 +124,7 @@ impl Agent {
         self.process.as_ref()?.query(what).ok()
     }
 
-    /// The agent's timeline of every pod (`podtrace timeline -o json`).
+    /// The agent's timeline of every pod (`podlapse timeline -o json`).
     pub fn timeline(&self) -> Value {
         self.api("timeline").expect("the agent serves its timeline")
     }
@@ -147,9 +147,9 @@ impl Agent {
         text
     }
 
-    /// Every pod the agent serves (`podtrace pods -o json`, a List of Pods), each as the
+    /// Every pod the agent serves (`podlapse pods -o json`, a List of Pods), each as the
     /// Pod object with `name`, `namespace` and `uid` lifted to the top and its events
-    /// (`podtrace events -o json`) attached as `events`, which is what the tests look at.
+    /// (`podlapse events -o json`) attached as `events`, which is what the tests look at.
     pub fn pods(&self) -> Vec<Value> {
         self.records().unwrap_or_default()
     }
@@ -191,11 +191,11 @@ impl Agent {
         self.pods().into_iter().find(|p| p["name"] == full.as_str())
     }
 
-    /// The columns of the row in `podtrace pods` (the table, as kubectl prints it) of the
+    /// The columns of the row in `podlapse pods` (the table, as kubectl prints it) of the
     /// pod of the manifest that names it `name`.
     pub fn table_row(&self, name: &str) -> Vec<String> {
         let name = self.name(name);
-        let out = Command::new(podtrace_bin())
+        let out = Command::new(podlapse_bin())
             .args(["pods", "--api-socket"])
             .arg(&self.socket)
             .output()
@@ -207,7 +207,7 @@ impl Agent {
                 cols.first()
                     .is_some_and(|c| c.ends_with(&format!("/{name}")))
             })
-            .unwrap_or_else(|| panic!("no row for {name} in podtrace pods:\n{text}"))
+            .unwrap_or_else(|| panic!("no row for {name} in podlapse pods:\n{text}"))
     }
 
     /// The events of the pod of the manifest that names it `pod`.
@@ -320,7 +320,7 @@ pub fn promtool_check_metrics(text: &str) {
 pub fn scrape(addr: &str) -> String {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(addr).expect("metrics endpoint");
-    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: podtrace\r\n\r\n")
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: podlapse\r\n\r\n")
         .unwrap();
     let mut text = String::new();
     conn.read_to_string(&mut text).unwrap();

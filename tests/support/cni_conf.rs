@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use podtrace::cri::{CriClient, Endpoint, EndpointSource, NodeShape, RuntimeService, Timeouts};
+use podlapse::cri::{CriClient, Endpoint, EndpointSource, NodeShape, RuntimeService, Timeouts};
 use serde_json::Value;
 
 use crate::eventually;

@@ -1,4 +1,4 @@
-//! Helpers for the kernel-event tests: a `podtrace kernel-events --json` watcher running
+//! Helpers for the kernel-event tests: a `podlapse kernel-events --json` watcher running
 //! in the background, and the parsed events it printed.
 
 use std::io::{BufRead, BufReader, Read};
@@ -11,21 +11,21 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{lab, podtrace_bin};
+use crate::{lab, podlapse_bin};
 
 /// How long loading and verifying the probes may take on a loaded 2-core machine.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The probes object `cargo xtask build-ebpf` wrote beside the binary's target dir.
 pub fn probes_object() -> PathBuf {
-    std::env::var_os("PODTRACE_PROBES")
+    std::env::var_os("PODLAPSE_PROBES")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            podtrace_bin()
+            podlapse_bin()
                 .parent()
                 .and_then(|p| p.parent())
                 .expect("the binary is in <target>/<profile>")
-                .join("bpf/podtrace-probes.o")
+                .join("bpf/podlapse-probes.o")
         })
 }
 
@@ -47,7 +47,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `podtrace kernel-events --json` in the background.
+/// `podlapse kernel-events --json` in the background.
 pub struct Watcher {
     child: Child,
     stdout: JoinHandle<String>,
@@ -68,16 +68,16 @@ impl Watcher {
     /// Starts the watcher and returns once the probes are attached.
     pub fn start(extra: &[&str]) -> Watcher {
         let object = require_probes();
-        let mut child = Command::new(podtrace_bin())
+        let mut child = Command::new(podlapse_bin())
             .args(["kernel-events", "--json", "--probes"])
             .arg(&object)
             .args(extra)
-            .env("PODTRACE_LAB_DIR", lab().root)
+            .env("PODLAPSE_LAB_DIR", lab().root)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("running {}: {e}", podtrace_bin().display()));
+            .unwrap_or_else(|e| panic!("running {}: {e}", podlapse_bin().display()));
         let mut out = child.stdout.take().expect("piped stdout");
         let stdout = std::thread::spawn(move || {
             let mut s = String::new();

@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests: the `podtrace` binary, the lab, scratch
+//! Shared helpers for the integration tests: the `podlapse` binary, the lab, scratch
 //! manifests, and a CRI client to check what the runtime really holds.
 
 pub mod agent;
@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use podtrace::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
+use podlapse::cri::{CriClient, Endpoint, EndpointSource, RuntimeService, Timeouts, api};
 use xtask::lab::LabPaths;
 
-/// `podtrace run --until-ready`'s cap on a pod's wait in the tests, in seconds.
+/// `podlapse run --until-ready`'s cap on a pod's wait in the tests, in seconds.
 pub const READY_CAP_SECS: &str = "900";
 
 /// The tests' one bounded wait: looks every `every` until `probe` gives `Ok`, and once
@@ -49,11 +49,11 @@ pub fn eventually<T, S: std::fmt::Display>(
     }
 }
 
-/// The `podtrace` binary `cargo xtask test` built (or the default debug build).
-pub fn podtrace_bin() -> PathBuf {
-    std::env::var_os("PODTRACE_BIN")
+/// The `podlapse` binary `cargo xtask test` built (or the default debug build).
+pub fn podlapse_bin() -> PathBuf {
+    std::env::var_os("PODLAPSE_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/debug/podtrace"))
+        .unwrap_or_else(|| workspace_root().join("target/debug/podlapse"))
 }
 
 pub fn workspace_root() -> PathBuf {
@@ -80,7 +80,7 @@ pub fn fixtures() -> Vec<PathBuf> {
 }
 
 pub fn examples_dir() -> PathBuf {
-    std::env::var_os("PODTRACE_EXAMPLES")
+    std::env::var_os("PODLAPSE_EXAMPLES")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("examples"))
 }
@@ -100,19 +100,19 @@ pub fn require_lab() -> LabPaths {
     lab
 }
 
-/// Runs `podtrace` with the given arguments against the lab.
-pub fn podtrace(args: &[&str]) -> Output {
-    podtrace_with_env(args, &[])
+/// Runs `podlapse` with the given arguments against the lab.
+pub fn podlapse(args: &[&str]) -> Output {
+    podlapse_with_env(args, &[])
 }
 
-pub fn podtrace_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(podtrace_bin())
+pub fn podlapse_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(podlapse_bin())
         .args(args)
-        .env("PODTRACE_LAB_DIR", lab().root)
-        .env_remove("PODTRACE_CRI")
+        .env("PODLAPSE_LAB_DIR", lab().root)
+        .env_remove("PODLAPSE_CRI")
         .envs(env.iter().copied())
         .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", podtrace_bin().display()))
+        .unwrap_or_else(|e| panic!("running {}: {e}", podlapse_bin().display()))
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -168,7 +168,7 @@ impl Scratch {
         self.path().join("logs")
     }
 
-    /// `podtrace run --until-ready --json` with this scratch node's directories (and a
+    /// `podlapse run --until-ready --json` with this scratch node's directories (and a
     /// [`READY_CAP_SECS`] cap on each pod's wait, unless `extra` sets one).
     pub fn run(&self, manifests: &[&Path], extra: &[&str]) -> (Output, serde_json::Value) {
         let root = self.root_dir().display().to_string();
@@ -192,9 +192,9 @@ impl Scratch {
         args.push("--manifests");
         let paths: Vec<String> = manifests.iter().map(|p| p.display().to_string()).collect();
         args.extend(paths.iter().map(String::as_str));
-        let out = podtrace(&args);
+        let out = podlapse(&args);
         let doc = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!("podtrace printed no JSON ({e}); stderr:\n{}", stderr(&out))
+            panic!("podlapse printed no JSON ({e}); stderr:\n{}", stderr(&out))
         });
         (out, doc)
     }
@@ -212,7 +212,7 @@ pub fn static_name(name: &str, node: &str) -> String {
     format!("{name}-{node}")
 }
 
-/// The node name `podtrace run` takes when given none: the host's name, in lower case.
+/// The node name `podlapse run` takes when given none: the host's name, in lower case.
 pub fn host_node() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .expect("the host name")
@@ -220,7 +220,7 @@ pub fn host_node() -> String {
         .to_lowercase()
 }
 
-/// The pod of the manifest that names it `name`, in a `podtrace run --json` document,
+/// The pod of the manifest that names it `name`, in a `podlapse run --json` document,
 /// which names the node (so the pod is `<name>-<node>`).
 pub fn pod<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     let node = doc["node"]
@@ -307,7 +307,7 @@ pub fn document_file(stem: &str, n: usize) -> String {
 
 /// The runtime's version as `cri info` reports it (`1.7.24~ds1`: 1, 7).
 pub fn runtime_version() -> (u32, u32) {
-    let out = podtrace(&["cri", "info"]);
+    let out = podlapse(&["cri", "info"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let version = text
         .lines()

@@ -1,4 +1,4 @@
-//! `podtrace observe` in the background for a test, its API, and the kubelet-like CRI
+//! `podlapse observe` in the background for a test, its API, and the kubelet-like CRI
 //! client the observe tests drive pods with.
 
 use std::io::{BufRead, BufReader};
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::podtrace_bin;
+use crate::podlapse_bin;
 
 /// Loading and verifying the probes on a loaded 2-core machine or an emulated guest: the
 /// bound only keeps a hung observer from hanging the suite.
@@ -29,11 +29,11 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// `podtrace observe` with `extra` flags, once it says it is observing. Its API is on
+    /// `podlapse observe` with `extra` flags, once it says it is observing. Its API is on
     /// a socket of its own beside the trace.
     pub fn start(trace: &Path, probes: &Path, cri: &str, extra: &[&str]) -> Observer {
         let socket = trace.with_extension("sock");
-        let mut child = Command::new(podtrace_bin())
+        let mut child = Command::new(podlapse_bin())
             .args(["observe", "--cri", cri, "--trace"])
             .arg(trace)
             .arg("--api-socket")
@@ -46,7 +46,7 @@ impl Observer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("podtrace observe starts");
+            .expect("podlapse observe starts");
         let (tx, lines) = mpsc::channel();
         let err = child.stderr.take().unwrap();
         std::thread::spawn(move || {
@@ -61,9 +61,9 @@ impl Observer {
         // are both up.
         loop {
             match lines.recv_timeout(OBSERVER_UP) {
-                Ok(line) if line.contains("podtrace: observing ") => break,
+                Ok(line) if line.contains("podlapse: observing ") => break,
                 Ok(_) => continue,
-                Err(e) => panic!("podtrace observe did not say it was observing: {e}"),
+                Err(e) => panic!("podlapse observe did not say it was observing: {e}"),
             }
         }
         Observer {
@@ -73,29 +73,29 @@ impl Observer {
         }
     }
 
-    /// `podtrace <args> --api-socket <its socket> -o json` against the running observer.
+    /// `podlapse <args> --api-socket <its socket> -o json` against the running observer.
     pub fn api(&self, args: &[&str]) -> Value {
-        let out = Command::new(podtrace_bin())
+        let out = Command::new(podlapse_bin())
             .args(args)
             .arg("--api-socket")
             .arg(&self.socket)
             .args(["-o", "json"])
             .output()
-            .expect("podtrace runs");
+            .expect("podlapse runs");
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
             panic!(
-                "podtrace {args:?} against the observer printed no JSON ({e}): {}",
+                "podlapse {args:?} against the observer printed no JSON ({e}): {}",
                 String::from_utf8_lossy(&out.stderr)
             )
         })
     }
 
-    /// Asks the observer's API (`podtrace <args>`) until `done` holds of the answer, then
+    /// Asks the observer's API (`podlapse <args>`) until `done` holds of the answer, then
     /// returns it; panics with the last answer after [`API_SHOWS`].
     pub fn wait_api(&self, args: &[&str], what: &str, done: impl Fn(&Value) -> bool) -> Value {
         // Between two asks, 200 ms: each builds every pod's timeline.
         super::eventually(
-            &format!("the observer's API (podtrace {args:?}) to show {what}"),
+            &format!("the observer's API (podlapse {args:?}) to show {what}"),
             API_SHOWS,
             Duration::from_millis(200),
             || {
@@ -193,7 +193,7 @@ impl ClientRun {
 /// `built`, where cargo built it for the calling test
 /// (`env!("CARGO_BIN_EXE_cri-pod-client")`, which only a test target has).
 pub fn cri_pod_client(built: &str) -> PathBuf {
-    std::env::var_os("PODTRACE_CRI_POD_CLIENT")
+    std::env::var_os("PODLAPSE_CRI_POD_CLIENT")
         .map(PathBuf::from)
         .unwrap_or_else(|| built.into())
 }

@@ -201,7 +201,7 @@ pub fn reconnect_runtime_exporter() {
     }
     // The unit serving the node's socket: the compatibility suite runs containerd 1.7 as
     // a unit of its own, which `containerd.service` conflicts with.
-    let unit = match std::env::var("PODTRACE_NODE_RUNTIME").as_deref() {
+    let unit = match std::env::var("PODLAPSE_NODE_RUNTIME").as_deref() {
         Ok("1.7") => "containerd-1.7",
         _ => "containerd",
     };
@@ -220,7 +220,7 @@ pub fn reconnect_runtime_exporter() {
         Duration::from_secs(30),
         Duration::from_millis(100),
         || {
-            let out = crate::podtrace(&["cri", "info"]);
+            let out = crate::podlapse(&["cri", "info"]);
             if out.status.success() {
                 Ok(())
             } else {

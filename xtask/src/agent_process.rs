@@ -1,6 +1,6 @@
-//! A `podtrace run` agent process as the integration tests and the benchmarks start it:
+//! A `podlapse run` agent process as the integration tests and the benchmarks start it:
 //! the flags that give it places of its own, a start that waits on evidence (its API
-//! answering) and fails at once if it exits, queries through `podtrace <command> -o json`
+//! answering) and fails at once if it exits, queries through `podlapse <command> -o json`
 //! as a user makes them, and a stop by SIGTERM, as an operator's, with a bound.
 
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// `podtrace run` with `places`' flags; the caller adds its own flags, stdio and
+    /// `podlapse run` with `places`' flags; the caller adds its own flags, stdio and
     /// environment.
     pub fn command(bin: &Path, places: &AgentPlaces) -> Command {
         let mut cmd = Command::new(bin);
@@ -53,7 +53,7 @@ impl AgentProcess {
     }
 
     /// Spawns `cmd` (made by [`AgentProcess::command`] for an agent serving on `socket`)
-    /// and waits until its API answers `podtrace pods`. Before that it loads its probes
+    /// and waits until its API answers `podlapse pods`. Before that it loads its probes
     /// and syncs with the runtime, seconds on a quiet host and minutes in an emulated
     /// guest on a busy machine, so no guess of speed bounds the wait: it ends when the
     /// API answers, or fails at once when the agent exits. `hung` only keeps a hung agent
@@ -64,7 +64,7 @@ impl AgentProcess {
         socket: &Path,
         hung: Duration,
     ) -> anyhow::Result<AgentProcess> {
-        let child = cmd.spawn().context("starting podtrace run")?;
+        let child = cmd.spawn().context("starting podlapse run")?;
         let mut agent = AgentProcess {
             child: Some(child),
             bin: bin.to_path_buf(),
@@ -100,21 +100,21 @@ impl AgentProcess {
         }
     }
 
-    /// `podtrace <command> -o json` against this agent's API, parsed.
+    /// `podlapse <command> -o json` against this agent's API, parsed.
     pub fn query(&self, command: &str) -> anyhow::Result<Value> {
         let out = Command::new(&self.bin)
             .args([command, "-o", "json", "--api-socket"])
             .arg(&self.socket)
             .output()
-            .with_context(|| format!("running podtrace {command}"))?;
+            .with_context(|| format!("running podlapse {command}"))?;
         if !out.status.success() {
             bail!(
-                "podtrace {command} exited {}: {}",
+                "podlapse {command} exited {}: {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        serde_json::from_slice(&out.stdout).with_context(|| format!("parsing podtrace {command}"))
+        serde_json::from_slice(&out.stdout).with_context(|| format!("parsing podlapse {command}"))
     }
 
     /// SIGTERM, then waits for the agent to exit (it finishes its trace first); kills it

@@ -1,6 +1,6 @@
-//! `deploy/prometheus-rules.yaml`, the alerting rules over podtrace's metrics: checked by
+//! `deploy/prometheus-rules.yaml`, the alerting rules over podlapse's metrics: checked by
 //! `promtool check rules`, then `promtool test rules` on the series of
-//! `deploy/prometheus-rules.test.yaml` (each alert fires on podtrace's series, and stays
+//! `deploy/prometheus-rules.test.yaml` (each alert fires on podlapse's series, and stays
 //! quiet on a healthy node). promtool is the Debian package prometheus, which
 //! `cargo xtask setup` installs.
 

@@ -1,5 +1,5 @@
 //! `cargo xtask build-ebpf`: builds the eBPF probes for `bpfel-unknown-none` and copies
-//! the object to `<target>/bpf/podtrace-probes.o`, for `--probes` (podtrace embeds its own).
+//! the object to `<target>/bpf/podlapse-probes.o`, for `--probes` (podlapse embeds its own).
 //!
 //! The probes are not a workspace member: they need nightly flags (`-Z build-std`,
 //! enabled on stable with RUSTC_BOOTSTRAP) and `bpf-linker`, which a plain `cargo test`
@@ -14,7 +14,7 @@ use anyhow::Context;
 
 use crate::workspace;
 
-pub const OBJECT_NAME: &str = "podtrace-probes.o";
+pub const OBJECT_NAME: &str = "podlapse-probes.o";
 
 /// Where the built object is copied.
 pub fn object_path() -> PathBuf {

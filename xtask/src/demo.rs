@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: the main job end to end on a fresh clone. Setup where missing,
 //! build, lab up, create the example pods while recording a trace, show each result,
-//! the stage latency table across the pods and the slowest pod's timeline (what podtrace
+//! the stage latency table across the pods and the slowest pod's timeline (what podlapse
 //! is for), lab down, prove the teardown left nothing behind.
 
 use std::ffi::OsStr;
@@ -25,8 +25,8 @@ pub fn run() -> anyhow::Result<()> {
     }
     step.done("ready");
 
-    let step = Step::start(2, STEPS, "building podtrace");
-    let bin = workspace::build_podtrace()?;
+    let step = Step::start(2, STEPS, "building podlapse");
+    let bin = workspace::build_podlapse()?;
     step.done("built");
 
     let paths = LabPaths::from_env();
@@ -123,7 +123,7 @@ fn run_examples(bin: &Path) -> anyhow::Result<Vec<PodResult>> {
         .arg("--manifests")
         .arg(&examples);
     // The lab's containerd 2.x sends its own spans to the lab's runtime OTLP address:
-    // podtrace receives them there, and they become the runtime's stages.
+    // podlapse receives them there, and they become the runtime's stages.
     if xtask::lab::containerd_version(&xtask::lab::LabPaths::from_env())
         .is_some_and(|(_, major)| major >= 2)
     {
@@ -134,7 +134,7 @@ fn run_examples(bin: &Path) -> anyhow::Result<Vec<PodResult>> {
         .output()
         .with_context(|| format!("running {}", bin.display()))?;
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("podtrace printed no JSON result (exit {})", out.status))?;
+        .with_context(|| format!("podlapse printed no JSON result (exit {})", out.status))?;
     let pods = doc["pods"].as_array().cloned().unwrap_or_default();
     println!();
     println!(
@@ -191,8 +191,8 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
     let trace = trace_path();
     println!();
     println!("Stage latencies across the {} pods:", pods.len());
-    println!("  (podtrace report {})", trace.display());
-    podtrace(bin, &[OsStr::new("report"), trace.as_os_str()])?;
+    println!("  (podlapse report {})", trace.display());
+    podlapse(bin, &[OsStr::new("report"), trace.as_os_str()])?;
     let Some(slowest) = pods
         .iter()
         .filter(|p| p.running)
@@ -206,12 +206,12 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
         slowest.name, slowest.seconds
     );
     println!(
-        "  (podtrace timeline {} --pod {})",
+        "  (podlapse timeline {} --pod {})",
         trace.display(),
         slowest.name
     );
     let pod = OsStr::new(&slowest.name);
-    podtrace(
+    podlapse(
         bin,
         &[
             OsStr::new("timeline"),
@@ -235,7 +235,7 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
         .status()
         .with_context(|| format!("running {}", bin.display()))?;
     if !out.success() {
-        bail!("podtrace report --svg {} failed ({out})", svg.display());
+        bail!("podlapse report --svg {} failed ({out})", svg.display());
     }
     println!();
     println!(
@@ -246,8 +246,8 @@ fn show_stages(bin: &Path, pods: &[PodResult]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `podtrace ARGS`, its output shown indented.
-fn podtrace(bin: &Path, args: &[&OsStr]) -> anyhow::Result<()> {
+/// Runs `podlapse ARGS`, its output shown indented.
+fn podlapse(bin: &Path, args: &[&OsStr]) -> anyhow::Result<()> {
     let out = Command::new(bin)
         .args(args)
         .stderr(Stdio::inherit())
@@ -258,7 +258,7 @@ fn podtrace(bin: &Path, args: &[&OsStr]) -> anyhow::Result<()> {
     }
     if !out.status.success() {
         bail!(
-            "podtrace {} failed ({})",
+            "podlapse {} failed ({})",
             xtask::text::list(args, " ", |a| a.to_string_lossy().into()),
             out.status
         );

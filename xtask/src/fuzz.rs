@@ -1,5 +1,5 @@
 //! `cargo xtask fuzz [TARGET] [--seconds N]`: coverage-guided fuzzing (cargo-fuzz,
-//! libFuzzer with AddressSanitizer) of podtrace's readers of untrusted input, the targets
+//! libFuzzer with AddressSanitizer) of podlapse's readers of untrusted input, the targets
 //! in `agent/fuzz/fuzz_targets/`. Each run starts from the committed seeds
 //! (`agent/fuzz/seeds/<target>/`) and the inputs earlier runs found
 //! (`agent/fuzz/corpus/<target>/`, not committed). A crash leaves its input in
@@ -258,7 +258,7 @@ fn count(dir: &Path) -> usize {
 
 /// Rewrites the committed seeds: manifests from examples/ and the scenarios' pods (as
 /// YAML and as JSON), traces from traces/ (whole when small, else their beginning, which
-/// reads as an incomplete trace), the requests podtrace's own commands send the API, and
+/// reads as an incomplete trace), the requests podlapse's own commands send the API, and
 /// the traces' kernel records in the probes' layout (written by the agent's seed test).
 fn refresh_seeds() -> anyhow::Result<()> {
     let root = workspace::root();
@@ -298,34 +298,34 @@ fn refresh_seeds() -> anyhow::Result<()> {
     }
     let api = fresh("api_request")?;
     for (name, request) in [
-        ("pods", "GET /pods HTTP/1.1\r\nhost: podtrace\r\n\r\n"),
-        ("events", "GET /events HTTP/1.1\r\nhost: podtrace\r\n\r\n"),
+        ("pods", "GET /pods HTTP/1.1\r\nhost: podlapse\r\n\r\n"),
+        ("events", "GET /events HTTP/1.1\r\nhost: podlapse\r\n\r\n"),
         (
             "timeline",
-            "GET /timeline HTTP/1.1\r\nhost: podtrace\r\n\r\n",
+            "GET /timeline HTTP/1.1\r\nhost: podlapse\r\n\r\n",
         ),
         (
             "diagnose",
-            "GET /diagnose HTTP/1.1\r\nhost: podtrace\r\n\r\n",
+            "GET /diagnose HTTP/1.1\r\nhost: podlapse\r\n\r\n",
         ),
         (
             "two",
-            "GET /pods HTTP/1.1\r\nhost: podtrace\r\n\r\nGET /nothing?x=1 HTTP/1.1\r\nhost: podtrace\r\nconnection: close\r\n\r\n",
+            "GET /pods HTTP/1.1\r\nhost: podlapse\r\n\r\nGET /nothing?x=1 HTTP/1.1\r\nhost: podlapse\r\nconnection: close\r\n\r\n",
         ),
         (
             "post",
-            "POST /pods HTTP/1.1\r\nhost: podtrace\r\ncontent-length: 4\r\n\r\n{}\r\n",
+            "POST /pods HTTP/1.1\r\nhost: podlapse\r\ncontent-length: 4\r\n\r\n{}\r\n",
         ),
         (
             "chunked",
-            "PUT /timeline HTTP/1.1\r\nhost: podtrace\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            "PUT /timeline HTTP/1.1\r\nhost: podlapse\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
         ),
     ] {
         std::fs::write(api.join(name), request)?;
     }
     let mut cmd = workspace::cargo();
-    cmd.args(["test", "--package", "podtrace", "--lib", "ebpf::fuzz_seeds"])
-        .env("PODTRACE_WRITE_FUZZ_SEEDS", "1");
+    cmd.args(["test", "--package", "podlapse", "--lib", "ebpf::fuzz_seeds"])
+        .env("PODLAPSE_WRITE_FUZZ_SEEDS", "1");
     workspace::run(&mut cmd, "writing the eBPF decoder's seeds")?;
     eprintln!("fuzz: seeds rewritten in {}", seeds.display());
     Ok(())

@@ -1,6 +1,6 @@
-//! The licences of every crate the workspace builds (what podtrace links, and its tests
+//! The licences of every crate the workspace builds (what podlapse links, and its tests
 //! and tools), checked against a list of permissive licences, from `cargo metadata`. A
-//! crate under a copyleft licence (such as the LGPL BTF reader podtrace once used) fails
+//! crate under a copyleft licence (such as the LGPL BTF reader podlapse once used) fails
 //! `cargo xtask test` with its name and licence.
 
 use anyhow::{Context, bail};
@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::workspace;
 
-/// SPDX identifiers podtrace's Apache-2.0 binaries may link.
+/// SPDX identifiers podlapse's Apache-2.0 binaries may link.
 const PERMISSIVE: &[&str] = &[
     "Apache-2.0",
     "MIT",
@@ -109,7 +109,7 @@ pub fn check() -> anyhow::Result<()> {
     let bad = violations(&metadata);
     if !bad.is_empty() {
         bail!(
-            "dependencies under licences podtrace's Apache-2.0 binaries cannot take:\n  {}",
+            "dependencies under licences podlapse's Apache-2.0 binaries cannot take:\n  {}",
             xtask::text::list(&bad, "\n  ", ToString::to_string)
         );
     }

@@ -1,4 +1,4 @@
-//! `cargo xtask`: podtrace's workflows.
+//! `cargo xtask`: podlapse's workflows.
 
 mod alert_rules;
 mod bench;
@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
 use xtask::lab::{self, LabPaths, UpOutcome};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "podtrace's workflows")]
+#[command(name = "cargo xtask", about = "podlapse's workflows")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -43,7 +43,7 @@ enum Cmd {
     Demo,
     /// Format and lint checks, unit tests, and integration tests on the real lab.
     Test(test::TestArgs),
-    /// Build the eBPF probes and copy the object to target/bpf/podtrace-probes.o.
+    /// Build the eBPF probes and copy the object to target/bpf/podlapse-probes.o.
     BuildEbpf,
     /// Record the CI fixtures in traces/ from traces/scenarios/ on the node lab.
     Record {

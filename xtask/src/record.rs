@@ -1,6 +1,6 @@
 //! `cargo xtask record [SCENARIO...]`: record the CI fixtures. Each scenario in
-//! `traces/scenarios/<name>.yaml` (pods plus `podtrace run` flags) runs on the node lab
-//! with `podtrace run --until-ready --cleanup --trace traces/<name>.jsonl`.
+//! `traces/scenarios/<name>.yaml` (pods plus `podlapse run` flags) runs on the node lab
+//! with `podlapse run --until-ready --cleanup --trace traces/<name>.jsonl`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,7 +53,7 @@ pub fn run(names: &[String]) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let bin = workspace::build_podtrace()?;
+    let bin = workspace::build_podlapse()?;
     crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();
     for path in chosen {
@@ -109,7 +109,7 @@ fn record_one(bin: &Path, name: &str, scenario: &Scenario) -> anyhow::Result<()>
             "--until-ready",
             "--cleanup",
             "--node-name",
-            "podtrace-lab",
+            "podlapse-lab",
         ])
         .arg("--trace")
         .arg(&trace)
@@ -117,7 +117,7 @@ fn record_one(bin: &Path, name: &str, scenario: &Scenario) -> anyhow::Result<()>
         .arg("--manifests")
         .arg(&manifest)
         .output()
-        .context("running podtrace")?;
+        .context("running podlapse")?;
     eprint!("{}", String::from_utf8_lossy(&out.stdout));
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !stderr.trim().is_empty() {
@@ -134,7 +134,7 @@ fn record_one(bin: &Path, name: &str, scenario: &Scenario) -> anyhow::Result<()>
 
 /// `cargo xtask replay`: every fixture in traces/, checked.
 pub fn replay_all() -> anyhow::Result<()> {
-    let bin = workspace::build_podtrace()?;
+    let bin = workspace::build_podlapse()?;
     let mut traces: Vec<PathBuf> = std::fs::read_dir(workspace::root().join("traces"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))

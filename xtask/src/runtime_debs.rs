@@ -1,6 +1,6 @@
 //! The reference runtime's packages: containerd 2.x and runc 1.3, from Debian's `sid`
 //! suite, pinned by version. They are downloaded once into a cache (apt's ordinary client,
-//! with a sources list, lists and cache of podtrace's own, so the system's apt sources stay
+//! with a sources list, lists and cache of podlapse's own, so the system's apt sources stay
 //! as they are) and unpacked where a lab needs them: the host lab unpacks containerd into
 //! its own directory, the modern node installs both into its guest image. Nothing is
 //! installed system-wide.
@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 use crate::lab::describe;
 
 /// Overrides where the downloaded packages are kept.
-pub const CACHE_ENV: &str = "PODTRACE_DEB_CACHE";
+pub const CACHE_ENV: &str = "PODLAPSE_DEB_CACHE";
 /// The cache when [`CACHE_ENV`] is not set: it outlives the labs, so a lab's `down` and
 /// `up` do not download again.
-pub const DEFAULT_CACHE: &str = "/var/cache/podtrace/debs";
+pub const DEFAULT_CACHE: &str = "/var/cache/podlapse/debs";
 
 /// The suite the runtime comes from; `sid` moves, so every package is pinned.
 pub const SUITE: &str = "sid";
@@ -78,7 +78,7 @@ impl Deb {
     }
 }
 
-/// The package cache: `$PODTRACE_DEB_CACHE`, else [`DEFAULT_CACHE`].
+/// The package cache: `$PODLAPSE_DEB_CACHE`, else [`DEFAULT_CACHE`].
 pub fn cache_dir() -> PathBuf {
     match std::env::var_os(CACHE_ENV) {
         Some(d) if !d.is_empty() => PathBuf::from(d),

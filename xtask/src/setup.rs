@@ -1,5 +1,5 @@
 //! `cargo xtask setup`: check every prerequisite, install what is missing (as root on
-//! Debian), and check the kernel features podtrace uses. Idempotent; seconds when ready.
+//! Debian), and check the kernel features podlapse uses. Idempotent; seconds when ready.
 
 use std::fmt;
 use std::path::Path;
@@ -298,7 +298,7 @@ fn apt_install(pkgs: &[&str]) -> Result<(), String> {
     }
     if !qemu.is_empty() {
         // A sources list of its own for this one install; the system's stays as it is.
-        let list = std::env::temp_dir().join("podtrace-backports.list");
+        let list = std::env::temp_dir().join("podlapse-backports.list");
         std::fs::write(&list, BACKPORTS_SOURCE)
             .map_err(|e| format!("writing {}: {e}", list.display()))?;
         let source = format!("Dir::Etc::SourceList={}", list.display());
@@ -359,7 +359,7 @@ fn apt(options: &[&str], pkgs: &[&str]) -> Result<(), String> {
     }
 }
 
-/// The pinned runtime packages, downloaded into podtrace's package cache (not installed:
+/// The pinned runtime packages, downloaded into podlapse's package cache (not installed:
 /// the labs unpack them where they run).
 fn runtime_debs(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> State {
     use xtask::runtime_debs::{CONTAINERD, RUNC, cache_dir, cached, fetch};

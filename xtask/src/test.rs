@@ -92,7 +92,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    let bin = workspace::build_podtrace()?;
+    let bin = workspace::build_podlapse()?;
     // The kernel_events tests load the probes from <target>/bpf, beside the binary.
     crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();
@@ -104,9 +104,9 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     let built = integration::build(&integration::BINARIES.map(|b| b.name))?;
     let examples = workspace::root().join("examples");
     let env = [
-        ("PODTRACE_BIN", bin.as_os_str()),
-        ("PODTRACE_LAB_DIR", paths.root.as_os_str()),
-        ("PODTRACE_EXAMPLES", examples.as_os_str()),
+        ("PODLAPSE_BIN", bin.as_os_str()),
+        ("PODLAPSE_LAB_DIR", paths.root.as_os_str()),
+        ("PODLAPSE_EXAMPLES", examples.as_os_str()),
     ];
 
     eprintln!("[5/{total}] tests without the shared lab (some start and stop a lab of their own)");

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 /// The package of the integration tests, which run on the node lab (and of the test
 /// clients the benchmarks build).
-pub const TESTS_PACKAGE: &str = "podtrace-tests";
+pub const TESTS_PACKAGE: &str = "podlapse-tests";
 
 /// The workspace root (xtask lives one level below it).
 pub fn root() -> PathBuf {
@@ -87,13 +87,13 @@ pub fn build_bin(package: &str, bin: &str, release: bool) -> (Command, PathBuf) 
     (cmd, target_dir().join(profile).join(bin))
 }
 
-/// Builds the `podtrace` binary and returns its path.
-pub fn build_podtrace() -> anyhow::Result<PathBuf> {
-    let (mut cmd, path) = build_bin("podtrace", "podtrace", false);
+/// Builds the `podlapse` binary and returns its path.
+pub fn build_podlapse() -> anyhow::Result<PathBuf> {
+    let (mut cmd, path) = build_bin("podlapse", "podlapse", false);
     let out = cmd.output().context("starting cargo build")?;
     if !out.status.success() {
         bail!(
-            "cargo build --package podtrace failed:\n{}",
+            "cargo build --package podlapse failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

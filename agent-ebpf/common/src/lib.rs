@@ -1,4 +1,4 @@
-//! The layout of everything podtrace's eBPF probes and its user space exchange: the
+//! The layout of everything podlapse's eBPF probes and its user space exchange: the
 //! events in the ring buffer, the filter entries user space writes into maps, and the
 //! names of the maps and globals.
 //!

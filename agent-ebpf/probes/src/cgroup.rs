@@ -8,7 +8,7 @@ use aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes;
 use aya_ebpf::macros::{map, tracepoint};
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     CgroupEvent, EventKind, MAX_CGROUP_PREFIXES, PREFIX_LEN, Prefix, prefix_matches,
 };
 

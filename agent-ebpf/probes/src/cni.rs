@@ -15,7 +15,7 @@ use aya_ebpf::macros::map;
 use aya_ebpf::maps::Array;
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::warn;
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     CniExecEvent, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
     starts_with,
 };

@@ -17,7 +17,7 @@ use aya_ebpf::helpers::r#gen::bpf_probe_read_user;
 use aya_ebpf::macros::{kprobe, map, tracepoint};
 use aya_ebpf::maps::LruHashMap;
 use aya_ebpf::programs::{ProbeContext, TracePointContext};
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     CNI_OUTPUT_CHUNK, CNI_OUTPUT_MAX, CniOutputEvent, EventKind, MAX_CNI_PLUGINS, cni_output_flags,
 };
 

@@ -16,7 +16,7 @@
 use aya_ebpf::helpers::bpf_get_current_cgroup_id;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, LruHashMap};
-use podtrace_ebpf_common::{DEFAULT_PID_MAX, MAX_POD_CGROUPS, NODE_PROCESSES_ON};
+use podlapse_ebpf_common::{DEFAULT_PID_MAX, MAX_POD_CGROUPS, NODE_PROCESSES_ON};
 
 #[map(name = "NODE_PROCESSES")]
 static NODE_PROCESSES: Array<u32> = Array::with_max_entries(1, 0);

@@ -1,4 +1,4 @@
-//! podtrace's eBPF probes: classic tracepoints, and kprobes on the two kernel functions
+//! podlapse's eBPF probes: classic tracepoints, and kprobes on the two kernel functions
 //! that create and enter a network namespace (`netns_fn.rs`), which user space attaches
 //! instead of the namespace syscall tracepoints where the kernel allows them and falls
 //! back from where it does not, and the write hooks of `cni_output.rs` (a kprobe on
@@ -40,7 +40,7 @@ use aya_ebpf::helpers::{
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::ring_buf::RingBufEntry;
 use aya_ebpf::maps::{PerCpuArray, RingBuf};
-use podtrace_ebpf_common::{CommWords, EventHeader, EventKind, ringbuf_record_bytes, wakeup_due};
+use podlapse_ebpf_common::{CommWords, EventHeader, EventKind, ringbuf_record_bytes, wakeup_due};
 
 /// Default size; user space sets the real one (`--ringbuf-bytes`) before loading.
 #[map(name = "EVENTS")]

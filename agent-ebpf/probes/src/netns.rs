@@ -12,7 +12,7 @@ use aya_ebpf::macros::{map, tracepoint};
 use aya_ebpf::maps::LruHashMap;
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::debug;
-use podtrace_ebpf_common::{CLONE_NEWNET, EventKind, NetnsEvent, NetnsSyscall};
+use podlapse_ebpf_common::{CLONE_NEWNET, EventKind, NetnsEvent, NetnsSyscall};
 
 use crate::{current_tid, fill_header, reserve, reserve_for_cni, task};
 

@@ -19,7 +19,7 @@ use aya_ebpf::helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel};
 use aya_ebpf::macros::{kprobe, kretprobe, map};
 use aya_ebpf::maps::LruHashMap;
 use aya_ebpf::programs::{ProbeContext, RetProbeContext};
-use podtrace_ebpf_common::{CLONE_NEWNET, NetnsSyscall};
+use podlapse_ebpf_common::{CLONE_NEWNET, NetnsSyscall};
 
 use crate::netns::{Outcome, submit};
 use crate::{current_tid, task};

@@ -7,7 +7,7 @@
 //! `comm`, so any other exec costs one compare of a few bytes.
 
 use aya_ebpf::helpers::r#gen::bpf_probe_read_user;
-use podtrace_ebpf_common::{ARGV_LEN, EventKind, RuntimeExecEvent, argv_flags};
+use podlapse_ebpf_common::{ARGV_LEN, EventKind, RuntimeExecEvent, argv_flags};
 
 use crate::{fill_header, reserve, task};
 

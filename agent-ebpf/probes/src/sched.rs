@@ -4,7 +4,7 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel_str_bytes};
 use aya_ebpf::macros::tracepoint;
 use aya_ebpf::programs::TracePointContext;
-use podtrace_ebpf_common::{CommWords, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
+use podlapse_ebpf_common::{CommWords, EventKind, ExecEvent, ExitEvent, is_runtime_comm};
 
 use crate::{
     Reserved, cni, cni_output, ctx_field, data_loc, fill_header, fill_header_with, filter,

@@ -4,7 +4,7 @@
 use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_task, bpf_probe_read_kernel, bpf_probe_read_user,
 };
-use podtrace_ebpf_common::{COMM_LEN, CommWords, comm_words};
+use podlapse_ebpf_common::{COMM_LEN, CommWords, comm_words};
 
 // Set by user space with `EbpfLoader::set_global` before load; 0 means "not resolved"
 // and turns the read off rather than reading a wrong field.

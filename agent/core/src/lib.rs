@@ -1,4 +1,4 @@
-//! podtrace's deterministic core, a crate of its own so that purity is the compiler's
+//! podlapse's deterministic core, a crate of its own so that purity is the compiler's
 //! business: its dependencies are the Kubernetes types and serde, nothing that does IO,
 //! reads a clock or spawns a task.
 //!

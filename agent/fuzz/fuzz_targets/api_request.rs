@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use podtrace::syncloop::{StatusStore, api};
-use podtrace::timeline::Collector;
+use podlapse::syncloop::{StatusStore, api};
+use podlapse::timeline::Collector;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fuzz_target!(|data: &[u8]| {

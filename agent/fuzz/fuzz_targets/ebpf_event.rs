@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use podtrace::ebpf::KernelEvent;
-use podtrace::ebpf::event::decode;
+use podlapse::ebpf::KernelEvent;
+use podlapse::ebpf::event::decode;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(event) = decode(data) else {

@@ -6,17 +6,17 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use podtrace::config::parse_manifest_text;
+use podlapse::config::parse_manifest_text;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let file = Path::new("/etc/podtrace/manifests/fuzz.yaml");
+    let file = Path::new("/etc/podlapse/manifests/fuzz.yaml");
     let (pods, errors) = parse_manifest_text(file, text, "fuzz-node");
     for p in &pods {
         assert!(p.pod.metadata.uid.as_deref().is_some_and(|u| !u.is_empty()));
-        assert!(podtrace::config::validate(&p.pod).is_ok());
+        assert!(podlapse::config::validate(&p.pod).is_ok());
     }
     for e in &errors {
         let message = e.to_string();

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use podtrace::trace::parse_trace;
+use podlapse::trace::parse_trace;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -18,12 +18,12 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = trace.incomplete_note();
     let _ = trace.ended_ns();
-    let timeline = podtrace::timeline::build(&trace.records);
+    let timeline = podlapse::timeline::build(&trace.records);
     let _ = serde_json::to_string(&timeline).expect("a timeline serializes");
-    let _ = podtrace::diagnose::diagnose(&trace.records, None);
+    let _ = podlapse::diagnose::diagnose(&trace.records, None);
     // Written out record by record, the trace reads back the same.
     let mut again = String::new();
-    let header = podtrace::trace::TraceRecord::Header(trace.header.clone());
+    let header = podlapse::trace::TraceRecord::Header(trace.header.clone());
     again.push_str(&serde_json::to_string(&header).expect("a header serializes"));
     again.push('\n');
     for r in &trace.records {

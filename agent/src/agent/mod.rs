@@ -1,4 +1,4 @@
-//! The agent (`podtrace run`) in phases, each returning a typed error:
+//! The agent (`podlapse run`) in phases, each returning a typed error:
 //! [`prepare`] learns the node from its runtime and checks the options;
 //! [`Prepared::start`] starts the recording (trace, probes, exports) and the sync loop;
 //! then [`Started::serve`] follows the manifests until a signal, or

@@ -1,4 +1,4 @@
-//! Where each pod of a one-shot run (`podtrace run --until-ready`) ended up: settled when every container
+//! Where each pod of a one-shot run (`podlapse run --until-ready`) ended up: settled when every container
 //! runs, when the pod ended, or when something stands in the way that will not pass by
 //! itself; and, for every container that is not running, what it is waiting on.
 

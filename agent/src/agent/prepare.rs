@@ -18,7 +18,7 @@ use crate::trace::RunConfig;
 use super::AgentError;
 use super::recorder::ProbeRequest;
 
-/// What the agent is asked to do: `podtrace run`'s flags, parsed.
+/// What the agent is asked to do: `podlapse run`'s flags, parsed.
 pub struct Options {
     pub cfg: RuntimeConfig,
     pub settings: KubeletSettings,
@@ -95,7 +95,7 @@ pub async fn prepare(opts: Options, cri: CriClient) -> Result<Prepared, AgentErr
     // The node's IP, so a diagnosis of a host-network pod can name it.
     run_config.node_ip = Some(cfg.node_ip.clone());
     // The kernel filter watches the pod cgroups under the root as the driver names it
-    // (`/podtrace` with cgroupfs, `/podtrace.slice` with systemd).
+    // (`/podlapse` with cgroupfs, `/podlapse.slice` with systemd).
     let watched_root = settings
         .cgroup_root
         .as_deref()

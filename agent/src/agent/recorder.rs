@@ -201,7 +201,7 @@ impl RunRecorder {
                 let version = cri.version().await.map_err(AgentError::RuntimeVersion)?;
                 let header = Header {
                     schema_version: SCHEMA_VERSION,
-                    podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+                    podlapse_version: env!("CARGO_PKG_VERSION").to_string(),
                     node: node.to_string(),
                     kernel: nix::sys::utsname::uname()
                         .map(|u| u.release().to_string_lossy().into_owned())
@@ -693,7 +693,7 @@ fn send_stages(trace: &TraceSink, timeline: &crate::timeline::Timeline) {
     for stage in timeline.stages() {
         match serde_json::to_value(stage) {
             Ok(v) => trace.send(TraceRecord::Stage(v)),
-            Err(e) => eprintln!("podtrace: a timeline stage: {e}"),
+            Err(e) => eprintln!("podlapse: a timeline stage: {e}"),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use podtrace_core::record::ids;
+use podlapse_core::record::ids;
 use tokio::sync::Notify;
 
 use crate::cri::CriCall;
@@ -123,7 +123,7 @@ impl SpanWait {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use podtrace_core::record::{CriMethod, GrpcCode};
+    use podlapse_core::record::{CriMethod, GrpcCode};
 
     fn call(start_ns: u64, traced: bool) -> CriCall {
         CriCall {

@@ -1,5 +1,5 @@
-//! `podtrace bench-direct` (hidden): the runtime's own limit for `cargo xtask bench`. For
-//! each pod it makes the calls podtrace's pipeline makes for a pod whose image is present
+//! `podlapse bench-direct` (hidden): the runtime's own limit for `cargo xtask bench`. For
+//! each pod it makes the calls podlapse's pipeline makes for a pod whose image is present
 //! (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer), with the same
 //! requests (the pod's cgroup as the sandbox's parent included) and nothing in between,
 //! and prints each pod's time to Running as JSON.
@@ -23,7 +23,7 @@ use crate::kuberuntime::{RuntimeConfig, labels};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchDirectArgs {
-    /// Pod manifests (files or directories), as for `podtrace run`.
+    /// Pod manifests (files or directories), as for `podlapse run`.
     #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
     pub manifests: Vec<PathBuf>,
     /// Pods in flight at once (0: all of them).
@@ -33,11 +33,11 @@ pub struct BenchDirectArgs {
     /// timed).
     #[arg(long)]
     pub cleanup: bool,
-    /// The pod cgroups' root, as `podtrace run --cgroup-root`: each sandbox's
+    /// The pod cgroups' root, as `podlapse run --cgroup-root`: each sandbox's
     /// `cgroup_parent` is its pod's cgroup there, the same request the pipeline sends.
     /// The driver does not create it (that is the pipeline's work, not the runtime's):
     /// runc makes the missing directories. "" leaves the parent to the runtime.
-    #[arg(long, default_value = "/podtrace", value_name = "PATH")]
+    #[arg(long, default_value = "/podlapse", value_name = "PATH")]
     pub cgroup_root: String,
     #[command(flatten)]
     pub node: node::NodeArgs,
@@ -124,16 +124,16 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
     let cfg = args.node.runtime_config();
     let (pods, errors) = load_paths(&args.manifests, &cfg.node_name);
     for e in &errors {
-        eprintln!("podtrace: {e}");
+        eprintln!("podlapse: {e}");
     }
     if pods.is_empty() || !errors.is_empty() {
-        eprintln!("podtrace: no valid pods in {:?}", args.manifests);
+        eprintln!("podlapse: no valid pods in {:?}", args.manifests);
         return ExitCode::from(EXIT_BAD_INPUT);
     }
     let cri = match args.cri.connect().await {
         Ok(c) => Arc::new(c),
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -152,7 +152,7 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
     {
         Ok(pcm) => pcm.map(Arc::new),
         Err(e) => {
-            eprintln!("podtrace: --cgroup-root {}: {e}", args.cgroup_root);
+            eprintln!("podlapse: --cgroup-root {}: {e}", args.cgroup_root);
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -208,16 +208,16 @@ pub async fn run(args: &BenchDirectArgs) -> ExitCode {
     if args.cleanup {
         for id in &sandboxes {
             if let Err(e) = cri.stop_pod_sandbox(id).await {
-                eprintln!("podtrace: stopping sandbox {id}: {e}");
+                eprintln!("podlapse: stopping sandbox {id}: {e}");
             }
             if let Err(e) = cri.remove_pod_sandbox(id).await {
-                eprintln!("podtrace: removing sandbox {id}: {e}");
+                eprintln!("podlapse: removing sandbox {id}: {e}");
             }
         }
         if let Some(pcm) = &pcm {
             for uid in &uids {
                 if let Err(e) = pcm.destroy_pod_cgroup(uid) {
-                    eprintln!("podtrace: removing the pod cgroup of {uid}: {e}");
+                    eprintln!("podlapse: removing the pod cgroup of {uid}: {e}");
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! `podtrace bench-seeing --trace FILE` (hidden; for `cargo xtask bench`): each container
+//! `podlapse bench-seeing --trace FILE` (hidden; for `cargo xtask bench`): each container
 //! state change in a trace, from the kernel event to the agent's status showing it.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use crate::timeline::seen_latencies;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchSeeingArgs {
-    /// A trace recorded by `podtrace run --trace` with the probes loaded.
+    /// A trace recorded by `podlapse run --trace` with the probes loaded.
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
 }
@@ -28,7 +28,7 @@ pub fn run(args: &BenchSeeingArgs) -> ExitCode {
     };
     if !ebpf {
         eprintln!(
-            "podtrace: {}: recorded without the probes, so it has no kernel events to measure from",
+            "podlapse: {}: recorded without the probes, so it has no kernel events to measure from",
             args.trace.display()
         );
         return ExitCode::from(EXIT_BAD_INPUT);

@@ -1,4 +1,4 @@
-//! `podtrace cri info`: who the runtime is and whether it is ready.
+//! `podlapse cri info`: who the runtime is and whether it is ready.
 
 use std::process::ExitCode;
 
@@ -15,7 +15,7 @@ pub async fn run(args: &CriArgs) -> ExitCode {
     let client = match args.connect().await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -28,7 +28,7 @@ pub async fn run(args: &CriArgs) -> ExitCode {
     let (version, status) = match result {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::FAILURE;
         }
     };

@@ -1,4 +1,4 @@
-//! `podtrace diagnose`: why each pod has no IP or is not Running, from a trace file or
+//! `podlapse diagnose`: why each pod has no IP or is not Running, from a trace file or
 //! the running agent. Exit code 0 when every pod is healthy, 1 when one is not, 2 on bad
 //! input.
 
@@ -24,7 +24,7 @@ pub async fn run(args: &DiagnoseArgs) -> ExitCode {
             let doc = match api::get(&args.socket, "/diagnose").await {
                 Ok(d) => d,
                 Err(e) => {
-                    eprintln!("podtrace: {e}");
+                    eprintln!("podlapse: {e}");
                     return ExitCode::from(super::EXIT_BAD_INPUT);
                 }
             };
@@ -32,7 +32,7 @@ pub async fn run(args: &DiagnoseArgs) -> ExitCode {
                 Ok(d) => d,
                 Err(e) => {
                     eprintln!(
-                        "podtrace: agent API {}: not a diagnosis: {e}",
+                        "podlapse: agent API {}: not a diagnosis: {e}",
                         args.socket.display()
                     );
                     return ExitCode::from(super::EXIT_BAD_INPUT);
@@ -50,7 +50,7 @@ pub async fn run(args: &DiagnoseArgs) -> ExitCode {
             let d = diagnosis.only(pod);
             if d.pods.is_empty() {
                 eprintln!(
-                    "podtrace: {}",
+                    "podlapse: {}",
                     super::no_such_pod(pod, "to diagnose", names)
                 );
                 return ExitCode::from(super::EXIT_BAD_INPUT);

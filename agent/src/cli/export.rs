@@ -1,4 +1,4 @@
-//! `podtrace export`: recorded traces' pod startups sent to an OpenTelemetry collector,
+//! `podlapse export`: recorded traces' pod startups sent to an OpenTelemetry collector,
 //! as the agent's live export sends them (the same spans, IDs and times).
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use crate::otel::{self, ExportQueue};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExportArgs {
-    /// Traces written by `podtrace run --trace` or `podtrace observe`; the files of one
+    /// Traces written by `podlapse run --trace` or `podlapse observe`; the files of one
     /// rotated trace are read as one recording.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
@@ -27,12 +27,12 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
         Ok(Some(e)) => e,
         Ok(None) => {
             eprintln!(
-                "podtrace: export needs --otlp-endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT)"
+                "podlapse: export needs --otlp-endpoint URL (or OTEL_EXPORTER_OTLP_ENDPOINT)"
             );
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -52,14 +52,14 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
         let forwarded: usize = runtime.iter().map(|(_, _, s)| s.len()).sum();
         if forwarded == 0 {
             eprintln!(
-                "podtrace: {}: {} pods, {} spans",
+                "podlapse: {}: {} pods, {} spans",
                 path.display(),
                 timeline.pods.len(),
                 spans.len()
             );
         } else {
             eprintln!(
-                "podtrace: {}: {} pods, {} spans and {forwarded} of the runtime's",
+                "podlapse: {}: {} pods, {} spans and {forwarded} of the runtime's",
                 path.display(),
                 timeline.pods.len(),
                 spans.len()
@@ -78,7 +78,7 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
     let exporter = match otel::exporter(&endpoint, &node) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -96,11 +96,11 @@ pub async fn run(args: &ExportArgs) -> ExitCode {
     }
     let stats = queue.close(args.timeout).await;
     if stats.exported() as usize == total {
-        eprintln!("podtrace: sent {total} spans to {endpoint}");
+        eprintln!("podlapse: sent {total} spans to {endpoint}");
         ExitCode::SUCCESS
     } else {
         eprintln!(
-            "podtrace: {} of {total} spans reached {endpoint} ({} dropped)",
+            "podlapse: {} of {total} spans reached {endpoint} ({} dropped)",
             stats.exported(),
             stats.dropped()
         );

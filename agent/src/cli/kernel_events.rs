@@ -1,4 +1,4 @@
-//! `podtrace kernel-events`: load the probes and print what the kernel reports, one
+//! `podlapse kernel-events`: load the probes and print what the kernel reports, one
 //! line (or JSON object) per event, then how many events were lost.
 
 use std::io::Write;
@@ -18,7 +18,7 @@ const LOSS_REPORT_EVERY: Duration = Duration::from_secs(5);
 /// Flags of every command that loads the probes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EbpfArgs {
-    /// The probes object. Default: $PODTRACE_PROBES, else the object built with podtrace
+    /// The probes object. Default: $PODLAPSE_PROBES, else the object built with podlapse
     /// and embedded in this binary.
     #[arg(long, value_name = "PATH")]
     pub probes: Option<PathBuf>,
@@ -111,7 +111,7 @@ impl EbpfArgs {
         match start_probes(config, self.require_ebpf) {
             Ok(Probes::Running(started)) => Ok(Some(*started)),
             Ok(Probes::Unavailable(e)) => {
-                eprintln!("podtrace: {}", unavailable_note(&e));
+                eprintln!("podlapse: {}", unavailable_note(&e));
                 Ok(None)
             }
             Err(e) => Err(super::agent_failed(&e)),
@@ -178,7 +178,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
         Err(code) => return code,
     };
     eprintln!(
-        "podtrace: watching kernel events: {} programs attached from {} (ring buffer {} bytes, CNI plugins in {})",
+        "podlapse: watching kernel events: {} programs attached from {} (ring buffer {} bytes, CNI plugins in {})",
         probes.attached().len(),
         probes.object(),
         probes.ringbuf_bytes(),
@@ -188,27 +188,27 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
             .unwrap_or(DEFAULT_CNI_BIN_DIR)
     );
     eprintln!(
-        "podtrace: network namespace events from {}",
+        "podlapse: network namespace events from {}",
         probes.netns_hooks()
     );
     if let Some(gate) = probes.netns_gate()
         && !gate.programs().is_empty()
     {
         eprintln!(
-            "podtrace: on demand, not attached: {}",
+            "podlapse: on demand, not attached: {}",
             gate.programs().join(", ")
         );
     }
     for (program, why) in probes.skipped() {
-        eprintln!("podtrace: optional probe {program} not attached: {why}");
+        eprintln!("podlapse: optional probe {program} not attached: {why}");
     }
     match (probes.cni_output_gate(), probes.cni_output_off()) {
         (Some(gate), _) => eprintln!(
-            "podtrace: CNI plugins' output from a {}, attached while a plugin runs",
+            "podlapse: CNI plugins' output from a {}, attached while a plugin runs",
             gate.hook()
         ),
         (None, why) => eprintln!(
-            "podtrace: CNI plugins' output not captured: {}",
+            "podlapse: CNI plugins' output not captured: {}",
             why.unwrap_or("no write hook")
         ),
     }
@@ -250,7 +250,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
                     && lost.total > reported_lost
                 {
                     eprintln!(
-                        "podtrace: {} kernel events lost in the last {}s ({} in total; ring buffer of {} bytes full)",
+                        "podlapse: {} kernel events lost in the last {}s ({} in total; ring buffer of {} bytes full)",
                         lost.total - reported_lost,
                         LOSS_REPORT_EVERY.as_secs(),
                         lost.total,
@@ -266,7 +266,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
     }
     // Read before stopping: the programs detach when the probes stop.
     let programs = probes.program_stats().unwrap_or_else(|e| {
-        eprintln!("podtrace: {e}");
+        eprintln!("podlapse: {e}");
         Vec::new()
     });
     let hooks = probes.netns_hooks().kind();
@@ -297,7 +297,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
         Ok(summary) => {
             if summary.lost.total > 0 {
                 eprintln!(
-                    "podtrace: {} kernel events lost (ring buffer of {} bytes full)",
+                    "podlapse: {} kernel events lost (ring buffer of {} bytes full)",
                     summary.lost.total, args.ebpf.ringbuf_bytes
                 );
             }
@@ -311,7 +311,7 @@ pub async fn run(mut args: KernelEventsArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             ExitCode::FAILURE
         }
     }
@@ -396,7 +396,7 @@ impl log::Log for StderrLog {
     }
 
     fn log(&self, record: &log::Record<'_>) {
-        eprintln!("podtrace: probe {}: {}", record.level(), record.args());
+        eprintln!("podlapse: probe {}: {}", record.level(), record.args());
     }
 
     fn flush(&self) {}

@@ -47,7 +47,7 @@ pub struct KubeletArgs {
     #[arg(long, default_value_t = 110, value_name = "N")]
     pub max_pods: usize,
     /// Root of the pod cgroups (kubelet's --cgroup-root); "" leaves them to the runtime.
-    #[arg(long, default_value = "/podtrace", value_name = "PATH")]
+    #[arg(long, default_value = "/podlapse", value_name = "PATH")]
     pub cgroup_root: String,
     /// The cgroup driver (kubelet's --cgroup-driver), used only when the runtime does not
     /// say which it uses (CRI RuntimeConfig, else its status info).

@@ -1,4 +1,4 @@
-//! The `podtrace` command line.
+//! The `podlapse` command line.
 
 mod bench_direct;
 mod bench_seeing;
@@ -44,7 +44,7 @@ fn stop_signals() -> Result<(tokio::signal::unix::Signal, tokio::signal::unix::S
     ) {
         (Ok(i), Ok(t)) => Ok((i, t)),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("podtrace: cannot handle signals: {e}");
+            eprintln!("podlapse: cannot handle signals: {e}");
             Err(ExitCode::FAILURE)
         }
     }
@@ -56,7 +56,7 @@ fn runtime_otlp_listen(flag: Option<&str>) -> Result<Option<crate::otel::Listen>
     flag.map(crate::otel::parse_listen)
         .transpose()
         .map_err(|e| {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             ExitCode::from(EXIT_BAD_INPUT)
         })
 }
@@ -64,11 +64,11 @@ fn runtime_otlp_listen(flag: Option<&str>) -> Result<Option<crate::otel::Listen>
 /// Says why the agent stopped (with the cause underneath, when the probes failed) and
 /// gives the exit code for it.
 fn agent_failed(e: &crate::agent::AgentError) -> ExitCode {
-    eprintln!("podtrace: {e}");
+    eprintln!("podlapse: {e}");
     if let crate::agent::AgentError::Probes(p) = e
         && let Some(source) = std::error::Error::source(p)
     {
-        eprintln!("podtrace: caused by: {source:#}");
+        eprintln!("podlapse: caused by: {source:#}");
     }
     if e.is_bad_input() {
         ExitCode::from(EXIT_BAD_INPUT)
@@ -99,7 +99,7 @@ fn no_such_pod(query: &str, place: &str, pods: impl IntoIterator<Item = String>)
 
 #[derive(Debug, Parser)]
 #[command(
-    name = "podtrace",
+    name = "podlapse",
     version,
     about = "kubelet's pod pipeline over CRI, timed stage by stage"
 )]
@@ -188,7 +188,7 @@ pub enum CriCommand {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CriArgs {
-    /// CRI endpoint (unix:///path or /path). Default: $PODTRACE_CRI, else the node lab's
+    /// CRI endpoint (unix:///path or /path). Default: $PODLAPSE_CRI, else the node lab's
     /// socket when the lab is up, else /run/containerd/containerd.sock.
     #[arg(long = "cri", value_name = "ENDPOINT")]
     pub endpoint: Option<String>,
@@ -217,7 +217,7 @@ pub struct RunArgs {
     /// reads a static pod), or directories of them.
     #[arg(long, required = true, num_args = 1.., value_name = "PATH")]
     pub manifests: Vec<PathBuf>,
-    /// Exit once every pod is Running (or has failed). Without it, podtrace runs as an
+    /// Exit once every pod is Running (or has failed). Without it, podlapse runs as an
     /// agent: it watches the manifests and keeps their pods until SIGINT or SIGTERM.
     #[arg(long)]
     pub until_ready: bool,
@@ -269,7 +269,7 @@ pub struct RunArgs {
     /// on each pod.
     #[arg(long, default_value = "8s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub runtime_span_wait: std::time::Duration,
-    /// Without --until-ready: how long `GET /timeline` and `podtrace timeline` keep showing
+    /// Without --until-ready: how long `GET /timeline` and `podlapse timeline` keep showing
     /// a pod after its manifest is gone (the trace keeps it for good). The agent then
     /// forgets it, as kubelet forgets a terminated pod, so its memory does not grow with
     /// every pod it ever ran; at most 512 deleted pods are kept whatever this says.

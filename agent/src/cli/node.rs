@@ -1,4 +1,4 @@
-//! The node podtrace acts as: its name, IP, and where pod data and logs go.
+//! The node podlapse acts as: its name, IP, and where pod data and logs go.
 
 use std::path::PathBuf;
 
@@ -11,10 +11,10 @@ pub struct NodeArgs {
     #[arg(long, value_name = "NAME", value_parser = parse_node_name)]
     pub node_name: Option<String>,
     /// kubelet's --root-dir: pod directories and volumes.
-    #[arg(long, default_value = "/var/lib/podtrace", value_name = "DIR")]
+    #[arg(long, default_value = "/var/lib/podlapse", value_name = "DIR")]
     pub root_dir: PathBuf,
     /// Where pod and container logs go (kubelet's /var/log/pods).
-    #[arg(long, default_value = "/var/log/podtrace/pods", value_name = "DIR")]
+    #[arg(long, default_value = "/var/log/podlapse/pods", value_name = "DIR")]
     pub pod_logs_dir: PathBuf,
     /// RuntimeClass name to CRI runtime handler, repeatable: NAME=HANDLER.
     #[arg(long = "runtime-class", value_name = "NAME=HANDLER", value_parser = parse_pair)]

@@ -1,7 +1,7 @@
-//! `podtrace observe`: record the pods another CRI client runs, with the probes, as a
+//! `podlapse observe`: record the pods another CRI client runs, with the probes, as a
 //! trace in `run`'s format marked as observed. It calls no mutating CRI method and
 //! touches no cgroup; its only outputs are the trace, what it prints, and its API
-//! (`podtrace pods`, `timeline` and `diagnose --live` read it while it runs). The work is
+//! (`podlapse pods`, `timeline` and `diagnose --live` read it while it runs). The work is
 //! `observe::session`'s; this parses the flags and prints.
 
 use std::path::PathBuf;
@@ -38,8 +38,8 @@ pub struct ObserveArgs {
     #[arg(long, value_name = "NAME")]
     pub node_name: Option<String>,
     /// The socket to serve the observer's API on: the pods as the runtime shows them,
-    /// their timelines and diagnoses so far (`podtrace pods`, `podtrace timeline`,
-    /// `podtrace diagnose --live`).
+    /// their timelines and diagnoses so far (`podlapse pods`, `podlapse timeline`,
+    /// `podlapse diagnose --live`).
     #[arg(long, default_value = api::DEFAULT_API_SOCKET, value_name = "PATH")]
     pub api_socket: PathBuf,
     /// Serve no API.
@@ -91,7 +91,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     let trace_rotation = match args.trace_rotation.rotation() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -102,7 +102,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     let otlp_endpoint = match crate::otel::endpoint(args.otlp_endpoint.as_deref()) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -117,7 +117,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     let client = match args.cri.connect().await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -127,7 +127,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     };
     if let Some(why) = connected.polling_because() {
         eprintln!(
-            "podtrace: polling the runtime every {} ms: {why}",
+            "podlapse: polling the runtime every {} ms: {why}",
             args.poll_ms
         );
     }
@@ -152,7 +152,7 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         Err(e) => return agent_failed(&e),
     };
     for note in running.take_notes() {
-        eprintln!("podtrace: {note}");
+        eprintln!("podlapse: {note}");
     }
     let api_note = if args.no_api {
         String::new()
@@ -160,14 +160,14 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
         format!(", API on {}", args.api_socket.display())
     };
     if let Some(addr) = running.metrics_addr() {
-        eprintln!("podtrace: metrics on http://{addr}/metrics");
+        eprintln!("podlapse: metrics on http://{addr}/metrics");
     }
     if let Some(endpoint) = &otlp_endpoint {
-        eprintln!("podtrace: exporting over OTLP to {endpoint}");
+        eprintln!("podlapse: exporting over OTLP to {endpoint}");
     }
     let (name, version, sources) = running.describe();
     eprintln!(
-        "podtrace: observing {name} {version} ({}) into {}{api_note}",
+        "podlapse: observing {name} {version} ({}) into {}{api_note}",
         sources.join(", "),
         args.trace.display()
     );
@@ -187,17 +187,17 @@ pub async fn run(args: ObserveArgs) -> ExitCode {
     };
     let finished = running.observe(stop).await;
     for note in &finished.notes {
-        eprintln!("podtrace: {note}");
+        eprintln!("podlapse: {note}");
     }
     for loss in &finished.failures {
-        eprintln!("podtrace: {loss}");
+        eprintln!("podlapse: {loss}");
     }
     let summary = &finished.summary;
     for (error, count) in &summary.runtime_errors {
-        eprintln!("podtrace: the runtime failed {count} look(s): {error}");
+        eprintln!("podlapse: the runtime failed {count} look(s): {error}");
     }
     eprintln!(
-        "podtrace: observed {} pods ({} changes) into {}",
+        "podlapse: observed {} pods ({} changes) into {}",
         summary.pods.len(),
         summary.records,
         args.trace.display()

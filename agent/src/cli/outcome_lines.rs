@@ -1,4 +1,4 @@
-//! The lines `podtrace run --until-ready` prints as each pod settles.
+//! The lines `podlapse run --until-ready` prints as each pod settles.
 
 use crate::agent::PodOutcome;
 use crate::kubelet::status::phase;

@@ -7,14 +7,14 @@ pub enum Output {
     Json,
 }
 
-/// `podtrace replay -o`: the comparison as text, or as JSON.
+/// `podlapse replay -o`: the comparison as text, or as JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReplayOutput {
     Text,
     Json,
 }
 
-/// `podtrace report -o`.
+/// `podlapse report -o`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
     /// The stage latency table and each pod's startup parts.
@@ -35,7 +35,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("podtrace").chain(args.iter().copied()))
+        Cli::try_parse_from(std::iter::once("podlapse").chain(args.iter().copied()))
     }
 
     #[test]

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, PodSt
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::Value;
 
-/// One row of `podtrace pods`.
+/// One row of `podlapse pods`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodRow {
     pub ready: usize,

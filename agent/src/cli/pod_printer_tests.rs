@@ -219,6 +219,6 @@ fn json_is_a_list_of_pods_with_metadata_spec_and_status() {
     assert_eq!(item["status"]["podIP"], "10.1.2.3");
     assert!(
         item.get("events").is_none(),
-        "events stay in `podtrace events`"
+        "events stay in `podlapse events`"
     );
 }

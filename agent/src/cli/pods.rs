@@ -1,4 +1,4 @@
-//! `podtrace pods` and `podtrace events`: what the running agent sees, like
+//! `podlapse pods` and `podlapse events`: what the running agent sees, like
 //! `kubectl get pods` and `kubectl get events`.
 
 use std::path::PathBuf;
@@ -23,7 +23,7 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
     let doc = match api::get(&args.socket, "/pods").await {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -35,7 +35,7 @@ pub async fn pods(args: &ApiArgs) -> ExitCode {
     for f in &node {
         let line = format!("node: {}: {}", f.cause, f.summary);
         match args.output {
-            Output::Json => eprintln!("podtrace: {line}"),
+            Output::Json => eprintln!("podlapse: {line}"),
             _ => println!("{line}"),
         }
     }
@@ -86,7 +86,7 @@ pub async fn events(args: &EventsArgs) -> ExitCode {
     let doc = match api::get(&args.api.socket, "/events").await {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -110,7 +110,7 @@ pub async fn events(args: &EventsArgs) -> ExitCode {
         named.sort_unstable();
         named.dedup();
         eprintln!(
-            "podtrace: no events of pod {pod:?}; pods with events: {} (a static pod is named <name>-<node name>)",
+            "podlapse: no events of pod {pod:?}; pods with events: {} (a static pod is named <name>-<node name>)",
             if named.is_empty() {
                 "none".to_string()
             } else {

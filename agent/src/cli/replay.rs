@@ -1,4 +1,4 @@
-//! `podtrace replay`: replay traces through the reconciler in virtual time and compare
+//! `podlapse replay`: replay traces through the reconciler in virtual time and compare
 //! with what was recorded. Exit 0 when every trace matches, 1 on a divergence, 2 on bad
 //! input.
 
@@ -12,7 +12,7 @@ use crate::replay::{Recorded, Tolerance, WhatIf, compare, replay_and};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// Trace files recorded with `podtrace run --trace`.
+    /// Trace files recorded with `podlapse run --trace`.
     #[arg(required = true, value_name = "TRACE")]
     pub traces: Vec<PathBuf>,
     /// Startup latency tolerance, absolute (ms).
@@ -70,8 +70,8 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
         match super::trace_file::read(path) {
             Ok(t) if t.header.observed.is_some() => {
                 eprintln!(
-                    "podtrace: {}: an observed trace (podtrace observe) cannot be replayed: \
-                     another CRI client made its decisions, so there are none of podtrace's \
+                    "podlapse: {}: an observed trace (podlapse observe) cannot be replayed: \
+                     another CRI client made its decisions, so there are none of podlapse's \
                      to compare; its timeline, report and diagnosis work on it",
                     path.display()
                 );
@@ -118,13 +118,13 @@ pub fn run(args: &ReplayArgs) -> ExitCode {
     if args.output == ReplayOutput::Json
         && let Err(e) = write_json(&docs)
     {
-        eprintln!("podtrace: writing the comparison: {e}");
+        eprintln!("podlapse: writing the comparison: {e}");
         return ExitCode::FAILURE;
     }
     if args.timing {
         let total = began.elapsed();
         eprintln!(
-            "podtrace replay timing: {}",
+            "podlapse replay timing: {}",
             serde_json::json!({
                 "read_s": read.as_secs_f64(),
                 "replay_s": replaying.as_secs_f64(),

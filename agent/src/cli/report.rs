@@ -1,4 +1,4 @@
-//! `podtrace report`: stage latency statistics and each pod's startup breakdown from
+//! `podlapse report`: stage latency statistics and each pod's startup breakdown from
 //! recorded traces, as a table, JSON, markdown, a Perfetto trace (native protobuf, or
 //! Chrome JSON trace events), and optionally an SVG picture.
 
@@ -11,7 +11,7 @@ use crate::report::{self, TraceInput};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
-    /// Traces written by `podtrace run --trace` or `podtrace observe`; their pods are
+    /// Traces written by `podlapse run --trace` or `podlapse observe`; their pods are
     /// pooled. The files of one rotated trace are read as one recording.
     #[arg(value_name = "TRACE", required = true, num_args = 1..)]
     pub traces: Vec<PathBuf>,
@@ -36,8 +36,8 @@ pub struct ReportArgs {
 pub fn run(args: &ReportArgs) -> ExitCode {
     if args.output == ReportFormat::Perfetto && std::io::stdout().is_terminal() {
         eprintln!(
-            "podtrace: -o perfetto writes a binary trace; redirect it to a file \
-             (podtrace report -o perfetto TRACE > startup.pftrace)"
+            "podlapse: -o perfetto writes a binary trace; redirect it to a file \
+             (podlapse report -o perfetto TRACE > startup.pftrace)"
         );
         return ExitCode::from(2);
     }
@@ -73,7 +73,7 @@ pub fn run(args: &ReportArgs) -> ExitCode {
         && inputs.iter().all(|t| t.timeline.pods.is_empty())
     {
         eprintln!(
-            "podtrace: {}",
+            "podlapse: {}",
             super::no_such_pod(pod, "in the traces", names)
         );
         return ExitCode::FAILURE;
@@ -84,7 +84,7 @@ pub fn run(args: &ReportArgs) -> ExitCode {
             .any(|t| t.timeline.pods.iter().any(|p| p.is(pod)))
     {
         eprintln!(
-            "podtrace: --svg-pod: {}",
+            "podlapse: --svg-pod: {}",
             super::no_such_pod(pod, "in the report", names)
         );
         return ExitCode::FAILURE;
@@ -92,7 +92,7 @@ pub fn run(args: &ReportArgs) -> ExitCode {
     if let Some(path) = &args.svg
         && let Err(e) = std::fs::write(path, report::svg(&inputs, args.svg_pod.as_deref()))
     {
-        eprintln!("podtrace: --svg {}: {e}", path.display());
+        eprintln!("podlapse: --svg {}: {e}", path.display());
         return ExitCode::FAILURE;
     }
     let text = match args.output {
@@ -113,7 +113,7 @@ fn write_stdout(bytes: &[u8]) -> ExitCode {
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("podtrace: writing the report to stdout: {e}");
+            eprintln!("podlapse: writing the report to stdout: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,4 @@
-//! `podtrace run`: the agent. It creates the manifests' pods through kubelet's pipeline and
+//! `podlapse run`: the agent. It creates the manifests' pods through kubelet's pipeline and
 //! keeps them as the manifests say. With `--until-ready` it exits once every pod is
 //! Running (or has failed), optionally removing them first (`--cleanup`); without it, it
 //! watches the manifests and runs until SIGINT/SIGTERM, serving the local API. The work
@@ -20,7 +20,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let trace_rotation = match args.trace_rotation.rotation() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -31,7 +31,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let cri = match args.cri.connect().await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("podtrace: {e}");
+            eprintln!("podlapse: {e}");
             return ExitCode::from(super::EXIT_BAD_INPUT);
         }
     };
@@ -44,7 +44,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(e) => return agent_failed(&e),
     };
     for note in started.take_notes() {
-        eprintln!("podtrace: {note}");
+        eprintln!("podlapse: {note}");
     }
     let code = if args.until_ready {
         until_ready(&args, &started).await
@@ -56,7 +56,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         };
         let served = started
             .serve(&opts, |bound| {
-                eprintln!("podtrace: metrics on http://{bound}/metrics");
+                eprintln!("podlapse: metrics on http://{bound}/metrics");
             })
             .await;
         match served {
@@ -66,10 +66,10 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     let finished = started.finish().await;
     for note in &finished.notes {
-        eprintln!("podtrace: {note}");
+        eprintln!("podlapse: {note}");
     }
     for loss in &finished.failures {
-        eprintln!("podtrace: {loss}");
+        eprintln!("podlapse: {loss}");
     }
     if !finished.failures.is_empty() {
         return ExitCode::FAILURE;
@@ -137,7 +137,7 @@ struct Lines {
 
 impl ReadyWatch for Lines {
     fn manifest_error(&mut self, error: &ManifestError) {
-        eprintln!("podtrace: {error}");
+        eprintln!("podlapse: {error}");
     }
 
     fn pods(&mut self, count: usize) {
@@ -169,7 +169,7 @@ impl ReadyWatch for Lines {
 fn summarize(args: &RunArgs, node: &str, run: &ReadyRun) -> ExitCode {
     if let Some((left, stall)) = run.cleanup_stalled {
         eprintln!(
-            "podtrace: cleanup: {left} pods still terminating, with no progress for {stall:?}"
+            "podlapse: cleanup: {left} pods still terminating, with no progress for {stall:?}"
         );
     }
     let cleanup_failed = run.cleanup_stalled.is_some();

@@ -1,4 +1,4 @@
-//! `podtrace timeline`: each pod's startup as a waterfall of stages, from a trace file or
+//! `podlapse timeline`: each pod's startup as a waterfall of stages, from a trace file or
 //! from the running agent.
 
 use std::fmt::Write as _;
@@ -28,7 +28,7 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
             let doc = match api::get(&args.socket, "/timeline").await {
                 Ok(d) => d,
                 Err(e) => {
-                    eprintln!("podtrace: {e}");
+                    eprintln!("podlapse: {e}");
                     return ExitCode::from(super::EXIT_BAD_INPUT);
                 }
             };
@@ -36,7 +36,7 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!(
-                        "podtrace: agent API {}: not a timeline: {e}",
+                        "podlapse: agent API {}: not a timeline: {e}",
                         args.socket.display()
                     );
                     return ExitCode::FAILURE;
@@ -54,7 +54,7 @@ pub async fn run(args: &TimelineArgs) -> ExitCode {
             let t = timeline.only(pod);
             if t.pods.is_empty() {
                 eprintln!(
-                    "podtrace: {}",
+                    "podlapse: {}",
                     super::no_such_pod(pod, "in the timeline", names)
                 );
                 return ExitCode::FAILURE;
@@ -150,7 +150,7 @@ pub fn render(t: &Timeline) -> String {
             None => {
                 let _ = writeln!(
                     out,
-                    "  sources: not recorded (a trace from before podtrace recorded them, or a replay)"
+                    "  sources: not recorded (a trace from before podlapse recorded them, or a replay)"
                 );
             }
         }

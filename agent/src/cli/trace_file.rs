@@ -18,7 +18,7 @@ pub fn read(path: &Path) -> Result<Trace, ExitCode> {
 /// one of its own.
 pub fn read_recordings(paths: &[PathBuf]) -> Result<Vec<Recording>, ExitCode> {
     let bad = |e: &dyn std::fmt::Display| {
-        eprintln!("podtrace: {e}");
+        eprintln!("podlapse: {e}");
         ExitCode::from(super::EXIT_BAD_INPUT)
     };
     let mut traces = Vec::with_capacity(paths.len());
@@ -28,15 +28,15 @@ pub fn read_recordings(paths: &[PathBuf]) -> Result<Vec<Recording>, ExitCode> {
     let mut recordings = join_recordings(traces).map_err(|e| bad(&e))?;
     for r in &mut recordings {
         for note in &r.notes {
-            eprintln!("podtrace: {note}");
+            eprintln!("podlapse: {note}");
         }
         if r.files.len() == 1
             && let Some(note) = earlier_files_note(&r.trace)
         {
-            eprintln!("podtrace: {note}");
+            eprintln!("podlapse: {note}");
         }
         if let Some(note) = r.trace.incomplete_note() {
-            eprintln!("podtrace: {note}");
+            eprintln!("podlapse: {note}");
         }
         if r.trace.header.observed.is_some() {
             let header = TraceRecord::Header(r.trace.header.clone());
@@ -68,7 +68,7 @@ pub fn read_one(paths: &[PathBuf]) -> Result<Trace, ExitCode> {
     let mut recordings = read_recordings(paths)?;
     if recordings.len() > 1 {
         eprintln!(
-            "podtrace: {} are {} recordings; this reads one (the files of one rotated trace count as one): give one, or use podtrace report",
+            "podlapse: {} are {} recordings; this reads one (the files of one rotated trace count as one): give one, or use podlapse report",
             paths
                 .iter()
                 .map(|p| p.display().to_string())

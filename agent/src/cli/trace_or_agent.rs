@@ -8,7 +8,7 @@ use crate::syncloop::api;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceOrAgentArgs {
-    /// A trace written by `podtrace run --trace` or `podtrace observe`, or the files of
+    /// A trace written by `podlapse run --trace` or `podlapse observe`, or the files of
     /// one rotated trace (TRACE TRACE.1 ...), read as one. Without it, the running agent
     /// or observer, as with --live.
     #[arg(value_name = "TRACE", num_args = 0..)]

@@ -3,9 +3,9 @@
 //!
 //! ```text
 //! components                    cgroupfs                   systemd
-//! [podtrace]                    /podtrace                  /podtrace.slice
-//! [podtrace, burstable]         /podtrace/burstable        /podtrace.slice/podtrace-burstable.slice
-//! [podtrace, burstable, pod<u>] /podtrace/burstable/pod<u> /podtrace.slice/podtrace-burstable.slice/podtrace-burstable-pod<u_>.slice
+//! [podlapse]                    /podlapse                  /podlapse.slice
+//! [podlapse, burstable]         /podlapse/burstable        /podlapse.slice/podlapse-burstable.slice
+//! [podlapse, burstable, pod<u>] /podlapse/burstable/pod<u> /podlapse.slice/podlapse-burstable.slice/podlapse-burstable-pod<u_>.slice
 //! ```
 //!
 //! With systemd every level is a slice whose name repeats its parents' joined by `-`, so a
@@ -61,7 +61,7 @@ impl CgroupName {
         CgroupName(Vec::new())
     }
 
-    /// A cgroupfs path (`/podtrace/burstable`) as components. Empty parts are skipped,
+    /// A cgroupfs path (`/podlapse/burstable`) as components. Empty parts are skipped,
     /// so `/` and `` are the root.
     pub fn from_cgroupfs(path: &str) -> CgroupName {
         CgroupName(
@@ -110,7 +110,7 @@ impl CgroupName {
         path
     }
 
-    /// The systemd unit of this cgroup (`podtrace-burstable.slice`); none for the root.
+    /// The systemd unit of this cgroup (`podlapse-burstable.slice`); none for the root.
     pub fn systemd_unit(&self) -> Option<String> {
         if self.0.is_empty() {
             return None;
@@ -121,7 +121,7 @@ impl CgroupName {
 
     /// The component a child directory entry `entry` of this cgroup stands for, in the
     /// driver's naming: `pod<uid>` for `pod<uid>` (cgroupfs) or for
-    /// `podtrace-burstable-pod<uid_>.slice` below `podtrace-burstable.slice` (systemd).
+    /// `podlapse-burstable-pod<uid_>.slice` below `podlapse-burstable.slice` (systemd).
     /// None when the entry is not a cgroup this naming could have made.
     pub fn child_component(&self, driver: CgroupDriver, entry: &str) -> Option<String> {
         match driver {
@@ -200,14 +200,14 @@ mod tests {
     #[test]
     fn cgroupfs_names_are_plain_paths() {
         assert_eq!(CgroupName::from_cgroupfs("/").to_cgroupfs(), "/");
-        let n = CgroupName::from_cgroupfs("/podtrace/").child("burstable");
-        assert_eq!(n.to_cgroupfs(), "/podtrace/burstable");
-        assert_eq!(n.components(), ["podtrace", "burstable"]);
+        let n = CgroupName::from_cgroupfs("/podlapse/").child("burstable");
+        assert_eq!(n.to_cgroupfs(), "/podlapse/burstable");
+        assert_eq!(n.components(), ["podlapse", "burstable"]);
     }
 
     #[test]
     fn child_entries_map_back_to_components() {
-        let tier = name(&["podtrace", "burstable"]);
+        let tier = name(&["podlapse", "burstable"]);
         let uid = "6c1a4e95-6bb6-11e6-bc26-28d2444e470d";
         let pod = tier.child(&format!("pod{uid}"));
         let entry = pod.systemd_unit().unwrap();
@@ -216,14 +216,14 @@ mod tests {
             Some(format!("pod{uid}"))
         );
         // A grandchild slice, a scope and another tier's slice are not children.
-        let root = name(&["podtrace"]);
+        let root = name(&["podlapse"]);
         assert_eq!(root.child_component(CgroupDriver::Systemd, &entry), None);
         assert_eq!(
             tier.child_component(CgroupDriver::Systemd, "cri-containerd-abc.scope"),
             None
         );
         assert_eq!(
-            tier.child_component(CgroupDriver::Systemd, "podtrace-besteffort-pod1.slice"),
+            tier.child_component(CgroupDriver::Systemd, "podlapse-besteffort-pod1.slice"),
             None
         );
         assert_eq!(

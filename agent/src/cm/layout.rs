@@ -1,6 +1,6 @@
 //! Which cgroup hierarchies this node mounts and where, read from `/proc/self/mountinfo`.
 //!
-//! A cgroup path such as `/podtrace/burstable` exists once per hierarchy: under every v1
+//! A cgroup path such as `/podlapse/burstable` exists once per hierarchy: under every v1
 //! mount and, on a hybrid node, under the v2 `unified` mount as well, because runc joins
 //! all of them. Paths map to `<mountpoint><path>` whatever the mount's root is, as runc's
 //! cgroupfs driver maps an absolute cgroups path.
@@ -44,7 +44,7 @@ pub struct Hierarchy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CgroupLayout {
     /// One hierarchy per controller (or co-mounted group). `unified` is the v2 mount a
-    /// hybrid node keeps beside them, which carries no limits podtrace sets.
+    /// hybrid node keeps beside them, which carries no limits podlapse sets.
     V1 {
         hierarchies: Vec<Hierarchy>,
         unified: Option<PathBuf>,
@@ -338,8 +338,8 @@ mod tests {
     #[test]
     fn paths_join_below_the_mountpoint() {
         assert_eq!(
-            cgroup_dir(Path::new("/sys/fs/cgroup/cpu"), "/podtrace/burstable"),
-            Path::new("/sys/fs/cgroup/cpu/podtrace/burstable")
+            cgroup_dir(Path::new("/sys/fs/cgroup/cpu"), "/podlapse/burstable"),
+            Path::new("/sys/fs/cgroup/cpu/podlapse/burstable")
         );
     }
 }

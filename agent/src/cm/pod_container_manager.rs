@@ -1,5 +1,5 @@
 //! kubelet's qosContainerManager and podContainerManager, with either cgroup driver:
-//! cgroupfs (podtrace makes the directories) or systemd (systemd makes transient slices,
+//! cgroupfs (podlapse makes the directories) or systemd (systemd makes transient slices,
 //! as kubelet's systemd cgroup manager has it do). Limits are written to the cgroup files
 //! in both cases, after systemd has the same values as unit properties, as runc does.
 //!
@@ -39,8 +39,8 @@ pub struct PodContainerManager {
 }
 
 impl PodContainerManager {
-    /// A manager for pods under `cgroup_root` (for example `/podtrace`, which the systemd
-    /// driver names `/podtrace.slice`). Nothing is created until
+    /// A manager for pods under `cgroup_root` (for example `/podlapse`, which the systemd
+    /// driver names `/podlapse.slice`). Nothing is created until
     /// [`PodContainerManager::ensure_qos_cgroups`]; with the systemd driver this connects
     /// to systemd, and fails if it cannot.
     pub fn new(
@@ -149,7 +149,7 @@ impl PodContainerManager {
     /// kubelet's EnsureExists: the pod's cgroup in every hierarchy, with its limits.
     /// Returns the cgroup path to pass to the runtime as the sandbox's `cgroup_parent`.
     ///
-    /// kubelet writes the limits only when it creates the cgroup; podtrace writes them
+    /// kubelet writes the limits only when it creates the cgroup; podlapse writes them
     /// every time, which is the same for a pod whose resources never change and repairs a
     /// cgroup left half-made by an earlier failure.
     pub fn ensure_pod_cgroup(&self, pod: &Pod) -> Result<String, CmError> {
@@ -527,18 +527,18 @@ mod tests {
 
     #[test]
     fn cgroup_names_follow_kubelet() {
-        let m = PodContainerManager::new("/podtrace/", v1(), CgroupDriver::Cgroupfs).unwrap();
-        assert_eq!(m.cgroup_root(), "/podtrace");
-        assert_eq!(m.qos_cgroup(QosClass::Guaranteed), "/podtrace");
-        assert_eq!(m.qos_cgroup(QosClass::Burstable), "/podtrace/burstable");
-        assert_eq!(m.qos_cgroup(QosClass::BestEffort), "/podtrace/besteffort");
+        let m = PodContainerManager::new("/podlapse/", v1(), CgroupDriver::Cgroupfs).unwrap();
+        assert_eq!(m.cgroup_root(), "/podlapse");
+        assert_eq!(m.qos_cgroup(QosClass::Guaranteed), "/podlapse");
+        assert_eq!(m.qos_cgroup(QosClass::Burstable), "/podlapse/burstable");
+        assert_eq!(m.qos_cgroup(QosClass::BestEffort), "/podlapse/besteffort");
         assert_eq!(
             m.pod_cgroup_name(&pod("u-1", "100m,64Mi")).unwrap(),
-            "/podtrace/podu-1"
+            "/podlapse/podu-1"
         );
         assert_eq!(
             m.pod_cgroup_name(&pod("u-2", "")).unwrap(),
-            "/podtrace/besteffort/podu-2"
+            "/podlapse/besteffort/podu-2"
         );
         let top = PodContainerManager::new("/", v1(), CgroupDriver::Cgroupfs).unwrap();
         assert_eq!(top.qos_cgroup(QosClass::Burstable), "/burstable");
@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn bad_roots_and_uids_are_refused() {
-        for root in ["podtrace", "/a//b", "/a/../b", "/./a", ""] {
+        for root in ["podlapse", "/a//b", "/a/../b", "/./a", ""] {
             assert!(
                 matches!(
                     PodContainerManager::new(root, v1(), CgroupDriver::Cgroupfs),
@@ -556,7 +556,7 @@ mod tests {
                 "{root:?}"
             );
         }
-        let m = PodContainerManager::new("/podtrace", v1(), CgroupDriver::Cgroupfs).unwrap();
+        let m = PodContainerManager::new("/podlapse", v1(), CgroupDriver::Cgroupfs).unwrap();
         for uid in ["../../etc", "a/b", "..", "with space"] {
             assert!(
                 matches!(

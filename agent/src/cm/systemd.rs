@@ -93,7 +93,7 @@ impl Systemd {
         properties: &[Property],
     ) -> Result<(), CmError> {
         let mut all: Vec<(&str, Value<'_>)> = vec![
-            ("Description", Value::from(format!("podtrace {unit}"))),
+            ("Description", Value::from(format!("podlapse {unit}"))),
             ("Wants", Value::from(vec![parent.to_string()])),
             ("DefaultDependencies", Value::from(false)),
             ("MemoryAccounting", Value::from(true)),

@@ -1,4 +1,4 @@
-//! The API server's defaults for the fields podtrace reads, applied the way kubelet's file
+//! The API server's defaults for the fields podlapse reads, applied the way kubelet's file
 //! source gets them when it decodes a static pod (what the node adds, its name among them,
 //! comes after: `static_pod`).
 

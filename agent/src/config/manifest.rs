@@ -64,7 +64,7 @@ pub enum ManifestError {
         /// The 0-based indexes of the documents left unread.
         ignored: Vec<usize>,
     },
-    /// A field is missing, has the wrong type, or has a value podtrace rejects.
+    /// A field is missing, has the wrong type, or has a value podlapse rejects.
     #[error("{source_at}: field {field}: {problem}")]
     Field {
         source_at: PodSource,
@@ -325,7 +325,7 @@ fn parse_pod(
     };
     // kubelet's decode of a static pod: the API's defaults, then the file source's (the
     // UID, the name `<name>-<node>`, the node's name), validation, then the ban on API
-    // references; only then what podtrace itself cannot run.
+    // references; only then what podlapse itself cannot run.
     defaults::apply(&mut pod);
     static_pod::apply(&mut pod, node_name, &source_at.file);
     validate::validate(&pod).map_err(refused)?;
@@ -356,7 +356,7 @@ mod tests {
         (pods, errors)
     }
 
-    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: app, image: 127.0.0.1:5000/podtrace/app:1.0}\n";
+    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers:\n  - {name: app, image: 127.0.0.1:5000/podlapse/app:1.0}\n";
 
     #[test]
     fn only_the_first_document_is_read_and_the_rest_are_named() {

@@ -45,7 +45,7 @@ impl InvalidManifest {
     }
 }
 
-/// kubelet re-reads static pod manifests every 20 s even with inotify; podtrace does the
+/// kubelet re-reads static pod manifests every 20 s even with inotify; podlapse does the
 /// same so a missed notification only delays a change.
 pub const RESCAN_PERIOD: Duration = Duration::from_secs(20);
 

@@ -1,5 +1,5 @@
 //! Static pods have no API server to assign a UID, so kubelet derives one from the
-//! manifest, spec included: any edit makes a new pod. podtrace derives it from the pod's
+//! manifest, spec included: any edit makes a new pod. podlapse derives it from the pod's
 //! identity in its manifest (file, namespace, name), the node, and the spec less the
 //! fields an API pod may change in place (container images and resources). So the UID
 //! stays the same across agent restarts, which is what lets a restarted agent adopt its

@@ -1,4 +1,4 @@
-//! Checks a decoded Pod before podtrace accepts it. Errors are `(field path, problem)`.
+//! Checks a decoded Pod before podlapse accepts it. Errors are `(field path, problem)`.
 
 use std::collections::BTreeSet;
 
@@ -112,8 +112,8 @@ fn volume_source_name(v: &Volume) -> Option<String> {
         .and_then(|o| o.keys().find(|k| k.as_str() != "name").cloned())
 }
 
-/// What podtrace can run, checked after kubelet's own validation and API-reference ban
-/// have passed, so a manifest kubelet refuses gets kubelet's reason: podtrace mounts
+/// What podlapse can run, checked after kubelet's own validation and API-reference ban
+/// have passed, so a manifest kubelet refuses gets kubelet's reason: podlapse mounts
 /// `emptyDir`, `hostPath` and `downwardAPI` volumes, and resolves env from the pod's
 /// fields and the containers' resources.
 pub fn supported(pod: &Pod) -> Result<(), Invalid> {
@@ -128,7 +128,7 @@ pub fn supported(pod: &Pod) -> Result<(), Invalid> {
         return Err(invalid(
             format!("spec.volumes[{i}]"),
             format!(
-                "volume source {other:?} is not supported (podtrace supports emptyDir, hostPath and downwardAPI)"
+                "volume source {other:?} is not supported (podlapse supports emptyDir, hostPath and downwardAPI)"
             ),
         ));
     }

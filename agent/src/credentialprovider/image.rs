@@ -77,8 +77,8 @@ mod tests {
             ("library/busybox@sha256:abc", "docker.io/library/busybox"),
             ("index.docker.io/foo/bar:1", "docker.io/foo/bar"),
             (
-                "127.0.0.1:5000/podtrace/app:1.0",
-                "127.0.0.1:5000/podtrace/app",
+                "127.0.0.1:5000/podlapse/app:1.0",
+                "127.0.0.1:5000/podlapse/app",
             ),
             ("127.0.0.1:5000/app@sha256:0123", "127.0.0.1:5000/app"),
             ("localhost/app", "localhost/app"),

@@ -183,15 +183,15 @@ mod tests {
     #[test]
     fn matching_table() {
         let cases = [
-            ("127.0.0.1:5000", "127.0.0.1:5000/podtrace/app", true),
-            ("127.0.0.1:5000", "127.0.0.1:5001/podtrace/app", false),
-            ("127.0.0.1", "127.0.0.1:5000/podtrace/app", false),
+            ("127.0.0.1:5000", "127.0.0.1:5000/podlapse/app", true),
+            ("127.0.0.1:5000", "127.0.0.1:5001/podlapse/app", false),
+            ("127.0.0.1", "127.0.0.1:5000/podlapse/app", false),
             (
-                "127.0.0.1:5000/podtrace",
-                "127.0.0.1:5000/podtrace/app",
+                "127.0.0.1:5000/podlapse",
+                "127.0.0.1:5000/podlapse/app",
                 true,
             ),
-            ("127.0.0.1:5000/other", "127.0.0.1:5000/podtrace/app", false),
+            ("127.0.0.1:5000/other", "127.0.0.1:5000/podlapse/app", false),
             ("*.example.com", "reg.example.com/x", true),
             ("*.example.com", "example.com/x", false),
             ("*.example.com", "a.b.example.com/x", false),
@@ -211,14 +211,14 @@ mod tests {
         k.add(
             "second",
             vec![
-                entry("127.0.0.1:5000/podtrace", "path"),
+                entry("127.0.0.1:5000/podlapse", "path"),
                 entry("127.0.0.1:5000", "host-b"),
             ],
         );
-        let got = k.lookup("127.0.0.1:5000/podtrace/app");
+        let got = k.lookup("127.0.0.1:5000/podlapse/app");
         assert_eq!(users(&got), ["path", "host-a", "host-b"]);
         assert_eq!(got[0].secret, "second");
-        assert_eq!(got[0].registry, "127.0.0.1:5000/podtrace");
+        assert_eq!(got[0].registry, "127.0.0.1:5000/podlapse");
         assert_eq!(
             users(&k.lookup("127.0.0.1:5000/other")),
             ["host-a", "host-b"]

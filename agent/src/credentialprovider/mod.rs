@@ -245,7 +245,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u"},
             "spec": {
-                "containers": [{"name": "c", "image": "127.0.0.1:5000/podtrace/app:1.0"}],
+                "containers": [{"name": "c", "image": "127.0.0.1:5000/podlapse/app:1.0"}],
                 "imagePullSecrets": secrets.iter().map(|s| serde_json::json!({"name": s})).collect::<Vec<_>>(),
             },
         }))
@@ -267,7 +267,7 @@ mod tests {
         let got = lookup_auth(
             dir.path(),
             &pod(&["other", "regcred"]),
-            "127.0.0.1:5000/podtrace/app:1.0",
+            "127.0.0.1:5000/podlapse/app:1.0",
         )
         .unwrap();
         let auth = got.auth().expect("a credential");
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn secrets_load_once_for_many_images() {
         let dir = tempfile::tempdir().unwrap();
-        write_secret(dir.path(), "a", "127.0.0.1:5000/podtrace", "scoped", "pw");
+        write_secret(dir.path(), "a", "127.0.0.1:5000/podlapse", "scoped", "pw");
         write_secret(dir.path(), "b", "127.0.0.1:5000", "wide", "pw");
         let secrets = load_pull_secrets(dir.path(), &pod(&["b", "a"])).unwrap();
         let users = |image| -> Vec<String> {
@@ -361,7 +361,7 @@ mod tests {
                 .map(|c| c.auth.username)
                 .collect()
         };
-        assert_eq!(users("127.0.0.1:5000/podtrace/app:1"), ["scoped", "wide"]);
+        assert_eq!(users("127.0.0.1:5000/podlapse/app:1"), ["scoped", "wide"]);
         assert_eq!(users("127.0.0.1:5000/pause"), ["wide"]);
     }
 

@@ -1,4 +1,4 @@
-//! Where the CRI socket is: `--cri`, else `PODTRACE_CRI`, else the node lab's socket when
+//! Where the CRI socket is: `--cri`, else `PODLAPSE_CRI`, else the node lab's socket when
 //! the lab is up, else containerd's default socket.
 
 use std::fmt;
@@ -9,13 +9,13 @@ use super::CriError;
 /// containerd's default CRI socket, the last fallback.
 pub const DEFAULT_SOCKET: &str = "/run/containerd/containerd.sock";
 /// Environment variable naming the endpoint when `--cri` is not given.
-pub const ENV_ENDPOINT: &str = "PODTRACE_CRI";
+pub const ENV_ENDPOINT: &str = "PODLAPSE_CRI";
 /// Environment variable naming the node lab's directory.
-pub const ENV_LAB_DIR: &str = "PODTRACE_LAB_DIR";
+pub const ENV_LAB_DIR: &str = "PODLAPSE_LAB_DIR";
 /// The node lab's default directory.
-pub const DEFAULT_LAB_DIR: &str = "/var/lib/podtrace-lab";
+pub const DEFAULT_LAB_DIR: &str = "/var/lib/podlapse-lab";
 
-/// Which rule chose the endpoint; printed so a user knows why podtrace talks to a socket.
+/// Which rule chose the endpoint; printed so a user knows why podlapse talks to a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndpointSource {
     Flag,
@@ -72,7 +72,7 @@ impl Endpoint {
         })
     }
 
-    /// Applies the precedence rules. `flag` is `--cri`, `env` is `PODTRACE_CRI`, `lab_dir`
+    /// Applies the precedence rules. `flag` is `--cri`, `env` is `PODLAPSE_CRI`, `lab_dir`
     /// the lab's directory; taking them as arguments keeps this testable.
     pub fn resolve(
         flag: Option<&str>,
@@ -108,7 +108,7 @@ impl fmt::Display for Endpoint {
     }
 }
 
-/// The node lab's directory from `PODTRACE_LAB_DIR`, else the default.
+/// The node lab's directory from `PODLAPSE_LAB_DIR`, else the default.
 pub fn lab_dir() -> PathBuf {
     std::env::var_os(ENV_LAB_DIR)
         .map(PathBuf::from)

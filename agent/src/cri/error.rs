@@ -11,7 +11,7 @@ pub enum CriError {
     #[error("CRI endpoint {endpoint}: no socket at {}", path.display())]
     SocketMissing { endpoint: String, path: PathBuf },
 
-    /// The endpoint is not a unix socket URL podtrace understands.
+    /// The endpoint is not a unix socket URL podlapse understands.
     #[error("CRI endpoint {endpoint}: {reason}")]
     BadEndpoint { endpoint: String, reason: String },
 

@@ -1,4 +1,4 @@
-//! The CRI seam. Everything podtrace asks of a container runtime goes through
+//! The CRI seam. Everything podlapse asks of a container runtime goes through
 //! [`RuntimeService`] and [`ImageService`], mirroring kubelet's `internalapi` interfaces, so
 //! the tonic client, a recording wrapper, the replay runtime and the in-memory fake for
 //! unit tests ([`fake::FakeRuntime`]) are interchangeable.

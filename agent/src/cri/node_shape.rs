@@ -1,6 +1,6 @@
 //! The node's shape as its runtime runs it: the cgroup driver and the CNI directories.
 //! kubelet takes the driver from CRI `RuntimeConfig` when the runtime answers it and from
-//! `--cgroup-driver` otherwise; podtrace also reads the runtime's verbose status info,
+//! `--cgroup-driver` otherwise; podlapse also reads the runtime's verbose status info,
 //! where containerd 1.7 (which has no RuntimeConfig) shows its configuration, so the
 //! node's real layout wins over a default.
 
@@ -122,7 +122,7 @@ impl NodeShape {
         let info = if !status.info.contains_key("config") {
             "has no configuration"
         } else if !recognised {
-            "has a configuration podtrace does not recognise"
+            "has a configuration podlapse does not recognise"
         } else if shape.cgroup_driver.is_none() {
             "names no runc runtime as the default"
         } else {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use super::service::CriResult;
 use super::{ImageService, RuntimeService, api};
 use crate::clock::now_ktime_ns;
-use podtrace_core::record::ids::traceparent;
-pub use podtrace_core::record::{CriCall, CriMethod, GrpcCode, ResponseFields};
+use podlapse_core::record::ids::traceparent;
+pub use podlapse_core::record::{CriCall, CriMethod, GrpcCode, ResponseFields};
 
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;

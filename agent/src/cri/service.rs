@@ -1,4 +1,4 @@
-//! The runtime and image service traits: one method per CRI call podtrace makes.
+//! The runtime and image service traits: one method per CRI call podlapse makes.
 
 use std::future::Future;
 

@@ -2,7 +2,7 @@
 //! evidence, or nothing. The order they are tried in (`findings`) is their importance:
 //! the first cause in the pipeline that stopped the pod is its verdict.
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::facts::{CniRun, Facts, PodFacts};
 use super::model::{Cause, Finding};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;

@@ -72,7 +72,7 @@ pub fn diagnose_with(
     }
 }
 
-/// What is wrong with the node's pod network, from its last look (`podtrace pods` shows
+/// What is wrong with the node's pod network, from its last look (`podlapse pods` shows
 /// these above the pods).
 pub fn node_findings(last: Option<&crate::trace::NodeNetworkRecord>) -> Vec<NodeFinding> {
     network::node_findings(last)
@@ -169,7 +169,7 @@ fn fine_or_pending(p: &PodFacts<'_>, f: &Facts<'_>) -> Finding {
             cause: model::Cause::Healthy,
             stage: StageKind::SandboxReady.into(),
             summary: format!(
-                "Running with IP {ip}; already running when podtrace observe started (its startup was not observed)"
+                "Running with IP {ip}; already running when podlapse observe started (its startup was not observed)"
             ),
             evidence: removed.into_iter().collect(),
         },

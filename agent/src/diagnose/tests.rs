@@ -5,7 +5,7 @@ use crate::cri::CriCall;
 use crate::ebpf::{CniExec, EventMeta, KernelEvent};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{Header, PodEventRecord, PodOp, PodOpRecord, TraceRecord};
-use podtrace_core::record::RuntimeSpan;
+use podlapse_core::record::RuntimeSpan;
 
 const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
 const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
@@ -26,7 +26,7 @@ fn meta(t_ms: u64, pid: u32, comm: &str) -> EventMeta {
 fn header(node_ip: &str) -> TraceRecord {
     TraceRecord::Header(Header {
         schema_version: 1,
-        podtrace_version: "0.1.0".into(),
+        podlapse_version: "0.1.0".into(),
         node: "n".into(),
         kernel: "6.18".into(),
         runtime_name: "containerd".into(),
@@ -277,7 +277,7 @@ fn failed_sandbox(message: &str, ipam_code: i32, last: Option<(&str, i32)>) -> V
 
 #[test]
 fn a_cni_plugin_that_exits_non_zero_is_named_with_its_exit_code_and_the_runtimes_text() {
-    let msg = "failed to setup network for sandbox \"6b6b\": plugin type=\"tuning\" failed (add): invalid net sysctl key: \"kernel.podtrace_lab_fail\"";
+    let msg = "failed to setup network for sandbox \"6b6b\": plugin type=\"tuning\" failed (add): invalid net sysctl key: \"kernel.podlapse_lab_fail\"";
     let p = one(&failed_sandbox(msg, 0, Some(("tuning", 1))));
     assert_eq!(p.verdict.cause, Cause::CniPluginFailed, "{p:#?}");
     assert_eq!(p.verdict.stage.to_string(), "cni_plugin:tuning");
@@ -313,7 +313,7 @@ fn without_kernel_events_the_plugin_comes_from_the_runtimes_text() {
 
 #[test]
 fn ipam_exhaustion_names_the_ipam_plugin() {
-    let msg = "plugin type=\"bridge\" name=\"podtrace-lab\" failed (add): failed to allocate for range 0: no IP addresses available in range set: 10.244.77.2-10.244.77.3";
+    let msg = "plugin type=\"bridge\" name=\"podlapse-lab\" failed (add): failed to allocate for range 0: no IP addresses available in range set: 10.244.77.2-10.244.77.3";
     let p = one(&failed_sandbox(msg, 1, None));
     assert_eq!(p.verdict.cause, Cause::IpamExhausted, "{p:#?}");
     assert_eq!(p.verdict.stage.to_string(), "cni_plugin:host-local");
@@ -475,7 +475,7 @@ fn the_same_records_give_the_same_text() {
     );
 }
 
-/// What `podtrace observe` records of another client's pod whose every RunPodSandbox
+/// What `podlapse observe` records of another client's pod whose every RunPodSandbox
 /// fails in its `tuning` plugin: only the kernel's view, two attempts (the client retried
 /// with a new sandbox each time), no CRI call and no sandbox the runtime kept.
 fn observed_failing(attempts: &[&str]) -> Vec<TraceRecord> {
@@ -522,7 +522,7 @@ fn another_clients_pod_whose_sandboxes_keep_failing_is_named_from_the_kernels_vi
     for id in [&first, &second] {
         assert!(has(&p.verdict, &format!("sandbox {}", &id[..12])), "{p:#?}");
     }
-    // In a trace of podtrace's own pods, another client's pod stays out.
+    // In a trace of podlapse's own pods, another client's pod stays out.
     let mut own = observed_failing(&[&first]);
     if let TraceRecord::Header(h) = &mut own[0] {
         h.observed = None;
@@ -775,7 +775,7 @@ fn kubelet_span(
     start_ms: u64,
     end_ms: u64,
 ) -> RuntimeSpan {
-    let mut attributes = podtrace_core::record::Attributes::new();
+    let mut attributes = podlapse_core::record::Attributes::new();
     if name == "syncPod" {
         attributes.insert("k8s.pod.uid".into(), UID.into());
         attributes.insert("k8s.pod.update_type".into(), "create".into());
@@ -795,7 +795,7 @@ fn kubelet_span(
         status_message: String::new(),
         scope: String::new(),
         scope_version: String::new(),
-        resource: podtrace_core::record::Attributes::from([(
+        resource: podlapse_core::record::Attributes::from([(
             "service.name".to_string(),
             "kubelet".into(),
         )]),

@@ -3,7 +3,7 @@
 //! Both hooks ([`super::WriteHook`]) run on every write(2) of every task on the node while
 //! attached, and plugins run a few tens of milliseconds per pod. The hook is loaded and
 //! verified at start and attached on demand: around the CRI calls inside which the runtime
-//! runs plugins (`podtrace run` takes a [`CniOutputHold`] before the call goes out), and as
+//! runs plugins (`podlapse run` takes a [`CniOutputHold`] before the call goes out), and as
 //! soon as the reader sees a network namespace created or a CNI plugin exec'd (the probes
 //! wake the reader for those; [`CniOutputGate::poke`]), for `observe` and `kernel-events`,
 //! which make no CRI calls of their own. It is detached once no hold has been held for
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use aya::Ebpf;
 use aya::maps::HashMap;
-use podtrace_ebpf_common::names;
+use podlapse_ebpf_common::names;
 
 use super::event::{CniWriteHook, Comm, EventMeta, KernelEvent, WriteHookChange};
 use super::reader::EventInjector;
@@ -229,7 +229,7 @@ fn own_meta() -> EventMeta {
         cpu: 0,
         pid,
         tgid: pid,
-        comm: Comm::new("podtrace"),
+        comm: Comm::new("podlapse"),
         cgroup_id: 0,
     }
 }

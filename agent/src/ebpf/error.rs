@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 /// Errors of the eBPF loader and reader. [`EbpfError::is_unavailable`] separates "this
 /// node cannot run the probes" (the caller may continue without kernel events) from
-/// faults in podtrace or its probes.
+/// faults in podlapse or its probes.
 #[derive(Debug, thiserror::Error)]
 pub enum EbpfError {
-    /// No probes object where podtrace looked.
+    /// No probes object where podlapse looked.
     #[error(
-        "no eBPF probes object at {path} ({source_of_path}); build it with `cargo xtask build-ebpf`, or leave out --probes and $PODTRACE_PROBES to use the embedded one"
+        "no eBPF probes object at {path} ({source_of_path}); build it with `cargo xtask build-ebpf`, or leave out --probes and $PODLAPSE_PROBES to use the embedded one"
     )]
     ObjectMissing {
         path: PathBuf,

@@ -1,12 +1,12 @@
 //! Kernel events as user space sees them: decoded from ring-buffer records into the
 //! core's owned, typed records. Decoding is pure so it is tested without a kernel.
 
-use podtrace_core::record::escaped;
-pub use podtrace_core::record::{
+use podlapse_core::record::escaped;
+pub use podlapse_core::record::{
     Cgroup, CniExec, CniOutput, CniWriteHook, Comm, EventMeta, KernelEvent, NetnsCall, RuntimeExec,
     WriteHookChange, cni_args_value, kind_name, split_wait_status,
 };
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     CgroupEvent, CniExecEvent, CniOutputEvent, EventHeader, EventKind, ExecEvent, ExitEvent,
     NetnsEvent, NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags, cni_output_flags,
 };
@@ -18,7 +18,7 @@ pub enum DecodeError {
     /// The record is shorter than its header or its kind's struct.
     #[error("record of {len} bytes is shorter than the {need} its kind needs")]
     Short { len: usize, need: usize },
-    /// The header's kind is not one this podtrace knows.
+    /// The header's kind is not one this podlapse knows.
     #[error("record of unknown kind {kind}")]
     UnknownKind { kind: u32 },
     /// A kind only user space makes, in the ring buffer.
@@ -213,7 +213,7 @@ fn forked(forked_ns: u64, exec_ns: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use podtrace_ebpf_common::{COMM_LEN, PATH_LEN};
+    use podlapse_ebpf_common::{COMM_LEN, PATH_LEN};
 
     use super::*;
 
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_runtime_exec_carries_its_arguments() {
-        let mut argv = [0u8; podtrace_ebpf_common::ARGV_LEN];
+        let mut argv = [0u8; podlapse_ebpf_common::ARGV_LEN];
         let raw = b"runc\0--root\0/run/runc\0start\0abc\0";
         argv[..raw.len()].copy_from_slice(raw);
         let ev = RuntimeExecEvent {
@@ -322,7 +322,7 @@ mod tests {
 
     #[test]
     fn a_cni_output_chunk_carries_its_bytes_escaped_and_bounded() {
-        let mut data = [0u8; podtrace_ebpf_common::CNI_OUTPUT_CHUNK];
+        let mut data = [0u8; podlapse_ebpf_common::CNI_OUTPUT_CHUNK];
         let raw = b"{\"code\": 11, \"msg\": \"no\\addr\"}\xff";
         data[..raw.len()].copy_from_slice(raw);
         let ev = CniOutputEvent {
@@ -355,8 +355,8 @@ mod tests {
         let KernelEvent::CniOutput(o) = decode(&bytes(&corrupt)).unwrap() else {
             panic!("not a CNI output");
         };
-        assert_eq!(o.bytes().len(), podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
-        assert_eq!(o.len as usize, podtrace_ebpf_common::CNI_OUTPUT_CHUNK);
+        assert_eq!(o.bytes().len(), podlapse_ebpf_common::CNI_OUTPUT_CHUNK);
+        assert_eq!(o.len as usize, podlapse_ebpf_common::CNI_OUTPUT_CHUNK);
         let total = CniOutputEvent {
             offset: 5000,
             count: 0,
@@ -392,7 +392,7 @@ mod tests {
         let ev = NetnsEvent {
             header: header(EventKind::Netns, "containerd"),
             start_ns: 1_234_567_000_000,
-            flags: podtrace_ebpf_common::CLONE_NEWNET,
+            flags: podlapse_ebpf_common::CLONE_NEWNET,
             ret: 0,
             syscall: NetnsSyscall::Unshare as u32,
             netns_inum: 4026532500,

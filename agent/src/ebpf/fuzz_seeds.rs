@@ -2,13 +2,13 @@
 //! the eBPF decoder's fuzz seeds (`agent/fuzz/seeds/ebpf_event/`): real kernel records
 //! from the committed traces, written back in the probes' ring-buffer layout. The test
 //! checks that every seed still decodes to the record it came from, so a change of the
-//! layout shows here; `PODTRACE_WRITE_FUZZ_SEEDS=1` rewrites them
+//! layout shows here; `PODLAPSE_WRITE_FUZZ_SEEDS=1` rewrites them
 //! (`cargo xtask fuzz --refresh-seeds`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     CNI_OUTPUT_CHUNK, CgroupEvent, CniExecEvent, CniOutputEvent, EventHeader, EventKind, ExecEvent,
     ExitEvent, NetnsEvent, NetnsSyscall, RuntimeExecEvent, argv_flags, cni_flags, cni_output_flags,
 };
@@ -165,7 +165,7 @@ fn encode(e: &KernelEvent) -> Vec<u8> {
             args: fixed(&c.args),
         }),
         KernelEvent::RuntimeExec(r) => {
-            let mut argv = [0u8; podtrace_ebpf_common::ARGV_LEN];
+            let mut argv = [0u8; podlapse_ebpf_common::ARGV_LEN];
             let mut n = 0;
             for a in &r.argv {
                 let end = (n + a.len()).min(argv.len() - 1);
@@ -242,7 +242,7 @@ fn the_committed_fuzz_seeds_are_real_records_in_the_current_layout() {
         .map(|(_, e)| super::event::kind_name(e.kind()))
         .collect();
     assert!(kinds.len() >= 5, "the traces hold too few kinds: {kinds:?}");
-    if std::env::var_os("PODTRACE_WRITE_FUZZ_SEEDS").is_some() {
+    if std::env::var_os("PODLAPSE_WRITE_FUZZ_SEEDS").is_some() {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         for (name, e) in &seeds {

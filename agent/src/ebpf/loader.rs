@@ -10,7 +10,7 @@ use std::time::Duration;
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use aya::programs::TracePoint;
 use aya::{Ebpf, EbpfLoader};
-use podtrace_ebpf_common::{
+use podlapse_ebpf_common::{
     EventKind, MAX_CGROUP_PREFIXES, NODE_PROCESSES_ON, PID_MAX_LIMIT, PREFIX_LEN, Prefix, names,
 };
 use tokio::sync::oneshot;
@@ -39,11 +39,11 @@ pub const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug
 /// through a second mapping), so each KiB here is two of the agent's resident memory once
 /// the ring has gone round: 1 MiB cost 2 MiB of RSS for headroom no workload here used.
 pub const DEFAULT_RINGBUF_BYTES: u32 = 1 << 19;
-/// podtrace's and kubelet's pod cgroups as the cgroupfs driver and as the systemd driver
+/// podlapse's and kubelet's pod cgroups as the cgroupfs driver and as the systemd driver
 /// name them (a prefix matches whole path components), and containerd's own namespace.
 pub const DEFAULT_CGROUP_PREFIXES: [&str; 5] = [
-    "/podtrace",
-    "/podtrace.slice",
+    "/podlapse",
+    "/podlapse.slice",
     "/kubepods",
     "/kubepods.slice",
     "/k8s.io",
@@ -186,7 +186,7 @@ pub struct LostEvents {
 pub struct ProbeSummary {
     /// Events decoded and handed to the channel.
     pub events: u64,
-    /// Records that did not decode (a probes object from another podtrace).
+    /// Records that did not decode (a probes object from another podlapse).
     pub undecodable: u64,
     pub lost: LostEvents,
 }

@@ -2,7 +2,7 @@
 //!
 //! The probes (`agent-ebpf/probes`, built by `cargo xtask build-ebpf`) attach to classic
 //! tracepoints (and, for network namespaces where the kernel allows, to kernel functions:
-//! [`NetnsHooks`]) and write [`podtrace_ebpf_common`] records into one ring buffer. This
+//! [`NetnsHooks`]) and write [`podlapse_ebpf_common`] records into one ring buffer. This
 //! module loads them ([`KernelProbes::start`]), resolves the kernel struct offsets they
 //! need from BTF ([`btf`]), writes their filters, reads the ring buffer asynchronously
 //! (every few milliseconds, every millisecond while the agent waits for an event it needs

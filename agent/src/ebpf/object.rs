@@ -1,6 +1,6 @@
-//! Which compiled probes podtrace loads: `--probes`, else `$PODTRACE_PROBES`, else the
-//! object built with podtrace and embedded in its binary (see `agent/build.rs`), so a
-//! `podtrace` copied alone to a node carries its probes.
+//! Which compiled probes podlapse loads: `--probes`, else `$PODLAPSE_PROBES`, else the
+//! object built with podlapse and embedded in its binary (see `agent/build.rs`), so a
+//! `podlapse` copied alone to a node carries its probes.
 
 use std::borrow::Cow;
 use std::ffi::OsString;
@@ -8,13 +8,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// The object's file name, as `cargo xtask build-ebpf` writes it.
-pub const OBJECT_NAME: &str = "podtrace-probes.o";
+pub const OBJECT_NAME: &str = "podlapse-probes.o";
 /// The environment variable naming the object.
-pub const PROBES_ENV: &str = "PODTRACE_PROBES";
+pub const PROBES_ENV: &str = "PODLAPSE_PROBES";
 
 /// The probes built with this binary. Aligned, as the ELF parser needs.
 static EMBEDDED: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podtrace-probes.o"));
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/podlapse-probes.o"));
 
 /// How the object was chosen, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +28,8 @@ impl fmt::Display for ObjectSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ObjectSource::Flag => "from --probes",
-            ObjectSource::Env => "from $PODTRACE_PROBES",
-            ObjectSource::Embedded => "embedded in the podtrace binary",
+            ObjectSource::Env => "from $PODLAPSE_PROBES",
+            ObjectSource::Embedded => "embedded in the podlapse binary",
         })
     }
 }
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_an_error_not_the_embedded_object() {
-        let o = resolve(Some(Path::new("/nonexistent/podtrace-probes.o")), None);
+        let o = resolve(Some(Path::new("/nonexistent/podlapse-probes.o")), None);
         assert_eq!(o.bytes().unwrap_err().kind(), std::io::ErrorKind::NotFound);
     }
 }

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use aya::maps::{MapData, RingBuf};
-use podtrace_ebpf_common::names;
+use podlapse_ebpf_common::names;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc::error::TryRecvError;
@@ -269,7 +269,7 @@ async fn drain<R: Records>(
                 Some(Err(e)) => {
                     if stats.undecodable == 0 {
                         tracing::warn!(
-                            "a kernel event did not decode ({e}); is the probes object from another podtrace build?"
+                            "a kernel event did not decode ({e}); is the probes object from another podlapse build?"
                         );
                     }
                     stats.undecodable += 1;
@@ -295,7 +295,7 @@ mod tests {
     use std::os::unix::net::UnixStream;
     use std::sync::{Arc, Mutex};
 
-    use podtrace_ebpf_common::{COMM_LEN, EventHeader, EventKind, ExitEvent};
+    use podlapse_ebpf_common::{COMM_LEN, EventHeader, EventKind, ExitEvent};
     use std::time::Duration;
 
     use tokio::time::Instant;

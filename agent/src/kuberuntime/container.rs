@@ -86,7 +86,7 @@ pub fn generate_container_config(
 }
 
 /// Environment in spec order. `valueFrom.fieldRef` resolves the fields kubelet resolves
-/// locally; references to ConfigMaps or Secrets need an API server podtrace does not have.
+/// locally; references to ConfigMaps or Secrets need an API server podlapse does not have.
 fn container_envs(
     pod: &Pod,
     c: &Container,

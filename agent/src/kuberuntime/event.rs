@@ -1,7 +1,7 @@
 //! Where the shell records pod events and waits (the records themselves are the core's):
 //! a recorder stamps and keeps them.
 
-pub use podtrace_core::record::{EventType, PodEvent, PodWait, WaitKind};
+pub use podlapse_core::record::{EventType, PodEvent, PodWait, WaitKind};
 
 /// Where SyncPod sends events. Implementations stamp the time and keep or print them.
 pub trait EventRecorder: Send + Sync {

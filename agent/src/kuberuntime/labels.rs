@@ -1,4 +1,4 @@
-//! The labels and annotations kubelet puts on sandboxes and containers, plus podtrace's
+//! The labels and annotations kubelet puts on sandboxes and containers, plus podlapse's
 //! own marker, so runtime objects can be tied back to pods (and adopted after a restart).
 
 use std::collections::HashMap;

@@ -77,7 +77,7 @@ pub fn generate_pod_sandbox_config(
     }
 }
 
-/// DNS by `dnsPolicy`. podtrace has no cluster DNS service, so `ClusterFirst` falls back
+/// DNS by `dnsPolicy`. podlapse has no cluster DNS service, so `ClusterFirst` falls back
 /// to the host's resolver exactly as kubelet does when `--cluster-dns` is unset.
 fn dns_config(pod: &Pod, cfg: &RuntimeConfig) -> api::DnsConfig {
     let spec = pod.spec.as_ref();

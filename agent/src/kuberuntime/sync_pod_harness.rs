@@ -119,8 +119,8 @@ impl Node {
             cfg: RuntimeConfig {
                 node_name: "node-1".into(),
                 node_ip: "192.0.2.10".into(),
-                root_dir: PathBuf::from("/nonexistent/podtrace-tests"),
-                pod_logs_dir: PathBuf::from("/nonexistent/podtrace-tests/logs"),
+                root_dir: PathBuf::from("/nonexistent/podlapse-tests"),
+                pod_logs_dir: PathBuf::from("/nonexistent/podlapse-tests/logs"),
                 host_dns: HostDns::default(),
                 runtime_handlers: BTreeMap::new(),
                 touch_host: false,

@@ -237,7 +237,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             // kubelet's killPodWithSyncResult stops the sandboxes even when a container's
-            // StopContainer failed, and only then reports the failure; podtrace's kill_pod
+            // StopContainer failed, and only then reports the failure; podlapse's kill_pod
             // returns at the first failed group, leaving the sandbox to the next sync.
             name: "StopContainer fails while the pod is killed: KillContainerError, no new sandbox",
             pod: TWO,
@@ -270,7 +270,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             // kubelet stops only running containers when it kills a pod
-            // (ConvertPodStatusToRunningPod); podtrace's termination order takes created
+            // (ConvertPodStatusToRunningPod); podlapse's termination order takes created
             // ones too. containerd answers a stop of a created container with success.
             name: "a container left created by a failed start is stopped too when the pod is killed",
             pod: TWO,

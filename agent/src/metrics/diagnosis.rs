@@ -53,22 +53,22 @@ impl DiagnosisGauges {
         }
     }
 
-    pub(super) fn register(&self, podtrace: &mut Registry) {
-        podtrace.register(
+    pub(super) fn register(&self, podlapse: &mut Registry) {
+        podlapse.register(
             "unhealthy_pods",
-            "Pods not Running with an IP, by the live diagnosis's cause (podtrace diagnose \
+            "Pods not Running with an IP, by the live diagnosis's cause (podlapse diagnose \
              --live): ipam_exhausted, cni_plugin_missing, cni_no_address, cni_plugin_failed, \
              network_not_ready, leaked_ip, pending, ...; pods removed, and pods with no \
              sandbox and no new stage for 6 minutes, are not counted",
             self.pods.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "node_network_ready",
             "1 when the runtime's NetworkReady condition is true, 0 when false with the \
              runtime's reason, as last looked at; absent until a look said",
             self.node_ready.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "node_network_findings",
             "1 for each cause the node's pod network has, as last looked at: \
              network_not_ready, cni_plugin_missing, ipam_exhausted, leaked_ip",
@@ -272,7 +272,7 @@ mod tests {
         use crate::trace::{NetworkCondition, NodeNetworkRecord, TraceRecord};
         let gauges = DiagnosisGauges::new();
         let mut registry = Registry::default();
-        gauges.register(registry.sub_registry_with_prefix("podtrace"));
+        gauges.register(registry.sub_registry_with_prefix("podlapse"));
         let text = || {
             let mut out = String::new();
             prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
@@ -289,12 +289,12 @@ mod tests {
         };
         gauges.set(&diagnosis, &timeline, &collector, 20 * S);
         assert!(
-            text().contains("podtrace_unhealthy_pods{cause=\"ipam_exhausted\"} 1"),
+            text().contains("podlapse_unhealthy_pods{cause=\"ipam_exhausted\"} 1"),
             "{}",
             text()
         );
         assert!(
-            !text().contains("podtrace_node_network_ready{"),
+            !text().contains("podlapse_node_network_ready{"),
             "{}",
             text()
         );
@@ -318,15 +318,15 @@ mod tests {
         gauges.set(&diagnosis, &timeline, &collector, 30 * S);
         let out = text();
         assert!(
-            out.contains("podtrace_unhealthy_pods{cause=\"ipam_exhausted\"} 0"),
+            out.contains("podlapse_unhealthy_pods{cause=\"ipam_exhausted\"} 0"),
             "{out}"
         );
         assert!(
-            out.contains("podtrace_node_network_ready{reason=\"NetworkPluginNotReady\"} 0"),
+            out.contains("podlapse_node_network_ready{reason=\"NetworkPluginNotReady\"} 0"),
             "{out}"
         );
         assert!(
-            out.contains("podtrace_node_network_findings{cause=\"network_not_ready\"} 1"),
+            out.contains("podlapse_node_network_findings{cause=\"network_not_ready\"} 1"),
             "{out}"
         );
     }

@@ -1,5 +1,5 @@
 //! Prometheus metrics: kubelet's histograms under kubelet's names where kubelet has one,
-//! and podtrace's own (stages, CNI plugins, lost kernel events). Served on `/metrics`.
+//! and podlapse's own (stages, CNI plugins, lost kernel events). Served on `/metrics`.
 
 mod diagnosis;
 mod observed;

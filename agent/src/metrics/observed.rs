@@ -1,4 +1,4 @@
-//! What only `podtrace observe` serves: the pod-start duration it can see (first sight
+//! What only `podlapse observe` serves: the pod-start duration it can see (first sight
 //! to every container running, as another client ran the pod) and what the runtime's
 //! event stream missed.
 
@@ -21,15 +21,15 @@ impl ObservedFamilies {
         }
     }
 
-    pub(super) fn register(&self, podtrace: &mut Registry) {
-        podtrace.register(
+    pub(super) fn register(&self, podlapse: &mut Registry) {
+        podlapse.register(
             "observed_pod_start_duration_seconds",
             "Duration in seconds from the observer's first sight of a pod (the pod's first \
              kernel event, or the runtime's first report of it) until all its containers \
              were running; pods already there when the observer started are left out",
             self.pod_start.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "cri_event_stream_missed_changes",
             "Changes the runtime's event stream did not deliver that a relist found (up to \
              a relist late)",

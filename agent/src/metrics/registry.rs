@@ -126,7 +126,7 @@ pub struct Metrics {
     otlp: ExportStats,
     runtime_otlp: ReceiverStats,
     diagnosis: DiagnosisGauges,
-    /// `podtrace observe`'s own families; None for `run`.
+    /// `podlapse observe`'s own families; None for `run`.
     observed: Option<ObservedFamilies>,
     state: Mutex<State>,
     /// The collector's generation whose timeline was observed last.
@@ -218,19 +218,19 @@ impl Default for Metrics {
 /// Which command serves the metrics: the families differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// `podtrace run`: kubelet's families too, from the calls the agent makes.
+    /// `podlapse run`: kubelet's families too, from the calls the agent makes.
     Agent,
-    /// `podtrace observe`: what applies to another client's pods.
+    /// `podlapse observe`: what applies to another client's pods.
     Observer,
 }
 
 impl Metrics {
-    /// The metrics of `podtrace run`.
+    /// The metrics of `podlapse run`.
     pub fn new() -> Metrics {
         Metrics::build(Mode::Agent, true)
     }
 
-    /// The metrics of `podtrace observe`: the families of `run` that apply to pods it
+    /// The metrics of `podlapse observe`: the families of `run` that apply to pods it
     /// did not make (stages, CNI plugins, the probes', the trace's and the timeline's
     /// losses, the spans received, the live diagnosis, and the OTLP export's when
     /// `exports`), and its own.
@@ -277,11 +277,11 @@ impl Metrics {
         if mode == Mode::Agent {
             metrics.register_kubelets(registry.sub_registry_with_prefix("kubelet"));
         }
-        let podtrace = registry.sub_registry_with_prefix("podtrace");
-        metrics.register_podtraces(podtrace, mode, exports);
-        metrics.diagnosis.register(podtrace);
+        let podlapse = registry.sub_registry_with_prefix("podlapse");
+        metrics.register_podlapses(podlapse, mode, exports);
+        metrics.diagnosis.register(podlapse);
         if let Some(observed) = &metrics.observed {
-            observed.register(podtrace);
+            observed.register(podlapse);
         }
         metrics.registry = registry;
         metrics
@@ -344,107 +344,107 @@ impl Metrics {
         );
     }
 
-    /// podtrace's metrics: stages, the probes' losses, the trace, the timeline, the
+    /// podlapse's metrics: stages, the probes' losses, the trace, the timeline, the
     /// queues and the OTLP export and receiver.
-    fn register_podtraces(&self, podtrace: &mut Registry, mode: Mode, exports: bool) {
-        podtrace.register(
+    fn register_podlapses(&self, podlapse: &mut Registry, mode: Mode, exports: bool) {
+        podlapse.register(
             "stage_duration_seconds",
             "Duration in seconds of each stage of pod startup, from CRI spans and kernel events",
             self.stage.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "cni_plugin_duration_seconds",
             "Duration in seconds of each CNI plugin run, from its exec to its exit in the kernel",
             self.cni_plugin.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "ebpf_lost_events",
             "Kernel events the probes could not deliver because the ring buffer was full",
             self.lost.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "ebpf_netns_probes_attached",
             "1 while the network-namespace probes are attached: kernel-function hooks \
              always, syscall tracepoints around the CRI calls that create or enter pod \
              namespaces, and a second after",
             self.netns_attached.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "ebpf_netns_probe_attaches",
             "Times the network-namespace syscall tracepoints were attached (0 where \
              kernel-function hooks feed the namespace events)",
             self.netns_attaches.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "ebpf_cni_write_hook_attached",
             "1 while the write hook that captures CNI plugins' output is attached: around \
              the CRI calls that run plugins, from a plugin's exec to its exit, and briefly \
              after",
             self.cni_hook_attached.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "ebpf_cni_write_hook_attaches",
             "Times the write hook that captures CNI plugins' output was attached",
             self.cni_hook_attaches.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "trace_records_unwritten",
             "Trace records that could not be written (a write error or a full disk); the pods \
              keep running",
             self.trace_unwritten.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "trace_records_dropped",
             "Trace records dropped because the trace writer's queue was full (it fell behind)",
             self.trace_dropped.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "timeline_records_evicted",
             "Records the agent's in-memory timeline let go at its cap, oldest first, by kind \
              (the trace keeps them; GET /timeline no longer shows them)",
             self.timeline_evicted.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "timeline_pods",
             "Pods the agent's in-memory timeline holds records of",
             self.timeline_pods.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "timeline_deleted_pods",
             "Of those, pods no longer in the config, kept until --deleted-pod-retention ends",
             self.timeline_deleted_pods.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "timeline_pods_forgotten",
             "Deleted pods whose records the agent let go after the retention",
             self.timeline_forgotten.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "timeline_pods_forgotten_early",
             "Deleted pods let go before the retention ended because the agent kept its \
              bound of deleted pods",
             self.timeline_forgotten_early.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "runtime_spans_received",
             "Spans the container runtime sent to the agent's OTLP receiver \
              (--runtime-otlp-listen), in requests that decoded",
             self.runtime_otlp.received.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "runtime_spans_dropped",
             "Received runtime spans not kept, by reason: unknown_pod (in the trace of no pod \
              the agent runs), malformed (bad IDs or times)",
             self.runtime_otlp.dropped.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "runtime_otlp_requests_rejected",
             "Connections and requests the runtime's OTLP receiver refused, by reason: \
              non_local (a peer not on this host), oversized, malformed (did not decode)",
             self.runtime_otlp.rejected.clone(),
         );
         if mode == Mode::Agent {
-            podtrace.register(
+            podlapse.register(
                 "syncloop_queue_waits",
                 "Sends that found one of the sync loop's bounded queues full and waited for \
                  room, by queue (pod_updates, pleg, probe_results, work_done)",
@@ -455,18 +455,18 @@ impl Metrics {
             // An observer without --otlp-endpoint exports nothing: these would only read 0.
             return;
         }
-        podtrace.register(
+        podlapse.register(
             "otlp_spans_exported",
             "Spans the OTLP export delivered to the collector",
             self.otlp.exported.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "otlp_spans_dropped",
             "Spans the OTLP export dropped: its queue was full (the collector is slow or \
              away) or the collector refused or never answered their batch",
             self.otlp.dropped.clone(),
         );
-        podtrace.register(
+        podlapse.register(
             "otlp_export_failures",
             "OTLP export requests that failed",
             self.otlp.failed_exports.clone(),
@@ -863,7 +863,7 @@ mod tests {
         };
         let count = |m: &Metrics, kind: &str| {
             let text = m.encode_prometheus();
-            let key = format!("podtrace_stage_duration_seconds_count{{stage=\"{kind}\"}} ");
+            let key = format!("podlapse_stage_duration_seconds_count{{stage=\"{kind}\"}} ");
             text.lines()
                 .find_map(|l| l.strip_prefix(key.as_str()).map(str::to_string))
         };
@@ -910,7 +910,7 @@ mod tests {
         m.set_lost(&BTreeMap::from([("exec".to_string(), 1)]));
         let text = m.encode_prometheus();
         assert!(
-            text.contains("# TYPE podtrace_ebpf_lost_events_total counter"),
+            text.contains("# TYPE podlapse_ebpf_lost_events_total counter"),
             "{text}"
         );
         assert!(!text.contains("# EOF"));
@@ -923,15 +923,15 @@ mod tests {
         m.set_netns_probes(false, 3);
         let text = m.encode_prometheus();
         assert!(
-            text.contains("podtrace_ebpf_netns_probes_attached 0\n"),
+            text.contains("podlapse_ebpf_netns_probes_attached 0\n"),
             "{text}"
         );
         assert!(
-            text.contains("podtrace_ebpf_netns_probe_attaches_total 3\n"),
+            text.contains("podlapse_ebpf_netns_probe_attaches_total 3\n"),
             "{text}"
         );
         assert!(
-            text.contains("# TYPE podtrace_ebpf_netns_probes_attached gauge"),
+            text.contains("# TYPE podlapse_ebpf_netns_probes_attached gauge"),
             "{text}"
         );
     }
@@ -943,11 +943,11 @@ mod tests {
         m.set_cni_write_hook(false, 4);
         let text = m.encode_prometheus();
         assert!(
-            text.contains("podtrace_ebpf_cni_write_hook_attached 0\n"),
+            text.contains("podlapse_ebpf_cni_write_hook_attached 0\n"),
             "{text}"
         );
         assert!(
-            text.contains("podtrace_ebpf_cni_write_hook_attaches_total 4\n"),
+            text.contains("podlapse_ebpf_cni_write_hook_attaches_total 4\n"),
             "{text}"
         );
     }
@@ -1040,7 +1040,7 @@ mod tests {
             text.lines()
                 .find_map(|l| {
                     l.strip_prefix(
-                        "podtrace_stage_duration_seconds_count{stage=\"container_start\"} ",
+                        "podlapse_stage_duration_seconds_count{stage=\"container_start\"} ",
                     )
                 })
                 .map(str::to_string)
@@ -1075,7 +1075,7 @@ mod tests {
         m.set_lost(&BTreeMap::from([("exec".to_string(), 7)]));
         assert!(
             m.encode()
-                .contains("podtrace_ebpf_lost_events_total{kind=\"exec\"} 7")
+                .contains("podlapse_ebpf_lost_events_total{kind=\"exec\"} 7")
         );
     }
 
@@ -1087,11 +1087,11 @@ mod tests {
         m.set_trace_losses(5, 2);
         let text = m.encode();
         assert!(
-            text.contains("podtrace_trace_records_unwritten_total 5"),
+            text.contains("podlapse_trace_records_unwritten_total 5"),
             "{text}"
         );
         assert!(
-            text.contains("podtrace_trace_records_dropped_total 2"),
+            text.contains("podlapse_trace_records_dropped_total 2"),
             "{text}"
         );
     }
@@ -1118,7 +1118,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("podtrace_syncloop_queue_waits_total{queue=\"work_done\"} 2"),
+            text.contains("podlapse_syncloop_queue_waits_total{queue=\"work_done\"} 2"),
             "{text}"
         );
         assert!(!text.contains("queue=\"probe_results\""), "{text}");

@@ -10,7 +10,7 @@ use hyper_util::rt::TokioIo;
 
 use super::Metrics;
 
-/// kubelet serves metrics on its ports; podtrace defaults to loopback so nothing is
+/// kubelet serves metrics on its ports; podlapse defaults to loopback so nothing is
 /// exposed off the node unless asked.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:10255";
 

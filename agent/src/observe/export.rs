@@ -1,4 +1,4 @@
-//! The observer's OTLP export (`podtrace observe --otlp-endpoint`). Two streams go out
+//! The observer's OTLP export (`podlapse observe --otlp-endpoint`). Two streams go out
 //! through one bounded queue:
 //!
 //! - everything the receiver took from the kubelet and the runtime, forwarded as it

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use podtrace_core::record::{Attributes, RuntimeSpan};
+use podlapse_core::record::{Attributes, RuntimeSpan};
 
 use super::{KUBELET_WAIT_NS, ObservedExport, SETTLE_NS};
 use crate::otel::ClockAnchor;
@@ -146,7 +146,7 @@ async fn received_spans_go_once_on_arrival_and_the_startup_once_it_settled_under
     assert_eq!(got.iter().filter(|(svc, _)| svc == "containerd").count(), 1);
     let ours: Vec<_> = got
         .iter()
-        .filter(|(svc, _)| svc == "podtrace")
+        .filter(|(svc, _)| svc == "podlapse")
         .map(|(_, s)| s)
         .collect();
     let by_name: BTreeMap<&str, &opentelemetry_proto::tonic::trace::v1::Span> =
@@ -210,7 +210,7 @@ async fn a_startup_not_settled_when_the_observer_stops_goes_as_it_stands_in_its_
     let own = crate::otel::ids::trace_id(UID).to_vec();
     assert!(
         got.iter()
-            .all(|(svc, s)| svc == "podtrace" && s.trace_id == own)
+            .all(|(svc, s)| svc == "podlapse" && s.trace_id == own)
     );
 }
 
@@ -279,7 +279,7 @@ async fn a_pod_the_kubelet_sampled_out_goes_in_its_own_trace_after_the_wait() {
     );
     assert!(
         got.iter()
-            .all(|(svc, s)| svc == "podtrace" && s.trace_id == own)
+            .all(|(svc, s)| svc == "podlapse" && s.trace_id == own)
     );
 }
 

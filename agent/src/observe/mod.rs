@@ -1,4 +1,4 @@
-//! `podtrace observe`: time and diagnose the pods another CRI client (a kubelet) runs,
+//! `podlapse observe`: time and diagnose the pods another CRI client (a kubelet) runs,
 //! changing nothing. Its inputs are the probes, the runtime's read-only CRI calls (its
 //! event stream where subscribing is safe, lists otherwise) and, where the runtime
 //! exports them, its spans; its output is a trace in the format `run` writes, marked as
@@ -11,7 +11,7 @@
 //! those pods; [`node_network`] looks at the node's pod network (the runtime's
 //! NetworkReady, its CNI configuration, host-local's pool) and records its changes;
 //! [`export`] sends what was received, and each observed startup inside the kubelet's
-//! traces, over OTLP. [`session`] runs it all in phases, as `podtrace observe` does.
+//! traces, over OTLP. [`session`] runs it all in phases, as `podlapse observe` does.
 
 pub mod export;
 pub mod node_network;

@@ -1,4 +1,4 @@
-//! The pods an observer serves on its API (`GET /pods`, `podtrace pods`): each pod as
+//! The pods an observer serves on its API (`GET /pods`, `podlapse pods`): each pod as
 //! the runtime shows it, in the API's types. Its sandbox's IP, and each container's state
 //! (created, running, exited with its code). Readiness, conditions and restart counts are
 //! the kubelet's and stay unset; the phase says only what the runtime shows (Pending until

@@ -126,7 +126,7 @@ pub async fn observe(
                 }
                 Some(StreamMsg::Ended(why)) => {
                     let why = format!("the runtime's event stream ended ({why}); polling every {:?}", config.poll);
-                    eprintln!("podtrace: {why}");
+                    eprintln!("podlapse: {why}");
                     summary.polling_because = Some(why);
                     events = None;
                     tick = ticker(config.poll);
@@ -146,7 +146,7 @@ pub async fn observe(
                     Err(e) => {
                         let count = summary.runtime_errors.entry(e.to_string()).or_default();
                         if *count == 0 {
-                            eprintln!("podtrace: observing the runtime: {e}; trying again");
+                            eprintln!("podlapse: observing the runtime: {e}; trying again");
                         }
                         *count += 1;
                     }

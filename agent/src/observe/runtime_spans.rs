@@ -1,5 +1,5 @@
 //! The runtime's own spans for pods another client runs. `run` ties a span to its pod by
-//! trace ID, which podtrace derived from the pod's UID; here the trace IDs are the
+//! trace ID, which podlapse derived from the pod's UID; here the trace IDs are the
 //! client's (a kubelet with tracing on) and say nothing of the pod. What does is what the
 //! runtime writes on its server spans: containerd 2.x puts `sandbox.name` on
 //! RunPodSandbox (`<pod>_<namespace>_<uid>_<attempt>`, from the CRI metadata kubelet

@@ -1,6 +1,6 @@
 //! Which CRI calls go to the runtime with a sampled trace context.
 //!
-//! A call carries a sampled `traceparent` only when podtrace will export its span: the
+//! A call carries a sampled `traceparent` only when podlapse will export its span: the
 //! agent exports or receives the runtime's spans (the gate is on), the call is for a pod,
 //! and that pod's startup is not over. Every other call carries an unsampled context
 //! (`ids::traceparent`), so a runtime whose sampler follows its parent starts no trace for
@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::ids;
 use crate::cri::CriCall;

@@ -2,7 +2,7 @@
 //! own traces, when the observer received them.
 //!
 //! The pod's spans are those [`settled_pod_spans`] makes from its timeline with no CRI
-//! call of podtrace's (the observer made none): a `pod_startup` root and a span per stage
+//! call of podlapse's (the observer made none): a `pod_startup` root and a span per stage
 //! that is neither made from the runtime's spans nor the kubelet's (the kernel's, and
 //! what the observer saw of the runtime), the app's first exec included. With the kubelet's spans for the pod, they move into the kubelet's
 //! traces:
@@ -24,10 +24,10 @@
 //!
 //! The kubelet's and the runtime's spans themselves are forwarded as they came, so a
 //! backend shows one trace per sync: `syncPod`, its CRI calls, the runtime's server spans
-//! under those, and podtrace's stages under the call they happened in. Without the
-//! kubelet's spans the pod's trace is its own, as `podtrace run` exports it.
+//! under those, and podlapse's stages under the call they happened in. Without the
+//! kubelet's spans the pod's trace is its own, as `podlapse run` exports it.
 
-use podtrace_core::record::RuntimeSpan;
+use podlapse_core::record::RuntimeSpan;
 
 use super::runtime_span::unhex;
 use super::spans::{PodSpan, causing_method, settled_pod_spans};

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use podtrace_core::record::{Attributes, RuntimeSpan};
+use podlapse_core::record::{Attributes, RuntimeSpan};
 
 use super::joined_pod_spans;
 use crate::otel::ids;

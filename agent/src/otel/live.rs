@@ -2,7 +2,7 @@
 //! when the pod is Ready, or, for a pod that ran (or failed) and is not Ready, once
 //! nothing new happened to it for [`SETTLE_NS`]; at the latest when it is forgotten or
 //! the agent stops. Spans are built from the agent's own timeline and the pod's CRI
-//! calls, with the same model `podtrace export` applies to the recorded trace. The
+//! calls, with the same model `podlapse export` applies to the recorded trace. The
 //! runtime's spans the agent received for the pod go with them, as the runtime's own
 //! (its resource, IDs and parents); those that arrive after the pod went (containerd
 //! sends its spans in batches every few seconds) are forwarded as they come.

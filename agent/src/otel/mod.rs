@@ -8,7 +8,7 @@
 //! - `live.rs`: the agent exports each pod once its startup is over.
 //! - `gate.rs`: which CRI calls carry a sampled trace context to the runtime.
 //! - `joined.rs`: an observed pod's spans inside the kubelet's own traces.
-//! - `export.rs`: spans of recorded traces (`podtrace export`).
+//! - `export.rs`: spans of recorded traces (`podlapse export`).
 //! - `runtime_span.rs`: a span the container runtime sent, from OTLP and back (the record
 //!   itself is the core's).
 //! - `receiver.rs`: the OTLP/gRPC receiver of the runtime's spans.
@@ -34,7 +34,7 @@ pub use export::{runtime_batches, trace_spans};
 pub use gate::TraceGate;
 pub use joined::joined_pod_spans;
 pub use live::LiveExport;
-pub use podtrace_core::record::ids;
+pub use podlapse_core::record::ids;
 pub use queue::{ExportQueue, ExportStats};
 pub use receiver::{Listen, ReceiverStats, RuntimeReceiver, parse_listen};
 pub use runtime_span::RuntimeSpan;

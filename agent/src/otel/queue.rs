@@ -1,5 +1,5 @@
 //! The export queue: pods' spans wait here, bounded, for one task that sends them in
-//! batches (podtrace's own with podtrace's resource, the runtime's it forwards with the
+//! batches (podlapse's own with podlapse's resource, the runtime's it forwards with the
 //! runtime's). Pod work never waits on it: a send that finds the queue full drops the spans
 //! and counts them, and so does a batch the collector refused or never answered. An
 //! endpoint that fails is reported once (and again once it answers), and every later
@@ -43,8 +43,8 @@ impl ExportStats {
     }
 }
 
-/// Spans that go out together, with whose resource: podtrace's own (`None`), or another
-/// service's (the runtime's spans podtrace forwards), named by a key that tells two
+/// Spans that go out together, with whose resource: podlapse's own (`None`), or another
+/// service's (the runtime's spans podlapse forwards), named by a key that tells two
 /// resources apart.
 struct Item {
     resource: Option<(String, Resource)>,
@@ -65,7 +65,7 @@ pub struct ExportQueue {
 
 impl ExportQueue {
     /// Starts the sending task for `exporter`, counting into `stats`; `endpoint` names
-    /// it in reports. `own` is the resource podtrace's spans go with (the exporter's).
+    /// it in reports. `own` is the resource podlapse's spans go with (the exporter's).
     pub fn start(
         exporter: SpanExporter,
         endpoint: String,
@@ -139,7 +139,7 @@ async fn send_batches(
     own: Resource,
 ) {
     let mut failing = false;
-    // The resource the exporter sends with now, by key (None: podtrace's own).
+    // The resource the exporter sends with now, by key (None: podlapse's own).
     let mut current: Option<String> = None;
     let mut held: Option<Item> = None;
     loop {
@@ -176,7 +176,7 @@ async fn send_batches(
                 stats.exported.inc_by(n as u64);
                 if failing {
                     failing = false;
-                    eprintln!("podtrace: the OTLP endpoint {endpoint} takes spans again");
+                    eprintln!("podlapse: the OTLP endpoint {endpoint} takes spans again");
                 }
             }
             Err(e) => {
@@ -185,9 +185,9 @@ async fn send_batches(
                 if !failing {
                     failing = true;
                     eprintln!(
-                        "podtrace: exporting spans to {endpoint} failed ({e}); later spans \
+                        "podlapse: exporting spans to {endpoint} failed ({e}); later spans \
                          try it again, and what is dropped is counted \
-                         (podtrace_otlp_spans_dropped_total)"
+                         (podlapse_otlp_spans_dropped_total)"
                     );
                 }
             }

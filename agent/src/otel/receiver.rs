@@ -1,21 +1,21 @@
 //! The receiver of the container runtime's own spans: an OTLP/gRPC trace service (the
 //! OpenTelemetry project's generated server, `opentelemetry-proto`) on a loopback address
-//! or a unix socket, off unless `podtrace run --runtime-otlp-listen ADDR` asks for it.
+//! or a unix socket, off unless `podlapse run --runtime-otlp-listen ADDR` asks for it.
 //!
 //! containerd exports its spans to `OTEL_EXPORTER_OTLP_ENDPOINT`; pointed here, each span
-//! whose trace is a pod's the agent runs (podtrace's trace IDs are derived from pod UIDs)
+//! whose trace is a pod's the agent runs (podlapse's trace IDs are derived from pod UIDs)
 //! is kept as a `runtime_span` record: in the trace, in the timeline (the runtime's
-//! stages inside each CRI call) and, when podtrace exports, forwarded with the pod's own
+//! stages inside each CRI call) and, when podlapse exports, forwarded with the pod's own
 //! spans. Everything else is counted and dropped, and the agent runs on:
 //!
 //! - a connection from a peer that is not local (`non_local`), a request larger than
 //!   [`MAX_REQUEST_BYTES`] (`oversized`) or that does not decode (`malformed`):
-//!   `podtrace_runtime_otlp_requests_rejected_total{reason}`;
+//!   `podlapse_runtime_otlp_requests_rejected_total{reason}`;
 //! - a span with bad IDs or times (`malformed`) or in the trace of no pod the agent
-//!   knows (`unknown_pod`): `podtrace_runtime_spans_dropped_total{reason}`, beside
-//!   `podtrace_runtime_spans_received_total`.
+//!   knows (`unknown_pod`): `podlapse_runtime_spans_dropped_total{reason}`, beside
+//!   `podlapse_runtime_spans_received_total`.
 //!
-//! The exporter is always answered with success: what podtrace drops is its own choice,
+//! The exporter is always answered with success: what podlapse drops is its own choice,
 //! and a rejection would only make the runtime log and retry.
 
 use std::future::Future;
@@ -154,7 +154,7 @@ impl ReceiverStats {
 pub type Deliver = Arc<dyn Fn(Vec<RuntimeSpan>) + Send + Sync>;
 
 /// Which pod each received span belongs to, and so which spans are kept: `run` ties a
-/// span to a pod by its trace ID ([`TraceGate`]: podtrace derives its pods' trace IDs);
+/// span to a pod by its trace ID ([`TraceGate`]: podlapse derives its pods' trace IDs);
 /// `observe` by what the runtime's spans say of the pod (`observe::runtime_spans`).
 pub trait KeepSpans: Send + Sync + 'static {
     /// The spans of `request` to keep, read onto the trace's clock; the rest counted in
@@ -374,7 +374,7 @@ impl RuntimeReceiver {
                         .serve_with_incoming_shutdown(incoming, shutdown)
                         .await
                     {
-                        eprintln!("podtrace: the runtime's OTLP receiver stopped: {e}");
+                        eprintln!("podlapse: the runtime's OTLP receiver stopped: {e}");
                     }
                 });
                 (Some(local), task)
@@ -398,7 +398,7 @@ impl RuntimeReceiver {
                         .serve_with_incoming_shutdown(incoming, shutdown)
                         .await
                     {
-                        eprintln!("podtrace: the runtime's OTLP receiver stopped: {e}");
+                        eprintln!("podlapse: the runtime's OTLP receiver stopped: {e}");
                     }
                 });
                 (None, task)

@@ -25,8 +25,8 @@ fn only_loopback_addresses_and_unix_sockets_are_listened_on() {
         ("[::1]:4317", Listen::Tcp("[::1]:4317".parse().unwrap())),
         ("localhost:9", Listen::Tcp("127.0.0.1:9".parse().unwrap())),
         (
-            "/run/podtrace/otlp.sock",
-            Listen::Unix("/run/podtrace/otlp.sock".into()),
+            "/run/podlapse/otlp.sock",
+            Listen::Unix("/run/podlapse/otlp.sock".into()),
         ),
         ("unix:/run/x.sock", Listen::Unix("/run/x.sock".into())),
         ("unix:///run/x.sock", Listen::Unix("/run/x.sock".into())),

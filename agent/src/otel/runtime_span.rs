@@ -1,4 +1,4 @@
-//! A span the container runtime exported to podtrace (containerd's own, under a CRI
+//! A span the container runtime exported to podlapse (containerd's own, under a CRI
 //! call's span), as the trace keeps it: its IDs, name, kind, times on the trace's clock,
 //! attributes, events, status, instrumentation scope and resource. Kept whole, so the
 //! export can forward it to the collector as the runtime sent it, and the timeline can
@@ -16,7 +16,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
 use super::sdk::ClockAnchor;
-pub use podtrace_core::record::{Attributes, RuntimeSpan, RuntimeSpanEvent};
+pub use podlapse_core::record::{Attributes, RuntimeSpan, RuntimeSpanEvent};
 
 /// Why a received span cannot be kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub enum Malformed {
     Times,
 }
 
-use podtrace_core::record::ids::hex;
+use podlapse_core::record::ids::hex;
 
 /// Bytes from lower-case or upper-case hex, exactly `N` of them.
 pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {

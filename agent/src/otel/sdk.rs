@@ -76,7 +76,7 @@ pub fn span_data(s: &PodSpan, anchor: ClockAnchor) -> SpanData {
 }
 
 fn scope() -> InstrumentationScope {
-    InstrumentationScope::builder("podtrace")
+    InstrumentationScope::builder("podlapse")
         .with_version(env!("CARGO_PKG_VERSION"))
         .build()
 }
@@ -84,7 +84,7 @@ fn scope() -> InstrumentationScope {
 /// The resource every span carries: the service and the node.
 pub fn resource(node: &str) -> Resource {
     Resource::builder_empty()
-        .with_service_name("podtrace")
+        .with_service_name("podlapse")
         .with_attributes([
             KeyValue::new("k8s.node.name", node.to_string()),
             KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),

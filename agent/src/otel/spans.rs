@@ -8,7 +8,7 @@
 //!   client span named as kubelet
 //!   names its own (`runtime.v1.RuntimeService/RunPodSandbox`), a child of the root. A
 //!   stage that is a CRI call (sandbox_requested is RunPodSandbox) is that call's span,
-//!   with the stage's name as `podtrace.stage`.
+//!   with the stage's name as `podlapse.stage`.
 //! - The runtime's own stages (`runtime:*`) are not: they are the runtime's spans,
 //!   which the export forwards as the runtime sent them.
 //! - Every other stage in that time is a span of its own: a kernel stage is a child of
@@ -16,7 +16,7 @@
 //!   the CNI plugins under RunPodSandbox); the rest are children of the root. An exec a
 //!   call causes is that call's even when it came after the reply ([`causing_method`]).
 //! - Attributes follow the semantic conventions for Kubernetes, containers, processes
-//!   and RPC where there is one, `podtrace.*` where not. A failed call or stage has an
+//!   and RPC where there is one, `podlapse.*` where not. A failed call or stage has an
 //!   error status with its message.
 //!
 //! Times stay CLOCK_MONOTONIC here; the SDK conversion places them in wall time.
@@ -142,7 +142,7 @@ fn pod_spans_in(
     ];
     let mut root_attrs = pod_attrs.clone();
     if let Some(ip) = &pod.ip {
-        root_attrs.push(("podtrace.pod_ip", str(ip)));
+        root_attrs.push(("podlapse.pod_ip", str(ip)));
     }
     // Which sources the stages below came from, and why any is absent.
     match &pod.sources {
@@ -152,19 +152,19 @@ fn pod_spans_in(
                 .iter()
                 .map(|(name, state)| format!("{name} {}", state.word()))
                 .collect();
-            root_attrs.push(("podtrace.sources", str(words.join(", "))));
+            root_attrs.push(("podlapse.sources", str(words.join(", "))));
             for (name, state) in sources.each() {
                 let key = match name {
-                    "cri" => "podtrace.source.cri",
-                    "kernel" => "podtrace.source.kernel",
-                    _ => "podtrace.source.runtime",
+                    "cri" => "podlapse.source.cri",
+                    "kernel" => "podlapse.source.kernel",
+                    _ => "podlapse.source.runtime",
                 };
                 root_attrs.push((key, str(state.summary())));
             }
         }
         None => root_attrs.push((
-            "podtrace.sources",
-            str("not recorded (a trace from before podtrace recorded them)"),
+            "podlapse.sources",
+            str("not recorded (a trace from before podlapse recorded them)"),
         )),
     }
     let ran = pod.stage(StageKind::Running).is_some();
@@ -249,7 +249,7 @@ fn pod_spans_in(
     out
 }
 
-/// Whether a stage is a span of podtrace's: not one made from the runtime's spans
+/// Whether a stage is a span of podlapse's: not one made from the runtime's spans
 /// (`runtime:*`) or the kubelet's, which go as they came.
 fn exported_as_stage(s: &Stage) -> bool {
     s.source != StageSource::Kubelet && *s.kind() != StageKind::Runtime
@@ -286,13 +286,13 @@ fn call_span(
         attributes.push(("container.id", str(&c.container_id)));
     }
     if !c.sandbox_id.is_empty() {
-        attributes.push(("podtrace.sandbox_id", str(&c.sandbox_id)));
+        attributes.push(("podlapse.sandbox_id", str(&c.sandbox_id)));
     }
     if !c.image.is_empty() {
         attributes.push(("container.image.name", str(&c.image)));
     }
     if let Some(s) = stage {
-        attributes.push(("podtrace.stage", str(s.stage.to_string())));
+        attributes.push(("podlapse.stage", str(s.stage.to_string())));
     }
     PodSpan {
         trace_id,
@@ -320,8 +320,8 @@ fn stage_span(
     pod_attrs: &[(&'static str, Value)],
 ) -> PodSpan {
     let mut attributes = pod_attrs.to_vec();
-    attributes.push(("podtrace.stage", str(s.stage.to_string())));
-    attributes.push(("podtrace.source", str(s.source.to_string())));
+    attributes.push(("podlapse.stage", str(s.stage.to_string())));
+    attributes.push(("podlapse.source", str(s.source.to_string())));
     if let Some(c) = &s.container {
         attributes.push(("k8s.container.name", str(c)));
     }
@@ -329,19 +329,19 @@ fn stage_span(
         attributes.push(("container.id", str(id)));
     }
     if let Some(plugin) = s.stage.cni_plugin() {
-        attributes.push(("podtrace.cni.plugin", str(plugin)));
+        attributes.push(("podlapse.cni.plugin", str(plugin)));
     }
     if let Some(code) = s.exit_code {
         attributes.push(("process.exit.code", Value::Int(i64::from(code))));
     }
     if let Some(sig) = s.signal {
-        attributes.push(("podtrace.signal", Value::Int(i64::from(sig))));
+        attributes.push(("podlapse.signal", Value::Int(i64::from(sig))));
     }
     if let Some(pid) = s.pid {
         attributes.push(("process.pid", Value::Int(i64::from(pid))));
     }
     if !s.detail.is_empty() {
-        attributes.push(("podtrace.detail", str(&s.detail)));
+        attributes.push(("podlapse.detail", str(&s.detail)));
     }
     PodSpan {
         trace_id,

@@ -72,7 +72,7 @@ fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under
     assert_eq!(sandbox.kind, Kind::Client);
     assert_eq!(sandbox.parent, Some(root.span_id));
     assert_eq!(
-        attr(sandbox, "podtrace.stage"),
+        attr(sandbox, "podlapse.stage"),
         Some(&Value::Str("sandbox_requested".into()))
     );
     assert_eq!(attr(sandbox, "rpc.grpc.status_code"), Some(&Value::Int(0)));
@@ -90,7 +90,7 @@ fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under
         .find(|s| s.name == "cni_plugin:bridge")
         .unwrap();
     assert_eq!(
-        attr(bridge, "podtrace.cni.plugin"),
+        attr(bridge, "podlapse.cni.plugin"),
         Some(&Value::Str("bridge".into()))
     );
     // Each container's kernel stages are under its own StartContainer.
@@ -127,7 +127,7 @@ fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under
         .count();
     let call_stages = spans
         .iter()
-        .filter(|s| s.kind == Kind::Client && attr(s, "podtrace.stage").is_some())
+        .filter(|s| s.kind == Kind::Client && attr(s, "podlapse.stage").is_some())
         .count();
     assert_eq!(own + call_stages, stages);
     // The same inputs, the same spans.
@@ -386,7 +386,7 @@ fn the_runtimes_spans_are_stages_inside_their_calls_and_exported_as_the_runtimes
         "{:?}",
         before.notes
     );
-    // The export: podtrace's spans make none of the runtime's stages again, and the
+    // The export: podlapse's spans make none of the runtime's stages again, and the
     // runtime's spans are forwarded as they came, under the calls' spans.
     let mine: Vec<&CriCall> = cri_calls(&trace.records)
         .into_iter()
@@ -438,7 +438,7 @@ fn runtime_span_records_read_back_from_a_trace_file_and_old_readers_skip_them() 
         crate::timeline::build(&again.records),
         crate::timeline::build(&trace.records)
     );
-    // A record type the reader does not know is skipped, as an older podtrace skips
+    // A record type the reader does not know is skipped, as an older podlapse skips
     // runtime_span.
     let unknown = text.replace("\"type\":\"runtime_span\"", "\"type\":\"runtime_span_v9\"");
     let old = crate::trace::parse_trace(std::path::Path::new("t.jsonl"), &unknown).unwrap();
@@ -498,7 +498,7 @@ async fn the_live_export_forwards_the_runtimes_spans_with_the_runtimes_resource(
     let got = collected.names();
     let of = |service: &str| got.iter().filter(|(s, _)| s == service).count();
     assert_eq!(of("containerd"), runtime.len(), "{got:?}");
-    assert!(of("podtrace") > 10, "{got:?}");
+    assert!(of("podlapse") > 10, "{got:?}");
     assert_eq!(stats.exported() as usize, got.len());
     assert_eq!(stats.dropped(), 0);
     assert!(got.iter().any(|(_, n)| n == "task.Start"));

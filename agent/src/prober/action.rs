@@ -53,8 +53,8 @@ pub enum ActionError {
     #[error("no host given and the pod has no IP")]
     NoHost,
 
-    /// An httpGet scheme podtrace cannot speak.
-    #[error("httpGet scheme {scheme:?} is not supported by podtrace")]
+    /// An httpGet scheme podlapse cannot speak.
+    #[error("httpGet scheme {scheme:?} is not supported by podlapse")]
     UnsupportedScheme { scheme: String },
 
     /// An httpHeaders entry that is not a valid HTTP header.
@@ -192,7 +192,7 @@ pub async fn exec_in_container<R: RuntimeService>(
     }
 }
 
-/// kubelet reads a gRPC DeadlineExceeded from ExecSync as the command timing out; podtrace's
+/// kubelet reads a gRPC DeadlineExceeded from ExecSync as the command timing out; podlapse's
 /// own deadline on the call means the same.
 fn is_deadline(e: &CriError) -> bool {
     matches!(e, CriError::Timeout { .. }) || e.code() == Some(tonic::Code::DeadlineExceeded)

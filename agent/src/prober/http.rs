@@ -88,7 +88,7 @@ pub enum HttpError {
     #[error("Get {}: stopped after 10 redirects", gofmt::quote(url.as_bytes()))]
     TooManyRedirects { url: String },
 
-    /// A redirect on the same host that podtrace cannot follow.
+    /// A redirect on the same host that podlapse cannot follow.
     #[error("Get {}: cannot follow redirect to {location:?}: {reason}", gofmt::quote(url.as_bytes()))]
     Redirect {
         url: String,

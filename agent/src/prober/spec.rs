@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::{HTTPGetAction, Probe, TCPSocketAction};
 
-pub use podtrace_core::kubelet::probe_results::ProbeKind;
+pub use podlapse_core::kubelet::probe_results::ProbeKind;
 
 /// What a probe does each period. Exactly one handler, as the API server enforces.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@ use super::spec::{ProbeKind, ProbeSpec};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
-pub use podtrace_core::kubelet::probe_results::ProbeResult;
+pub use podlapse_core::kubelet::probe_results::ProbeResult;
 
 /// The result a worker publishes before its first verdict: a container is not ready until
 /// proven so, alive until proven dead, and of unknown startup.
@@ -60,7 +60,7 @@ pub struct ProbeWorker {
 impl ProbeWorker {
     /// A worker for a container that started at `container_started_at_ns`. The first probe
     /// is due once initialDelaySeconds have passed; kubelet's ticker adds up to one period
-    /// of phase on top, which podtrace leaves out so probes start as early as allowed.
+    /// of phase on top, which podlapse leaves out so probes start as early as allowed.
     pub fn new(kind: ProbeKind, spec: &ProbeSpec, container_started_at_ns: u64) -> ProbeWorker {
         let first_allowed_ns = container_started_at_ns
             .saturating_add(u64::from(spec.initial_delay_seconds) * NANOS_PER_SECOND);

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::{Divergence, Replayed};
 use crate::cri::CriCall;

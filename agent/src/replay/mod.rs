@@ -1,4 +1,4 @@
-//! `podtrace replay`: the same reconciler as `podtrace run`, driven by a recorded trace in
+//! `podlapse replay`: the same reconciler as `podlapse run`, driven by a recorded trace in
 //! virtual time. Pod config changes are fed at their recorded times, the runtime is the
 //! recording ([`ReplayRuntime`]), and tokio's paused clock jumps over every wait, so a
 //! replay takes milliseconds and gives the same output on every run and machine.
@@ -125,8 +125,8 @@ async fn run(trace: &Trace, what_if: &WhatIf) -> Replayed {
     let cfg = RuntimeConfig {
         node_name: h.node.clone(),
         node_ip: String::new(),
-        root_dir: PathBuf::from("/nonexistent/podtrace-replay"),
-        pod_logs_dir: PathBuf::from("/nonexistent/podtrace-replay/logs"),
+        root_dir: PathBuf::from("/nonexistent/podlapse-replay"),
+        pod_logs_dir: PathBuf::from("/nonexistent/podlapse-replay/logs"),
         host_dns: HostDns::default(),
         runtime_handlers: BTreeMap::new(),
         touch_host: false,
@@ -182,7 +182,7 @@ mod tests {
     use super::*;
 
     /// Where a replay would write if it touched the host: its `RuntimeConfig`'s paths.
-    const ROOT: &str = "/nonexistent/podtrace-replay";
+    const ROOT: &str = "/nonexistent/podlapse-replay";
 
     #[test]
     fn a_replay_touches_no_file() {

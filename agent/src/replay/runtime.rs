@@ -17,7 +17,7 @@ use std::time::Duration;
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
-use podtrace_core::record::{CriMethod, GrpcCode};
+use podlapse_core::record::{CriMethod, GrpcCode};
 
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};

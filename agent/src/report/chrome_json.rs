@@ -99,7 +99,7 @@ pub fn chrome_trace(inputs: &[TraceInput]) -> Value {
         "traceEvents": meta,
         "displayTimeUnit": "ms",
         "otherData": {
-            "producer": concat!("podtrace ", env!("CARGO_PKG_VERSION")),
+            "producer": concat!("podlapse ", env!("CARGO_PKG_VERSION")),
             "clock": "CLOCK_MONOTONIC",
             "traces": inputs.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
         },

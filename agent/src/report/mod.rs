@@ -1,4 +1,4 @@
-//! Latency reports over recorded traces: what `podtrace report` prints.
+//! Latency reports over recorded traces: what `podlapse report` prints.
 //!
 //! Everything here is computed from the stage records of the timeline (rebuilt from a
 //! trace's records by `timeline::build`, or read as they were written): no IO, no clock,

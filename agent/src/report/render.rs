@@ -110,7 +110,7 @@ pub fn table(r: &Report) -> String {
 /// The pod's sources, with the reason for each that is not wholly there.
 fn sources_line(p: &PodReport) -> String {
     let Some(sources) = &p.sources else {
-        return "not recorded (a trace from before podtrace recorded them)".to_string();
+        return "not recorded (a trace from before podlapse recorded them)".to_string();
     };
     let mut line = sources.line();
     for (name, state) in sources.lacking() {
@@ -136,7 +136,7 @@ pub fn markdown(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# podtrace report\n\n{}: {}\n",
+        "# podlapse report\n\n{}: {}\n",
         header(r),
         r.traces.join(", ")
     );

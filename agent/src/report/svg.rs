@@ -132,7 +132,7 @@ pub fn svg(inputs: &[TraceInput], waterfall_of: Option<&str>) -> String {
         names = format!("{} traces", traces.len());
     }
     let heading =
-        text(LABEL_X, y, 18.0, format!("podtrace report: {names}")).set("font-weight", "bold");
+        text(LABEL_X, y, 18.0, format!("podlapse report: {names}")).set("font-weight", "bold");
     y += 16.0;
     let first = match waterfall_pod(inputs, waterfall_of) {
         Some((trace, pod)) => {
@@ -173,7 +173,7 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
         .or_else(|| p.stages.iter().map(|s| s.start_ns).min())
         .unwrap_or(0);
     // A pod that ran is drawn until it was Running (or Ready): later restarts would
-    // squeeze its startup into a sliver. They stay in `podtrace timeline`.
+    // squeeze its startup into a sliver. They stay in `podlapse timeline`.
     let until = p.stage(StageKind::Running).map(|r| {
         p.stage(StageKind::Ready)
             .map_or(r.start_ns, |ready| ready.start_ns.max(r.start_ns))
@@ -217,7 +217,7 @@ fn waterfall(trace: &str, p: &PodTimeline, top: f64) -> (Group, f64) {
                 top + h - 4.0,
                 12.0,
                 format!(
-                    "{hidden} later stage{} (restarts after Running) not drawn: see `podtrace timeline`",
+                    "{hidden} later stage{} (restarts after Running) not drawn: see `podlapse timeline`",
                     if hidden == 1 { "" } else { "s" }
                 ),
             )

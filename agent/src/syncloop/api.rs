@@ -1,8 +1,8 @@
 //! The agent's local API: HTTP/1 on a unix socket that only root can open. `GET /pods`
 //! gives every pod's record (API status, first seen, events); `GET /events` every pod's
 //! events; `GET /timeline` every pod's stage timeline; `GET /diagnose` every pod's
-//! verdict. `podtrace pods`, `podtrace events`, `podtrace timeline` and `podtrace
-//! diagnose` read it. `podtrace observe` serves the same, of the pods it observes.
+//! verdict. `podlapse pods`, `podlapse events`, `podlapse timeline` and `podlapse
+//! diagnose` read it. `podlapse observe` serves the same, of the pods it observes.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -19,13 +19,13 @@ use super::StatusStore;
 use crate::timeline::Collector;
 
 /// Where the agent serves its API unless told otherwise.
-pub const DEFAULT_API_SOCKET: &str = "/run/podtrace/podtrace.sock";
+pub const DEFAULT_API_SOCKET: &str = "/run/podlapse/podlapse.sock";
 
 /// Why the API could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// Another agent is already answering on the socket.
-    #[error("API socket {}: another podtrace agent is already serving it", path.display())]
+    #[error("API socket {}: another podlapse agent is already serving it", path.display())]
     InUse { path: PathBuf },
     /// Creating the socket or its directory failed.
     #[error("API socket {}: {source}", path.display())]
@@ -184,7 +184,7 @@ pub async fn get(socket: &Path, path: &str) -> Result<serde_json::Value, String>
     use http_body_util::BodyExt;
     let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| {
         format!(
-            "agent API {}: {e} (is `podtrace run` or `podtrace observe` running?)",
+            "agent API {}: {e} (is `podlapse run` or `podlapse observe` running?)",
             socket.display()
         )
     })?;
@@ -193,7 +193,7 @@ pub async fn get(socket: &Path, path: &str) -> Result<serde_json::Value, String>
         .map_err(|e| format!("agent API {}: {e}", socket.display()))?;
     tokio::spawn(conn);
     let req = Request::get(path)
-        .header(hyper::header::HOST, "podtrace")
+        .header(hyper::header::HOST, "podlapse")
         .body(http_body_util::Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = sender

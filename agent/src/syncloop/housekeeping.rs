@@ -1,6 +1,6 @@
 //! HandlePodCleanups: remove what belongs to no desired pod. Runtime sandboxes and
-//! containers that carry podtrace's labels for this node, pod directories under the root
-//! dir, and (with pod cgroups) orphaned cgroups. Never touches objects without podtrace's
+//! containers that carry podlapse's labels for this node, pod directories under the root
+//! dir, and (with pod cgroups) orphaned cgroups. Never touches objects without podlapse's
 //! labels or another node's.
 
 use std::collections::{BTreeSet, HashMap};

@@ -255,14 +255,14 @@ impl<R: RuntimeService + ImageService + Clone + 'static> Kubelet<R> {
     }
 
     /// Manifests that name a pod but cannot become one show up as that pod, Failed with
-    /// the reason and an event, so `podtrace pods` says what is wrong where the pod
+    /// the reason and an event, so `podlapse pods` says what is wrong where the pod
     /// would be. They are replaced whenever the set of invalid manifests changes.
     fn handle_invalid(&mut self, errors: Vec<InvalidManifest>) {
         for uid in std::mem::take(&mut self.invalid) {
             self.shared.store.remove(&uid);
         }
         for e in errors {
-            eprintln!("podtrace: {}", e.message);
+            eprintln!("podlapse: {}", e.message);
             let Some((namespace, name)) = e.pod else {
                 continue;
             };

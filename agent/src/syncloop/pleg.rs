@@ -132,7 +132,7 @@ impl Pleg {
         });
     }
 
-    /// One relist: compares every podtrace container's state with the last relist and
+    /// One relist: compares every podlapse container's state with the last relist and
     /// reports the pods whose containers changed: those that appeared or changed state,
     /// in container ID order, then those that are gone, in container ID order. What the
     /// last relist saw is updated in place, so a container whose state did not change

@@ -75,7 +75,7 @@ pub async fn sync<R: RuntimeService + ImageService + Clone + 'static>(
         return WorkOutcome::Failed;
     };
     let secrets = pull_secrets(shared, &recorder, pod);
-    // kubelet tries each matching credential in turn; podtrace passes the most specific.
+    // kubelet tries each matching credential in turn; podlapse passes the most specific.
     let auth = |image: &str| {
         secrets
             .lookup(image)

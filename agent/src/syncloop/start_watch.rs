@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use crate::cri::CriCall;
 use crate::ebpf::KernelEvent;

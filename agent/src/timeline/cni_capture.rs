@@ -2,7 +2,7 @@
 //! back in order, what was cut and why, and, when nothing was captured, why not (the
 //! write hook's `cni_write_hook` records say when it was attached). Pure.
 
-use podtrace_core::record::{CniOutput, CniWriteHook, WriteHookChange};
+use podlapse_core::record::{CniOutput, CniWriteHook, WriteHookChange};
 
 use super::cni_reply::{CniCapture, CniReply};
 

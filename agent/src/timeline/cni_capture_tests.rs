@@ -1,5 +1,5 @@
-use podtrace_core::record::escaped::escape;
-use podtrace_core::record::{Comm, EventMeta};
+use podlapse_core::record::escaped::escape;
+use podlapse_core::record::{Comm, EventMeta};
 
 use super::*;
 
@@ -63,7 +63,7 @@ fn attached() -> HookHistory {
 
 const ERROR: &[u8] = br#"{
     "code": 999,
-    "msg": "invalid net sysctl key: \"kernel.podtrace_lab_fail\""
+    "msg": "invalid net sysctl key: \"kernel.podlapse_lab_fail\""
 }"#;
 
 #[test]
@@ -96,7 +96,7 @@ fn an_error_in_one_write_is_the_plugins_error() {
     let (reply, _) = assemble(&[&c, &e], 2 * MS, Some(12 * MS), &attached());
     assert_eq!(
         reply.summary(),
-        "error 999: invalid net sysctl key: \"kernel.podtrace_lab_fail\""
+        "error 999: invalid net sysctl key: \"kernel.podlapse_lab_fail\""
     );
 }
 

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use podtrace_core::record::escaped;
+use podlapse_core::record::escaped;
 
 /// The reply of one plugin run, on its `cni_plugin:<name>` stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

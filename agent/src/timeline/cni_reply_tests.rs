@@ -21,7 +21,7 @@ const HOST_LOCAL_FULL: &str = r#"{
 /// tuning 1.1.1 told to set a sysctl outside `net.`.
 const TUNING_REFUSED: &str = r#"{
     "code": 999,
-    "msg": "invalid net sysctl key: \"kernel.podtrace_lab_fail\""
+    "msg": "invalid net sysctl key: \"kernel.podlapse_lab_fail\""
 }"#;
 
 /// bridge's result: the bridge, the host's veth and the pod's interface, with the
@@ -99,7 +99,7 @@ fn plugin_errors_keep_their_code_and_message() {
         reply,
         CniReply::Error {
             code: 999,
-            msg: "invalid net sysctl key: \"kernel.podtrace_lab_fail\"".into(),
+            msg: "invalid net sysctl key: \"kernel.podlapse_lab_fail\"".into(),
             details: String::new(),
         }
     );
@@ -166,7 +166,7 @@ fn output_that_is_no_reply_is_kept_as_text() {
             CniReply::parse(out, false),
             CniReply::Unparsed {
                 why: why.into(),
-                text: podtrace_core::record::escaped::escape(out),
+                text: podlapse_core::record::escaped::escape(out),
             }
         );
     }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::chunks::{Chunks, Snapshot};
 use super::index::{Index, Ref};
@@ -30,7 +30,7 @@ use crate::trace::{
     Header, NodeNetworkRecord, Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord,
     PodWaitRecord, SourcesRecord, TraceRecord,
 };
-use podtrace_core::record::RuntimeSpan;
+use podlapse_core::record::RuntimeSpan;
 
 /// Caps per kind of record. A pod's start leaves about 150 kernel events (runc, CNI
 /// plugins, cgroups, namespaces) and 30 kept calls, each a few hundred bytes in memory,
@@ -71,7 +71,7 @@ struct Kept {
     waits: Chunks<PodWaitRecord>,
     kernel: Chunks<KernelEvent>,
     runtime: Chunks<RuntimeSpan>,
-    /// What `podtrace observe` saw of another client's pods.
+    /// What `podlapse observe` saw of another client's pods.
     observed: Chunks<ObservedRecord>,
     /// The node's pod network, as each change was recorded.
     network: VecDeque<NodeNetworkRecord>,

@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn paths_name_pods_sandboxes_and_containers() {
-        let p = format!("/podtrace/besteffort/pod{UID}/{ID}");
+        let p = format!("/podlapse/besteffort/pod{UID}/{ID}");
         assert_eq!(
             cgroup_ids(&p),
             CgroupIds {
@@ -86,7 +86,7 @@ mod tests {
                 runtime_id: Some(ID)
             }
         );
-        let pod = format!("/podtrace/besteffort/pod{UID}");
+        let pod = format!("/podlapse/besteffort/pod{UID}");
         assert!(cgroup_ids(&pod).is_pod_cgroup());
         let k8s = format!("/k8s.io/{ID}");
         assert_eq!(
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn other_paths_name_nothing() {
-        assert_eq!(cgroup_ids("/podtrace/besteffort"), CgroupIds::default());
+        assert_eq!(cgroup_ids("/podlapse/besteffort"), CgroupIds::default());
         assert_eq!(cgroup_ids("/k8s.io"), CgroupIds::default());
         assert_eq!(cgroup_ids("/k8s.io/abc"), CgroupIds::default());
         assert_eq!(

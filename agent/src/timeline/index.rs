@@ -12,7 +12,7 @@ use crate::trace::{
     Observation, ObservedRecord, PodEventRecord, PodOp, PodOpRecord, PodWaitRecord, SourcesRecord,
     TraceRecord,
 };
-use podtrace_core::record::RuntimeSpan;
+use podlapse_core::record::RuntimeSpan;
 
 /// A pod the agent ran.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub(super) struct Index<'a> {
     pub kernel: Vec<(usize, &'a KernelEvent)>,
     /// Each pod's runtime spans, in record order.
     runtime: BTreeMap<String, Vec<&'a RuntimeSpan>>,
-    /// Each observed pod's sandbox and container changes (`podtrace observe`), ordered
+    /// Each observed pod's sandbox and container changes (`podlapse observe`), ordered
     /// by when they happened, then record order.
     observed: BTreeMap<String, Vec<&'a ObservedRecord>>,
     /// The recording's sources: the last `sources` record (the one written at its end,
@@ -101,7 +101,7 @@ impl<'a> Index<'a> {
     /// In an observed trace, the pods the kernel saw CNI plugins run for, by the
     /// `K8S_POD_*` arguments the runtime passes them: a pod whose every RunPodSandbox
     /// failed has no sandbox the runtime kept, so nothing else names it. (In a trace of
-    /// podtrace's own pods, another client's pods stay out.)
+    /// podlapse's own pods, another client's pods stay out.)
     pub(super) fn learn_cni_pods(&mut self) {
         for (_, e) in &self.kernel {
             let KernelEvent::CniExec(c) = e else {

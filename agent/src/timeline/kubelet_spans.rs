@@ -1,4 +1,4 @@
-//! The kubelet's own spans, for a pod another client runs: `podtrace observe` receives
+//! The kubelet's own spans, for a pod another client runs: `podlapse observe` receives
 //! them when the kubelet's tracing (`tracing.endpoint` in its KubeletConfiguration) points
 //! at the observer's `--runtime-otlp-listen`. Their trace is the pod's by the sync span's
 //! `k8s.pod.uid` (`observe/runtime_spans.rs`), so the runtime's server spans under the
@@ -18,7 +18,7 @@
 //! | `kubelet_sync:<update type>` | `syncPod`; `kubelet_sync:terminating` and `kubelet_sync:terminated` from the two others |
 //! | `kubelet_call:<Method>` | a CRI call as the kubelet waited for it (`:<container>` for a container's, by the runtime's server span under it); its code and the kubelet's error text |
 
-use podtrace_core::record::{GrpcCode, RuntimeSpan};
+use podlapse_core::record::{GrpcCode, RuntimeSpan};
 
 use super::stage_kind::StageKind;
 use super::stage_name::StageName;
@@ -197,7 +197,7 @@ pub fn kubelet_stages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use podtrace_core::record::Attributes;
+    use podlapse_core::record::Attributes;
 
     fn span(id: &str, parent: &str, name: &str, kind: &str, service: &str) -> RuntimeSpan {
         RuntimeSpan {

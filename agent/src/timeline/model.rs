@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use podtrace_core::record::GrpcCode;
+use podlapse_core::record::GrpcCode;
 
 use super::cni_reply::{CniCapture, CniReply};
 use super::sources::PodSources;

@@ -1,4 +1,4 @@
-//! Stages of a pod another CRI client ran, from what `podtrace observe` recorded: the
+//! Stages of a pod another CRI client ran, from what `podlapse observe` recorded: the
 //! runtime's own times for its sandbox and containers, and the kernel stages attributed
 //! by identity as for any pod. What only the client knows (admission, its pod worker's
 //! waits, its CRI calls' starts) has no stage: it is absent, not guessed.
@@ -53,7 +53,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
             .any(|o| o.before_start && o.what == Observation::SandboxReady);
         if before_start {
             self.notes.push(
-                "already there when podtrace observe started: its startup was not observed".into(),
+                "already there when podlapse observe started: its startup was not observed".into(),
             );
         } else {
             self.observed_seen(observed);

@@ -54,7 +54,7 @@ const OCI_COMMANDS: &[&str] = &[
 ];
 
 /// Parses `argv` (as the kernel probe read it; `head_cut` when its start is missing).
-/// `None` when it is not a runtime program podtrace knows.
+/// `None` when it is not a runtime program podlapse knows.
 pub fn parse(argv: &[String], head_cut: bool) -> Option<RuntimeRun<'_>> {
     let program = if head_cut {
         // The program's name is gone: runc's arguments carry a subcommand word, a

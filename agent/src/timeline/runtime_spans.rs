@@ -1,7 +1,7 @@
 //! The runtime's own spans (`runtime_span` records, from `--runtime-otlp-listen`) as
 //! stages inside the CRI call that holds them.
 //!
-//! A span belongs to a call when its chain of parents reaches that call's span: podtrace
+//! A span belongs to a call when its chain of parents reaches that call's span: podlapse
 //! derives each call's span ID (`otel::ids::call_span_id`) and sent it as the call's
 //! `traceparent`, so the runtime's server span for the call is its child and the
 //! runtime's work hangs under that. Spans whose chain ends elsewhere (a parent not
@@ -31,10 +31,10 @@
 
 use std::collections::HashMap;
 
-use podtrace_core::record::{CriMethod, GrpcCode};
+use podlapse_core::record::{CriMethod, GrpcCode};
 
 use crate::cri::CriCall;
-use podtrace_core::record::RuntimeSpan;
+use podlapse_core::record::RuntimeSpan;
 
 /// A step of the runtime's own work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,7 +120,7 @@ pub fn attribute(calls: &[&CriCall], spans: &[&RuntimeSpan]) -> Vec<Option<usize
         .iter()
         .enumerate()
         .filter(|(_, c)| c.traced)
-        .map(|(i, c)| (hex(&podtrace_core::record::ids::call_span_id(c)), i))
+        .map(|(i, c)| (hex(&podlapse_core::record::ids::call_span_id(c)), i))
         .collect();
     let span_of: HashMap<&str, &RuntimeSpan> =
         spans.iter().map(|s| (s.span_id.as_str(), *s)).collect();
@@ -140,8 +140,8 @@ pub fn attribute(calls: &[&CriCall], spans: &[&RuntimeSpan]) -> Vec<Option<usize
 }
 
 /// The CRI method a runtime's server span is the handling of (`runtime.v1.RuntimeService/
-/// RunPodSandbox`, `runtime.v1.ImageService/PullImage`), if it is one podtrace knows (a
-/// kubelet also calls methods podtrace does not, such as ImageFsInfo: no call stands for
+/// RunPodSandbox`, `runtime.v1.ImageService/PullImage`), if it is one podlapse knows (a
+/// kubelet also calls methods podlapse does not, such as ImageFsInfo: no call stands for
 /// those, and their spans stay unplaced like any other of no call).
 fn server_method(s: &RuntimeSpan) -> Option<CriMethod> {
     if s.kind != "server" {
@@ -154,7 +154,7 @@ fn server_method(s: &RuntimeSpan) -> Option<CriMethod> {
     method.parse().ok()
 }
 
-/// For a pod podtrace did not run (an observed one), the calls its runtime spans are
+/// For a pod podlapse did not run (an observed one), the calls its runtime spans are
 /// under: the runtime's own server span of each CRI call stands for the call, with the
 /// sandbox and container it names. Returns the calls, in the order they started, and for
 /// each span the call whose server span it is or its chain of parents reaches.
@@ -223,7 +223,7 @@ pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec
     (calls, tied)
 }
 
-use podtrace_core::record::ids::hex;
+use podlapse_core::record::ids::hex;
 
 /// One stage the runtime's spans make inside a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,7 +336,7 @@ fn network_setup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use podtrace_core::record::RuntimeSpanEvent;
+    use podlapse_core::record::RuntimeSpanEvent;
 
     fn call(method: &str, start: u64, end: u64, traced: bool) -> CriCall {
         CriCall {
@@ -412,8 +412,8 @@ mod tests {
     fn a_span_belongs_to_the_call_its_chain_of_parents_reaches() {
         let run = call("RunPodSandbox", 100, 900, true);
         let untraced = call("PodSandboxStatus", 950, 960, false);
-        let run_id = hex(&podtrace_core::record::ids::call_span_id(&run));
-        let status_id = hex(&podtrace_core::record::ids::call_span_id(&untraced));
+        let run_id = hex(&podlapse_core::record::ids::call_span_id(&run));
+        let status_id = hex(&podlapse_core::record::ids::call_span_id(&untraced));
         let server = span(
             "01",
             &run_id,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ContainerStatus;
 use serde::Serialize;
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::attribution::{Rule, attribute};
 use super::ids::is_runtime_helper_exec;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use podtrace_core::record::{CriCall, RuntimeSpan, ids};
+use podlapse_core::record::{CriCall, RuntimeSpan, ids};
 
 use crate::trace::{KernelSource, RuntimeSpanSource, SourcesRecord, SpanWaitEnd};
 pub use crate::trace::{PodSources, SourceState};

@@ -1,4 +1,4 @@
-use podtrace_core::record::{CriMethod, GrpcCode};
+use podlapse_core::record::{CriMethod, GrpcCode};
 
 use super::*;
 use crate::trace::RecordingEnd;

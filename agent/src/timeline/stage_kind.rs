@@ -8,12 +8,12 @@ use std::fmt;
 macro_rules! stage_kinds {
     ($($(#[doc = $doc:expr])* $variant:ident => $name:literal,)*) => {
         /// A stage kind. The known kinds are declared in the order the pipeline performs
-        /// them (see [`StageKind::rank`]); a kind this podtrace does not know (a trace
+        /// them (see [`StageKind::rank`]); a kind this podlapse does not know (a trace
         /// from a newer one) is kept, by its name, as [`StageKind::Unknown`].
         #[derive(Debug, Clone, PartialEq, Eq, Hash)]
         pub enum StageKind {
             $($(#[doc = $doc])* $variant,)*
-            /// A kind this podtrace does not know, as the trace names it: it reads,
+            /// A kind this podlapse does not know, as the trace names it: it reads,
             /// prints and writes back unchanged, and ranks after every known kind.
             Unknown(String),
         }
@@ -157,11 +157,11 @@ impl fmt::Display for StageKind {
     }
 }
 
-impl From<podtrace_core::record::WaitKind> for StageKind {
+impl From<podlapse_core::record::WaitKind> for StageKind {
     /// The stage of a wait the agent recorded (`image_puller` waits are
     /// `image_puller_wait` stages).
-    fn from(wait: podtrace_core::record::WaitKind) -> StageKind {
-        use podtrace_core::record::WaitKind;
+    fn from(wait: podlapse_core::record::WaitKind) -> StageKind {
+        use podlapse_core::record::WaitKind;
         match wait {
             WaitKind::ImagePuller => StageKind::ImagePullerWait,
             WaitKind::PodWorker => StageKind::PodWorkerWait,
@@ -175,7 +175,7 @@ impl From<podtrace_core::record::WaitKind> for StageKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use podtrace_core::record::WaitKind;
+    use podlapse_core::record::WaitKind;
 
     #[test]
     fn every_known_kind_reads_back_from_its_name_and_ranks_by_its_place() {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::stage_kind::StageKind;
 
-/// `<kind>` or `<kind>:<name>`. Every string reads as one (a kind this podtrace does not
+/// `<kind>` or `<kind>:<name>`. Every string reads as one (a kind this podlapse does not
 /// know as [`StageKind::Unknown`]) and prints back as it was written.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StageName {

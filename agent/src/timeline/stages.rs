@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use podtrace_core::record::CriMethod;
+use podlapse_core::record::CriMethod;
 
 use super::attribution::{Attribution, Owner, Rule};
 use super::cni_capture::{HookHistory, assemble};
@@ -532,7 +532,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
     /// the capture (a trace from before it).
     fn plugin_reply(&self, s: &mut Stage, hooks: &HookHistory, at: u64, exit: Option<u64>) {
         let pid = s.pid;
-        let chunks: Vec<&podtrace_core::record::CniOutput> = self
+        let chunks: Vec<&podlapse_core::record::CniOutput> = self
             .kernel
             .iter()
             .filter_map(|(e, _)| match e {
@@ -907,7 +907,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         if spans.is_empty() {
             return;
         }
-        // An observed pod has no call of podtrace's: the runtime's server spans stand in.
+        // An observed pod has no call of podlapse's: the runtime's server spans stand in.
         let (servers, server_tied) = if self.calls.is_empty() {
             runtime_spans::server_calls(self.uid, spans)
         } else {
@@ -923,7 +923,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         };
         let mut made = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            let mine: Vec<&podtrace_core::record::RuntimeSpan> = spans
+            let mine: Vec<&podlapse_core::record::RuntimeSpan> = spans
                 .iter()
                 .zip(&tied)
                 .filter(|(_, t)| **t == Some(i))

@@ -139,7 +139,7 @@ const IPTABLES: usize = 13;
 /// A pod whose CNI chain is loopback, bridge (with host-local and iptables under it) and
 /// `last`, which exits with `last_code`.
 fn run(last: &str, last_code: i32) -> Vec<TraceRecord> {
-    let pod_dir = format!("/podtrace/besteffort/pod{UID}");
+    let pod_dir = format!("/podlapse/besteffort/pod{UID}");
     let sandbox_dir = format!("{pod_dir}/{SANDBOX}");
     let container_dir = format!("{pod_dir}/{CONTAINER}");
     run_in(last, last_code, [pod_dir, sandbox_dir, container_dir])
@@ -148,8 +148,8 @@ fn run(last: &str, last_code: i32) -> Vec<TraceRecord> {
 /// The same pod on a node with the systemd cgroup driver: a pod slice whose name carries
 /// the UID with `_` for `-`, and containerd's `cri-containerd-<id>.scope` units in it.
 fn run_systemd(last: &str, last_code: i32) -> Vec<TraceRecord> {
-    let slice = format!("podtrace-besteffort-pod{}.slice", UID.replace('-', "_"));
-    let pod_dir = format!("/podtrace.slice/podtrace-besteffort.slice/{slice}");
+    let slice = format!("podlapse-besteffort-pod{}.slice", UID.replace('-', "_"));
+    let pod_dir = format!("/podlapse.slice/podlapse-besteffort.slice/{slice}");
     let sandbox_dir = format!("{pod_dir}/cri-containerd-{SANDBOX}.scope");
     let container_dir = format!("{pod_dir}/cri-containerd-{CONTAINER}.scope");
     run_in(last, last_code, [pod_dir, sandbox_dir, container_dir])
@@ -1045,7 +1045,7 @@ fn runtime_programs_are_attributed_by_the_ids_in_their_arguments_and_runc_init_b
     assert_eq!(p.stage("shim_start").map(|s| s.duration_ns), Some(10 * MS));
 }
 
-/// What `podtrace observe` records of the same pod: the kernel's events, and instead of
+/// What `podlapse observe` records of the same pod: the kernel's events, and instead of
 /// the client's config change and CRI calls, the runtime's reports of the sandbox and
 /// container (its event stream's times).
 pub(crate) fn observed_run() -> Vec<TraceRecord> {
@@ -1216,12 +1216,12 @@ fn a_pod_already_there_when_the_observer_started_has_no_made_up_startup() {
     );
 }
 
-/// The runtime's spans of an observed pod: no call of podtrace's above them, so the
+/// The runtime's spans of an observed pod: no call of podlapse's above them, so the
 /// runtime's server span of each call stands for it.
 #[test]
 fn an_observed_pods_runtime_spans_hang_inside_the_runtimes_server_spans() {
-    use podtrace_core::record::RuntimeSpan;
-    use podtrace_core::record::RuntimeSpanEvent;
+    use podlapse_core::record::RuntimeSpan;
+    use podlapse_core::record::RuntimeSpanEvent;
     let span = |id: &str, parent: &str, name: &str, kind: &str, start: u64, end: u64| RuntimeSpan {
         pod_uid: UID.into(),
         trace_id: "ab".repeat(16),
@@ -1334,7 +1334,7 @@ fn the_collector_keeps_an_observers_records_for_the_live_timeline() {
     let mut records = observed_run();
     let header = TraceRecord::Header(crate::trace::Header {
         schema_version: crate::trace::SCHEMA_VERSION,
-        podtrace_version: "0".into(),
+        podlapse_version: "0".into(),
         node: "n".into(),
         kernel: "k".into(),
         runtime_name: "containerd".into(),

@@ -1,21 +1,21 @@
-//! The settings a trace's header records (its `config`): the agent's for `podtrace run`,
-//! the observer's for `podtrace observe`.
+//! The settings a trace's header records (its `config`): the agent's for `podlapse run`,
+//! the observer's for `podlapse observe`.
 //!
 //! The header was once built as a `serde_json::Value`, whose objects write their keys
 //! sorted. The fields here are declared in that order, and the settings nested in them
 //! are written through a `Value` too, so a trace's bytes are what they were.
 
-use podtrace_core::kubelet::admission::NodeAllocatable;
-use podtrace_core::kubelet::node_admission::NodeFacts;
+use podlapse_core::kubelet::admission::NodeAllocatable;
+use podlapse_core::kubelet::node_admission::NodeFacts;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// A header's `config`, by the command that recorded the trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum TraceConfig {
-    /// `podtrace observe`: it names its mode.
+    /// `podlapse observe`: it names its mode.
     Observe(ObservedConfig),
-    /// `podtrace run`.
+    /// `podlapse run`.
     Run(Box<RunConfig>),
     /// Settings of neither shape (an empty object, a hand-written trace): kept as
     /// written, so the trace writes back unchanged; replay takes its defaults.
@@ -28,7 +28,7 @@ impl TraceConfig {
         TraceConfig::Other(serde_json::Map::new())
     }
 
-    /// The agent's settings, when `podtrace run` recorded the trace.
+    /// The agent's settings, when `podlapse run` recorded the trace.
     pub fn run(&self) -> Option<&RunConfig> {
         match self {
             TraceConfig::Run(c) => Some(c.as_ref()),
@@ -47,7 +47,7 @@ impl TraceConfig {
     }
 }
 
-/// `podtrace run`'s settings: the flags and the kubelet settings a replay needs.
+/// `podlapse run`'s settings: the flags and the kubelet settings a replay needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     /// The node's allocatable resources, as admission counted them.
@@ -79,7 +79,7 @@ pub struct RunConfig {
     pub until_ready: bool,
 }
 
-/// `podtrace observe`'s settings.
+/// `podlapse observe`'s settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObservedConfig {
     /// The runtime's CRI events were followed (else it was polled).
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
 
     /// As the fixtures' headers hold it: recorded before `node` and `node_ip` were kept.
-    const OLD_RUN: &str = r#"{"allocatable":{"max_pods":110,"memory_bytes":25276502016,"milli_cpu":2000},"backoff_initial_ns":10000000000,"backoff_max_ns":300000000000,"cgroup_root":"/podtrace","error_backoff_ns":1000000000,"housekeeping":false,"max_parallel_image_pulls":1,"relist_period_ns":1000000000,"resync_interval_ns":60000000000,"until_ready":true}"#;
+    const OLD_RUN: &str = r#"{"allocatable":{"max_pods":110,"memory_bytes":25276502016,"milli_cpu":2000},"backoff_initial_ns":10000000000,"backoff_max_ns":300000000000,"cgroup_root":"/podlapse","error_backoff_ns":1000000000,"housekeeping":false,"max_parallel_image_pulls":1,"relist_period_ns":1000000000,"resync_interval_ns":60000000000,"until_ready":true}"#;
 
     fn round_trip(text: &str) -> TraceConfig {
         let c: TraceConfig = serde_json::from_str(text).unwrap();

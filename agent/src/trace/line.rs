@@ -24,7 +24,7 @@ struct Tag<'a> {
     kind: Cow<'a, str>,
 }
 
-/// The `type` of a line as podtrace writes it: keys in name order, so `type` is the last
+/// The `type` of a line as podlapse writes it: keys in name order, so `type` is the last
 /// key and the line ends `,"type":"<kind>"}`. That `"type"` is then a key of the object
 /// the line's last brace closes (a string cannot hold an unescaped quote, and nothing
 /// follows the brace), so it is the last `type` of the top-level object: what the general
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn the_type_read_off_the_line_end_is_the_type_the_general_way_reads() {
         for raw in [
-            // As podtrace writes it, and alone.
+            // As podlapse writes it, and alone.
             r#"{"code":"OK","end_ns":4,"method":"Version","start_ns":3,"type":"cri"}"#,
             r#"{"type":"footer"}"#,
             // A duplicated type: the general way takes the last, and so does the end.

@@ -1,4 +1,4 @@
-//! What `podtrace observe` records about pods another CRI client runs: each change of a
+//! What `podlapse observe` records about pods another CRI client runs: each change of a
 //! sandbox or container the runtime reported, with the runtime's own time for it where
 //! the runtime gives one. These are the observer's CRI view; kernel events are recorded
 //! beside them as in every trace.
@@ -114,7 +114,7 @@ impl ObservedRecord {
 }
 
 /// The header's note that a trace was observed, not run: who ran the pods is unknown to
-/// podtrace, so replay refuses it.
+/// podlapse, so replay refuses it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObservedHeader {
     /// What the trace was recorded from: `kernel` (the probes), `cri:events` or
@@ -125,7 +125,7 @@ pub struct ObservedHeader {
     pub poll_ms: Option<u64>,
 }
 
-/// What `podtrace observe` could not see, for the trace's footer.
+/// What `podlapse observe` could not see, for the trace's footer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObservedFooter {
     /// Changes the event stream never delivered, found by a list instead.

@@ -93,9 +93,9 @@ pub enum TraceError {
         line: usize,
         reason: String,
     },
-    /// The file was written by a newer podtrace.
+    /// The file was written by a newer podlapse.
     #[error(
-        "{}: trace schema version {found} is newer than this podtrace reads (up to {supported}); use a newer podtrace",
+        "{}: trace schema version {found} is newer than this podlapse reads (up to {supported}); use a newer podlapse",
         path.display()
     )]
     NewerSchema {
@@ -111,7 +111,7 @@ pub enum TraceError {
         index: u64,
     },
     /// The first line is not a header.
-    #[error("{}:1: not a podtrace trace (the first record must be the header)", path.display())]
+    #[error("{}:1: not a podlapse trace (the first record must be the header)", path.display())]
     NoHeader { path: PathBuf },
 }
 
@@ -271,7 +271,7 @@ fn parse_records(lines: &[&str]) -> Vec<Option<TraceRecord>> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = r#"{"type":"header","schema_version":1,"podtrace_version":"0.1.0","node":"n","kernel":"6.18","runtime_name":"containerd","runtime_version":"1.6","config":{},"started_wall_ns":1,"started_ns":2}"#;
+    const HEADER: &str = r#"{"type":"header","schema_version":1,"podlapse_version":"0.1.0","node":"n","kernel":"6.18","runtime_name":"containerd","runtime_version":"1.6","config":{},"started_wall_ns":1,"started_ns":2}"#;
     const FOOTER: &str =
         r#"{"type":"footer","ended_ns":9,"counts":{"cri":1},"lost_events":0,"ebpf":true}"#;
     const CRI: &str = r#"{"type":"cri","method":"Version","start_ns":3,"end_ns":4,"code":"OK"}"#;

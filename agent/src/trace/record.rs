@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use podtrace_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan};
+use podlapse_core::record::{CriCall, KernelEvent, PodEvent, PodWait, RuntimeSpan};
 use serde::{Deserialize, Serialize};
 
 use super::config::TraceConfig;
@@ -16,13 +16,16 @@ pub use super::observed::{
 };
 use super::sources::SourcesRecord;
 
-/// The schema version this podtrace writes and the newest it reads.
+/// The schema version this podlapse writes and the newest it reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     pub schema_version: u32,
-    pub podtrace_version: String,
+    /// The version of podlapse that wrote the trace. Traces written before the project
+    /// took this name carry it as `podtrace_version`; they read the same.
+    #[serde(alias = "podtrace_version")]
+    pub podlapse_version: String,
     pub node: String,
     /// `uname -r` of the node.
     pub kernel: String,
@@ -34,7 +37,7 @@ pub struct Header {
     /// When the trace started, on both clocks, to place monotonic times in wall time.
     pub started_wall_ns: i64,
     pub started_ns: u64,
-    /// Set when `podtrace observe` recorded the trace: another CRI client ran the pods.
+    /// Set when `podlapse observe` recorded the trace: another CRI client ran the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<ObservedHeader>,
     /// Set when the trace rotates (`--trace-max-bytes`): which file of the recording
@@ -80,7 +83,7 @@ pub struct PodOpRecord {
     pub pod: Arc<Pod>,
 }
 
-/// A change of a pod's API status, as the agent published it: the moment podtrace saw a
+/// A change of a pod's API status, as the agent published it: the moment podlapse saw a
 /// container start or exit, or a pod's phase or conditions change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodStatusRecord {
@@ -132,7 +135,7 @@ pub struct Footer {
     /// Records dropped because the writer fell too far behind (its queue was full).
     #[serde(default)]
     pub dropped_records: u64,
-    /// An observed trace's losses on the runtime's side (`podtrace observe`).
+    /// An observed trace's losses on the runtime's side (`podlapse observe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<super::observed::ObservedFooter>,
     /// The recording's sources as it ended (the last `sources` record's).
@@ -160,9 +163,9 @@ pub enum TraceRecord {
     /// A computed stage of a pod's startup (see the timeline).
     Stage(serde_json::Value),
     /// A span the container runtime exported to the agent, under one of a pod's CRI
-    /// calls (`podtrace run --runtime-otlp-listen`).
+    /// calls (`podlapse run --runtime-otlp-listen`).
     RuntimeSpan(Box<RuntimeSpan>),
-    /// A change of a sandbox or container another CRI client runs (`podtrace observe`).
+    /// A change of a sandbox or container another CRI client runs (`podlapse observe`).
     Observed(ObservedRecord),
     /// The node's pod network when it changed: NetworkReady, the CNI configuration,
     /// host-local's pool.

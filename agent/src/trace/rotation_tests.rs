@@ -15,7 +15,7 @@ const PODS: usize = 300;
 fn header() -> Header {
     Header {
         schema_version: SCHEMA_VERSION,
-        podtrace_version: "test".into(),
+        podlapse_version: "test".into(),
         node: "n".into(),
         kernel: "k".into(),
         runtime_name: "containerd".into(),

@@ -82,8 +82,8 @@ impl std::fmt::Display for KernelSource {
 /// One pod's sources.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodSources {
-    /// The CRI calls made for the pod that change something (`podtrace run`; reads of
-    /// state are not counted), or the runtime's changes seen of it (`podtrace observe`).
+    /// The CRI calls made for the pod that change something (`podlapse run`; reads of
+    /// state are not counted), or the runtime's changes seen of it (`podlapse observe`).
     pub cri: SourceState,
     /// Kernel events the probes attributed to the pod.
     pub kernel: SourceState,

@@ -50,7 +50,7 @@ impl TraceSink {
             && self.stats.dropped.fetch_add(1, Ordering::Relaxed) == 0
         {
             eprintln!(
-                "podtrace: trace {}: the writer is {QUEUE_RECORDS} records behind; records are dropped, and counted, until it catches up",
+                "podlapse: trace {}: the writer is {QUEUE_RECORDS} records behind; records are dropped, and counted, until it catches up",
                 self.stats.path.display()
             );
         }
@@ -125,7 +125,7 @@ impl TraceWriter {
     /// starts the writer thread; returns the writer and the sink.
     ///
     /// Durability: every batch of records is flushed to the kernel as soon as it is
-    /// written, so a killed podtrace loses none of what it had recorded, and the file is
+    /// written, so a killed podlapse loses none of what it had recorded, and the file is
     /// fdatasync'ed at most every [`SYNC_EVERY`] and at the footer, so a power loss or a
     /// node crash costs at most the last second. A write error (a full disk) stops the
     /// writing, not the pods: it is said once, and every record from then on is counted
@@ -168,7 +168,7 @@ impl TraceWriter {
         let (done_tx, done) = oneshot::channel();
         let thread_stats = stats.clone();
         std::thread::Builder::new()
-            .name("podtrace-trace".into())
+            .name("podlapse-trace".into())
             .spawn(move || {
                 let counts = write_records(out, rx, &thread_stats, rotating);
                 let _ = done_tx.send(counts);
@@ -331,7 +331,7 @@ fn write_records(
         stats.unwritten.fetch_add(lost, Ordering::Relaxed);
         if stats.failure.set(e.to_string()).is_ok() {
             eprintln!(
-                "podtrace: trace {}: stopped writing: {e}; the pods keep running, and the records from here on are counted, not written",
+                "podlapse: trace {}: stopped writing: {e}; the pods keep running, and the records from here on are counted, not written",
                 stats.path.display()
             );
         }
@@ -434,7 +434,7 @@ mod tests {
     fn header() -> Header {
         Header {
             schema_version: super::super::SCHEMA_VERSION,
-            podtrace_version: "test".into(),
+            podlapse_version: "test".into(),
             node: "n".into(),
             kernel: "k".into(),
             runtime_name: "r".into(),

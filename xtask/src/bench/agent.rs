@@ -1,4 +1,4 @@
-//! The podtrace agent as the benchmarks run it: `podtrace run --manifests DIR` on the node
+//! The podlapse agent as the benchmarks run it: `podlapse run --manifests DIR` on the node
 //! lab (the harness the integration tests use, `xtask::agent_process`), with room for a
 //! thousand pods, watched through its local API and stopped with SIGTERM as an operator
 //! would.
@@ -20,10 +20,10 @@ const POLL: Duration = Duration::from_millis(250);
 const START: Duration = Duration::from_secs(30);
 const STOP: Duration = Duration::from_secs(30);
 
-/// The `--max-pods` podtrace runs with in the benchmarks: above any batch of theirs.
+/// The `--max-pods` podlapse runs with in the benchmarks: above any batch of theirs.
 pub const MAX_PODS: usize = 1000;
 
-/// `podtrace run`'s flags for a node with room for [`MAX_PODS`] pods and more CPU and memory
+/// `podlapse run`'s flags for a node with room for [`MAX_PODS`] pods and more CPU and memory
 /// than they ask for.
 pub fn roomy_node(cmd: &mut Command) -> &mut Command {
     cmd.args(["--node-cpu", "1000000", "--node-memory"])
@@ -74,16 +74,16 @@ impl Agent {
         self.process.pid()
     }
 
-    /// `podtrace <command> -o json` against this agent's API, parsed.
+    /// `podlapse <command> -o json` against this agent's API, parsed.
     pub fn query(&self, command: &str) -> anyhow::Result<Value> {
         self.process.query(command)
     }
 
-    /// Phases of the agent's pods, from `podtrace pods -o json`.
+    /// Phases of the agent's pods, from `podlapse pods -o json`.
     pub fn phases(&self) -> anyhow::Result<Vec<String>> {
         let list = self.query("pods")?;
         let Some(pods) = list["items"].as_array() else {
-            bail!("podtrace pods -o json printed no List of Pods");
+            bail!("podlapse pods -o json printed no List of Pods");
         };
         Ok(pods
             .iter()

@@ -22,7 +22,7 @@ const PODS_PER_ROUND: usize = 10;
 const EARLY_ROUND: usize = 10;
 const GROWTH_GOAL_MIB: f64 = 3.0;
 const IDLE_GOAL_MIB: f64 = 2.0;
-const NODE: &str = "podtrace-bench-churn";
+const NODE: &str = "podlapse-bench-churn";
 /// The agent's default `--deleted-pod-retention`: the bench measures the default.
 const RETENTION: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(5);
@@ -193,7 +193,7 @@ fn measure(bin: &Path, dir: &Path, rounds: usize) -> anyhow::Result<Churn> {
 /// How the figures were made, for BENCHMARKS.md.
 fn method(m: &Churn) -> String {
     format!(
-        "One agent (`podtrace run --manifests DIR --trace FILE`, release build, probes \
+        "One agent (`podlapse run --manifests DIR --trace FILE`, release build, probes \
          loaded, default --deleted-pod-retention of {r} s) on the node lab runs {rounds} \
          rounds: ten `sleep` pods written, all Running, their manifests removed, all \
          cleaned up. VmRSS from /proc/<pid>/status, the highest of {n} samples over \
@@ -201,7 +201,7 @@ fn method(m: &Churn) -> String {
          code that runs pods is paged in; the agent as started is shown too), after \
          round {EARLY_ROUND}, after round {rounds}, and after the churn once the \
          agent's timeline had forgotten every deleted pod (waited for through \
-         `podtrace timeline`, {f:.0} s after the last round); RssAnon (the agent's own \
+         `podlapse timeline`, {f:.0} s after the last round); RssAnon (the agent's own \
          memory, without its binary's pages) read once at each point; VmHWM is the peak.",
         r = RETENTION.as_secs(),
         rounds = m.rounds,

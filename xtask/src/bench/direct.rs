@@ -1,5 +1,5 @@
-//! Benchmarks 1 and 2 (and the arms of 11): podtrace's pipeline against the direct CRI driver
-//! (`podtrace bench-direct`: the same requests in the same order, nothing in between), on
+//! Benchmarks 1 and 2 (and the arms of 11): podlapse's pipeline against the direct CRI driver
+//! (`podlapse bench-direct`: the same requests in the same order, nothing in between), on
 //! the node lab with the image already present. Arms alternate within one run.
 
 use std::path::{Path, PathBuf};
@@ -23,25 +23,25 @@ const GOAL_THROUGHPUT: f64 = 0.95;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Arm {
-    Podtrace,
+    Podlapse,
     Direct,
 }
 
 impl Arm {
     pub(super) fn name(self) -> &'static str {
         match self {
-            Arm::Podtrace => "podtrace",
+            Arm::Podlapse => "podlapse",
             Arm::Direct => "direct",
         }
     }
 
-    /// Both arms in ABBA order: podtrace first in even rounds `i`, the direct driver first
+    /// Both arms in ABBA order: podlapse first in even rounds `i`, the direct driver first
     /// in odd ones.
     pub(super) fn abba(i: usize) -> [Arm; 2] {
         if i.is_multiple_of(2) {
-            [Arm::Podtrace, Arm::Direct]
+            [Arm::Podlapse, Arm::Direct]
         } else {
-            [Arm::Direct, Arm::Podtrace]
+            [Arm::Direct, Arm::Podlapse]
         }
     }
 }
@@ -81,10 +81,10 @@ pub(super) fn create_sampled(
     }
     let mut cmd = Command::new(bin);
     match arm {
-        Arm::Podtrace => roomy_node(cmd.args(["run", "--until-ready", "--cleanup", "--json"])),
+        Arm::Podlapse => roomy_node(cmd.args(["run", "--until-ready", "--cleanup", "--json"])),
         Arm::Direct => cmd.args(["bench-direct", "--cleanup"]),
     };
-    let node = format!("podtrace-bench-{}", arm.name());
+    let node = format!("podlapse-bench-{}", arm.name());
     let (out, peak_rss_kib) = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
         .with_context(|| format!("running the {} arm", arm.name()))?;
     // Kept for after the run: cleanup errors from either arm show only here.
@@ -102,7 +102,7 @@ pub(super) fn create_sampled(
         .iter()
         .filter(|p| p["error"].is_string() || p["phase"].as_str().is_some_and(|s| s != "Running"))
         .collect();
-    // podtrace exits 1 when its cleanup failed even though every pod ran; the timing still
+    // podlapse exits 1 when its cleanup failed even though every pod ran; the timing still
     // counts, and the lab's teardown removes whatever was left.
     if !out.status.success() {
         eprintln!(
@@ -205,7 +205,7 @@ fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
             .flat_map(|(_, s)| s.iter().copied())
             .collect()
     };
-    let (p, d) = (pooled(Arm::Podtrace), pooled(Arm::Direct));
+    let (p, d) = (pooled(Arm::Podlapse), pooled(Arm::Direct));
     let ms = |v: &[f64], q: f64| percentile(v, q) * 1e3;
     let (p50, d50, p99, d99) = (ms(&p, 50.0), ms(&d, 50.0), ms(&p, 99.0), ms(&d, 99.0));
     let ratio50 = p50 / d50;
@@ -234,8 +234,8 @@ fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
         title: "Pipeline overhead",
         method: format!(
             "{pods} one-container `sleep` pods per arm, image present, one pod at a time, \
-             each in a process of its own: `podtrace run --until-ready --cleanup` (time from \
-             the pod's ADD to the Running status) against `podtrace bench-direct` \
+             each in a process of its own: `podlapse run --until-ready --cleanup` (time from \
+             the pod's ADD to the Running status) against `podlapse bench-direct` \
              (RunPodSandbox, PodSandboxStatus, CreateContainer, StartContainer with the same \
              requests, the pod's cgroup as the sandbox's cgroup parent included: the driver \
              does not create it, runc makes the missing directories; from the first call's \
@@ -244,11 +244,11 @@ fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
         ),
         figures: vec![
             Figure::new(
-                "time to Running p50: podtrace / direct",
+                "time to Running p50: podlapse / direct",
                 format!("{p50:.1} ms / {d50:.1} ms"),
             ),
             Figure::new(
-                "time to Running p99: podtrace / direct",
+                "time to Running p99: podlapse / direct",
                 format!("{p99:.1} ms / {d99:.1} ms"),
             ),
             Figure::new(
@@ -270,7 +270,7 @@ fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
     }
 }
 
-/// Benchmark 2 at one concurrency: each arm's batch times (podtrace's, then the direct
+/// Benchmark 2 at one concurrency: each arm's batch times (podlapse's, then the direct
 /// driver's) and the decision on the rounds' ratios.
 struct AtConcurrency {
     c: usize,
@@ -296,7 +296,7 @@ fn measure_throughput(
         // One untimed pod per arm first: the first pod after a pause pays for cold
         // caches (it took 2 to 6 times as long as the rest in earlier runs), whichever
         // arm happens to run it.
-        for arm in [Arm::Podtrace, Arm::Direct] {
+        for arm in [Arm::Podlapse, Arm::Direct] {
             create(bin, &work, arm, &format!("c{c}-warm"), 1)?;
         }
         // Each arm's batch times, round by round.
@@ -309,8 +309,8 @@ fn measure_throughput(
                 took[(arm == Arm::Direct) as usize].push(s.iter().copied().fold(0.0, f64::max));
                 raw.push(json!({"concurrency": c, "batch": b, "arm": arm.name(), "seconds": s}));
             }
-            // Both batches ran c pods: podtrace's pods/s over the direct driver's is the
-            // direct batch's time over podtrace's.
+            // Both batches ran c pods: podlapse's pods/s over the direct driver's is the
+            // direct batch's time over podlapse's.
             Ok(took[1][b] / took[0][b])
         })?;
         let (tp, td) = pooled_pods_per_s(c, &took, decision.rounds);
@@ -323,7 +323,7 @@ fn measure_throughput(
     Ok((measured, raw))
 }
 
-/// Pods per second of each arm (podtrace, direct) over all of a concurrency's rounds.
+/// Pods per second of each arm (podlapse, direct) over all of a concurrency's rounds.
 fn pooled_pods_per_s(c: usize, took: &[Vec<f64>; 2], rounds: usize) -> (f64, f64) {
     let pods = (c * rounds) as f64;
     (
@@ -340,7 +340,7 @@ fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) ->
         let interval = decision.interval_text();
         figures.push(Figure::new(
             &format!(
-                "concurrency {c} ({rounds} rounds): podtrace / direct, pooled; median of \
+                "concurrency {c} ({rounds} rounds): podlapse / direct, pooled; median of \
                  rounds (the verdict's), 95% interval"
             ),
             format!(
@@ -365,8 +365,8 @@ fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) ->
             "At each concurrency c, batches of c pods submitted at once (image present), \
              one batch per arm and round, arms alternating per batch in ABBA order after \
              one untimed pod per arm; a batch lasts until its slowest pod is Running \
-             (podtrace: from the pods' ADD; direct: from each pod's first call). A round's \
-             ratio is the direct driver's batch time over podtrace's (podtrace's pods/s \
+             (podlapse: from the pods' ADD; direct: from each pod's first call). A round's \
+             ratio is the direct driver's batch time over podlapse's (podlapse's pods/s \
              over the direct driver's), and each concurrency's verdict uses the median of \
              its rounds' ratios; pooled pods/s = pods / the batches' summed durations is \
              shown too. Process start and cleanup are outside the timing for both arms. \

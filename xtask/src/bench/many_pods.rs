@@ -1,5 +1,5 @@
 //! Benchmark 11: a node at a raised max-pods with 250 pods created at once: how long
-//! until every one is Running, podtrace against the direct CRI driver, and how much
+//! until every one is Running, podlapse against the direct CRI driver, and how much
 //! memory the agent holds meanwhile.
 
 use std::path::Path;
@@ -26,7 +26,7 @@ const RULE: Rule = Rule::new(GOAL_RATIO, 8, 6, 14);
 const GOAL_RATIO: f64 = 0.95;
 const GOAL_MIB: f64 = 40.0;
 
-/// What benchmark 11 measured: each arm's batch times (podtrace's, then the direct
+/// What benchmark 11 measured: each arm's batch times (podlapse's, then the direct
 /// driver's), the agent's peak RSS per batch, every batch's raw figures, and the decision
 /// on the rounds' ratios.
 struct Measured {
@@ -44,7 +44,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     let work = dir.join("many-pods");
     // One untimed pod per arm first, as in benchmark 2: the first pod after a pause pays
     // for cold caches.
-    for arm in [Arm::Podtrace, Arm::Direct] {
+    for arm in [Arm::Podlapse, Arm::Direct] {
         create_sampled(bin, &work, arm, "warm", 1)?;
     }
     let mut took = [Vec::new(), Vec::new()];
@@ -62,7 +62,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
                 mib(r.peak_rss_kib)
             );
             took[(arm == Arm::Direct) as usize].push(slowest);
-            if arm == Arm::Podtrace {
+            if arm == Arm::Podlapse {
                 rss_kib.push(r.peak_rss_kib);
             }
             raw.push(json!({
@@ -73,7 +73,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
             }));
         }
         // Pods per second of each arm, as a ratio: the direct driver's time over
-        // podtrace's in this round (its two batches ran next to each other).
+        // podlapse's in this round (its two batches ran next to each other).
         Ok(took[1][round] / took[0][round])
     })?;
     Ok(Measured {
@@ -93,9 +93,9 @@ fn render(m: &Measured) -> Outcome {
     } = m;
     let rounds = decision.rounds;
     let sum = |v: &[f64]| v.iter().sum::<f64>();
-    let (podtrace, direct) = (sum(&took[0]), sum(&took[1]));
+    let (podlapse, direct) = (sum(&took[0]), sum(&took[1]));
     let round_ratios: Vec<f64> = took[0].iter().zip(&took[1]).map(|(p, d)| d / p).collect();
-    let pooled = direct / podtrace;
+    let pooled = direct / podlapse;
     let peak_mib = max_mib(rss_kib);
     let memory_met = peak_mib <= GOAL_MIB;
     let memory = if memory_met {
@@ -128,29 +128,29 @@ fn render(m: &Measured) -> Outcome {
         method: format!(
             "{PODS} one-container `sleep` pods (image present) submitted at once, one batch \
              per arm and round, arms alternating ABBA after one untimed pod per arm: \
-             `podtrace run --until-ready --cleanup --max-pods {MAX_PODS}` (release build, \
-             probes loaded) against `podtrace bench-direct`, each batch in a process of its \
-             own. A batch lasts until its slowest pod is Running (podtrace: from the pods' \
+             `podlapse run --until-ready --cleanup --max-pods {MAX_PODS}` (release build, \
+             probes loaded) against `podlapse bench-direct`, each batch in a process of its \
+             own. A batch lasts until its slowest pod is Running (podlapse: from the pods' \
              ADD; direct: from each pod's first call); a round's ratio is the direct \
-             driver's batch time over podtrace's, and the verdict uses the median of the \
+             driver's batch time over podlapse's, and the verdict uses the median of the \
              rounds' ratios (the pooled ratio, summed times, is shown too). {} The agent's \
              memory is the highest VmRSS of its process, read every 20 ms from start to \
              exit (its {PODS} pods starting, Running, and cleaned up).",
             RULE.describe()
         ),
         figures: vec![
-            Figure::new("until all Running, per batch: podtrace", secs(&took[0])),
+            Figure::new("until all Running, per batch: podlapse", secs(&took[0])),
             Figure::new("until all Running, per batch: direct", secs(&took[1])),
             Figure::new(
-                "pods/s, pooled: podtrace / direct",
+                "pods/s, pooled: podlapse / direct",
                 format!(
                     "{:.2} / {:.2} = {pooled:.3}×",
-                    (PODS * rounds) as f64 / podtrace,
+                    (PODS * rounds) as f64 / podlapse,
                     (PODS * rounds) as f64 / direct
                 ),
             ),
             Figure::new(
-                &format!("ratio per round (direct's time / podtrace's; {rounds} rounds)"),
+                &format!("ratio per round (direct's time / podlapse's; {rounds} rounds)"),
                 list(&round_ratios, ", ", |r| format!("{r:.3}×")),
             ),
             Figure::new(

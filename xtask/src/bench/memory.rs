@@ -14,7 +14,7 @@ use super::{Figure, Outcome};
 
 pub const PODS: usize = 100;
 const GOAL_MIB: f64 = 28.0;
-const NODE: &str = "podtrace-bench-mem";
+const NODE: &str = "podlapse-bench-mem";
 const SETTLE: Duration = Duration::from_secs(5);
 const SAMPLES: usize = 10;
 
@@ -134,7 +134,7 @@ fn render(m: &Memory) -> Outcome {
         number: 6,
         title: "Memory",
         method: format!(
-            "The agent (`podtrace run --manifests DIR`, release build, probes loaded when the \
+            "The agent (`podlapse run --manifests DIR`, release build, probes loaded when the \
              object is built) on the node lab: VmRSS from /proc/<pid>/status sampled {SAMPLES} \
              times over {s} s, each time {s} s after the state was reached: with no pods, \
              then with {PODS} `sleep` pods Running, then after their manifests were removed \

@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: podtrace against its own goals on this machine. Writes
+//! `cargo xtask bench`: podlapse against its own goals on this machine. Writes
 //! `BENCHMARKS.md` (figures, the command, the machine) and `target/bench/samples.json`
 //! (every raw sample). Not part of `cargo xtask test`: timing is never asserted in a test.
 
@@ -67,9 +67,9 @@ pub struct BenchArgs {
 /// `xtask bench-probe-overhead`: benchmark 4's measurement alone.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProbeOverheadArgs {
-    /// The podtrace binary whose `kernel-events` loads the probes.
+    /// The podlapse binary whose `kernel-events` loads the probes.
     #[arg(long, value_name = "PATH")]
-    pub podtrace: PathBuf,
+    pub podlapse: PathBuf,
     /// Where the run's logs go.
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
@@ -90,7 +90,7 @@ pub fn probe_overhead_alone(args: &ProbeOverheadArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
     let measured =
-        probe_overhead::measure(&args.podtrace, &args.dir, args.exec.as_deref(), args.cap)?;
+        probe_overhead::measure(&args.podlapse, &args.dir, args.exec.as_deref(), args.cap)?;
     let text = serde_json::to_string(&measured)?;
     // Written whole, then renamed: a run cut short leaves no half a result.
     let partial = args.out.with_extension("partial");
@@ -185,7 +185,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let dir = workspace::target_dir().join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    eprintln!("bench: building podtrace (release)");
+    eprintln!("bench: building podlapse (release)");
     let bin = build_release()?;
     if selected.contains(&8) {
         fuzzing::build()?;
@@ -264,7 +264,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What every one-shot `podtrace run` (or `bench-direct`) of a benchmark is given: its
+/// What every one-shot `podlapse run` (or `bench-direct`) of a benchmark is given: its
 /// manifests, a node name, its own root and log directories under `dir`, and the lab's
 /// runtime.
 fn on_lab<'c>(
@@ -462,8 +462,8 @@ fn section(o: &Outcome) -> String {
 }
 
 fn build_release() -> anyhow::Result<PathBuf> {
-    let (mut cmd, bin) = workspace::build_bin("podtrace", "podtrace", true);
-    workspace::run(&mut cmd, "cargo build --release --package podtrace")?;
+    let (mut cmd, bin) = workspace::build_bin("podlapse", "podlapse", true);
+    workspace::run(&mut cmd, "cargo build --release --package podlapse")?;
     Ok(bin)
 }
 

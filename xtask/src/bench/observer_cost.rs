@@ -1,4 +1,4 @@
-//! Benchmark 12: what `podtrace observe` costs the pods of the client it watches. The
+//! Benchmark 12: what `podlapse observe` costs the pods of the client it watches. The
 //! test suite's kubelet-like CRI client (`cri-pod-client`, the official CRI protos, kubelet's
 //! calls and labels) starts the same pods at once with and without an observer running
 //! beside it (probes loaded, the runtime's event stream, its API served), the two arms
@@ -51,7 +51,7 @@ fn build_client() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-/// `podtrace observe` in the background, once it says it observes.
+/// `podlapse observe` in the background, once it says it observes.
 struct Observer(Child);
 
 impl Observer {
@@ -69,16 +69,16 @@ impl Observer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .context("starting podtrace observe")?;
+            .context("starting podlapse observe")?;
         let rx = super::lines_of(child.stderr.take().context("the observer's stderr")?);
         let mut said = Vec::new();
         loop {
             match rx.recv_timeout(OBSERVER_UP) {
-                Ok(line) if line.contains("podtrace: observing ") => break,
+                Ok(line) if line.contains("podlapse: observing ") => break,
                 Ok(line) => said.push(line),
                 Err(e) => {
                     let _ = child.kill();
-                    bail!("podtrace observe did not start ({e}): {}", said.join("\n"));
+                    bail!("podlapse observe did not start ({e}): {}", said.join("\n"));
                 }
             }
         }
@@ -118,8 +118,8 @@ impl Observer {
     fn stop(mut self) -> anyhow::Result<()> {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let status = self.0.wait().context("waiting for podtrace observe")?;
-        anyhow::ensure!(status.success(), "podtrace observe exited {status}");
+        let status = self.0.wait().context("waiting for podlapse observe")?;
+        anyhow::ensure!(status.success(), "podlapse observe exited {status}");
         Ok(())
     }
 }
@@ -278,7 +278,7 @@ fn render(m: &Measured) -> Outcome {
             "Rounds of {PODS} one-container `sleep` pods created at once by the test \
              suite's kubelet-like CRI client (`cri-pod-client`: the official CRI protos, \
              kubelet's labels and call order), image present, in two arms alternating in \
-             ABBA order: alone, and with `podtrace observe --require-ebpf` running beside \
+             ABBA order: alone, and with `podlapse observe --require-ebpf` running beside \
              it (probes loaded, the runtime's event stream, relists every second, its API \
              served), started {} s before the arm's pods (the alone arm waits as long) and \
              stopped after them. Each pod's time to Running \

@@ -18,7 +18,7 @@ use super::{Figure, Outcome};
 
 const PODS: usize = 8;
 const ROUNDS: usize = 5;
-const NODE: &str = "podtrace-bench-otlp";
+const NODE: &str = "podlapse-bench-otlp";
 use crate::lab::IMAGE_APP as IMAGE;
 /// Between arms: time for the runtime's cleanup of the last arm's pods.
 const SETTLE: Duration = Duration::from_secs(5);

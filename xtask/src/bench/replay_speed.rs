@@ -1,5 +1,5 @@
 //! Benchmark 5: a generated 10,000-pod trace replayed in virtual time, twice. Speed is the
-//! trace's recorded span over the wall time of the whole `podtrace replay` process (reading
+//! trace's recorded span over the wall time of the whole `podlapse replay` process (reading
 //! the trace included); the two outputs must be identical.
 
 mod generate;
@@ -41,7 +41,7 @@ struct Phases {
 /// over this, which keeps the whole bench under its time budget.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(100);
 
-const TIMING_PREFIX: &str = "podtrace replay timing: ";
+const TIMING_PREFIX: &str = "podlapse replay timing: ";
 
 fn phases(stderr: &str) -> Option<Phases> {
     let line = stderr.lines().find_map(|l| l.strip_prefix(TIMING_PREFIX))?;
@@ -67,8 +67,8 @@ fn replay_once(bin: &Path, trace: &Path, out_path: &Path) -> anyhow::Result<Run>
         .stderr(err)
         .stdin(Stdio::null())
         .spawn()
-        .context("running podtrace replay")?;
-    let status = Poll::new("podtrace replay", REPLAY_TIMEOUT, Duration::from_millis(5))
+        .context("running podlapse replay")?;
+    let status = Poll::new("podlapse replay", REPLAY_TIMEOUT, Duration::from_millis(5))
         .since(start)
         .within(|| child.try_wait())?;
     if status.is_none() {
@@ -87,7 +87,7 @@ fn replay_once(bin: &Path, trace: &Path, out_path: &Path) -> anyhow::Result<Run>
     };
     // 0 is a match and 1 a divergence; both are a finished replay whose speed counts.
     if !matches!(status.code(), Some(0 | 1)) {
-        bail!("podtrace replay failed ({status})");
+        bail!("podlapse replay failed ({status})");
     }
     Ok(Run {
         wall_s,
@@ -256,13 +256,13 @@ fn method(m: &Replays) -> String {
          {}–{} s (uniform) once started before its manifest is removed, so at most \
          {} and on average {:.0} pods are on the node at once (kubelet's default \
          max-pods, {MAX_PODS}, is the trace's allocatable). Each pod's calls are the ones \
-         `podtrace run --trace` records for it: RunPodSandbox, PullImage (policy Always, \
+         `podlapse run --trace` records for it: RunPodSandbox, PullImage (policy Always, \
          parallel pulls), CreateContainer, StartContainer, StopContainer, StopPodSandbox, \
          RemoveContainer, RemovePodSandbox with durations in the ranges the lab records, \
          the reads around each sync, and a relist every second; no kernel events. \
          {} records ({} CRI calls, {trace_mb:.0} MB) spanning {span_s:.1} s of recorded \
-         time, replayed twice with `podtrace replay -o json` (release build). Speed = \
-         recorded span / wall time of the whole `podtrace replay` process, reading the \
+         time, replayed twice with `podlapse replay -o json` (release build). Speed = \
+         recorded span / wall time of the whole `podlapse replay` process, reading the \
          trace included. The reconciler-only figure divides the span by the time the \
          process spent in the virtual-time replay alone (its `--timing` report), leaving \
          out reading the trace and comparing.",

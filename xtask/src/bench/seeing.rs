@@ -1,6 +1,6 @@
 //! Benchmark 3: how fast the agent sees state. Crash-looping containers on the node lab
 //! (short back-off) start and exit many times; the agent records a trace with the probes
-//! loaded; `podtrace bench-seeing` pairs each container's kernel exec and exit with the
+//! loaded; `podlapse bench-seeing` pairs each container's kernel exec and exit with the
 //! first status the agent published showing it running or terminated. Both ends are
 //! CLOCK_MONOTONIC stamps taken by the kernel and by the agent, so polling plays no part.
 
@@ -16,7 +16,7 @@ use super::stats::percentile;
 use super::{Figure, Outcome};
 use crate::workspace;
 
-const NODE: &str = "podtrace-bench-seeing";
+const NODE: &str = "podlapse-bench-seeing";
 use crate::lab::IMAGE_APP as IMAGE;
 const PODS: usize = 8;
 /// How long the containers crash-loop.
@@ -94,7 +94,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Seeing> {
         Command::new(bin)
             .args(["bench-seeing", "--trace"])
             .arg(&trace),
-        "podtrace bench-seeing",
+        "podlapse bench-seeing",
     )?;
     let doc: Value = serde_json::from_slice(&out.stdout).context("parsing bench-seeing")?;
     let samples = doc["samples"].as_array().cloned().unwrap_or_default();
@@ -158,8 +158,8 @@ fn verdict(p99: f64) -> String {
 fn method() -> String {
     format!(
         "{PODS} crash-looping pods (each container runs 0.5 to 1.2 s and exits 1; \
-         back-off 100 ms) under the agent (`podtrace run --trace --require-ebpf`, release \
-         build) for {} s. `podtrace bench-seeing` pairs each container's first kernel exec \
+         back-off 100 ms) under the agent (`podlapse run --trace --require-ebpf`, release \
+         build) for {} s. `podlapse bench-seeing` pairs each container's first kernel exec \
          (sched_process_exec in its cgroup) and its main process's exit \
          (sched_process_exit) with the first `status` record the agent published showing \
          that container running or terminated; latency = status time − kernel time, both \

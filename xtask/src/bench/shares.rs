@@ -1,7 +1,7 @@
-//! Benchmark 9: how much of each pod's startup podtrace's stages explain. Eight pods of
+//! Benchmark 9: how much of each pod's startup podlapse's stages explain. Eight pods of
 //! mixed shapes (one container, two containers, an init container, a sidecar, a larger
 //! image) are created with none of their images present, first each alone, then all
-//! eight at once, a few rounds. `podtrace report` cuts each pod's startup into parts;
+//! eight at once, a few rounds. `podlapse report` cuts each pod's startup into parts;
 //! the figures are the largest `gap` (time no stage covers) and the largest opaque part
 //! (the runtime's own time inside one CRI call that no kernel stage explains) across pods.
 
@@ -17,7 +17,7 @@ use super::{Figure, Outcome};
 use crate::lab::IMAGE_APP as APP;
 use crate::lab::IMAGE_BIG10 as BIG;
 /// The sandbox image stays: the runtime pulls it once per node, not per pod.
-const PAUSE: &str = "podtrace/pause";
+const PAUSE: &str = "podlapse/pause";
 const ROUNDS: usize = 5;
 const GOAL_GAP: f64 = 3.0;
 const GOAL_OPAQUE: f64 = 10.0;
@@ -136,13 +136,13 @@ fn run(
     if runtime_traces() {
         cmd.args(["--runtime-otlp-listen", xtask::lab::RUNTIME_OTLP_ADDR]);
     }
-    let out = super::on_lab(&mut cmd, &dir, &manifests, "podtrace-bench-shares")
+    let out = super::on_lab(&mut cmd, &dir, &manifests, "podlapse-bench-shares")
         .output()
-        .context("running podtrace run")?;
+        .context("running podlapse run")?;
     std::fs::write(dir.join("stderr.log"), &out.stderr)?;
     let doc: Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
-            "podtrace run printed no result ({}): {}",
+            "podlapse run printed no result ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         )
@@ -165,10 +165,10 @@ fn run(
         .arg(&trace)
         .args(["-o", "json"])
         .output()
-        .context("running podtrace report")?;
+        .context("running podlapse report")?;
     if !report.status.success() {
         bail!(
-            "podtrace report: {}",
+            "podlapse report: {}",
             String::from_utf8_lossy(&report.stderr)
         );
     }
@@ -331,7 +331,7 @@ fn render(m: &Measured) -> Outcome {
              container ×2, a sidecar, a 10 MiB image), with every image but the sandbox's \
              removed before each run (after a warm-up pod, for which the runtime pulled its sandbox \
              image): each pod alone, then all eight at once, {ROUNDS} rounds. \
-             `podtrace run --trace{receiver}` against {runtime}, then `podtrace report -o json` \
+             `podlapse run --trace{receiver}` against {runtime}, then `podlapse report -o json` \
              cuts each pod's startup (pod seen to Running) into parts that add up to it. The \
              gap is the time no stage covers; an opaque part is what is left of one CRI call \
              (RunPodSandbox, CreateContainer, StartContainer) once the kernel's stages inside \

@@ -34,7 +34,7 @@ pub(crate) enum Select {
     Any,
     Prefix(&'static str),
     /// libcni's result cache: `<network>-<container id>-<ifname>`. The lab's are the
-    /// `podtrace-lab-*` files, plus the loopback results of the same sandboxes.
+    /// `podlapse-lab-*` files, plus the loopback results of the same sandboxes.
     CniResults,
 }
 
@@ -85,10 +85,10 @@ pub(crate) const WATCHED_DIRS: &[WatchedDir] = &[
 /// The cgroup containerd's CRI plugin puts pods under when no parent is given.
 pub(crate) const CGROUP_PARENT: &str = "k8s.io";
 
-/// Top-level cgroups pods of the lab live under: containerd's default, and podtrace's pod
-/// cgroup roots (`/podtrace` by default; tests use `/podtrace-<something>`).
+/// Top-level cgroups pods of the lab live under: containerd's default, and podlapse's pod
+/// cgroup roots (`/podlapse` by default; tests use `/podlapse-<something>`).
 pub(crate) fn is_pod_cgroup_root(name: &str) -> bool {
-    name == CGROUP_PARENT || name == "podtrace" || name.starts_with("podtrace-")
+    name == CGROUP_PARENT || name == "podlapse" || name.starts_with("podlapse-")
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -233,7 +233,7 @@ mod tests {
             "cni-loopback-aaa111-lo",
             "cni-loopback-bbb222-lo",
             "other-net-bbb222-eth0",
-            "podtrace-lab-aaa111-eth0",
+            "podlapse-lab-aaa111-eth0",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -242,7 +242,7 @@ mod tests {
         let picked = Select::CniResults.pick(&new, &all);
         assert_eq!(
             picked,
-            vec!["cni-loopback-aaa111-lo", "podtrace-lab-aaa111-eth0"]
+            vec!["cni-loopback-aaa111-lo", "podlapse-lab-aaa111-eth0"]
         );
         assert_eq!(Select::Prefix("cni-").pick(&new, &all).len(), 2);
         assert_eq!(Select::Any.pick(&new, &all).len(), 4);

@@ -17,7 +17,7 @@ const PART: &str = "containerd";
 pub(crate) const PROGRAM: &str = "containerd";
 /// Names another containerd binary to run (a runtime developer's own build, or the
 /// system's 1.x), instead of the pinned containerd 2.x the lab unpacks.
-pub const PROGRAM_ENV: &str = "PODTRACE_LAB_CONTAINERD";
+pub const PROGRAM_ENV: &str = "PODLAPSE_LAB_CONTAINERD";
 
 /// The containerd the lab runs, and the programs that come with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct Runtime {
     pub runc: PathBuf,
 }
 
-/// The containerd binary the lab runs: `$PODTRACE_LAB_CONTAINERD`, else the pinned
+/// The containerd binary the lab runs: `$PODLAPSE_LAB_CONTAINERD`, else the pinned
 /// containerd 2.x unpacked under the lab root (present once `up` unpacked it).
 pub fn program(paths: &LabPaths) -> PathBuf {
     match std::env::var(PROGRAM_ENV) {
@@ -63,7 +63,7 @@ pub(crate) fn preflight(progress: &dyn Fn(&str)) -> Result<(), LabError> {
 }
 
 /// Unpacks the pinned containerd 2.x into the lab root (from the package cache, which
-/// [`preflight`] filled), unless `$PODTRACE_LAB_CONTAINERD` names another or it is unpacked
+/// [`preflight`] filled), unless `$PODLAPSE_LAB_CONTAINERD` names another or it is unpacked
 /// already, and says which containerd the lab runs.
 pub(crate) fn prepare(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<Runtime, LabError> {
     let own = std::env::var(PROGRAM_ENV).is_ok_and(|p| !p.is_empty());
@@ -279,7 +279,7 @@ fn config_v3(paths: &LabPaths, runc: &Path) -> String {
     )
 }
 
-/// containerd 1.x's config (version 2), for a lab run on `$PODTRACE_LAB_CONTAINERD`.
+/// containerd 1.x's config (version 2), for a lab run on `$PODLAPSE_LAB_CONTAINERD`.
 fn config_v2(paths: &LabPaths, runc: &Path) -> String {
     let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
     format!(
@@ -369,7 +369,7 @@ pub(crate) fn check_socket_free(paths: &LabPaths) -> Result<(), LabError> {
 /// it answers with its CRI plugin loaded. The CNI conflist must already be in place.
 /// The daemon's environment: its own build's directory first on `$PATH` (containerd looks
 /// its shim up there), and, for a containerd that traces (2.x), OTLP export of its spans
-/// to [`super::RUNTIME_OTLP_ADDR`], where podtrace's runtime-span receiver or a test's
+/// to [`super::RUNTIME_OTLP_ADDR`], where podlapse's runtime-span receiver or a test's
 /// collector listens. Only spans under a sampled parent are exported.
 fn daemon_env(runtime: &Runtime) -> Vec<(&'static str, String)> {
     let mut env = vec![(
@@ -628,28 +628,28 @@ mod tests {
     }
 
     const UNDER_ROOT: &[&str] = &[
-        "root = \"/var/lib/podtrace-lab/containerd/root\"\n",
-        "state = \"/var/lib/podtrace-lab/containerd/state\"\n",
-        "address = \"/var/lib/podtrace-lab/containerd/containerd.sock\"\n",
-        "address = \"/var/lib/podtrace-lab/containerd/containerd.sock.ttrpc\"\n",
-        "path = \"/var/lib/podtrace-lab/containerd/opt\"\n",
+        "root = \"/var/lib/podlapse-lab/containerd/root\"\n",
+        "state = \"/var/lib/podlapse-lab/containerd/state\"\n",
+        "address = \"/var/lib/podlapse-lab/containerd/containerd.sock\"\n",
+        "address = \"/var/lib/podlapse-lab/containerd/containerd.sock.ttrpc\"\n",
+        "path = \"/var/lib/podlapse-lab/containerd/opt\"\n",
         "restrict_oom_score_adj = true\n",
         "stream_server_port = \"0\"\n",
         "netns_mounts_under_state_dir = true\n",
         "runtime_type = \"io.containerd.runc.v2\"\n",
         "BinaryName = \"/usr/sbin/runc\"\n",
-        "Root = \"/var/lib/podtrace-lab/containerd/runc\"\n",
-        "conf_dir = \"/var/lib/podtrace-lab/cni/net.d\"\n",
-        "config_path = \"/var/lib/podtrace-lab/certs.d\"\n",
+        "Root = \"/var/lib/podlapse-lab/containerd/runc\"\n",
+        "conf_dir = \"/var/lib/podlapse-lab/cni/net.d\"\n",
+        "config_path = \"/var/lib/podlapse-lab/certs.d\"\n",
     ];
 
     #[test]
     fn containerd_1_gets_a_version_2_config_with_everything_under_root() {
-        let paths = LabPaths::new("/var/lib/podtrace-lab");
+        let paths = LabPaths::new("/var/lib/podlapse-lab");
         let c = config_toml(&paths, &runtime(1));
         for needle in UNDER_ROOT.iter().chain(&[
             "version = 2\n",
-            "sandbox_image = \"127.0.0.1:5000/podtrace/pause:3.10\"\n",
+            "sandbox_image = \"127.0.0.1:5000/podlapse/pause:3.10\"\n",
             "bin_dir = \"/usr/lib/cni\"\n",
         ]) {
             assert!(c.contains(needle), "missing {needle:?} in\n{c}");
@@ -662,11 +662,11 @@ mod tests {
 
     #[test]
     fn containerd_2_gets_a_version_3_config_with_its_plugin_ids() {
-        let paths = LabPaths::new("/var/lib/podtrace-lab");
+        let paths = LabPaths::new("/var/lib/podlapse-lab");
         let c = config_toml(&paths, &runtime(2));
         for needle in UNDER_ROOT.iter().chain(&[
             "version = 3\n",
-            "sandbox = \"127.0.0.1:5000/podtrace/pause:3.10\"\n",
+            "sandbox = \"127.0.0.1:5000/podlapse/pause:3.10\"\n",
             "bin_dirs = [\"/usr/lib/cni\"]\n",
             "\"io.containerd.nri.v1.nri\"",
         ]) {
@@ -731,8 +731,8 @@ io.containerd.snapshotter.v1    btrfs                    linux/amd64    skip
             None
         );
         let containers = "CONTAINER    IMAGE                                 RUNTIME
-abc123       127.0.0.1:5000/podtrace/pause:3.10    io.containerd.runc.v2
-def456       127.0.0.1:5000/podtrace/app:1.0       io.containerd.runc.v2
+abc123       127.0.0.1:5000/podlapse/pause:3.10    io.containerd.runc.v2
+def456       127.0.0.1:5000/podlapse/app:1.0       io.containerd.runc.v2
 ";
         assert_eq!(
             parse_ids(containers),
@@ -740,7 +740,7 @@ def456       127.0.0.1:5000/podtrace/app:1.0       io.containerd.runc.v2
                 ("abc123".to_owned(), IMAGE_PAUSE.to_owned()),
                 (
                     "def456".to_owned(),
-                    "127.0.0.1:5000/podtrace/app:1.0".to_owned()
+                    "127.0.0.1:5000/podlapse/app:1.0".to_owned()
                 )
             ]
         );

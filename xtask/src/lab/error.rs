@@ -1,5 +1,5 @@
 //! The lab's error type. Every variant names the part of the lab it concerns ("registry",
-//! "containerd", "image podtrace/app", ...) so a failed `up` says where it broke.
+//! "containerd", "image podlapse/app", ...) so a failed `up` says where it broke.
 
 use std::io;
 use std::path::PathBuf;

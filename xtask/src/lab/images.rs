@@ -67,7 +67,7 @@ impl ImageSpec {
         }
     }
 
-    /// `podtrace/app` of `127.0.0.1:5000/podtrace/app:1.0`: names the part in errors.
+    /// `podlapse/app` of `127.0.0.1:5000/podlapse/app:1.0`: names the part in errors.
     pub(crate) fn repository(&self) -> &'static str {
         let no_tag = self
             .reference
@@ -92,7 +92,7 @@ pub(crate) fn build_and_push(
     let layout = work.join("oci");
     fs::create_dir_all(&work).map_err(|e| LabError::io("images", "create", &work, e))?;
 
-    let base_part = "image podtrace/app";
+    let base_part = "image podlapse/app";
     umoci_run(base_part, &umoci, &["init", "--layout", &s(&layout)])?;
     let base = format!("{}:base", s(&layout));
     umoci_run(base_part, &umoci, &["new", "--image", &base])?;
@@ -253,13 +253,13 @@ mod tests {
         assert_eq!(
             names,
             [
-                "podtrace/app",
-                "podtrace/pause",
-                "podtrace/big10",
-                "podtrace/big50"
+                "podlapse/app",
+                "podlapse/pause",
+                "podlapse/big10",
+                "podlapse/big50"
             ]
         );
-        assert_eq!(IMAGES[0].part(), "image podtrace/app");
+        assert_eq!(IMAGES[0].part(), "image podlapse/app");
     }
 
     #[test]

@@ -43,19 +43,19 @@ use baseline::Baseline;
 use state::daemon_alive;
 
 /// Sandbox image: busybox whose shell exits 0 on TERM/INT and otherwise sleeps.
-pub const IMAGE_PAUSE: &str = "127.0.0.1:5000/podtrace/pause:3.10";
+pub const IMAGE_PAUSE: &str = "127.0.0.1:5000/podlapse/pause:3.10";
 /// busybox with the common applets in `/bin`; default command `sleep 3600`.
-pub const IMAGE_APP: &str = "127.0.0.1:5000/podtrace/app:1.0";
+pub const IMAGE_APP: &str = "127.0.0.1:5000/podlapse/app:1.0";
 /// The app image plus a ~10 MiB incompressible layer.
-pub const IMAGE_BIG10: &str = "127.0.0.1:5000/podtrace/big10:1.0";
+pub const IMAGE_BIG10: &str = "127.0.0.1:5000/podlapse/big10:1.0";
 /// The app image plus a ~50 MiB incompressible layer.
-pub const IMAGE_BIG50: &str = "127.0.0.1:5000/podtrace/big50:1.0";
+pub const IMAGE_BIG50: &str = "127.0.0.1:5000/podlapse/big50:1.0";
 pub const POD_SUBNET: &str = "10.244.77.0/24";
 pub const BRIDGE: &str = "ptlab0";
-pub const CNI_NETWORK: &str = "podtrace-lab";
+pub const CNI_NETWORK: &str = "podlapse-lab";
 /// The lab network's CNI config file, in the lab's `cni/net.d` and in a node's CNI config
 /// directory.
-pub const CNI_CONFLIST: &str = "10-podtrace-lab.conflist";
+pub const CNI_CONFLIST: &str = "10-podlapse-lab.conflist";
 pub const REGISTRY_ADDR: &str = "127.0.0.1:5000";
 /// Where a runtime with tracing sends its spans on a lab node: a test's OTLP receiver
 /// listens here. The modern node's containerd is configured for it; the host lab's
@@ -416,13 +416,13 @@ mod tests {
     #[test]
     fn image_refs_point_at_the_local_registry() {
         for r in [IMAGE_PAUSE, IMAGE_APP, IMAGE_BIG10, IMAGE_BIG50] {
-            assert!(r.starts_with(&format!("{REGISTRY_ADDR}/podtrace/")), "{r}");
+            assert!(r.starts_with(&format!("{REGISTRY_ADDR}/podlapse/")), "{r}");
         }
     }
 
     #[test]
     fn status_of_an_absent_lab_is_down() {
-        let paths = LabPaths::new("/nonexistent/podtrace-lab-status-test");
+        let paths = LabPaths::new("/nonexistent/podlapse-lab-status-test");
         let s = status(&paths).unwrap();
         assert!(!s.is_up());
         assert!(s.to_string().contains(": down"), "{s}");

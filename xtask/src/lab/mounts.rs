@@ -150,12 +150,12 @@ mod tests {
     const SAMPLE: &str = "\
 27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-600 27 0:90 / /var/lib/podtrace-lab/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw,relatime shared:5 master:1 - overlay overlay rw,lowerdir=/a:/b,upperdir=/c,workdir=/d
-601 27 0:91 / /var/lib/podtrace-lab/containerd/state/io.containerd.grpc.v1.cri/sandboxes/abc/shm rw,nosuid - tmpfs shm rw,size=65536k
-602 27 0:4 net:[4026532290] /var/lib/podtrace-lab/containerd/state/io.containerd.grpc.v1.cri/netns/cni-1234 rw shared:7 - nsfs nsfs rw
-603 27 0:92 / /var/lib/podtrace-lab-images/x rw - tmpfs tmpfs rw
+600 27 0:90 / /var/lib/podlapse-lab/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs rw,relatime shared:5 master:1 - overlay overlay rw,lowerdir=/a:/b,upperdir=/c,workdir=/d
+601 27 0:91 / /var/lib/podlapse-lab/containerd/state/io.containerd.grpc.v1.cri/sandboxes/abc/shm rw,nosuid - tmpfs shm rw,size=65536k
+602 27 0:4 net:[4026532290] /var/lib/podlapse-lab/containerd/state/io.containerd.grpc.v1.cri/netns/cni-1234 rw shared:7 - nsfs nsfs rw
+603 27 0:92 / /var/lib/podlapse-lab-images/x rw - tmpfs tmpfs rw
 604 27 0:93 / /tmp/with\\040space rw - tmpfs tmpfs rw
-599 600 0:94 / /var/lib/podtrace-lab/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs/dev rw - tmpfs tmpfs rw
+599 600 0:94 / /var/lib/podlapse-lab/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs/dev rw - tmpfs tmpfs rw
 ";
 
     #[test]
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn selects_lab_mounts_deepest_first() {
         let m = parse_mountinfo(SAMPLE);
-        let under = mounts_under(&m, &[PathBuf::from("/var/lib/podtrace-lab")]);
+        let under = mounts_under(&m, &[PathBuf::from("/var/lib/podlapse-lab")]);
         let points: Vec<String> = under
             .iter()
             .map(|m| m.mount_point.display().to_string())
@@ -182,6 +182,6 @@ mod tests {
         // first.
         assert!(points[0].ends_with("/rootfs/dev"), "{points:?}");
         assert!(points[1].ends_with("/shm"), "{points:?}");
-        assert!(points.iter().all(|p| !p.contains("podtrace-lab-images")));
+        assert!(points.iter().all(|p| !p.contains("podlapse-lab-images")));
     }
 }

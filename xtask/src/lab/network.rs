@@ -509,9 +509,9 @@ COMMIT
 :CNI-HOSTPORT-DNAT - [0:0]
 :CNI-0123abcd - [0:0]
 -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
--A POSTROUTING -s 10.244.77.2/32 -m comment --comment "name: \"podtrace-lab\" id: \"0123\"" -j CNI-0123abcd
--A CNI-0123abcd -d 10.244.77.0/24 -m comment --comment "name: \"podtrace-lab\" id: \"0123\"" -j ACCEPT
--A CNI-0123abcd ! -d 224.0.0.0/4 -m comment --comment "name: \"podtrace-lab\" id: \"0123\"" -j MASQUERADE
+-A POSTROUTING -s 10.244.77.2/32 -m comment --comment "name: \"podlapse-lab\" id: \"0123\"" -j CNI-0123abcd
+-A CNI-0123abcd -d 10.244.77.0/24 -m comment --comment "name: \"podlapse-lab\" id: \"0123\"" -j ACCEPT
+-A CNI-0123abcd ! -d 224.0.0.0/4 -m comment --comment "name: \"podlapse-lab\" id: \"0123\"" -j MASQUERADE
 COMMIT
 "#;
 
@@ -540,7 +540,7 @@ COMMIT
             c.script
                 .contains("-D PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT\n")
         );
-        assert!(c.script.contains(r#"-D POSTROUTING -s 10.244.77.2/32 -m comment --comment "name: \"podtrace-lab\" id: \"0123\"" -j CNI-0123abcd"#));
+        assert!(c.script.contains(r#"-D POSTROUTING -s 10.244.77.2/32 -m comment --comment "name: \"podlapse-lab\" id: \"0123\"" -j CNI-0123abcd"#));
         // Rules inside added chains go with the flush, before the chains are deleted.
         assert!(!c.script.contains("-D CNI-0123abcd"));
         let flush = c.script.find("-F CNI-0123abcd").unwrap();
@@ -593,10 +593,10 @@ COMMIT
 
     #[test]
     fn conflist_shape() {
-        let paths = LabPaths::new("/var/lib/podtrace-lab");
+        let paths = LabPaths::new("/var/lib/podlapse-lab");
         let c = conflist(&paths);
         assert_eq!(c["cniVersion"], "1.0.0");
-        assert_eq!(c["name"], "podtrace-lab");
+        assert_eq!(c["name"], "podlapse-lab");
         let bridge = &c["plugins"][0];
         assert_eq!(bridge["type"], "bridge");
         assert_eq!(bridge["bridge"], "ptlab0");
@@ -604,7 +604,7 @@ COMMIT
         assert_eq!(bridge["ipMasq"], true);
         assert_eq!(bridge["ipam"]["type"], "host-local");
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.244.77.0/24");
-        assert_eq!(bridge["ipam"]["dataDir"], "/var/lib/podtrace-lab/cni/ipam");
+        assert_eq!(bridge["ipam"]["dataDir"], "/var/lib/podlapse-lab/cni/ipam");
         assert_eq!(c["plugins"][1]["type"], "portmap");
         assert_eq!(c["plugins"][1]["capabilities"]["portMappings"], true);
         assert_eq!(c["plugins"].as_array().unwrap().len(), 2);

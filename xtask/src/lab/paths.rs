@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 
 /// Overrides the lab root; used by tests that want a lab of their own.
-pub const LAB_DIR_ENV: &str = "PODTRACE_LAB_DIR";
+pub const LAB_DIR_ENV: &str = "PODLAPSE_LAB_DIR";
 /// The lab root when [`LAB_DIR_ENV`] is not set.
-pub const DEFAULT_LAB_DIR: &str = "/var/lib/podtrace-lab";
+pub const DEFAULT_LAB_DIR: &str = "/var/lib/podlapse-lab";
 /// Under the root: the state file, present exactly while the lab is up.
 pub(crate) const STATE_FILE: &str = "lab.json";
 /// Under the root: what the host looked like before `up`.
@@ -33,7 +33,7 @@ impl LabPaths {
         LabPaths { root }
     }
 
-    /// `$PODTRACE_LAB_DIR`, else `/var/lib/podtrace-lab`.
+    /// `$PODLAPSE_LAB_DIR`, else `/var/lib/podlapse-lab`.
     pub fn from_env() -> LabPaths {
         match std::env::var_os(LAB_DIR_ENV) {
             Some(dir) if !dir.is_empty() => LabPaths::new(dir),
@@ -201,18 +201,18 @@ mod tests {
 
     #[test]
     fn layout_is_under_root() {
-        let p = LabPaths::new("/var/lib/podtrace-lab");
+        let p = LabPaths::new("/var/lib/podlapse-lab");
         assert_eq!(
             p.cri_socket(),
-            PathBuf::from("/var/lib/podtrace-lab/containerd/containerd.sock")
+            PathBuf::from("/var/lib/podlapse-lab/containerd/containerd.sock")
         );
         assert_eq!(
             p.state_file(),
-            PathBuf::from("/var/lib/podtrace-lab/lab.json")
+            PathBuf::from("/var/lib/podlapse-lab/lab.json")
         );
         assert_eq!(
             p.registry_hosts_toml(),
-            PathBuf::from("/var/lib/podtrace-lab/certs.d/127.0.0.1:5000/hosts.toml")
+            PathBuf::from("/var/lib/podlapse-lab/certs.d/127.0.0.1:5000/hosts.toml")
         );
         for path in [
             p.ipam_dir(),
@@ -231,14 +231,14 @@ mod tests {
 
     #[test]
     fn mention_needs_a_boundary() {
-        let p = LabPaths::new("/var/lib/podtrace-lab");
+        let p = LabPaths::new("/var/lib/podlapse-lab");
         assert!(
-            p.mentions_root("containerd --config /var/lib/podtrace-lab/containerd/config.toml")
+            p.mentions_root("containerd --config /var/lib/podlapse-lab/containerd/config.toml")
         );
-        assert!(p.mentions_root("/var/lib/podtrace-lab"));
-        assert!(p.mentions_root("-address\0/var/lib/podtrace-lab/containerd/containerd.sock\0"));
-        assert!(!p.mentions_root("/var/lib/podtrace-lab-images/x"));
-        assert!(!p.mentions_root("/var/lib/podtrace-labx /var/lib/other"));
-        assert!(p.mentions_root("/var/lib/podtrace-labx /var/lib/podtrace-lab/y"));
+        assert!(p.mentions_root("/var/lib/podlapse-lab"));
+        assert!(p.mentions_root("-address\0/var/lib/podlapse-lab/containerd/containerd.sock\0"));
+        assert!(!p.mentions_root("/var/lib/podlapse-lab-images/x"));
+        assert!(!p.mentions_root("/var/lib/podlapse-labx /var/lib/other"));
+        assert!(p.mentions_root("/var/lib/podlapse-labx /var/lib/podlapse-lab/y"));
     }
 }

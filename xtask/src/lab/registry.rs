@@ -20,9 +20,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) fn config_yaml(storage: &Path, addr: &str) -> String {
     format!(
         "version: 0.1\n\
-         log:\n  level: info\n  fields:\n    service: podtrace-lab-registry\n\
+         log:\n  level: info\n  fields:\n    service: podlapse-lab-registry\n\
          storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-         http:\n  addr: {}\n  secret: podtrace-lab\n",
+         http:\n  addr: {}\n  secret: podlapse-lab\n",
         yaml_quote(&storage.to_string_lossy()),
         yaml_quote(addr),
     )
@@ -149,10 +149,10 @@ mod tests {
     #[test]
     fn config_binds_loopback_and_stores_under_root() {
         let y = config_yaml(
-            Path::new("/var/lib/podtrace-lab/registry/data"),
+            Path::new("/var/lib/podlapse-lab/registry/data"),
             "127.0.0.1:5000",
         );
-        assert!(y.contains("rootdirectory: \"/var/lib/podtrace-lab/registry/data\"\n"));
+        assert!(y.contains("rootdirectory: \"/var/lib/podlapse-lab/registry/data\"\n"));
         assert!(y.contains("  addr: \"127.0.0.1:5000\"\n"));
         assert!(y.starts_with("version: 0.1\n"));
     }

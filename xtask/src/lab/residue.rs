@@ -161,13 +161,13 @@ mod tests {
 
     #[test]
     fn snapshot_of_an_absent_lab_mentions_nothing_of_it() {
-        let paths = LabPaths::new("/nonexistent/podtrace-lab-residue-test");
+        let paths = LabPaths::new("/nonexistent/podlapse-lab-residue-test");
         let s = snapshot_residue(&paths);
         assert!(s.ipam_reservations.is_empty());
         assert!(
             s.mounts
                 .iter()
-                .all(|m| !m.contains("podtrace-lab-residue-test"))
+                .all(|m| !m.contains("podlapse-lab-residue-test"))
         );
         assert_eq!(s, s.clone());
     }

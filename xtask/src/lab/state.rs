@@ -256,7 +256,7 @@ mod tests {
             registry_addr: "127.0.0.1:5000".into(),
             pod_subnet: "10.244.77.0/24".into(),
             bridge: "ptlab0".into(),
-            cni_network: "podtrace-lab".into(),
+            cni_network: "podlapse-lab".into(),
             images: BTreeMap::from([("app".into(), "x".into())]),
             containerd_log: paths.containerd_log(),
             registry_log: paths.registry_log(),

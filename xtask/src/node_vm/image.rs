@@ -122,7 +122,7 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
                 "-N",
                 "",
                 "-C",
-                "podtrace-node-vm",
+                "podlapse-node-vm",
                 "-f",
             ])
             .arg(&key),
@@ -282,7 +282,7 @@ fn make_image(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
     let _ = fs::remove_file(&img);
     run(
         Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-L", "podtrace-node", "-d"])
+            .args(["-q", "-F", "-L", "podlapse-node", "-d"])
             .arg(rootfs)
             .arg(&img)
             .arg(format!("{size}M")),

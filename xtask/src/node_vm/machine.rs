@@ -77,7 +77,7 @@ pub fn start(paths: &NodeVmPaths, image: &ImagePaths, hash: &str) -> anyhow::Res
     let port = free_port()?;
     let started = Instant::now();
     let status = Command::new("qemu-system-x86_64")
-        .args(["-name", "podtrace-node-vm"])
+        .args(["-name", "podlapse-node-vm"])
         .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-m", &MEMORY_MIB.to_string(), "-smp", &VCPUS.to_string()])
         .args(["-display", "none", "-no-reboot"])

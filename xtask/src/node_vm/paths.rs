@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-pub const DIR_ENV: &str = "PODTRACE_NODE_VM_DIR";
-pub const DEFAULT_DIR: &str = "/var/lib/podtrace-node-vm";
+pub const DIR_ENV: &str = "PODLAPSE_NODE_VM_DIR";
+pub const DEFAULT_DIR: &str = "/var/lib/podlapse-node-vm";
 
 #[derive(Debug, Clone)]
 pub struct NodeVmPaths {

@@ -1,4 +1,4 @@
-//! What the modern node is made of: the Debian packages, and every file podtrace writes
+//! What the modern node is made of: the Debian packages, and every file podlapse writes
 //! into its root file system. The image is rebuilt whenever any of it changes: its cache key
 //! is a hash of this recipe.
 
@@ -44,10 +44,10 @@ pub const CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 pub const CERTS_DIR: &str = "/etc/containerd/certs.d";
 /// The guest's address on QEMU's user network.
 pub const GUEST_ADDR: &str = "10.0.2.15/24";
-/// The lab profile's root in the guest: what `PODTRACE_LAB_DIR` points at there.
+/// The lab profile's root in the guest: what `PODLAPSE_LAB_DIR` points at there.
 pub const GUEST_LAB_DIR: &str = lab::DEFAULT_LAB_DIR;
 /// Where `node-vm test` puts the binaries and examples.
-pub const GUEST_WORK_DIR: &str = "/opt/podtrace";
+pub const GUEST_WORK_DIR: &str = "/opt/podlapse";
 
 /// The kernel command line: cgroup v2 only, eth0 for the one NIC, the console on the first
 /// serial port.
@@ -182,11 +182,11 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
     let conflist =
         serde_json::to_string_pretty(&lab::conflist(&guest_lab)).expect("a JSON value serialises");
     vec![
-        ("/etc/hostname".into(), 0o644, "podtrace-node\n".into()),
+        ("/etc/hostname".into(), 0o644, "podlapse-node\n".into()),
         (
             "/etc/hosts".into(),
             0o644,
-            "127.0.0.1 localhost\n127.0.1.1 podtrace-node\n".into(),
+            "127.0.0.1 localhost\n127.0.1.1 podlapse-node\n".into(),
         ),
         (
             "/etc/fstab".into(),
@@ -206,30 +206,30 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
         // The host reaches the guest only through QEMU's forwarded port, with this key.
         ("/root/.ssh/authorized_keys".into(), 0o600, authorized_key.to_string()),
         (
-            "/etc/ssh/sshd_config.d/podtrace.conf".into(),
+            "/etc/ssh/sshd_config.d/podlapse.conf".into(),
             0o644,
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUseDNS no\nAllowTcpForwarding yes\n".into(),
         ),
         (
-            "/etc/systemd/system/podtrace-net.service".into(),
+            "/etc/systemd/system/podlapse-net.service".into(),
             0o644,
             format!(
                 "[Unit]\nDescription=the guest's address on QEMU's user network\nBindsTo=sys-subsystem-net-devices-eth0.device\nAfter=sys-subsystem-net-devices-eth0.device\nBefore=ssh.service network.target\nWants=network.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=ip link set lo up\nExecStart=ip link set eth0 up\nExecStart=ip addr replace {GUEST_ADDR} dev eth0\n\n[Install]\nWantedBy=multi-user.target\n"
             ),
         ),
         // containerd's tracing (OTLP over gRPC), to the lab's runtime collector address,
-        // where podtrace's runtime-span receiver or a test's collector listens. 2.x
-        // traces only calls whose parent is sampled: podtrace samples the calls it
+        // where podlapse's runtime-span receiver or a test's collector listens. 2.x
+        // traces only calls whose parent is sampled: podlapse samples the calls it
         // exports, so nothing else starts a trace.
         (
-            "/etc/systemd/system/containerd.service.d/podtrace-otel.conf".into(),
+            "/etc/systemd/system/containerd.service.d/podlapse-otel.conf".into(),
             0o644,
             otel_dropin("parentbased_always_off"),
         ),
         // 1.7 reads no traceparent: its own spans (an image pull's) start traces of their
-        // own, which the compatibility suite checks stay out of podtrace's.
+        // own, which the compatibility suite checks stay out of podlapse's.
         (
-            format!("/etc/systemd/system/{COMPAT_UNIT}.d/podtrace-otel.conf"),
+            format!("/etc/systemd/system/{COMPAT_UNIT}.d/podlapse-otel.conf"),
             0o644,
             otel_dropin("parentbased_always_on"),
         ),
@@ -237,12 +237,12 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
             format!("/etc/systemd/system/{COMPAT_UNIT}"),
             0o644,
             format!(
-                "[Unit]\nDescription=containerd 1.7 (podtrace's compatibility runtime)\nAfter=network.target local-fs.target\nConflicts={REFERENCE_UNIT}\n\n[Service]\nEnvironment=PATH={COMPAT_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nExecStartPre=-/sbin/modprobe overlay\nExecStart={COMPAT_DIR}/bin/containerd --config {COMPAT_CONFIG}\nType=notify\nDelegate=yes\nKillMode=process\nRestart=always\nRestartSec=5\nLimitNPROC=infinity\nLimitCORE=infinity\nTasksMax=infinity\nOOMScoreAdjust=-999\n"
+                "[Unit]\nDescription=containerd 1.7 (podlapse's compatibility runtime)\nAfter=network.target local-fs.target\nConflicts={REFERENCE_UNIT}\n\n[Service]\nEnvironment=PATH={COMPAT_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nExecStartPre=-/sbin/modprobe overlay\nExecStart={COMPAT_DIR}/bin/containerd --config {COMPAT_CONFIG}\nType=notify\nDelegate=yes\nKillMode=process\nRestart=always\nRestartSec=5\nLimitNPROC=infinity\nLimitCORE=infinity\nTasksMax=infinity\nOOMScoreAdjust=-999\n"
             ),
         ),
         // Only what mounts a virtio-blk ext4 root: a small initramfs, built in seconds.
         (
-            "/etc/initramfs-tools/conf.d/podtrace.conf".into(),
+            "/etc/initramfs-tools/conf.d/podlapse.conf".into(),
             0o644,
             "MODULES=list\nCOMPRESS=zstd\n".into(),
         ),
@@ -251,11 +251,11 @@ pub fn files(authorized_key: &str) -> Vec<(String, u32, String)> {
             0o644,
             "virtio_pci\nvirtio_blk\next4\n".into(),
         ),
-        // The lab profile: podtrace and its tests find the runtime's socket here.
+        // The lab profile: podlapse and its tests find the runtime's socket here.
         (
             format!("{GUEST_LAB_DIR}/README"),
             0o644,
-            "The podtrace lab profile of this node: lab.json and containerd/containerd.sock (a link to the system containerd's socket).\n".into(),
+            "The podlapse lab profile of this node: lab.json and containerd/containerd.sock (a link to the system containerd's socket).\n".into(),
         ),
     ]
 }
@@ -268,7 +268,7 @@ fn otel_dropin(sampler: &str) -> String {
 }
 
 /// Units enabled in the guest.
-pub const ENABLE_UNITS: &[&str] = &["podtrace-net.service", "ssh.service", "containerd.service"];
+pub const ENABLE_UNITS: &[&str] = &["podlapse-net.service", "ssh.service", "containerd.service"];
 
 /// The cache key: every input of the image, and the image layout's version.
 pub fn hash() -> String {
@@ -360,7 +360,7 @@ state = '/run/containerd'
         );
         // 2.x refuses both keys set: the deprecated one stays empty.
         assert!(out.contains("      bin_dir = ''\n"), "{out}");
-        assert!(out.contains("sandbox = \"127.0.0.1:5000/podtrace/pause:3.10\""));
+        assert!(out.contains("sandbox = \"127.0.0.1:5000/podlapse/pause:3.10\""));
         assert!(out.contains("      config_path = \"/etc/containerd/certs.d\"\n"));
         assert!(
             out.contains("    config_path = ''\n"),
@@ -380,7 +380,7 @@ state = '/run/containerd'
         assert!(out.contains("state = \"/run/containerd-1.7\"\n"), "{out}");
         assert!(out.contains("            SystemdCgroup = true\n"), "{out}");
         assert!(out.contains("      bin_dir = \"/opt/cni/bin\"\n"), "{out}");
-        assert!(out.contains("sandbox_image = \"127.0.0.1:5000/podtrace/pause:3.10\""));
+        assert!(out.contains("sandbox_image = \"127.0.0.1:5000/podlapse/pause:3.10\""));
         assert!(out.starts_with("version = 2\n"));
     }
 

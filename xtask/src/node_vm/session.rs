@@ -87,7 +87,7 @@ impl Node<'_> {
     }
 
     fn run_suite(&mut self, suite: &Suite) -> anyhow::Result<Report> {
-        eprintln!("node-vm [3/4] copying podtrace, the probes, the tests and the examples in");
+        eprintln!("node-vm [3/4] copying podlapse, the probes, the tests and the examples in");
         self.prepare()?;
         eprintln!("node-vm [4/4] the suite, in the guest");
         let steps = (suite.reference.iter().map(|p| (p, REFERENCE)))
@@ -129,7 +129,7 @@ impl Node<'_> {
         }
     }
 
-    /// The stage copied in as `/opt/podtrace`, and the lab profile of the reference runtime.
+    /// The stage copied in as `/opt/podlapse`, and the lab profile of the reference runtime.
     fn prepare(&mut self) -> anyhow::Result<()> {
         let guest = self.guest();
         guest.check(&format!("rm -rf {WORK}"))?;
@@ -165,13 +165,13 @@ impl Node<'_> {
         .into_iter()
         .chain(p.args.iter().cloned())
         .collect();
-        // The podtraces the tests start log as the host's shell asks (PODTRACE_LOG).
-        let log = match std::env::var("PODTRACE_LOG") {
-            Ok(filter) => format!("PODTRACE_LOG={} ", ssh::join_args(&[filter])?),
+        // The podlapse processes the tests start log as the host's shell asks (PODLAPSE_LOG).
+        let log = match std::env::var("PODLAPSE_LOG") {
+            Ok(filter) => format!("PODLAPSE_LOG={} ", ssh::join_args(&[filter])?),
             Err(_) => String::new(),
         };
         let script = format!(
-            "cd {WORK} && env PATH={WORK}/bin:$PATH PODTRACE_BIN={WORK}/bin/podtrace PODTRACE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODTRACE_LAB_DIR={lab} PODTRACE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} {log}RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PATH={WORK}/bin:$PATH PODLAPSE_BIN={WORK}/bin/podlapse PODLAPSE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODLAPSE_LAB_DIR={lab} PODLAPSE_EXAMPLES={WORK}/examples {RUNTIME_ENV}={runtime} {log}RUST_BACKTRACE=1 {cmd}",
             lab = recipe::GUEST_LAB_DIR,
             runtime = self.runtime,
             cmd = ssh::join_args(&cmd)?

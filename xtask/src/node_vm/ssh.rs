@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use xtask::poll::Poll;
 
 /// The name the guest's host key is pinned under (its port changes from boot to boot).
-pub const HOST_KEY_ALIAS: &str = "podtrace-node-vm";
+pub const HOST_KEY_ALIAS: &str = "podlapse-node-vm";
 
 /// ssh's options besides the key, its host key and the port, each given with `-o`.
 const SSH_OPTIONS: &[&str] = &[

@@ -1,4 +1,4 @@
-//! `cargo xtask node-vm test`: the modern-node suite. The host builds `podtrace` and the
+//! `cargo xtask node-vm test`: the modern-node suite. The host builds `podlapse` and the
 //! integration test binaries; they run inside the guest against its containerd 2.x with the
 //! systemd cgroup driver, then a smaller compatibility suite against containerd 1.7, with
 //! the host lab's registry forwarded to the guest's 127.0.0.1:5000. Timings inside the
@@ -96,7 +96,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "observe_outputs",
         &["the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_traces"],
     ),
-    // containerd 2.x traces every CRI call here: its spans must continue podtrace's.
+    // containerd 2.x traces every CRI call here: its spans must continue podlapse's.
     (
         "otel_export",
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
@@ -113,7 +113,7 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
 ];
 
 /// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
-/// with the guest's socket served by containerd 1.7: what podtrace reads from the runtime
+/// with the guest's socket served by containerd 1.7: what podlapse reads from the runtime
 /// (cri info), the example pods, the five-pod timeline, and OTLP export without runtime
 /// spans from the CRI calls. (The observer's polling, what it does on 1.x, is tested on
 /// the host lab: `tests/shared_lab/observe.rs`.)
@@ -198,7 +198,7 @@ fn plan(
 
 /// Tells the tests in the guest which containerd serves the node: `2` (the reference) or
 /// `1.7` (the compatibility runtime).
-pub const RUNTIME_ENV: &str = "PODTRACE_NODE_RUNTIME";
+pub const RUNTIME_ENV: &str = "PODLAPSE_NODE_RUNTIME";
 
 pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
     // A name that is not in the suite fails before anything starts.
@@ -224,8 +224,8 @@ pub fn run_on_lab(
     only: &[String],
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    eprintln!("node-vm [1/4] building podtrace and the test binaries");
-    let podtrace = workspace::build_podtrace()?;
+    eprintln!("node-vm [1/4] building podlapse and the test binaries");
+    let podlapse = workspace::build_podlapse()?;
     let probes = crate::build_ebpf::run()?;
     let tests = selected(only)?;
     let mut needed: Vec<&'static str> = Vec::new();
@@ -245,7 +245,7 @@ pub fn run_on_lab(
         .collect();
     let compat = plan(&built, &compat)?;
     let suite = Suite { reference, compat };
-    let stage = stage(&podtrace, &probes, &built)?;
+    let stage = stage(&podlapse, &probes, &built)?;
     eprintln!("node-vm [2/4] the modern node");
     let report = session::with_guest(paths, lab_paths, stage, &suite)?;
     report.print();
@@ -314,9 +314,9 @@ impl Report {
     }
 }
 
-/// `target/node-vm/podtrace`: what goes to the guest's /opt/podtrace.
-fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::Result<PathBuf> {
-    let dir = workspace::target_dir().join("node-vm").join("podtrace");
+/// `target/node-vm/podlapse`: what goes to the guest's /opt/podlapse.
+fn stage(podlapse: &Path, probes: &Path, built: &integration::Built) -> anyhow::Result<PathBuf> {
+    let dir = workspace::target_dir().join("node-vm").join("podlapse");
     if dir.exists() {
         std::fs::remove_dir_all(&dir)?;
     }
@@ -324,14 +324,14 @@ fn stage(podtrace: &Path, probes: &Path, built: &integration::Built) -> anyhow::
         std::fs::create_dir_all(dir.join(sub))?;
     }
     let place = super::place;
-    place(podtrace, dir.join("bin/podtrace"))?;
+    place(podlapse, dir.join("bin/podlapse"))?;
     // The host's promtool (a static Go program but for libc, which trixie's is newer
     // than): the metrics tests check their scrape with it, and the guest image has no
     // Prometheus, which as a package would start a server at every boot.
     place(&promtool()?, dir.join("bin/promtool"))?;
     // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
     // test uses the embedded object instead).
-    place(probes, dir.join("bpf/podtrace-probes.o"))?;
+    place(probes, dir.join("bpf/podlapse-probes.o"))?;
     for (binary, exe) in &built.binaries {
         place(exe, dir.join("tests").join(binary))?;
     }

@@ -2,7 +2,7 @@
 //! names. kubelet's base pod (foo1..foo3 running) with every container's resize policy
 //! NotRequired for CPU and memory unless a case says otherwise; a case sets one
 //! container's desired resources in its spec and what the runtime last applied
-//! (podtrace's actuated resources) in its status.
+//! (podlapse's actuated resources) in its status.
 
 use std::collections::BTreeMap;
 

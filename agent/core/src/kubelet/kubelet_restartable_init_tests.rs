@@ -4,8 +4,8 @@
 //! regular container created yet, a ready sandbox. Kill messages are not compared, as in
 //! kubelet's verifyActions.
 //!
-//! podtrace's probe results keep a liveness verdict only when it failed: kubelet's
-//! "liveness not run yet" and "liveness in progress" are, for podtrace, a container whose
+//! podlapse's probe results keep a liveness verdict only when it failed: kubelet's
+//! "liveness not run yet" and "liveness in progress" are, for podlapse, a container whose
 //! liveness has not failed, which is all computePodActions asks of them.
 
 use std::collections::BTreeMap;

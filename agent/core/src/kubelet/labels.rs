@@ -1,4 +1,4 @@
-//! The label keys kubelet puts on sandboxes and containers, and podtrace's own: the
+//! The label keys kubelet puts on sandboxes and containers, and podlapse's own: the
 //! vocabulary that ties runtime objects back to pods. The agent's `kuberuntime::labels`
 //! builds the label maps from them.
 
@@ -13,9 +13,9 @@ pub const CONTAINER_TERMINATION_MESSAGE_PATH: &str =
 pub const CONTAINER_TERMINATION_MESSAGE_POLICY: &str =
     "io.kubernetes.container.terminationMessagePolicy";
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
-/// Marks runtime objects podtrace created; housekeeping only ever touches these.
-pub const MANAGED_BY: &str = "io.podtrace.managed-by";
-pub const MANAGED_BY_VALUE: &str = "podtrace";
+/// Marks runtime objects podlapse created; housekeeping only ever touches these.
+pub const MANAGED_BY: &str = "io.podlapse.managed-by";
+pub const MANAGED_BY_VALUE: &str = "podlapse";
 /// The node (agent) that owns a runtime object: housekeeping of one agent never touches
 /// another's pods on a shared runtime.
-pub const NODE: &str = "io.podtrace.node";
+pub const NODE: &str = "io.podlapse.node";

@@ -15,7 +15,7 @@ use super::runtime_pod::{
 pub(super) fn container(name: &str) -> Container {
     Container {
         name: name.into(),
-        image: Some("127.0.0.1:5000/podtrace/app:1.0".into()),
+        image: Some("127.0.0.1:5000/podlapse/app:1.0".into()),
         ..Container::default()
     }
 }

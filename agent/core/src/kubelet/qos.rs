@@ -63,7 +63,7 @@ pub struct PodResourceConfig {
 /// kubelet's ComputePodQOS over init and regular containers alike.
 ///
 /// kubelet's GetPodQOS first returns `status.qosClass` when set, because in-place resize
-/// must not move a running pod between classes. podtrace refuses such a resize at
+/// must not move a running pod between classes. podlapse refuses such a resize at
 /// allocation (`resize.rs`, kubelet's Infeasible), so the class computed from the
 /// allocated spec is the one recorded at admission.
 pub fn pod_qos(pod: &Pod) -> QosClass {

@@ -1,4 +1,4 @@
-//! The CRI methods podtrace calls, as a type: what a recorded call was, what the fake
+//! The CRI methods podlapse calls, as a type: what a recorded call was, what the fake
 //! runtime logs and fails, and what the timeline, diagnose and replay match on.
 
 use std::fmt;
@@ -6,8 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A CRI method podtrace calls, by its name in the CRI API: in a trace's JSON it is that
-/// name, and a name podtrace does not call is refused when a trace is read.
+/// A CRI method podlapse calls, by its name in the CRI API: in a trace's JSON it is that
+/// name, and a name podlapse does not call is refused when a trace is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CriMethod {
     Version,
@@ -121,13 +121,13 @@ impl fmt::Display for CriMethod {
     }
 }
 
-/// A name that is no CRI method podtrace calls.
+/// A name that is no CRI method podlapse calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownCriMethod(pub String);
 
 impl fmt::Display for UnknownCriMethod {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} is not a CRI method podtrace calls", self.0)
+        write!(f, "{:?} is not a CRI method podlapse calls", self.0)
     }
 }
 
@@ -160,12 +160,12 @@ mod tests {
     }
 
     #[test]
-    fn a_name_podtrace_does_not_call_is_refused_by_name() {
+    fn a_name_podlapse_does_not_call_is_refused_by_name() {
         let err = serde_json::from_str::<CriMethod>("\"ReopenContainerLog\"").unwrap_err();
         assert!(err.to_string().contains("ReopenContainerLog"), "{err}");
         assert_eq!(
             "Nope".parse::<CriMethod>().unwrap_err().to_string(),
-            "\"Nope\" is not a CRI method podtrace calls"
+            "\"Nope\" is not a CRI method podlapse calls"
         );
     }
 }

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// gRPC's status codes, in the order of their numbers (0 to 16). In a trace's JSON a code
-/// is its name as gRPC's Go and Rust libraries print it, except success, which podtrace
+/// is its name as gRPC's Go and Rust libraries print it, except success, which podlapse
 /// has always written `OK`. A name outside the set is refused when a trace is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum GrpcCode {

@@ -1,5 +1,5 @@
 //! Trace and span IDs, derived from what the trace records so that the live export and
-//! `podtrace export` of the recorded trace give the same IDs, and the `traceparent` a CRI
+//! `podlapse export` of the recorded trace give the same IDs, and the `traceparent` a CRI
 //! call carries names the span both exports make for it.
 //!
 //! - A pod's trace: from its UID.
@@ -31,12 +31,12 @@ fn nonzero<const N: usize>(mut id: [u8; N]) -> [u8; N] {
 }
 
 pub fn trace_id(pod_uid: &str) -> [u8; 16] {
-    let d = digest(&[b"podtrace/trace", pod_uid.as_bytes()]);
+    let d = digest(&[b"podlapse/trace", pod_uid.as_bytes()]);
     nonzero(d[..16].try_into().expect("16 of 32 bytes"))
 }
 
 pub fn root_span_id(pod_uid: &str) -> [u8; 8] {
-    let d = digest(&[b"podtrace/pod", pod_uid.as_bytes()]);
+    let d = digest(&[b"podlapse/pod", pod_uid.as_bytes()]);
     nonzero(d[..8].try_into().expect("8 of 32 bytes"))
 }
 
@@ -54,7 +54,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 pub fn call_span_id(call: &CriCall) -> [u8; 8] {
     let d = digest(&[
-        b"podtrace/cri",
+        b"podlapse/cri",
         call.pod_uid.as_bytes(),
         call.method.as_str().as_bytes(),
         call.container.as_bytes(),
@@ -66,7 +66,7 @@ pub fn call_span_id(call: &CriCall) -> [u8; 8] {
 
 pub fn stage_span_id(pod_uid: &str, stage: &str, start_ns: u64) -> [u8; 8] {
     let d = digest(&[
-        b"podtrace/stage",
+        b"podlapse/stage",
         pod_uid.as_bytes(),
         stage.as_bytes(),
         &start_ns.to_le_bytes(),
@@ -77,7 +77,7 @@ pub fn stage_span_id(pod_uid: &str, stage: &str, start_ns: u64) -> [u8; 8] {
 /// The trace every call of no pod names (Version, Status, relists): fixed, so nothing
 /// random goes into a context no one records. Such calls belong to no pod's trace.
 pub fn node_trace_id() -> [u8; 16] {
-    let d = digest(&[b"podtrace/node"]);
+    let d = digest(&[b"podlapse/node"]);
     nonzero(d[..16].try_into().expect("16 of 32 bytes"))
 }
 
@@ -85,14 +85,14 @@ pub fn node_trace_id() -> [u8; 16] {
 /// start.
 fn node_call_span_id(call: &CriCall) -> [u8; 8] {
     let d = digest(&[
-        b"podtrace/node-cri",
+        b"podlapse/node-cri",
         call.method.as_str().as_bytes(),
         &call.start_ns.to_le_bytes(),
     ]);
     nonzero(d[..8].try_into().expect("8 of 32 bytes"))
 }
 
-/// The W3C `traceparent` a call carries to the runtime. A call podtrace exports
+/// The W3C `traceparent` a call carries to the runtime. A call podlapse exports
 /// (`call.traced`, decided by [`super::TraceGate`]) names its own span in its pod's
 /// trace, sampled (`-01`), so a tracing runtime makes its spans children of it. Every
 /// other call carries an unsampled context (`-00`): a call of a pod outside its startup
@@ -156,7 +156,7 @@ mod tests {
     }
 
     #[test]
-    fn a_call_podtrace_does_not_export_carries_an_unsampled_context() {
+    fn a_call_podlapse_does_not_export_carries_an_unsampled_context() {
         // A pod's call outside its startup: the same IDs, not sampled.
         let c = call("uid-1", 42);
         let tp = traceparent(&c);

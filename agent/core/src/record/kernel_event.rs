@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use podtrace_ebpf_common::{EventKind, NetnsSyscall};
+use podlapse_ebpf_common::{EventKind, NetnsSyscall};
 use serde::Serialize;
 
 use super::Comm;

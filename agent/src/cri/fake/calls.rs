@@ -1,7 +1,7 @@
 //! The fake runtime's call log: every CRI call in the order it was made, each with the
 //! argument a test asserts on, so a test compares the log with a literal list.
 
-pub use podtrace_core::record::CriMethod as Method;
+pub use podlapse_core::record::CriMethod as Method;
 
 /// One call the fake runtime answered (or failed), with its salient argument: the pod and
 /// attempt of a sandbox being run, the sandbox or container it is about, the container's

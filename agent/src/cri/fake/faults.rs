@@ -114,7 +114,7 @@ impl Fault {
         Fault::new(
             Method::RunPodSandbox,
             tonic::Code::Unknown,
-            "failed to setup network for sandbox: plugin type=\"bridge\" name=\"podtrace\" \
+            "failed to setup network for sandbox: plugin type=\"bridge\" name=\"podlapse\" \
              failed (add): failed to allocate for range 0: no IP addresses available in \
              range set: 10.88.0.1-10.88.0.2",
         )

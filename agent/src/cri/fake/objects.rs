@@ -398,7 +398,7 @@ mod tests {
     fn labels(uid: &str) -> HashMap<String, String> {
         HashMap::from([
             (labels::POD_UID.to_string(), uid.to_string()),
-            (labels::MANAGED_BY.to_string(), "podtrace".to_string()),
+            (labels::MANAGED_BY.to_string(), "podlapse".to_string()),
         ])
     }
 
@@ -460,7 +460,7 @@ mod tests {
         assert_eq!(ids(o.containers_matching(&uid("b"))), ["c3"]);
         assert!(ids(o.containers_matching(&uid("z"))).is_empty());
         assert_eq!(ids(o.sandboxes_matching(&uid("b"))), ["s2"]);
-        let managed = HashMap::from([(labels::MANAGED_BY.to_string(), "podtrace".to_string())]);
+        let managed = HashMap::from([(labels::MANAGED_BY.to_string(), "podlapse".to_string())]);
         assert_eq!(ids(o.containers_matching(&managed)), ["c1", "c2", "c3"]);
         let other = HashMap::from([(labels::MANAGED_BY.to_string(), "else".to_string())]);
         assert!(ids(o.containers_matching(&other)).is_empty());

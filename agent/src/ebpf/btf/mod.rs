@@ -200,7 +200,7 @@ mod tests {
     #[test]
     fn offsets_resolve_against_the_running_kernel() {
         let path = Path::new(VMLINUX_BTF);
-        // The probes need the kernel's BTF on every node podtrace supports (setup
+        // The probes need the kernel's BTF on every node podlapse supports (setup
         // checks for it), so its absence is a failure here, not a skip.
         assert!(path.exists(), "{VMLINUX_BTF} is absent on this kernel");
         let off = KernelOffsets::from_btf_file(path).expect("offsets");
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn a_missing_member_is_named() {
         let path = Path::new(VMLINUX_BTF);
-        // The probes need the kernel's BTF on every node podtrace supports (setup
+        // The probes need the kernel's BTF on every node podlapse supports (setup
         // checks for it), so its absence is a failure here, not a skip.
         assert!(path.exists(), "{VMLINUX_BTF} is absent on this kernel");
         let btf = Btf::parse(std::fs::read(path).unwrap()).unwrap();

@@ -45,7 +45,7 @@ const EXPORT_TICK: Duration = Duration::from_secs(1);
 /// How long the export's queue may take to send what is left at the end.
 const EXPORT_CLOSE: Duration = Duration::from_secs(5);
 
-/// What the observer is asked to do: `podtrace observe`'s flags, parsed.
+/// What the observer is asked to do: `podlapse observe`'s flags, parsed.
 pub struct Options {
     pub trace: PathBuf,
     /// `--trace-max-bytes` and `--trace-keep`.
@@ -520,7 +520,7 @@ fn observed_header(
     let poll_ms = opts.poll.as_millis() as u64;
     Header {
         schema_version: SCHEMA_VERSION,
-        podtrace_version: env!("CARGO_PKG_VERSION").to_string(),
+        podlapse_version: env!("CARGO_PKG_VERSION").to_string(),
         node,
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())

@@ -1,4 +1,4 @@
-//! Benchmark 4 on the modern node's kernel: this xtask binary, podtrace's release build
+//! Benchmark 4 on the modern node's kernel: this xtask binary, podlapse's release build
 //! and the host's busybox (the same exec workload on both kernels) go into the guest,
 //! `xtask bench-probe-overhead` measures there, and what it measured comes back as JSON
 //! for the host to render beside its own.
@@ -11,7 +11,7 @@ use super::Measured;
 use crate::node_vm::place;
 
 /// The staged directory's name: `/opt/<it>` in the guest.
-const STAGE: &str = "podtrace-bench";
+const STAGE: &str = "podlapse-bench";
 /// The workload's binary on the host, taken in when it is there.
 const BUSYBOX: &str = "/bin/busybox";
 const RESULT: &str = "measured.json";
@@ -27,7 +27,7 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     std::fs::create_dir_all(&stage).with_context(|| format!("creating {}", stage.display()))?;
     let xtask = std::env::current_exe().context("finding this xtask binary")?;
     place(&xtask, stage.join("xtask"))?;
-    place(bin, stage.join("podtrace"))?;
+    place(bin, stage.join("podlapse"))?;
     let busybox = Path::new(BUSYBOX).is_file();
     if busybox {
         place(Path::new(BUSYBOX), stage.join("busybox"))?;
@@ -37,8 +37,8 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     let mut command: Vec<String> = [
         format!("{guest}/xtask"),
         "bench-probe-overhead".into(),
-        "--podtrace".into(),
-        format!("{guest}/podtrace"),
+        "--podlapse".into(),
+        format!("{guest}/podlapse"),
         "--dir".into(),
         format!("{guest}/work"),
         "--out".into(),

@@ -1,5 +1,5 @@
-//! Benchmark 4: what podtrace's probes cost an exec-heavy workload. One worker per CPU
-//! spawns a tiny static binary in a loop; arms with the probes attached (`podtrace
+//! Benchmark 4: what podlapse's probes cost an exec-heavy workload. One worker per CPU
+//! spawns a tiny static binary in a loop; arms with the probes attached (`podlapse
 //! kernel-events --summary-only`, which loads them as the agent does and drains the ring
 //! buffer with the agent's reader) and without alternate ABBA as windows onto one
 //! continuous run of the workload. Then a
@@ -66,7 +66,7 @@ const PAUSED_LIMIT: Duration = Duration::from_secs(30);
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// What kernel-events prints once every program is attached.
-const READY_LINE: &str = "podtrace: watching kernel events:";
+const READY_LINE: &str = "podlapse: watching kernel events:";
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// The workload with the agent's probes (namespace programs detached between sandbox
@@ -283,7 +283,7 @@ impl ProgramRun {
     }
 }
 
-/// The last line `podtrace kernel-events --json` prints.
+/// The last line `podlapse kernel-events --json` prints.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Summary {
     kind: String,
@@ -302,17 +302,17 @@ fn parse_summary(stdout: &str) -> anyhow::Result<Summary> {
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
-        .ok_or_else(|| anyhow!("podtrace kernel-events printed nothing on stdout"))?;
+        .ok_or_else(|| anyhow!("podlapse kernel-events printed nothing on stdout"))?;
     let summary: Summary = serde_json::from_str(line)
-        .with_context(|| format!("podtrace kernel-events' last line is not its summary: {line}"))?;
+        .with_context(|| format!("podlapse kernel-events' last line is not its summary: {line}"))?;
     if summary.kind != "summary" {
         bail!(
-            "podtrace kernel-events' last line is a {:?}, not the summary: {line}",
+            "podlapse kernel-events' last line is a {:?}, not the summary: {line}",
             summary.kind
         );
     }
     if !summary.ebpf {
-        bail!("podtrace kernel-events ran without its probes: {line}");
+        bail!("podlapse kernel-events ran without its probes: {line}");
     }
     Ok(summary)
 }
@@ -337,7 +337,7 @@ fn program_row(p: &ProgramRun, paused: Option<&ProgramRun>) -> String {
     }
 }
 
-/// `podtrace kernel-events --summary-only --json`: the probes attached and their ring
+/// `podlapse kernel-events --summary-only --json`: the probes attached and their ring
 /// buffer drained while it runs.
 struct Probes {
     child: Child,
@@ -388,13 +388,13 @@ impl Probes {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status = probes.child.wait()?;
                     bail!(
-                        "podtrace kernel-events exited ({status}) before its probes were \
+                        "podlapse kernel-events exited ({status}) before its probes were \
                          attached: {}",
                         said.join(" / ")
                     );
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => bail!(
-                    "podtrace kernel-events did not attach its probes within {} s: {}",
+                    "podlapse kernel-events did not attach its probes within {} s: {}",
                     READY_TIMEOUT.as_secs(),
                     said.join(" / ")
                 ),
@@ -437,13 +437,13 @@ impl Probes {
         self.signal(libc::SIGCONT);
         self.signal(libc::SIGTERM);
         let exit = Poll::new(
-            "podtrace kernel-events to stop",
+            "podlapse kernel-events to stop",
             STOP_TIMEOUT,
             Duration::from_millis(20),
         );
         let Some(status) = exit.within(|| self.child.try_wait())? else {
             bail!(
-                "podtrace kernel-events did not stop within {} s of SIGTERM",
+                "podlapse kernel-events did not stop within {} s of SIGTERM",
                 STOP_TIMEOUT.as_secs()
             );
         };
@@ -454,7 +454,7 @@ impl Probes {
             .transpose()
             .map_err(|_| anyhow!("the kernel-events stdout reader panicked"))?
             .transpose()
-            .context("reading podtrace kernel-events' stdout")?
+            .context("reading podlapse kernel-events' stdout")?
             .unwrap_or_default();
         let said: Vec<String> = self.stderr.try_iter().collect();
         std::fs::OpenOptions::new()
@@ -466,7 +466,7 @@ impl Probes {
             .with_context(|| format!("appending to {}", self.log.display()))?;
         if !status.success() {
             bail!(
-                "podtrace kernel-events exited {status}: {}",
+                "podlapse kernel-events exited {status}: {}",
                 said.join(" / ")
             );
         }
@@ -594,12 +594,12 @@ fn joined(ratios: &[f64]) -> String {
 enum Mode {
     /// Nothing: the untraced baseline.
     Untraced,
-    /// `podtrace kernel-events` with these arguments.
+    /// `podlapse kernel-events` with these arguments.
     Probes {
         name: &'static str,
         args: &'static [&'static str],
     },
-    /// `podtrace kernel-events` with these arguments, stopped (SIGSTOP) once attached and
+    /// `podlapse kernel-events` with these arguments, stopped (SIGSTOP) once attached and
     /// settled: the programs run their full paths, nothing reads what they write.
     ReaderPaused {
         name: &'static str,

@@ -349,10 +349,10 @@ fn method(m: &Measured, runs: &[KernelRun]) -> String {
         .join(" and ");
     format!(
         "On each kernel ({kernels}; the modern node is its QEMU guest under software \
-         emulation, where this xtask binary, podtrace's release build and the host's \
+         emulation, where this xtask binary, podlapse's release build and the host's \
          busybox are copied in, and the figures come back as JSON): {} workers (one per \
          CPU) each `posix_spawn` `{}` and wait for it, in a \
-         loop, as fast as they can. With the probes on, `podtrace kernel-events \
+         loop, as fast as they can. With the probes on, `podlapse kernel-events \
          --summary-only --json --netns-on-demand` (release build) has loaded every program \
          and attached them as the agent does between the CRI calls that create or enter \
          pod namespaces (the namespace programs loaded but detached: \

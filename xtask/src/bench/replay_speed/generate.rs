@@ -1,4 +1,4 @@
-//! The trace benchmark 5 replays: a busy node's pod churn, written the way `podtrace run
+//! The trace benchmark 5 replays: a busy node's pod churn, written the way `podlapse run
 //! --trace` records it. Pods arrive a few hundred milliseconds apart, start (sandbox, pull,
 //! create, start), run for a while, are removed and torn down (stop, stop sandbox, remove),
 //! with the agent's reads around each sync and its relist every second. Every duration and
@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-const NODE: &str = "podtrace-bench";
+const NODE: &str = "podlapse-bench";
 use crate::lab::IMAGE_APP as IMAGE;
 const IMAGE_REF: &str = "sha256:796ed3ee7deb212ebc20b5863c8bcd3b3db0ddf010ff4ab7495113d82695dbaa";
 /// The recording's monotonic clock at the header, as a node up for a while would show.
@@ -337,13 +337,13 @@ pub fn generate(path: &Path, pods: usize) -> anyhow::Result<Generated> {
     let ended_ns = out.0.last().map_or(t0, |r| r.0) + 1_000_000_000;
     let cri_calls = out.0.iter().filter(|r| r.2["type"] == "cri").count();
     let header = json!({
-        "type": "header", "schema_version": 1, "podtrace_version": "0.1.0", "node": NODE,
+        "type": "header", "schema_version": 1, "podlapse_version": "0.1.0", "node": NODE,
         "kernel": "generated", "runtime_name": "containerd", "runtime_version": "generated",
         "config": {
             "allocatable": {"max_pods": MAX_PODS, "memory_bytes": 1_i64 << 40,
                             "milli_cpu": 1_i64 << 20},
             "backoff_initial_ns": 10_000_000_000_u64, "backoff_max_ns": 300_000_000_000_u64,
-            "cgroup_root": "/podtrace", "error_backoff_ns": 10_000_000_000_u64,
+            "cgroup_root": "/podlapse", "error_backoff_ns": 10_000_000_000_u64,
             "housekeeping": false,
             // Parallel pulls (kubelet's serializeImagePulls: false): a pod's pull never
             // waits for another pod's.
@@ -404,7 +404,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let name = |n: &str| {
             dir.join(format!(
-                "podtrace-generate-{}-{n}.jsonl",
+                "podlapse-generate-{}-{n}.jsonl",
                 std::process::id()
             ))
         };
@@ -414,12 +414,13 @@ mod tests {
         let (bytes_a, bytes_b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
         let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
         assert_eq!(bytes_a, bytes_b);
-        // The bytes as generated when this test was written: every machine replays these.
+        // The bytes as generated when this test was written (renamed to podlapse since: the
+        // node, cgroup and version names): every machine replays these.
         let digest = sha2::Sha256::digest(&bytes_a);
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "1400691ff5d11726ff8c9d47bb5940069d74f08ba0c0bfef2bb3278d92040465"
+            "f1c735e15cd25da759af13bec5fb4f1431cac74d42a567e1a25a151a3a52575d"
         );
         let text = String::from_utf8(bytes_a).unwrap();
         for method in [
