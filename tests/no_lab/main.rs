@@ -4,6 +4,8 @@
 
 /// Pod cgroups on the real kernel: needs root and the host's cgroup mounts, not the lab.
 mod cgroups;
+/// The manifests in deploy/: typed, no unknown field, consistent with podlapse.
+mod deploy;
 /// `podlapse report -o perfetto` read back with Perfetto's own Python definitions.
 mod perfetto_native;
 /// Replays the recorded fixtures.

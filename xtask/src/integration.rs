@@ -25,7 +25,7 @@ pub struct Binary {
 /// On the host, without a lab: run while the shared lab is down.
 pub const NO_LAB: Binary = Binary {
     name: "no_lab",
-    modules: &["cgroups", "replay", "report", "perfetto_native"],
+    modules: &["cgroups", "deploy", "replay", "report", "perfetto_native"],
 };
 
 /// Each test starts and stops a lab of its own: run while the shared lab is down.

@@ -5,6 +5,7 @@ mod bench;
 mod build_ebpf;
 mod demo;
 mod fuzz;
+mod image;
 mod integration;
 mod licences;
 mod node_vm;
@@ -45,6 +46,8 @@ enum Cmd {
     Test(test::TestArgs),
     /// Build the eBPF probes and copy the object to target/bpf/podlapse-probes.o.
     BuildEbpf,
+    /// Build podlapse's OCI image (the release binary, offline) into target/image/oci.
+    Image(image::ImageArgs),
     /// Record the CI fixtures in traces/ from traces/scenarios/ on the node lab.
     Record {
         /// Scenario names (default: all).
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Cmd::Test(args) => test::run(&args),
         Cmd::NodeVm { command } => node_vm::run(command),
         Cmd::BuildEbpf => build_ebpf::run().map(|path| println!("{}", path.display())),
+        Cmd::Image(args) => image::run(&args),
         Cmd::Record { names } => record::run(&names),
         Cmd::Replay => record::replay_all(),
         Cmd::Bench(args) => bench::run(&args),

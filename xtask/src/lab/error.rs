@@ -49,6 +49,11 @@ pub enum LabError {
         source: io::Error,
     },
 
+    /// A value given to the lab (an environment variable, a file it reads) is not what it
+    /// must be.
+    #[error("{part}: {problem}")]
+    BadInput { part: String, problem: String },
+
     /// The pinned runtime packages could not be downloaded or unpacked.
     #[error("containerd: cannot get the pinned containerd package")]
     RuntimePackages {

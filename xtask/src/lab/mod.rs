@@ -5,6 +5,7 @@
 //! `up` records what the host looked like first (`<root>/baseline/`); `down` removes what
 //! differs from that, then the root.
 
+mod agent_image;
 mod baseline;
 mod containerd;
 mod error;
@@ -25,6 +26,10 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub use agent_image::{
+    AGENT_IMAGE_BINARY, AgentImage, build_agent_image, image_epoch, push_agent_image,
+    save_agent_image,
+};
 pub use containerd::PROGRAM_ENV as CONTAINERD_ENV;
 pub use containerd::hosts_toml as registry_hosts_toml;
 pub use containerd::{

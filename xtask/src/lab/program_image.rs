@@ -66,7 +66,7 @@ pub fn push_program_image(
     fs::remove_dir_all(work).map_err(|e| LabError::io(&part, "remove", work, e))
 }
 
-fn copy_into(part: &str, from: &Path, to: &Path) -> Result<(), LabError> {
+pub(crate) fn copy_into(part: &str, from: &Path, to: &Path) -> Result<(), LabError> {
     if let Some(dir) = to.parent() {
         fs::create_dir_all(dir).map_err(|e| LabError::io(part, "create", dir, e))?;
     }
@@ -76,7 +76,7 @@ fn copy_into(part: &str, from: &Path, to: &Path) -> Result<(), LabError> {
 
 /// The shared objects `program` loads, by absolute path, from `ldd`: the `=> /path` of
 /// each library and the dynamic loader's own line.
-fn shared_libraries(part: &str, program: &Path) -> Result<Vec<PathBuf>, LabError> {
+pub(crate) fn shared_libraries(part: &str, program: &Path) -> Result<Vec<PathBuf>, LabError> {
     let ldd = require_program(part, "ldd")?;
     let mut cmd = Command::new(ldd);
     cmd.arg(program);
