@@ -13,6 +13,9 @@ mod conformance;
 mod crash_safe_trace;
 /// What `podlapse cri info` reads from the runtime.
 mod cri_info;
+/// deploy/daemonset.yaml's pod run through podlapse's kubelet pipeline from podlapse's
+/// image, observing pods for a real Prometheus; loads the probes.
+mod daemonset;
 /// `podlapse diagnose` against the live agent: missing image, crash on start, healthy.
 mod diagnose_faults;
 /// gRPC liveness probes against a health server in the pod.

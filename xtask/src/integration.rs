@@ -51,6 +51,7 @@ pub const SHARED_LAB: Binary = Binary {
         "timeline",
         "observe",
         "observe_outputs",
+        "daemonset",
         "observe_kubelet",
         "observe_rotation",
         "diagnose_faults",
