@@ -389,7 +389,8 @@ impl ImageService for CriClient {
 
 #[cfg(test)]
 mod tests {
-    use super::is_deadline;
+    use super::{CriClient, Timeouts, is_deadline};
+    use crate::cri::{CriError, Endpoint, EndpointSource};
     use std::time::Duration;
     use tonic::{Code, Status};
 
@@ -434,5 +435,28 @@ mod tests {
                 "{code:?} {message:?} after {elapsed:?}"
             );
         }
+    }
+
+    /// A DaemonSet whose CRI socket is not where its manifest says: one message naming
+    /// the path and the value to set.
+    #[tokio::test]
+    async fn a_missing_socket_names_its_path_and_what_to_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("containerd.sock");
+        let given = format!("unix://{}", path.display());
+        let endpoint = Endpoint::parse(&given, EndpointSource::Flag).unwrap();
+        let timeouts = Timeouts {
+            request: Duration::from_secs(1),
+            pull: Duration::from_secs(1),
+        };
+        let err = CriClient::connect(endpoint, timeouts).await.unwrap_err();
+        assert!(matches!(err, CriError::SocketMissing { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("no socket at {}", path.display())),
+            "{text}"
+        );
+        assert!(text.contains("set --cri (or PODLAPSE_CRI)"), "{text}");
+        assert!(!text.contains('\n'), "one line: {text}");
     }
 }

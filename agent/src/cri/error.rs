@@ -7,8 +7,12 @@ use std::time::Duration;
 /// the CRI method, so a reader can tell which call failed without a backtrace.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
-    /// Nothing exists at the socket path.
-    #[error("CRI endpoint {endpoint}: no socket at {}", path.display())]
+    /// Nothing exists at the socket path. The message says what to set: on a node that is
+    /// not the runtime's usual path, or in a container that mounts another directory.
+    #[error(
+        "CRI endpoint {endpoint}: no socket at {}: set --cri (or PODLAPSE_CRI) to the node's runtime socket, e.g. unix:///run/containerd/containerd.sock (containerd) or unix:///run/k3s/containerd/containerd.sock (k3s), and in a container mount its directory at that path",
+        path.display()
+    )]
     SocketMissing { endpoint: String, path: PathBuf },
 
     /// The endpoint is not a unix socket URL podlapse understands.
