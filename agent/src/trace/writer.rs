@@ -289,15 +289,29 @@ impl Part {
     }
 }
 
-/// The file, private, with the header written and flushed.
+/// The file, private and locked, with the header written and flushed. The lock (an
+/// exclusive `flock`, held while the file is open) is taken before the file is emptied, so
+/// a second podlapse given the same path (two observers on one node in a rollout) is
+/// refused without touching the trace the first is writing.
 fn open(path: &Path, header: &Header) -> std::io::Result<BufWriter<File>> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .open(path)?;
-    // An existing file keeps its mode through O_TRUNC.
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ResourceBusy,
+                "another podlapse is writing this trace (it holds the file's lock)",
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    file.set_len(0)?;
+    // An existing file keeps its mode when emptied.
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     let mut out = BufWriter::with_capacity(BUFFER_BYTES, file);
     write_line(
@@ -530,5 +544,35 @@ mod tests {
         assert!(!trace.is_complete());
         assert_eq!(trace.records.len(), 1);
         w.finish(Footer::default()).await.unwrap();
+    }
+
+    /// Two writers given one path (two observers on a node during a rollout): the second
+    /// is refused, and the first's trace is whole.
+    #[tokio::test]
+    async fn a_second_writer_of_the_same_trace_is_refused_and_the_first_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.jsonl");
+        let first = TraceWriter::create(&path, header()).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        assert!(!before.is_empty());
+        let err = TraceWriter::create(&path, header()).err().expect("refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::ResourceBusy, "{err}");
+        assert!(
+            err.to_string()
+                .contains("another podlapse is writing this trace")
+        );
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            before,
+            "the first trace was touched"
+        );
+        first.finish(Footer::default()).await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.lines().last().unwrap().contains("\"type\":\"footer\""),
+            "{text}"
+        );
+        // Once the first is done, the path is free again.
+        assert!(TraceWriter::create(&path, header()).is_ok());
     }
 }
