@@ -485,6 +485,8 @@ impl RunRecorder {
         let (cell, metrics) = (self.sink.netns.clone(), self.sink.metrics.clone());
         let cni = self.sink.cni_output.clone();
         move || {
+            // The namespace probes' gate exists once the probes are loaded.
+            metrics.set_probes_loaded(cell.get().is_some());
             if let Some(gate) = cell.get() {
                 metrics.set_netns_probes(gate.is_attached(), gate.attaches());
             }

@@ -110,6 +110,7 @@ pub struct Metrics {
     stage: HistFamily<StageLabel>,
     cni_plugin: HistFamily<Plugin>,
     lost: Family<Kind, Counter>,
+    probes_loaded: Gauge,
     netns_attached: Gauge,
     netns_attaches: Counter,
     cni_hook_attached: Gauge,
@@ -253,6 +254,7 @@ impl Metrics {
             cni_plugin: HistFamily::<Plugin>::new_with_constructor(stages as fn() -> Histogram),
             lost: Family::<Kind, Counter>::default(),
             pleg_discard: Counter::default(),
+            probes_loaded: Gauge::default(),
             netns_attached: Gauge::default(),
             netns_attaches: Counter::default(),
             cni_hook_attached: Gauge::default(),
@@ -361,6 +363,12 @@ impl Metrics {
             "ebpf_lost_events",
             "Kernel events the probes could not deliver because the ring buffer was full",
             self.lost.clone(),
+        );
+        podlapse.register(
+            "ebpf_probes_loaded",
+            "1 while the eBPF probes are loaded; 0 when they are off (--no-ebpf, or the \
+             kernel refused them: the log says why), and the kernel's stages are missing",
+            self.probes_loaded.clone(),
         );
         podlapse.register(
             "ebpf_netns_probes_attached",
@@ -772,6 +780,11 @@ impl Metrics {
             .refresh(collector, crate::clock::now_ktime_ns());
     }
 
+    /// Whether the eBPF probes are loaded.
+    pub fn set_probes_loaded(&self, loaded: bool) {
+        self.probes_loaded.set(i64::from(loaded));
+    }
+
     /// Whether the network-namespace probes are attached, and how many times they were.
     pub fn set_netns_probes(&self, attached: bool, attaches: u64) {
         self.netns_attached.set(i64::from(attached));
@@ -919,6 +932,16 @@ mod tests {
     #[test]
     fn the_namespace_probes_gauge_and_attach_count_follow_the_gate() {
         let m = Metrics::new();
+        assert!(
+            m.encode_prometheus()
+                .contains("podlapse_ebpf_probes_loaded 0\n"),
+            "off until loaded"
+        );
+        m.set_probes_loaded(true);
+        assert!(
+            m.encode_prometheus()
+                .contains("podlapse_ebpf_probes_loaded 1\n")
+        );
         m.set_netns_probes(true, 2);
         m.set_netns_probes(false, 3);
         let text = m.encode_prometheus();

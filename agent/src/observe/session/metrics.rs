@@ -38,6 +38,7 @@ impl ServedMetrics {
         let trace = writer.stats();
         let cni = probes.and_then(KernelProbes::cni_output_gate);
         let netns = probes.and_then(KernelProbes::netns_gate);
+        metrics.set_probes_loaded(probes.is_some());
         let before = {
             let metrics = metrics.clone();
             Arc::new(move || {
