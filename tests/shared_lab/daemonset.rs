@@ -337,6 +337,12 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
             }
         });
     }
+    let loaded = prometheus.query("podlapse_ebpf_probes_loaded").unwrap();
+    assert_eq!(
+        loaded.first().and_then(|s| s["value"][1].as_str()),
+        Some("1"),
+        "the probes are loaded: {loaded:?}"
+    );
     let buckets = prometheus
         .query("sum by (le) (podlapse_stage_duration_seconds_bucket{stage=\"app_first_exec\"})")
         .unwrap();
