@@ -13,10 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use podlapse_tests::agent::{Agent, container, container_pids, phase};
+use podlapse_tests::cni_conf::runtime_network;
 use podlapse_tests::observer::ClientRun;
 use podlapse_tests::{eventually, podlapse_bin, require_lab, workspace_root};
 use serde_json::{Value, json};
-use xtask::lab::{LabPaths, REGISTRY_ADDR, build_agent_image, push_agent_image};
+use xtask::lab::{IMAGE_APP, LabPaths, REGISTRY_ADDR, build_agent_image, push_agent_image};
 
 /// The image the modern node's suite pushed for this test, when it did.
 const IMAGE_ENV: &str = "PODLAPSE_AGENT_IMAGE";
@@ -42,20 +43,59 @@ fn agent_image(work: &Path) -> String {
     reference
 }
 
+/// This node's values for the manifest's "SET:" lines, from the runtime: its socket (a
+/// link resolved: the lab profile of the modern node links the system socket), its CNI
+/// configuration directory, and the store of the host-local IPAM of the network it uses.
+struct NodeValues {
+    socket: PathBuf,
+    cni_conf: PathBuf,
+    ipam_store: PathBuf,
+}
+
+fn node_values(lab: &LabPaths) -> NodeValues {
+    let socket = std::fs::canonicalize(lab.cri_socket()).unwrap();
+    let cni_conf = runtime_network().conf_dir;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&cni_conf)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e == "conflist" || e == "conf")
+        })
+        .collect();
+    files.sort();
+    let used: Value =
+        serde_json::from_str(&std::fs::read_to_string(files.first().expect("a CNI conf")).unwrap())
+            .unwrap();
+    let ipam_store = used["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(&used))
+        .find_map(|p| p["ipam"]["dataDir"].as_str())
+        .unwrap_or("/var/lib/cni/networks")
+        .into();
+    NodeValues {
+        socket,
+        cni_conf,
+        ipam_store,
+    }
+}
+
 /// The DaemonSet's pod template as a static pod, its "SET:" values this node's: the
 /// image, the CRI socket, the CNI configuration and host-local's store, and host
 /// directories of the test's own for the traces and the API socket.
-fn daemon_set_pod(image: &str, lab: &LabPaths, traces: &Path, run: &Path) -> Value {
+fn daemon_set_pod(image: &str, node: &NodeValues, traces: &Path, run: &Path) -> Value {
     let path = workspace_root().join("deploy/daemonset.yaml");
     let ds: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let template = &ds["spec"]["template"];
     let mut spec = template["spec"].clone();
-    let socket = lab.cri_socket();
-    let socket_dir = socket.parent().unwrap().display().to_string();
+    let socket_dir = node.socket.parent().unwrap().display().to_string();
     let host_dirs = [
-        ("cri", socket_dir.clone()),
-        ("cni-conf", lab.cni_conf_dir().display().to_string()),
-        ("cni-ipam", lab.ipam_dir().display().to_string()),
+        ("cri", socket_dir),
+        ("cni-conf", node.cni_conf.display().to_string()),
+        ("cni-ipam", node.ipam_store.display().to_string()),
         ("traces", traces.display().to_string()),
         ("run", run.display().to_string()),
     ];
@@ -74,7 +114,7 @@ fn daemon_set_pod(image: &str, lab: &LabPaths, traces: &Path, run: &Path) -> Val
     }
     for a in c["args"].as_array_mut().unwrap() {
         if a.as_str().is_some_and(|s| s.starts_with("--cri=")) {
-            *a = json!(format!("--cri=unix://{}", socket.display()));
+            *a = json!(format!("--cri=unix://{}", node.socket.display()));
         }
     }
     json!({
@@ -247,7 +287,8 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
     let traces = work.path().join("traces");
     let run = work.path().join("run");
     let image = agent_image(&work.path().join("image"));
-    let pod = daemon_set_pod(&image, &lab, &traces, &run);
+    let node = node_values(&lab);
+    let pod = daemon_set_pod(&image, &node, &traces, &run);
 
     let mut agent = Agent::start("ds-node", &[]);
     agent.write("podlapse.yaml", &serde_yaml::to_string(&pod).unwrap());
@@ -299,11 +340,20 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
     );
 
     let prometheus = Prometheus::start(&target);
-    let cri = format!("unix://{}", lab.cri_socket().display());
+    let cri = format!("unix://{}", node.socket.display());
     let client = ClientRun::spawn(
         env!("CARGO_BIN_EXE_cri-pod-client"),
         &cri,
-        &["--pods", &PODS.to_string(), "--prefix", "ds-obs"],
+        &[
+            "--pods",
+            &PODS.to_string(),
+            "--prefix",
+            "ds-obs",
+            "--image",
+            IMAGE_APP,
+            "--hold-seconds",
+            "900",
+        ],
     );
     for p in client.pods(PODS) {
         assert_eq!(p["ok"], true, "{p}");

@@ -96,6 +96,9 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "observe_outputs",
         &["the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_traces"],
     ),
+    // The DaemonSet's own pod, from podlapse's image, on the reference node's shape
+    // (systemd cgroups, cgroup v2, containerd 2.x's socket and CNI directories).
+    ("daemonset", &[]),
     // containerd 2.x traces every CRI call here: its spans must continue podlapse's.
     (
         "otel_export",
@@ -135,6 +138,10 @@ pub const COMPAT_TESTS: &[(&str, &[&str])] = &[
         &["a_pods_startup_arrives_as_one_trace_and_the_recorded_trace_exports_the_same"],
     ),
 ];
+
+/// podlapse's image in the host lab's registry, for the guest's DaemonSet test
+/// (`PODLAPSE_AGENT_IMAGE` there).
+pub const AGENT_IMAGE: &str = "127.0.0.1:5000/podlapse/podlapse:node-vm";
 
 /// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
 const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
@@ -246,6 +253,13 @@ pub fn run_on_lab(
     let compat = plan(&built, &compat)?;
     let suite = Suite { reference, compat };
     let stage = stage(&podlapse, &probes, &built)?;
+    if tests.iter().any(|(m, _)| *m == "daemonset") {
+        // The DaemonSet's pod runs from podlapse's image of the binary the guest tests,
+        // served by the host lab's registry as the guest's other images are.
+        let layout = workspace::target_dir().join("node-vm").join("agent-image");
+        let image = lab::build_agent_image(&podlapse, &layout, "node-vm", 1)?;
+        lab::push_agent_image(&image, AGENT_IMAGE)?;
+    }
     eprintln!("node-vm [2/4] the modern node");
     let report = session::with_guest(paths, lab_paths, stage, &suite)?;
     report.print();
@@ -328,7 +342,10 @@ fn stage(podlapse: &Path, probes: &Path, built: &integration::Built) -> anyhow::
     // The host's promtool (a static Go program but for libc, which trixie's is newer
     // than): the metrics tests check their scrape with it, and the guest image has no
     // Prometheus, which as a package would start a server at every boot.
-    place(&promtool()?, dir.join("bin/promtool"))?;
+    place(&on_path("promtool")?, dir.join("bin/promtool"))?;
+    // The Prometheus server the DaemonSet test scrapes the observer's pod with: the
+    // host's, for the same reason.
+    place(&on_path("prometheus")?, dir.join("bin/prometheus"))?;
     // Beside the binary's parent, where the tests look for `--probes` (the copied-alone
     // test uses the embedded object instead).
     place(probes, dir.join("bpf/podlapse-probes.o"))?;
@@ -351,16 +368,19 @@ fn stage(podlapse: &Path, probes: &Path, built: &integration::Built) -> anyhow::
     Ok(dir)
 }
 
-/// promtool on the host's PATH (`cargo xtask setup` installs it).
-fn promtool() -> anyhow::Result<PathBuf> {
+/// `program` on the host's PATH: promtool and prometheus, which `cargo xtask setup`
+/// installs (Debian's package prometheus).
+fn on_path(program: &str) -> anyhow::Result<PathBuf> {
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
-        .map(|d| d.join("promtool"))
+        .map(|d| d.join(program))
         .find(|p| p.is_file())
-        .context(
-            "promtool is not on PATH (Debian package prometheus; `cargo xtask setup` installs it)",
-        )
+        .with_context(|| {
+            format!(
+                "{program} is not on PATH (Debian package prometheus; `cargo xtask setup` installs it)"
+            )
+        })
 }
 
 pub fn registry_port() -> u16 {
