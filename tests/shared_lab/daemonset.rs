@@ -15,7 +15,7 @@ use std::time::Duration;
 use podlapse_tests::agent::{Agent, container, container_pids, phase};
 use podlapse_tests::cni_conf::runtime_network;
 use podlapse_tests::observer::ClientRun;
-use podlapse_tests::{eventually, podlapse_bin, require_lab, workspace_root};
+use podlapse_tests::{deploy_dir, eventually, podlapse_bin, require_lab};
 use serde_json::{Value, json};
 use xtask::lab::{IMAGE_APP, LabPaths, REGISTRY_ADDR, build_agent_image, push_agent_image};
 
@@ -87,7 +87,7 @@ fn node_values(lab: &LabPaths) -> NodeValues {
 /// image, the CRI socket, the CNI configuration and host-local's store, and host
 /// directories of the test's own for the traces and the API socket.
 fn daemon_set_pod(image: &str, node: &NodeValues, traces: &Path, run: &Path) -> Value {
-    let path = workspace_root().join("deploy/daemonset.yaml");
+    let path = deploy_dir().join("daemonset.yaml");
     let ds: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let template = &ds["spec"]["template"];
     let mut spec = template["spec"].clone();

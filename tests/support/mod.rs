@@ -85,6 +85,14 @@ pub fn examples_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("examples"))
 }
 
+/// deploy/: the workspace's, or the copy staged in the modern node's guest
+/// (`PODLAPSE_DEPLOY`).
+pub fn deploy_dir() -> PathBuf {
+    std::env::var_os("PODLAPSE_DEPLOY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("deploy"))
+}
+
 pub fn lab() -> LabPaths {
     LabPaths::from_env()
 }

@@ -171,7 +171,7 @@ impl Node<'_> {
             Err(_) => String::new(),
         };
         let script = format!(
-            "cd {WORK} && env PATH={WORK}/bin:$PATH PODLAPSE_BIN={WORK}/bin/podlapse PODLAPSE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODLAPSE_LAB_DIR={lab} PODLAPSE_EXAMPLES={WORK}/examples PODLAPSE_AGENT_IMAGE={image} {RUNTIME_ENV}={runtime} {log}RUST_BACKTRACE=1 {cmd}",
+            "cd {WORK} && env PATH={WORK}/bin:$PATH PODLAPSE_BIN={WORK}/bin/podlapse PODLAPSE_CRI_POD_CLIENT={WORK}/tests/{CRI_POD_CLIENT} PODLAPSE_LAB_DIR={lab} PODLAPSE_EXAMPLES={WORK}/examples PODLAPSE_DEPLOY={WORK}/deploy PODLAPSE_AGENT_IMAGE={image} {RUNTIME_ENV}={runtime} {log}RUST_BACKTRACE=1 {cmd}",
             image = super::suite::AGENT_IMAGE,
             lab = recipe::GUEST_LAB_DIR,
             runtime = self.runtime,
