@@ -99,9 +99,11 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
     // The DaemonSet's own pod (`daemonset`) is not run here yet: on this node (Debian's
     // kernel) the observer in the pod loaded its programs but the kernel refused to
     // attach them (EACCES on the first tracepoint) with CAP_BPF and CAP_PERFMON, which
-    // suffice on the host. The likely cause is Debian's perf_event_paranoid=3, under
-    // which its kernel lets only CAP_SYS_ADMIN open perf events. The image push and the
-    // staged Prometheus below are ready for it.
+    // suffice on the host. Two candidates, not yet told apart: Debian's kernel sets
+    // perf_event_paranoid=3 (CONFIG_SECURITY_PERF_EVENTS_RESTRICT; its patch says
+    // CAP_PERFMON suffices, others report it does not), and trixie's AppArmor, whose
+    // default container profile containerd applies to a pod that is not privileged. The
+    // image push and the staged Prometheus below are ready for it.
     // containerd 2.x traces every CRI call here: its spans must continue podlapse's.
     (
         "otel_export",
