@@ -96,8 +96,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     // The kernel_events tests load the probes from <target>/bpf, beside the binary.
     crate::build_ebpf::run()?;
     let paths = LabPaths::from_env();
-    if paths.state_file().exists() {
-        eprintln!("the node lab is up; taking it down so the tests start from a clean node");
+    if paths.holds_a_lab() {
+        eprintln!(
+            "a node lab is up or was left by a crash; taking it down so the tests start from \
+             a clean node"
+        );
         lab::down(&paths, &crate::ui::lab_says)?;
     }
     // Four binaries, built once; each module then runs on its own.

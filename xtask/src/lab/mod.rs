@@ -445,11 +445,29 @@ mod tests {
         assert!(still_there);
     }
 
+    /// The host's shared lab resources (bridge, firewall rules, CNI cache) are only this
+    /// lab's to remove when no other lab holds them; a crashed lab's are swept by any `down`
+    /// on a machine with no lab root, so only what is under this root is asserted here.
     #[test]
-    fn down_of_an_absent_lab_removes_nothing() {
+    fn down_of_an_absent_lab_removes_nothing_of_its_own_and_creates_nothing() {
         let dir = std::env::temp_dir().join(format!("ptlab-down-{}", std::process::id()));
         let paths = LabPaths::new(&dir);
         let report = down(&paths, &|_| {}).unwrap();
-        assert!(report.is_empty(), "{report}");
+        let text = report.to_string();
+        assert!(!text.contains(&*dir.to_string_lossy()), "{report}");
+        assert!(!dir.exists(), "down created {}", dir.display());
+    }
+
+    #[test]
+    fn down_of_one_lab_leaves_the_shared_resources_to_another_lab_root_that_exists() {
+        let base = std::env::temp_dir().join(format!("ptlab-two-{}", std::process::id()));
+        let other = base.join("other");
+        fs::create_dir_all(other.join(paths::BASELINE_DIR)).unwrap();
+        let mine = LabPaths::new(base.join("mine"));
+        let found = teardown::other_lab_among(&mine, std::slice::from_ref(&other)).map(|o| o.root);
+        let none = teardown::other_lab_among(&mine, &[mine.root.clone(), base.join("absent")]);
+        fs::remove_dir_all(&base).unwrap();
+        assert_eq!(found, Some(other));
+        assert!(none.is_none());
     }
 }

@@ -41,6 +41,12 @@ impl LabPaths {
         }
     }
 
+    /// Whether the root holds a lab, up or left behind by a crash: its baseline (written
+    /// first by `up`) or its state file is there.
+    pub fn holds_a_lab(&self) -> bool {
+        self.baseline_dir().is_dir() || self.state_file().is_file()
+    }
+
     /// The CRI (and containerd API) socket the agent connects to.
     pub fn cri_socket(&self) -> PathBuf {
         self.containerd_dir().join("containerd.sock")

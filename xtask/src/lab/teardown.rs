@@ -68,14 +68,16 @@ pub(crate) fn down_locked(
     }
 
     // The bridge, the firewall rules, the CNI cache and the k8s.io cgroups are shared by
-    // every lab on the host; while a lab under another root runs, they are its.
-    match other_running_lab(paths) {
+    // every lab on the host; while a lab under another root runs, or its root is still there
+    // (a lab whose daemons were killed), they are its, for its own `down` to remove.
+    match other_lab(paths) {
         Some(other) => {
             if baseline.is_some() {
                 problems.push(format!(
-                    "the lab at {} is running; left the bridge, iptables rules, CNI cache and \
-                     cgroups alone",
-                    other.display()
+                    "the lab at {} {}; left the bridge, iptables rules, CNI cache and cgroups \
+                     alone",
+                    other.root.display(),
+                    other.why
                 ));
             }
         }
@@ -107,6 +109,41 @@ pub(crate) fn down_locked(
     }
 }
 
+/// Another lab that owns the host's shared lab resources, and why.
+pub(crate) struct OtherLab {
+    pub(crate) root: PathBuf,
+    why: &'static str,
+}
+
+/// Another lab that still owns the shared resources: one whose containerd or registry runs,
+/// else the default root (or `PODLAPSE_LAB_DIR`'s) when it still holds a lab, up or crashed.
+fn other_lab(paths: &LabPaths) -> Option<OtherLab> {
+    if let Some(root) = other_running_lab(paths) {
+        return Some(OtherLab {
+            root,
+            why: "is running",
+        });
+    }
+    other_lab_among(
+        paths,
+        &[
+            LabPaths::from_env().root,
+            PathBuf::from(paths::DEFAULT_LAB_DIR),
+        ],
+    )
+}
+
+/// The first of `roots`, other than this lab's own, that still holds a lab.
+pub(crate) fn other_lab_among(paths: &LabPaths, roots: &[PathBuf]) -> Option<OtherLab> {
+    roots
+        .iter()
+        .find(|root| **root != paths.root && LabPaths::new(root.as_path()).holds_a_lab())
+        .map(|root| OtherLab {
+            root: root.clone(),
+            why: "still exists (run `cargo xtask lab down` for it)",
+        })
+}
+
 /// The root of another lab whose containerd or registry is running, if any: a daemon whose
 /// config file sits where a lab keeps it, under a directory with a lab's marker files.
 fn other_running_lab(paths: &LabPaths) -> Option<PathBuf> {
@@ -120,9 +157,8 @@ fn other_running_lab(paths: &LabPaths) -> Option<PathBuf> {
         let cmdline = process::cmdline(pid);
         let config = cmdline.split(' ').find(|a| a.ends_with(suffix))?;
         let root = Path::new(config).parent()?.parent()?.to_owned();
-        let is_lab =
-            root.join(paths::BASELINE_DIR).is_dir() || root.join(paths::STATE_FILE).is_file();
-        (root != paths.root && is_lab && process::is_alive(pid)).then_some(root)
+        (root != paths.root && LabPaths::new(root.clone()).holds_a_lab() && process::is_alive(pid))
+            .then_some(root)
     })
 }
 
