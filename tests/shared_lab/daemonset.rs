@@ -27,6 +27,9 @@ const PODS: usize = 5;
 /// Bounds that only keep a broken run from hanging the suite: each wait ends on evidence.
 const POD_RUNS: Duration = Duration::from_secs(600);
 const SCRAPED: Duration = Duration::from_secs(600);
+/// Prometheus scrapes this often, and gives a scrape as long: the emulated modern node can
+/// take more than a second to answer, and a timed-out scrape leaves no series at all.
+const SCRAPE_EVERY: &str = "5s";
 
 /// podlapse's image in the lab's registry: the one the suite pushed, else built here
 /// from the binary under test, twice, to show one binary gives one digest.
@@ -139,7 +142,7 @@ impl Prometheus {
         std::fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                "global:\n  scrape_interval: {SCRAPE_EVERY}\n  scrape_timeout: {SCRAPE_EVERY}\n\
                  scrape_configs:\n  - job_name: podlapse\n    static_configs:\n      - targets: ['{target}']\n"
             ),
         )
@@ -180,6 +183,32 @@ impl Prometheus {
             || http_get(&p.addr, "/-/ready").map(drop),
         );
         p
+    }
+
+    /// How Prometheus last found the target: its health, last error and scrape duration
+    /// (what a failed wait shows).
+    fn target_health(&self) -> String {
+        match http_get(&self.addr, "/api/v1/targets") {
+            Ok(body) => serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|d| d["data"]["activeTargets"].as_array().cloned())
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            format!(
+                                "{} {} (last error {:?}, last scrape {} s)",
+                                t["scrapeUrl"],
+                                t["health"],
+                                t["lastError"],
+                                t["lastScrapeDuration"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or(body),
+            Err(e) => format!("its targets unreadable: {e}"),
+        }
     }
 
     /// A PromQL instant query's result vector.
@@ -383,7 +412,11 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
             if n == Some(PODS as f64) {
                 Ok(())
             } else {
-                Err(format!("{promql}: {r:?}"))
+                Err(format!(
+                    "{promql}: {r:?}; the target: {}; the observer's log ends:\n{}",
+                    prometheus.target_health(),
+                    tail(&pod_log(&logs), 30)
+                ))
             }
         });
     }
@@ -429,6 +462,12 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
 
 /// The observer container's log, as the agent keeps pod logs (every file under the pod's
 /// directory).
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn pod_log(logs: &Path) -> String {
     let mut out = String::new();
     let mut stack = vec![logs.to_path_buf()];

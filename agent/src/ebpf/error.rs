@@ -44,13 +44,13 @@ pub enum EbpfError {
         member: String,
     },
     /// The kernel refused a BPF operation for lack of privilege.
-    #[error(
-        "the kernel denied BPF while {doing}: {source} (needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN)"
-    )]
+    #[error("the kernel denied BPF while {doing}: {source} ({needs})")]
     NotPermitted {
         doing: String,
         #[source]
         source: io::Error,
+        /// What privilege the operation needs on this kernel: [`privilege_needed`].
+        needs: String,
     },
     /// The object could not be loaded (its maps, BTF or relocations).
     #[error("loading the eBPF probes object {path}: {source}")]
@@ -155,6 +155,32 @@ pub(crate) const DENIED: &[i32] = &[libc::EPERM, libc::EACCES];
 pub(crate) const DENIED_LOAD: &[i32] = &[libc::EPERM];
 
 /// The first `io::Error` in `err`'s source chain whose errno is one of `denied`.
+/// Where the kernel says how far perf_event_open(2) is restricted.
+pub(crate) const PERF_EVENT_PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
+
+/// What a denied operation needs, on a kernel whose `kernel.perf_event_paranoid` is
+/// `paranoid`. Attaching a tracepoint or a kprobe goes through perf_event_open(2); a kernel
+/// with Debian's or Ubuntu's restriction (paranoid above 2) allows that to CAP_SYS_ADMIN
+/// alone, whatever CAP_PERFMON says.
+pub(crate) fn privilege_needed(attaching: bool, paranoid: Option<i32>) -> String {
+    match paranoid {
+        Some(level) if attaching && level > 2 => format!(
+            "this kernel's kernel.perf_event_paranoid is {level}, which allows perf_event_open, \
+             and so attaching tracepoints and kprobes, to CAP_SYS_ADMIN only: add CAP_SYS_ADMIN, \
+             or set kernel.perf_event_paranoid to 2 on the node"
+        ),
+        _ => "needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN".to_string(),
+    }
+}
+
+/// [`privilege_needed`] on the running kernel.
+pub(crate) fn privilege_needed_here(attaching: bool) -> String {
+    let paranoid = std::fs::read_to_string(PERF_EVENT_PARANOID)
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    privilege_needed(attaching, paranoid)
+}
+
 pub(crate) fn permission_error(
     err: &(dyn std::error::Error + 'static),
     denied: &[i32],
@@ -194,10 +220,26 @@ mod tests {
     }
 
     #[test]
+    fn a_denied_attach_on_a_restricted_perf_kernel_names_the_sysctl_and_sys_admin() {
+        let restricted = privilege_needed(true, Some(3));
+        assert!(
+            restricted.contains("perf_event_paranoid is 3"),
+            "{restricted}"
+        );
+        assert!(restricted.contains("add CAP_SYS_ADMIN"), "{restricted}");
+        // Loading is not perf_event_open: CAP_BPF is what it lacked, whatever the sysctl.
+        for (attaching, paranoid) in [(false, Some(3)), (true, Some(2)), (true, None)] {
+            let usual = privilege_needed(attaching, paranoid);
+            assert!(usual.contains("CAP_BPF and CAP_PERFMON"), "{usual}");
+        }
+    }
+
+    #[test]
     fn only_node_limits_count_as_unavailable() {
         let denied = EbpfError::NotPermitted {
             doing: "creating map EVENTS".into(),
             source: io::Error::from_raw_os_error(libc::EPERM),
+            needs: privilege_needed(false, Some(3)),
         };
         assert!(denied.is_unavailable());
         assert!(denied.to_string().contains("CAP_BPF"));

@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use super::btf::{KernelOffsets, VMLINUX_BTF};
 use super::cni_output_gate::CniOutputGate;
-use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error};
+use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error, privilege_needed_here};
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
 use super::netns_hooks::{NetnsHookChoice, NetnsHooks, attach_functions};
@@ -291,6 +291,7 @@ impl KernelProbes {
                 Some(denied) => EbpfError::NotPermitted {
                     doing: format!("loading {} (creating its maps)", path.display()),
                     source: denied,
+                    needs: privilege_needed_here(false),
                 },
                 None => EbpfError::Load {
                     path: path.clone(),
@@ -744,6 +745,7 @@ fn attach_one(
             Some(denied) => EbpfError::NotPermitted {
                 doing: format!("loading program {}", spec.program),
                 source: denied,
+                needs: privilege_needed_here(false),
             },
             None => EbpfError::ProgramLoad {
                 program: spec.program,
@@ -764,6 +766,7 @@ fn attach_one(
                     spec.program, spec.category, spec.tracepoint
                 ),
                 source: denied,
+                needs: privilege_needed_here(true),
             },
             None => EbpfError::Attach {
                 program: spec.program,
