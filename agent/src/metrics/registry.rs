@@ -631,7 +631,8 @@ impl Metrics {
     fn observe_timeline_at(&self, timeline: &Timeline, now_ns: u64) {
         let mut st = self.state();
         for pod in &timeline.pods {
-            let done = pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some();
+            let done =
+                pod.stage(StageKind::Running).is_some() || pod.settled_failures().next().is_some();
             if !done || st.sealed.contains(&pod.uid) {
                 continue;
             }
@@ -915,6 +916,80 @@ mod tests {
         assert_eq!(count(&m, "container_started").as_deref(), Some("1"));
         assert_eq!(count(&m, "runtime:task_start").as_deref(), Some("1"));
         assert!(!m.encode().contains(":app"), "{}", m.encode());
+    }
+
+    /// On a slow node a CNI plugin runs for seconds: until it exits, the timeline marks it
+    /// "exit not seen", which is not the pod failing. Its stages are counted once it is
+    /// Running, the plugin with the exit code it had.
+    #[test]
+    fn a_plugin_still_running_does_not_make_the_pod_done_and_is_counted_with_its_exit() {
+        use crate::timeline::{PodTimeline, Stage, StageName, StageSource};
+        let pod = |stages: Vec<Stage>| Timeline {
+            pods: vec![PodTimeline {
+                uid: "u".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+                seen_ns: Some(0),
+                sandbox_ids: Vec::new(),
+                containers: BTreeMap::new(),
+                ip: None,
+                stages,
+                kernel_events: BTreeMap::new(),
+                notes: Vec::new(),
+                sources: None,
+            }],
+            ..Timeline::default()
+        };
+        let plugin = |exit: Option<i32>| {
+            let mut s = Stage::new(
+                "u",
+                "default",
+                "web",
+                StageName::of(StageKind::CniPlugin, "bridge"),
+                5,
+                if exit.is_some() { 9 } else { 5 },
+                StageSource::Kernel,
+            );
+            s.exit_code = exit;
+            s.ok = exit == Some(0);
+            s
+        };
+        let running = Stage::new(
+            "u",
+            "default",
+            "web",
+            StageKind::Running.into(),
+            20,
+            20,
+            StageSource::Cri,
+        );
+        let m = Metrics::new();
+        m.observe_timeline_at(&pod(vec![plugin(None)]), 100);
+        assert!(
+            !m.encode_prometheus()
+                .contains("podlapse_cni_plugin_duration_seconds_count"),
+            "{}",
+            m.encode_prometheus()
+        );
+        m.observe_timeline_at(&pod(vec![plugin(Some(0)), running]), 200);
+        let text = m.encode_prometheus();
+        assert!(
+            text.contains(
+                "podlapse_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"0\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("exit_code=\"\""), "{text}");
+        // A plugin that exited 1 fails the pod at once, running or not.
+        let m = Metrics::new();
+        m.observe_timeline_at(&pod(vec![plugin(Some(1))]), 100);
+        assert!(
+            m.encode_prometheus().contains(
+                "podlapse_cni_plugin_duration_seconds_count{plugin=\"bridge\",exit_code=\"1\"} 1"
+            ),
+            "{}",
+            m.encode_prometheus()
+        );
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl State {
         let outcome = pod
             .stage(StageKind::Running)
             .map(|s| s.start_ns)
-            .or_else(|| pod.failures().map(|s| s.end_ns).max())
+            .or_else(|| pod.settled_failures().map(|s| s.end_ns).max())
             .unwrap_or(0);
         self.kubelet.get(&pod.uid).is_some_and(|spans| {
             spans
@@ -164,7 +164,8 @@ impl ObservedExport {
                 if startup_unseen(&pod) {
                     st.done.insert(pod.uid.clone());
                     st.kubelet.remove(&pod.uid);
-                } else if pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some()
+                } else if pod.stage(StageKind::Running).is_some()
+                    || pod.settled_failures().next().is_some()
                 {
                     st.pending.insert(pod.uid.clone(), pod);
                 }

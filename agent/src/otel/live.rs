@@ -187,7 +187,7 @@ impl LiveExport {
                 self.export(&mut st, &pod);
             } else if pod.stage(StageKind::Ready).is_some()
                 || pod.stage(StageKind::Running).is_some()
-                || pod.failures().next().is_some()
+                || pod.settled_failures().next().is_some()
             {
                 st.pending.insert(pod.uid.clone(), pod);
             }

@@ -97,6 +97,16 @@ pub struct Stage {
 }
 
 impl Stage {
+    /// A process the kernel saw start and not (yet) end: it is marked failed in a timeline
+    /// built now ("exit not seen"), but may still exit 0. A kernel stage that failed for
+    /// good has an exit code or a signal.
+    pub fn outcome_pending(&self) -> bool {
+        self.source == StageSource::Kernel
+            && !self.ok
+            && self.exit_code.is_none()
+            && self.signal.is_none()
+    }
+
     /// A successful stage with no details yet; `end_ns` is raised to `start_ns` if earlier.
     pub fn new(
         pod_uid: &str,
@@ -196,6 +206,14 @@ impl PodTimeline {
     /// Stages that failed, in order.
     pub fn failures(&self) -> impl Iterator<Item = &Stage> {
         self.stages.iter().filter(|s| !s.ok)
+    }
+
+    /// Failures whose outcome is known: [`PodTimeline::failures`] without the kernel's
+    /// processes still running ([`Stage::outcome_pending`]). What decides, while the pod
+    /// is being watched live, that it has failed and its stages can be counted and sent:
+    /// on a slow node a CNI plugin runs for seconds before it exits 0.
+    pub fn settled_failures(&self) -> impl Iterator<Item = &Stage> {
+        self.failures().filter(|s| !s.outcome_pending())
     }
 }
 
