@@ -138,6 +138,10 @@ pub struct Metrics {
 /// come late: the runtime sends its spans in batches every 5 s, and a retried export
 /// later still.
 const STAGES_SETTLE_NS: u64 = 30_000_000_000;
+/// How long after a pod is first seen done its stages wait for a started container's
+/// exec that the kernel has not delivered yet (a loaded node reads the probes' ring
+/// late); past this it is sealed without it.
+const EXEC_WAIT_NS: u64 = 120_000_000_000;
 
 #[derive(Default)]
 struct StagedPod {
@@ -146,6 +150,10 @@ struct StagedPod {
     done_ns: u64,
     /// Its time to Running was observed (the observer's pod-start histogram).
     start_observed: bool,
+    /// At its last look, a started container's exec had not come from the kernel yet
+    /// ([`crate::timeline::PodTimeline::kernel_exec_pending`]): it is not sealed without it before
+    /// [`EXEC_WAIT_NS`].
+    exec_pending: bool,
 }
 
 #[derive(Default)]
@@ -609,11 +617,19 @@ impl Metrics {
         {
             self.observe_timeline_at(&timeline, now_ns);
         }
+        self.seal_settled(now_ns);
+    }
+
+    /// Seals the pods done long enough that no stage of theirs is still to come.
+    fn seal_settled(&self, now_ns: u64) {
         let mut st = self.state();
         let settled: Vec<String> = st
             .staged
             .iter()
-            .filter(|(_, p)| now_ns.saturating_sub(p.done_ns) >= STAGES_SETTLE_NS)
+            .filter(|(_, p)| {
+                let done_for = now_ns.saturating_sub(p.done_ns);
+                done_for >= STAGES_SETTLE_NS && (!p.exec_pending || done_for >= EXEC_WAIT_NS)
+            })
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in settled {
@@ -643,7 +659,9 @@ impl Metrics {
                     seen: BTreeSet::new(),
                     done_ns: now_ns,
                     start_observed: false,
+                    exec_pending: false,
                 });
+            staged.exec_pending = pod.kernel_exec_pending();
             if let Some(observed) = &self.observed
                 && !staged.start_observed
                 && let Some(ns) = pod.to_running_ns()
@@ -990,6 +1008,64 @@ mod tests {
             "{}",
             m.encode_prometheus()
         );
+    }
+
+    /// A started container's exec the kernel delivers late (a loaded node reads the
+    /// probes' ring behind the runtime's events) is still counted: the pod is not sealed
+    /// without it until EXEC_WAIT_NS.
+    #[test]
+    fn a_pod_waits_for_its_containers_exec_before_it_is_sealed() {
+        use crate::timeline::{PodTimeline, Stage, StageName, StageSource};
+        let stage = |name: StageName, at: u64, source: StageSource| {
+            Stage::new("u", "default", "web", name, at, at, source)
+        };
+        let pod = |stages: Vec<Stage>| Timeline {
+            pods: vec![PodTimeline {
+                uid: "u".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+                seen_ns: Some(0),
+                sandbox_ids: Vec::new(),
+                containers: BTreeMap::new(),
+                ip: None,
+                stages,
+                kernel_events: BTreeMap::from([("exec".to_string(), 3)]),
+                notes: Vec::new(),
+                sources: None,
+            }],
+            ..Timeline::default()
+        };
+        let started = stage(
+            StageName::of(StageKind::ContainerStarted, "app"),
+            20,
+            StageSource::Runtime,
+        );
+        let running = stage(StageKind::Running.into(), 20, StageSource::Runtime);
+        let exec = stage(
+            StageName::of(StageKind::AppFirstExec, "app"),
+            19,
+            StageSource::Kernel,
+        );
+        let m = Metrics::new();
+        m.observe_timeline_at(&pod(vec![started.clone(), running.clone()]), 0);
+        m.seal_settled(STAGES_SETTLE_NS + 1);
+        assert!(!m.state().sealed.contains("u"), "sealed without its exec");
+        m.observe_timeline_at(&pod(vec![exec, started.clone(), running.clone()]), 0);
+        assert!(
+            m.encode_prometheus()
+                .contains("podlapse_stage_duration_seconds_count{stage=\"app_first_exec\"} 1"),
+            "{}",
+            m.encode_prometheus()
+        );
+        m.seal_settled(STAGES_SETTLE_NS + 2);
+        assert!(m.state().sealed.contains("u"));
+        // An exec that never comes holds the pod back at most EXEC_WAIT_NS.
+        let m = Metrics::new();
+        m.observe_timeline_at(&pod(vec![started, running]), 0);
+        m.seal_settled(EXEC_WAIT_NS - 1);
+        assert!(!m.state().sealed.contains("u"));
+        m.seal_settled(EXEC_WAIT_NS);
+        assert!(m.state().sealed.contains("u"));
     }
 
     #[test]

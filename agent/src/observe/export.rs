@@ -70,7 +70,14 @@ impl State {
         if quiet_ns < SETTLE_NS {
             return false;
         }
-        if !self.kubelet_traced || quiet_ns >= KUBELET_WAIT_NS {
+        if quiet_ns >= KUBELET_WAIT_NS {
+            return true;
+        }
+        // A started container's exec, read late from the probes' ring buffer.
+        if pod.kernel_exec_pending() {
+            return false;
+        }
+        if !self.kubelet_traced {
             return true;
         }
         // The moment the kubelet's sync that ran (or failed) the pod ended after.

@@ -315,3 +315,64 @@ async fn a_forgotten_pod_goes_out_as_it_stands_and_its_late_spans_are_not_kept()
         collected.names()
     );
 }
+
+/// On a loaded node the probes' ring buffer is read seconds behind the runtime's events:
+/// a started container's exec, from before the pod went quiet, comes after it did. The
+/// startup waits for it (at most [`KUBELET_WAIT_NS`]) rather than going without it.
+#[tokio::test]
+async fn a_startup_waits_for_the_kernels_exec_of_a_started_container_read_late() {
+    let records = observed_run();
+    let has_exec = |rs: &[TraceRecord]| {
+        crate::timeline::build(rs).pods[0]
+            .stage("app_first_exec:app")
+            .is_some()
+    };
+    assert!(has_exec(&records));
+    let late = (0..records.len())
+        .find(|&i| {
+            let mut without = records.clone();
+            without.remove(i);
+            matches!(records[i], TraceRecord::Kernel(_)) && !has_exec(&without)
+        })
+        .expect("the kernel record of the app's exec");
+    let mut early = records.clone();
+    let exec = early.remove(late);
+
+    let (collected, server, queue) = test_collector::start().await;
+    let export = ObservedExport::new(queue, "node-1", ANCHOR);
+    let c = collector(&early);
+    // Running at 240 ms, quiet for longer than SETTLE_NS: the exec is not in yet.
+    export.tick(&c, 260 * MS + 2 * SETTLE_NS);
+    assert!(
+        !export.state().done.contains(UID),
+        "exported without its exec"
+    );
+    c.push(&exec);
+    export.tick(&c, 260 * MS + 3 * SETTLE_NS);
+    assert!(
+        export.state().done.contains(UID),
+        "not exported once its exec came"
+    );
+    export
+        .close(&crate::timeline::build(&records), Duration::from_secs(10))
+        .await;
+    server.abort();
+    assert!(
+        collected
+            .spans()
+            .iter()
+            .any(|(_, s)| s.name == "app_first_exec:app"),
+        "{:?}",
+        collected.names()
+    );
+
+    // An exec that never comes holds the startup back at most KUBELET_WAIT_NS.
+    let (_collected, server, queue) = test_collector::start().await;
+    let export = ObservedExport::new(queue, "node-1", ANCHOR);
+    let c = collector(&early);
+    export.tick(&c, 260 * MS + 2 * SETTLE_NS);
+    assert!(!export.state().done.contains(UID));
+    export.tick(&c, 260 * MS + KUBELET_WAIT_NS);
+    assert!(export.state().done.contains(UID));
+    server.abort();
+}

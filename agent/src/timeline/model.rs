@@ -208,6 +208,22 @@ impl PodTimeline {
         self.stages.iter().filter(|s| !s.ok)
     }
 
+    /// Whether the probes follow this pod (some of its kernel events came) and a
+    /// container the runtime says started has no first exec from the kernel yet. The
+    /// exec comes through the probes' ring buffer, which on a loaded node is read seconds
+    /// behind the runtime's events; its time is before the pod went quiet, so waiting for
+    /// quiet does not wait for it.
+    pub fn kernel_exec_pending(&self) -> bool {
+        self.kernel_events.values().any(|&n| n > 0)
+            && self.stages.iter().any(|s| {
+                *s.stage.kind() == StageKind::ContainerStarted
+                    && s.stage.name().is_some_and(|c| {
+                        self.stage(StageName::of(StageKind::AppFirstExec, c))
+                            .is_none()
+                    })
+            })
+    }
+
     /// Failures whose outcome is known: [`PodTimeline::failures`] without the kernel's
     /// processes still running ([`Stage::outcome_pending`]). What decides, while the pod
     /// is being watched live, that it has failed and its stages can be counted and sent:
