@@ -70,21 +70,14 @@ impl State {
         if quiet_ns < SETTLE_NS {
             return false;
         }
-        if quiet_ns >= KUBELET_WAIT_NS {
-            return true;
-        }
-        // A started container's exec, read late from the probes' ring buffer.
-        if pod.kernel_exec_pending() {
-            return false;
-        }
-        if !self.kubelet_traced {
+        if !self.kubelet_traced || quiet_ns >= KUBELET_WAIT_NS {
             return true;
         }
         // The moment the kubelet's sync that ran (or failed) the pod ended after.
         let outcome = pod
             .stage(StageKind::Running)
             .map(|s| s.start_ns)
-            .or_else(|| pod.settled_failures().map(|s| s.end_ns).max())
+            .or_else(|| pod.failures().map(|s| s.end_ns).max())
             .unwrap_or(0);
         self.kubelet.get(&pod.uid).is_some_and(|spans| {
             spans
@@ -171,8 +164,7 @@ impl ObservedExport {
                 if startup_unseen(&pod) {
                     st.done.insert(pod.uid.clone());
                     st.kubelet.remove(&pod.uid);
-                } else if pod.stage(StageKind::Running).is_some()
-                    || pod.settled_failures().next().is_some()
+                } else if pod.stage(StageKind::Running).is_some() || pod.failures().next().is_some()
                 {
                     st.pending.insert(pod.uid.clone(), pod);
                 }
