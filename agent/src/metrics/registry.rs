@@ -869,16 +869,14 @@ fn openmetrics_to_prometheus(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kuberuntime::event::PodWait;
 
-    #[test]
-    fn a_stage_that_comes_after_running_is_observed_once_when_it_comes() {
-        use crate::timeline::{PodTimeline, Stage, StageSource};
-        let stage = |kind: StageKind, at: u64, source: StageSource| {
-            Stage::new("u", "default", "web", kind.into(), at, at + 5, source)
-        };
-        let pod = |stages: Vec<Stage>| Timeline {
-            pods: vec![PodTimeline {
+    /// A timeline of one pod `default/web` (uid `u`) with these stages and kernel events.
+    fn one_pod(
+        stages: Vec<crate::timeline::Stage>,
+        kernel_events: BTreeMap<String, u64>,
+    ) -> Timeline {
+        Timeline {
+            pods: vec![crate::timeline::PodTimeline {
                 uid: "u".into(),
                 namespace: "default".into(),
                 name: "web".into(),
@@ -887,12 +885,22 @@ mod tests {
                 containers: BTreeMap::new(),
                 ip: None,
                 stages,
-                kernel_events: BTreeMap::new(),
+                kernel_events,
                 notes: Vec::new(),
                 sources: None,
             }],
             ..Timeline::default()
+        }
+    }
+    use crate::kuberuntime::event::PodWait;
+
+    #[test]
+    fn a_stage_that_comes_after_running_is_observed_once_when_it_comes() {
+        use crate::timeline::{Stage, StageSource};
+        let stage = |kind: StageKind, at: u64, source: StageSource| {
+            Stage::new("u", "default", "web", kind.into(), at, at + 5, source)
         };
+        let pod = |stages: Vec<Stage>| one_pod(stages, BTreeMap::new());
         let count = |m: &Metrics, kind: &str| {
             let text = m.encode_prometheus();
             let key = format!("podlapse_stage_duration_seconds_count{{stage=\"{kind}\"}} ");
@@ -941,23 +949,8 @@ mod tests {
     /// Running, the plugin with the exit code it had.
     #[test]
     fn a_plugin_still_running_does_not_make_the_pod_done_and_is_counted_with_its_exit() {
-        use crate::timeline::{PodTimeline, Stage, StageName, StageSource};
-        let pod = |stages: Vec<Stage>| Timeline {
-            pods: vec![PodTimeline {
-                uid: "u".into(),
-                namespace: "default".into(),
-                name: "web".into(),
-                seen_ns: Some(0),
-                sandbox_ids: Vec::new(),
-                containers: BTreeMap::new(),
-                ip: None,
-                stages,
-                kernel_events: BTreeMap::new(),
-                notes: Vec::new(),
-                sources: None,
-            }],
-            ..Timeline::default()
-        };
+        use crate::timeline::{Stage, StageName, StageSource};
+        let pod = |stages: Vec<Stage>| one_pod(stages, BTreeMap::new());
         let plugin = |exit: Option<i32>| {
             let mut s = Stage::new(
                 "u",
@@ -1015,26 +1008,11 @@ mod tests {
     /// without it until EXEC_WAIT_NS.
     #[test]
     fn a_pod_waits_for_its_containers_exec_before_it_is_sealed() {
-        use crate::timeline::{PodTimeline, Stage, StageName, StageSource};
+        use crate::timeline::{Stage, StageName, StageSource};
         let stage = |name: StageName, at: u64, source: StageSource| {
             Stage::new("u", "default", "web", name, at, at, source)
         };
-        let pod = |stages: Vec<Stage>| Timeline {
-            pods: vec![PodTimeline {
-                uid: "u".into(),
-                namespace: "default".into(),
-                name: "web".into(),
-                seen_ns: Some(0),
-                sandbox_ids: Vec::new(),
-                containers: BTreeMap::new(),
-                ip: None,
-                stages,
-                kernel_events: BTreeMap::from([("exec".to_string(), 3)]),
-                notes: Vec::new(),
-                sources: None,
-            }],
-            ..Timeline::default()
-        };
+        let pod = |stages: Vec<Stage>| one_pod(stages, BTreeMap::from([("exec".to_string(), 3)]));
         let started = stage(
             StageName::of(StageKind::ContainerStarted, "app"),
             20,
