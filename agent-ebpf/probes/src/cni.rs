@@ -7,27 +7,20 @@
 //! exec event already holds. The environment is the new program's, read through its
 //! stack.
 
-use aya_ebpf::helpers::{
-    bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, bpf_probe_read_user,
-    bpf_probe_read_user_str_bytes,
-};
+use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes, r#gen};
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::Array;
+use aya_ebpf::maps::{Array, PerCpuArray};
 use aya_ebpf::programs::TracePointContext;
 use aya_log_ebpf::warn;
 use podlapse_ebpf_common::{
-    CniExecEvent, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_flags, prefix_matches,
-    starts_with,
+    CniExecEvent, ENV_HEAD, EnvHead, EventKind, MAX_ENV_SCAN, PREFIX_LEN, Prefix, cni_env_var,
+    cni_flags, prefix_matches,
 };
 
 use crate::{cni_output, fill_header, reserve_for_cni, task};
 
 #[map(name = "CNI_BIN_DIR")]
 static CNI_BIN_DIR: Array<Prefix> = Array::with_max_entries(1, 0);
-
-/// Bytes of an environment entry read to recognise its name: the longest name with its
-/// `=` is `CNI_CONTAINERID=` (16), and the string read needs one byte for the NUL.
-const ENV_HEAD: usize = 24;
 
 /// True when the exec'd file (the exec tracepoint's kernel string) is in the CNI plugin
 /// directory.
@@ -101,27 +94,18 @@ pub fn report_plugin(ctx: &TracePointContext, filename: *const u8) -> Result<(),
     Ok(())
 }
 
-/// Which `CNI_*` variable an entry is, from the bytes after `CNI_`; the value starts at
-/// the returned offset.
-#[inline(always)]
-fn cni_var(head: &[u8; ENV_HEAD]) -> Option<(u8, usize)> {
-    if !starts_with(head, b"CNI_") {
-        return None;
-    }
-    if starts_with(head, b"CNI_COMMAND=") {
-        Some((0, 12))
-    } else if starts_with(head, b"CNI_CONTAINERID=") {
-        Some((1, 16))
-    } else if starts_with(head, b"CNI_NETNS=") {
-        Some((2, 10))
-    } else if starts_with(head, b"CNI_IFNAME=") {
-        Some((3, 11))
-    } else if starts_with(head, b"CNI_ARGS=") {
-        Some((4, 9))
-    } else {
-        None
-    }
+/// Where the environment scan reads each entry's pointer and head: map memory, not the
+/// stack. The verifier tracks what every stack byte holds (zero, a value, a spilled
+/// register) and keeps walking an iteration again for each path that leaves the bytes
+/// differently; map memory it does not track, so the paths of one iteration meet.
+#[repr(C)]
+struct EnvScratch {
+    ptr: u64,
+    head: EnvHead,
 }
+
+#[map(name = "ENV_SCRATCH")]
+static ENV_SCRATCH: PerCpuArray<EnvScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Walks `envp`, copying the `CNI_*` values into `ev`. Returns how many entries it
 /// looked at and [`cni_flags`].
@@ -137,31 +121,45 @@ unsafe fn scan_env(envp: *const u64, ev: *mut CniExecEvent) -> (u32, u32) {
     if envp.is_null() {
         return (0, cni_flags::ENV_UNREADABLE);
     }
+    let Some(scratch) = ENV_SCRATCH.get_ptr_mut(0) else {
+        return (0, cni_flags::ENV_UNREADABLE);
+    };
     let mut i = 0u32;
     while i < MAX_ENV_SCAN {
-        // SAFETY: checked helper; `i` is bounded.
-        let Ok(ptr) = (unsafe { bpf_probe_read_user(envp.add(i as usize)) }) else {
-            return (i, cni_flags::ENV_UNREADABLE);
-        };
-        if ptr == 0 {
-            return (i, 0);
-        }
-        let entry = ptr as *const u8;
-        let mut head = [0u8; ENV_HEAD];
-        // SAFETY: checked helper.
-        if unsafe { bpf_probe_read_user_str_bytes(entry, &mut head) }.is_ok()
-            && let Some((which, skip)) = cni_var(&head)
-        {
-            // SAFETY: `ev` is writable (caller); the value is read by a checked helper.
-            unsafe {
-                let value = entry.add(skip);
-                let _ = match which {
-                    0 => bpf_probe_read_user_str_bytes(value, &mut (*ev).command).map(|_| ()),
-                    1 => bpf_probe_read_user_str_bytes(value, &mut (*ev).container_id).map(|_| ()),
-                    2 => bpf_probe_read_user_str_bytes(value, &mut (*ev).netns).map(|_| ()),
-                    3 => bpf_probe_read_user_str_bytes(value, &mut (*ev).ifname).map(|_| ()),
-                    _ => bpf_probe_read_user_str_bytes(value, &mut (*ev).args).map(|_| ()),
-                };
+        // SAFETY: `scratch` is this CPU's map slot; every read goes through a checked
+        // helper, with sizes of the scratch's own fields; `i` is bounded.
+        unsafe {
+            let got = r#gen::bpf_probe_read_user(
+                (&raw mut (*scratch).ptr).cast(),
+                8,
+                envp.add(i as usize).cast(),
+            );
+            if got != 0 {
+                return (i, cni_flags::ENV_UNREADABLE);
+            }
+            let entry = (*scratch).ptr as *const u8;
+            if entry.is_null() {
+                return (i, 0);
+            }
+            // Not zeroed first (LLVM zeroes with a call to `memset`, a byte loop the
+            // verifier walks on every entry): the string read ends in a NUL, and a name
+            // matches only when every byte of it does, so what an earlier, longer entry
+            // left after the NUL decides nothing.
+            let read = r#gen::bpf_probe_read_user_str(
+                (&raw mut (*scratch).head).cast(),
+                ENV_HEAD as u32,
+                entry.cast(),
+            );
+            if read > 0
+                && let Some(var) = cni_env_var(&(*scratch).head)
+            {
+                // `var` names one of the event's fields and that field's size. One
+                // call site for every variable: the verifier walks it once.
+                let _ = r#gen::bpf_probe_read_user_str(
+                    ev.cast::<u8>().add(var.field).cast(),
+                    var.len,
+                    entry.add(var.skip).cast(),
+                );
             }
         }
         i += 1;

@@ -200,6 +200,9 @@ pub struct ProgramStats {
     pub run_time_ns: u64,
     /// How many times it ran.
     pub run_count: u64,
+    /// Instructions the verifier processed to load it (its load cost, counted by the
+    /// kernel since 5.16 whatever the statistics setting); `None` on older kernels.
+    pub verified_insns: Option<u32>,
 }
 
 /// Loaded and attached probes. Dropping it detaches them; [`KernelProbes::stop`] also
@@ -476,6 +479,7 @@ impl KernelProbes {
                     program,
                     run_time_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
                     run_count: info.run_count(),
+                    verified_insns: info.verified_instruction_count(),
                 })
             })
             .collect()
