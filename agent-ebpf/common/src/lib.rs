@@ -510,20 +510,6 @@ pub fn cni_env_var(head: &EnvHead) -> Option<CniVar> {
     None
 }
 
-/// True when `head` starts with `name`. Both lengths are constants, so the verifier
-/// sees every access bounded (no panicking index).
-#[inline(always)]
-pub fn starts_with<const L: usize, const N: usize>(head: &[u8; L], name: &[u8; N]) -> bool {
-    let mut i = 0;
-    while i < N {
-        if head.get(i) != Some(&name[i]) {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
 /// A path prefix in a filter map. `len == 0` marks an unused slot. `mask` and
 /// `boundary` are derived from the bytes by [`Prefix::new`] so that the probes compare
 /// without branching on `len`: a branch per byte makes the verifier walk every
@@ -715,7 +701,7 @@ mod tests {
         ] {
             assert_eq!(cni_env_var(&env_head(entry)), want, "{entry}");
         }
-        // Each field's size is the size of the field it names.
+        // The value's field lies inside the event.
         let ev = core::mem::size_of::<CniExecEvent>();
         for v in [command, args].into_iter().flatten() {
             assert!(v.field + v.len as usize <= ev);

@@ -25,18 +25,10 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 
 fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
     let filename = data_loc(ctx, EXEC_FILENAME);
-    let plugin = cni::is_plugin(filename);
-    if plugin {
-        // A plugin's CNI event goes first, so the reader knows whose process it is by
-        // the time it reads the exec; and first in the program too, while nothing else
-        // is live, so the verifier walks its environment scan once rather than once for
-        // each state the rest of the program can be in. A lost CNI event is counted; the
-        // exec is still reported.
-        let _ = cni::report_plugin(ctx, filename);
-    }
     // SAFETY: an aligned i32 offset from the format file.
     let old_pid: i32 = unsafe { ctx_field(ctx, EXEC_OLD_PID) };
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let plugin = cni::is_plugin(filename);
     let comm = task::current_comm();
     let runtime = !plugin && is_runtime_comm(&comm);
     let ppid = task::current_parent_tgid();
@@ -54,6 +46,10 @@ fn try_sched_process_exec(ctx: &TracePointContext) -> Result<u32, u32> {
         // The runtime program's arguments go first, so the reader knows whose process
         // it is by the time it reads the exec.
         let _ = runtime::report_runtime();
+    } else if plugin {
+        // Likewise a plugin's CNI event. A lost CNI event is counted; the exec is
+        // still reported.
+        let _ = cni::report_plugin(ctx, filename);
     }
     reserve_exec(filename, old_pid, ppid, comm, pod_work)?.submit();
     Ok(0)
