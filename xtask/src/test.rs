@@ -1,16 +1,9 @@
-//! `cargo xtask test`: every check CI runs. Format, the builds the lab needs, the tests
-//! that need no shared lab; then, with the node lab up (this command starts and stops
-//! it), the modern-node suite in the QEMU guest beside the host's lints, unit tests and
-//! lab suite.
-
-use std::time::{Duration, Instant};
+//! `cargo xtask test`: every check CI runs. Format and lint, unit tests, then integration
+//! tests against the real node lab, which this command starts and stops itself.
 
 use anyhow::bail;
 use xtask::lab::{self, LabPaths};
 
-use crate::node_vm::NodeVmPaths;
-use crate::node_vm::background::Background;
-use crate::node_vm::suite::Suite;
 use crate::ui::Step;
 use crate::{integration, setup, workspace};
 
@@ -25,8 +18,14 @@ pub struct TestArgs {
 }
 
 pub fn run(args: &TestArgs) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let total = if args.unit_only { 4 } else { 8 };
+    let started = std::time::Instant::now();
+    let total = if args.unit_only {
+        4
+    } else if args.host_only {
+        7
+    } else {
+        8
+    };
     let step = Step::start(1, total, "checking prerequisites");
     let report = setup::run(true, &|s| step.say(s));
     if !report.ok() {
@@ -35,100 +34,8 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         bail!("setup failed; see the table above");
     }
     step.done("ready");
+
     eprintln!("[2/{total}] cargo fmt --check");
-    format_check()?;
-    if args.unit_only {
-        eprintln!("[3/{total}] cargo clippy -D warnings");
-        lints()?;
-        eprintln!("[4/{total}] unit tests");
-        return unit_tests();
-    }
-
-    // Everything the lab's tests and the guest run is built first, so the guest's suite
-    // can start as early as it can and build nothing of its own.
-    eprintln!("[3/{total}] building podlapse, the probes and the integration tests");
-    let bin = workspace::build_podlapse()?;
-    // The kernel_events tests load the probes from <target>/bpf, beside the binary.
-    crate::build_ebpf::run()?;
-    let built = integration::build(&integration::BINARIES.map(|b| b.name))?;
-    let suite = if args.host_only {
-        None
-    } else {
-        Some(crate::node_vm::suite::prepare(&[])?)
-    };
-    let paths = LabPaths::from_env();
-    if paths.holds_a_lab() {
-        eprintln!(
-            "a node lab is up or was left by a crash; taking it down so the tests start from \
-             a clean node"
-        );
-        lab::down(&paths, &crate::ui::lab_says)?;
-    }
-    let examples = workspace::root().join("examples");
-    let env = [
-        ("PODLAPSE_BIN", bin.as_os_str()),
-        ("PODLAPSE_EXAMPLES", examples.as_os_str()),
-        ("PODLAPSE_LAB_DIR", paths.root.as_os_str()),
-    ];
-    eprintln!("[4/{total}] tests without the shared lab (some start and stop a lab of their own)");
-    integration::run_on_host(&built, &integration::NO_LAB, &env)?;
-    integration::run_on_host(&built, &integration::OWN_LAB, &env)?;
-
-    let step = Step::start(5, total, "starting the node lab");
-    lab::up(&paths, &|s| step.say(s))?;
-    step.done("up");
-    let mut times = vec![("before the node lab", started.elapsed())];
-    let result = on_the_lab(total, suite.as_ref(), &built, &env, &mut times);
-    // The lab comes down whether or not the tests passed.
-    let down = lab::down(&paths, &crate::ui::lab_says);
-    for (part, took) in &times {
-        eprintln!("time: {part}: {:.0} s", took.as_secs_f64());
-    }
-    eprintln!("time: in all: {:.0} s", started.elapsed().as_secs_f64());
-    result?;
-    down?;
-    Ok(())
-}
-
-/// With the lab up: the modern-node suite in the guest, in the background (its registry
-/// is the lab's), beside the host's lints, unit tests and lab suite, which fill the cores
-/// the emulated guest leaves; then the suite's output as it finishes. A failure on the
-/// host stops the guest's suite.
-fn on_the_lab(
-    total: usize,
-    suite: Option<&Suite>,
-    built: &integration::Built,
-    env: &[(&str, &std::ffi::OsStr)],
-    times: &mut Vec<(&'static str, Duration)>,
-) -> anyhow::Result<()> {
-    let guest = suite.map(Background::start).transpose()?;
-    let host_started = Instant::now();
-    let host = (|| {
-        eprintln!("[6/{total}] cargo clippy -D warnings");
-        lints()?;
-        eprintln!("[7/{total}] unit tests");
-        unit_tests()?;
-        eprintln!("[8/{total}] integration tests on the lab");
-        integration::run_on_host(built, &integration::SHARED_LAB, env)?;
-        integration::run_on_host(built, &integration::DESTRUCTIVE, env)
-    })();
-    times.push(("the host's checks with the lab up", host_started.elapsed()));
-    let Some(guest) = guest else {
-        return host;
-    };
-    if let Err(e) = host {
-        if let Err(stop) = guest.cancel(&NodeVmPaths::from_env()) {
-            eprintln!("stopping the modern node: {stop:#}");
-        }
-        return Err(e);
-    }
-    eprintln!("the modern-node suite, in the QEMU guest: what it has said so far, then as it runs");
-    let (took, passed) = guest.follow()?;
-    times.push(("the modern-node suite, from its start", took));
-    passed
-}
-
-fn format_check() -> anyhow::Result<()> {
     workspace::run(
         workspace::cargo().args(["fmt", "--all", "--", "--check"]),
         "cargo fmt --check",
@@ -150,14 +57,9 @@ fn format_check() -> anyhow::Result<()> {
             what,
         )?;
     }
-    Ok(())
-}
-
-/// clippy over the workspace and the fuzzers, the licences and the alert rules; the
-/// builds at low priority, as they may run beside the guest.
-fn lints() -> anyhow::Result<()> {
+    eprintln!("[3/{total}] cargo clippy -D warnings");
     workspace::run(
-        workspace::at_low_priority(&mut workspace::cargo()).args([
+        workspace::cargo().args([
             "clippy",
             "--workspace",
             "--all-targets",
@@ -171,7 +73,7 @@ fn lints() -> anyhow::Result<()> {
     // with their lock file as committed, they cannot drift from its API unseen. Checked
     // into this target directory, they reuse the dependencies checked above.
     workspace::run(
-        workspace::at_low_priority(&mut workspace::cargo())
+        workspace::cargo()
             .args(["clippy", "--locked", "--bins", "--manifest-path"])
             .arg(workspace::root().join("agent/fuzz/Cargo.toml"))
             .arg("--target-dir")
@@ -180,18 +82,69 @@ fn lints() -> anyhow::Result<()> {
         "cargo clippy (the fuzzers)",
     )?;
     crate::licences::check()?;
-    crate::alert_rules::check()
-}
-
-/// The workspace's unit tests: built at low priority, run at the usual one (a test may
-/// have a time bound).
-fn unit_tests() -> anyhow::Result<()> {
-    let unit = ["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE];
+    crate::alert_rules::check()?;
+    eprintln!("[4/{total}] unit tests");
     workspace::run(
-        workspace::at_low_priority(&mut workspace::cargo())
-            .args(unit)
-            .arg("--no-run"),
-        "building the unit tests",
+        workspace::cargo().args(["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE]),
+        "unit tests",
     )?;
-    workspace::run(workspace::cargo().args(unit), "unit tests")
+    if args.unit_only {
+        return Ok(());
+    }
+
+    let bin = workspace::build_podlapse()?;
+    // The kernel_events tests load the probes from <target>/bpf, beside the binary.
+    crate::build_ebpf::run()?;
+    let paths = LabPaths::from_env();
+    if paths.holds_a_lab() {
+        eprintln!(
+            "a node lab is up or was left by a crash; taking it down so the tests start from \
+             a clean node"
+        );
+        lab::down(&paths, &crate::ui::lab_says)?;
+    }
+    // Four binaries, built once; each module then runs on its own.
+    let built = integration::build(&integration::BINARIES.map(|b| b.name))?;
+    let examples = workspace::root().join("examples");
+    let env = [
+        ("PODLAPSE_BIN", bin.as_os_str()),
+        ("PODLAPSE_LAB_DIR", paths.root.as_os_str()),
+        ("PODLAPSE_EXAMPLES", examples.as_os_str()),
+    ];
+
+    eprintln!("[5/{total}] tests without the shared lab (some start and stop a lab of their own)");
+    integration::run_on_host(&built, &integration::NO_LAB, &env)?;
+    integration::run_on_host(&built, &integration::OWN_LAB, &env)?;
+
+    let step = Step::start(6, total, "starting the node lab");
+    lab::up(&paths, &|s| step.say(s))?;
+    step.done("up");
+    eprintln!("[7/{total}] integration tests on the lab");
+    let host_started = std::time::Instant::now();
+    let mut result = integration::run_on_host(&built, &integration::SHARED_LAB, &env)
+        .and_then(|_| integration::run_on_host(&built, &integration::DESTRUCTIVE, &env));
+    let mut times = vec![
+        ("before the host lab's suite", host_started - started),
+        ("the host lab's suite", host_started.elapsed()),
+    ];
+    if result.is_ok() && !args.host_only {
+        // The guest's registry is the host lab's, so it runs while the lab is up.
+        eprintln!("[8/{total}] the modern-node suite, in the QEMU guest");
+        let modern_started = std::time::Instant::now();
+        result = crate::node_vm::suite::run_on_lab(
+            &crate::node_vm::NodeVmPaths::from_env(),
+            &paths,
+            &[],
+        );
+        times.push(("the modern-node suite", modern_started.elapsed()));
+    }
+    // The lab comes down whether or not the tests passed.
+    let down = lab::down(&paths, &crate::ui::lab_says);
+    for (part, took) in &times {
+        eprintln!("time: {part}: {:.0} s", took.as_secs_f64());
+    }
+    eprintln!("time: in all: {:.0} s", started.elapsed().as_secs_f64());
+    result?;
+    down?;
+    Ok(())
 }

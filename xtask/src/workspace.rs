@@ -99,22 +99,3 @@ pub fn build_podlapse() -> anyhow::Result<PathBuf> {
     }
     Ok(path)
 }
-
-/// The niceness of the host's builds while the modern-node suite runs beside them: the
-/// guest under emulation is the longer path, and a build only gets slower when it waits.
-pub const BUILD_NICENESS: i32 = 10;
-
-/// `cmd` run at [`BUILD_NICENESS`]: the CPU goes to the emulated guest first. For
-/// builds and lints only, which have no time bounds; tests keep their priority.
-pub fn at_low_priority(cmd: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: setpriority is async-signal-safe and touches no memory of the parent's.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setpriority(libc::PRIO_PROCESS, 0, BUILD_NICENESS) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
-}

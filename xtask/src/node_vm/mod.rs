@@ -4,7 +4,6 @@
 //! CNI plugins in /opt/cni/bin, a kernel with BTF. Its registry is the host lab's, reached
 //! through ssh's reverse forward of 127.0.0.1:5000 while a command runs.
 
-pub mod background;
 mod image;
 mod machine;
 mod paths;
@@ -48,13 +47,6 @@ pub enum NodeVmCmd {
         #[arg(long = "only", value_name = "TEST")]
         only: Vec<String>,
     },
-    /// Run a suite that `cargo xtask test` prepared (built and staged), with the host lab
-    /// up: what it runs in the background.
-    #[command(hide = true)]
-    RunPrepared {
-        #[arg(long)]
-        suite: PathBuf,
-    },
 }
 
 pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
@@ -74,11 +66,6 @@ pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
         }
         NodeVmCmd::Cp { paths: args } => copy(&paths, &args),
         NodeVmCmd::Test { only } => suite::run(&paths, &only),
-        NodeVmCmd::RunPrepared { suite: file } => suite::run_prepared(
-            &paths,
-            &xtask::lab::LabPaths::from_env(),
-            &suite::Suite::load(&file)?,
-        ),
     }
 }
 

@@ -44,13 +44,14 @@ const CONSOLE_LINES: usize = 40;
 pub fn with_guest(
     paths: &NodeVmPaths,
     lab_paths: &LabPaths,
+    stage: PathBuf,
     suite: &Suite,
 ) -> anyhow::Result<Report> {
     let (state, booted) = super::up(paths)?;
     let mut node = Node {
         paths,
         lab_paths,
-        stage: suite.stage.clone(),
+        stage,
         state,
         booted,
         runtime: REFERENCE,
@@ -99,11 +100,11 @@ impl Node<'_> {
             }
             let (mut run, status) = self.run_module(planned)?;
             if !run.ok && self.lost(status) {
-                let module = &planned.module;
+                let module = planned.module;
                 self.say_lost(module)?;
                 if self.rebooted || self.booted == Booted::Already {
                     runs.push(run);
-                    return Ok(self.report(runs, Some(module.clone())));
+                    return Ok(self.report(runs, Some(module)));
                 }
                 self.reboot()?;
                 eprintln!("--- {module} again, on a freshly booted guest");
@@ -120,7 +121,7 @@ impl Node<'_> {
         Ok(self.report(runs, None))
     }
 
-    fn report(&self, runs: Vec<Run>, lost: Option<String>) -> Report {
+    fn report(&self, runs: Vec<Run>, lost: Option<&'static str>) -> Report {
         Report {
             runs,
             boot_seconds: self.state.boot_seconds,
@@ -185,7 +186,7 @@ impl Node<'_> {
         let t = Instant::now();
         let status = self.guest().exec(&script, Some(registry_port()))?;
         let run = Run {
-            test: p.module.clone(),
+            test: p.module,
             runtime: self.runtime,
             ok: status.success(),
             seconds: t.elapsed().as_secs_f64(),

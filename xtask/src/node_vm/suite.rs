@@ -178,41 +178,17 @@ fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'st
 }
 
 /// What runs in the guest: the tests of each module, chosen from the built binaries, for
-/// the reference runtime and then the compatibility one, and the stage that holds the
-/// binaries. Written as JSON, it is what a suite run in the background
-/// (`node-vm run-prepared`) reads: that run builds nothing, so it never waits on cargo's
-/// lock while the host's checks build.
-#[derive(serde::Serialize, serde::Deserialize)]
+/// the reference runtime and then the compatibility one.
 pub struct Suite {
-    pub stage: PathBuf,
     pub reference: Vec<Planned>,
     pub compat: Vec<Planned>,
 }
 
 /// One module's run: its binary and the libtest arguments that choose its tests.
-#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Planned {
-    pub module: String,
-    pub binary: String,
+    pub module: &'static str,
+    pub binary: &'static str,
     pub args: Vec<String>,
-}
-
-impl Suite {
-    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
-        let text = serde_json::to_string_pretty(self)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-    }
-
-    pub fn load(path: &Path) -> anyhow::Result<Suite> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the prepared suite {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{}: not a prepared suite (`node-vm test` or `cargo xtask test` writes one)",
-                path.display()
-            )
-        })
-    }
 }
 
 /// The runs of `tests` (module, test names; empty = all of them), from the built binaries'
@@ -231,8 +207,8 @@ fn plan(
             listed.insert(binary, integration::list(built.executable(binary)?)?);
         }
         planned.push(Planned {
-            module: module.to_string(),
-            binary: binary.to_string(),
+            module,
+            binary,
             args: integration::selection(&listed[binary], module, names)?,
         });
     }
@@ -266,14 +242,7 @@ pub fn run_on_lab(
     lab_paths: &LabPaths,
     only: &[String],
 ) -> anyhow::Result<()> {
-    let suite = prepare(only)?;
-    run_prepared(paths, lab_paths, &suite)
-}
-
-/// Builds podlapse, the probes and the test binaries the suite (or the modules `only`
-/// names) needs, chooses each module's tests from the binaries' own lists, and stages
-/// all of it for the guest.
-pub fn prepare(only: &[String]) -> anyhow::Result<Suite> {
+    let started = Instant::now();
     eprintln!("node-vm [1/4] building podlapse and the test binaries");
     let podlapse = workspace::build_podlapse()?;
     let probes = crate::build_ebpf::run()?;
@@ -294,6 +263,7 @@ pub fn prepare(only: &[String]) -> anyhow::Result<Suite> {
         .copied()
         .collect();
     let compat = plan(&built, &compat)?;
+    let suite = Suite { reference, compat };
     let stage = stage(&podlapse, &probes, &built)?;
     if tests.iter().any(|(m, _)| *m == "daemonset") {
         // The DaemonSet's pod runs from podlapse's image of the binary the guest tests,
@@ -302,29 +272,8 @@ pub fn prepare(only: &[String]) -> anyhow::Result<Suite> {
         let image = lab::build_agent_image(&podlapse, &layout, "node-vm", 1)?;
         lab::push_agent_image(&image, AGENT_IMAGE)?;
     }
-    Ok(Suite {
-        stage,
-        reference,
-        compat,
-    })
-}
-
-/// The prepared suite in the guest (booted for it unless it runs), with the host lab up:
-/// fails unless every run passed.
-pub fn run_prepared(
-    paths: &NodeVmPaths,
-    lab_paths: &LabPaths,
-    suite: &Suite,
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    if !lab_paths.state_file().exists() {
-        bail!(
-            "the host lab is not up ({} is missing); the guest's registry is the lab's",
-            lab_paths.state_file().display()
-        );
-    }
     eprintln!("node-vm [2/4] the modern node");
-    let report = session::with_guest(paths, lab_paths, suite)?;
+    let report = session::with_guest(paths, lab_paths, stage, &suite)?;
     report.print();
     eprintln!(
         "modern-node suite: {} of {} test runs passed in {:.0} s (boot {:.0} s)",
@@ -349,7 +298,7 @@ pub fn run_prepared(
 }
 
 pub struct Run {
-    pub test: String,
+    pub test: &'static str,
     pub runtime: &'static str,
     pub ok: bool,
     pub seconds: f64,
@@ -361,7 +310,7 @@ pub struct Report {
     pub runs: Vec<Run>,
     pub boot_seconds: f64,
     /// The module during which the guest stopped answering for good, if it did.
-    pub lost: Option<String>,
+    pub lost: Option<&'static str>,
 }
 
 impl Report {
