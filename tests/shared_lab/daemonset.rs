@@ -318,6 +318,8 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
     let image = agent_image(&work.path().join("image"));
     let node = node_values(&lab);
     let pod = daemon_set_pod(&image, &node, &traces, &run);
+    // Dropped before `work`: a failed run keeps the observer's trace.
+    let _kept = KeptOnFailure(traces.join("trace.jsonl"));
 
     let mut agent = Agent::start("ds-node", &[]);
     agent.write("podlapse.yaml", &serde_yaml::to_string(&pod).unwrap());
@@ -413,7 +415,9 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
                 Ok(())
             } else {
                 Err(format!(
-                    "{promql}: {r:?}; the target: {}; the observer's log ends:\n{}",
+                    "{promql}: {r:?}; every series of its family: {}; the target: {}; the \
+                     observer's log ends:\n{}",
+                    family_series(&prometheus, promql),
                     prometheus.target_health(),
                     tail(&pod_log(&logs), 30)
                 ))
@@ -460,14 +464,50 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
     agent.stop();
 }
 
-/// The observer container's log, as the agent keeps pod logs (every file under the pod's
-/// directory).
+/// Where a failed run leaves the observer's trace (the test's own directory goes with it):
+/// the modern node's suite brings `/tmp/podlapse-failed-*` back with the guest's logs.
+const KEPT_TRACE: &str = "/tmp/podlapse-failed-daemonset-trace.jsonl";
+
+/// Copies the observer's trace to [`KEPT_TRACE`] when the test fails.
+struct KeptOnFailure(PathBuf);
+
+impl Drop for KeptOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            match std::fs::copy(&self.0, KEPT_TRACE) {
+                Ok(_) => eprintln!("the observer's trace is kept in {KEPT_TRACE}"),
+                Err(e) => eprintln!("the observer's trace {}: {e}", self.0.display()),
+            }
+        }
+    }
+}
+
+/// Every series of the family `promql` sums over (its labels and values), for a failed
+/// wait to show what the observer did report.
+fn family_series(prometheus: &Prometheus, promql: &str) -> String {
+    let family: String = promql
+        .trim_start_matches("sum(")
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    match prometheus.query(&family) {
+        Ok(series) => series
+            .iter()
+            .map(|s| format!("{} {}", s["metric"], s["value"][1]))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => format!("{family}: {e}"),
+    }
+}
+
 /// The last `n` lines of `text`.
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// The observer container's log, as the agent keeps pod logs (every file under the pod's
+/// directory).
 fn pod_log(logs: &Path) -> String {
     let mut out = String::new();
     let mut stack = vec![logs.to_path_buf()];

@@ -974,8 +974,19 @@ mod tests {
             20,
             StageSource::Cri,
         );
+        // The ADD around it, as the timeline builds it while the plugin runs: pending too.
+        let mut add = Stage::new(
+            "u",
+            "default",
+            "web",
+            StageKind::CniAdd.into(),
+            5,
+            5,
+            StageSource::Kernel,
+        );
+        add.ok = false;
         let m = Metrics::new();
-        m.observe_timeline_at(&pod(vec![plugin(None)]), 100);
+        m.observe_timeline_at(&pod(vec![add, plugin(None)]), 100);
         assert!(
             !m.encode_prometheus()
                 .contains("podlapse_cni_plugin_duration_seconds_count"),

@@ -506,15 +506,32 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
         let end = plugins.iter().map(|s| s.end_ns).max().unwrap_or(start);
         let mut add = self.stage(StageKind::CniAdd.into(), start, end, StageSource::Kernel);
         add.sandbox_id = Some(id.to_string());
-        let failed = plugins.iter().find(|s| !s.ok);
+        // A plugin that failed for good names the ADD's failure; else one whose exit has
+        // not come yet (still running, or its exit lost) leaves the ADD's outcome pending
+        // as its own is: no exit code, no signal. Read as failed, a slow plugin would end
+        // the pod's startup in the metrics before it got its IP.
+        let failed = plugins
+            .iter()
+            .find(|s| !s.ok && !s.outcome_pending())
+            .or_else(|| plugins.iter().find(|s| !s.ok));
         add.ok = failed.is_none();
-        add.exit_code = Some(failed.and_then(|s| s.exit_code).unwrap_or(0));
+        (add.exit_code, add.signal) = match failed {
+            Some(f) => (f.exit_code, f.signal),
+            None => (Some(0), None),
+        };
         add.detail = match failed {
+            Some(f) if f.outcome_pending() => format!(
+                "{}: exit not seen",
+                f.stage.cni_plugin().unwrap_or_default()
+            ),
             Some(f) => format!(
-                "{} failed{}",
+                "{} failed{}{}",
                 f.stage.cni_plugin().unwrap_or_default(),
                 f.exit_code
                     .map(|c| format!(" with exit code {c}"))
+                    .unwrap_or_default(),
+                f.signal
+                    .map(|sig| format!(", killed by signal {sig}"))
                     .unwrap_or_default()
             ),
             None => plugins

@@ -386,6 +386,34 @@ fn a_failed_plugin_shows_with_its_exit_code() {
     assert_eq!(failed, ["cni_add", "cni_plugin:tuning"]);
 }
 
+/// A plugin still running when the timeline is built (its exit not read yet: on a slow
+/// node bridge's ADD takes seconds) leaves the ADD pending, not failed: the pod has no
+/// settled failure, so the metrics do not count its startup as over before its IP.
+#[test]
+fn a_plugin_whose_exit_has_not_come_leaves_the_add_pending_not_failed() {
+    let mut records = run("tuning", 0);
+    let at = records
+        .iter()
+        .position(|r| matches!(r, TraceRecord::Kernel(KernelEvent::Exit { meta, .. }) if meta.tgid == 101))
+        .unwrap();
+    records.remove(at);
+    let t = build(&records);
+    let p = &t.pods[0];
+    let bridge = p.stage("cni_plugin:bridge").unwrap();
+    assert!(bridge.outcome_pending(), "{bridge:?}");
+    let add = p.stage("cni_add").unwrap();
+    assert!(!add.ok && add.outcome_pending(), "{add:?}");
+    assert_eq!(add.detail, "bridge: exit not seen");
+    assert_eq!(p.settled_failures().count(), 0);
+    // One plugin failed for good beside the pending one: that failure is the ADD's.
+    let mut records = run("tuning", 1);
+    records.remove(at);
+    let p = &build(&records).pods[0];
+    let add = p.stage("cni_add").unwrap();
+    assert_eq!((add.ok, add.exit_code), (false, Some(1)));
+    assert_eq!(add.detail, "tuning failed with exit code 1");
+}
+
 #[test]
 fn the_agents_bounded_records_give_the_same_timeline() {
     let mut records = run("portmap", 0);

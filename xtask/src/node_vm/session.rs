@@ -242,7 +242,7 @@ impl Node<'_> {
         let guest = self.guest();
         let dir = results_dir();
         let _ = std::fs::create_dir_all(&dir);
-        let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd -u containerd-1.7 > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; true";
+        let script = "mkdir -p /tmp/node-vm-results && journalctl -b --no-pager -u containerd -u containerd-1.7 > /tmp/node-vm-results/containerd.log 2>&1; systemctl list-units --all --no-pager > /tmp/node-vm-results/units.txt 2>&1; journalctl -b --no-pager -p warning > /tmp/node-vm-results/warnings.log 2>&1; cp /tmp/podlapse-failed-* /tmp/node-vm-results/ 2>/dev/null; true";
         if guest.check(script).is_ok() {
             let _ = guest.copy_out("/tmp/node-vm-results", &dir);
         }

@@ -146,12 +146,15 @@ const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
 
 /// Modules the guest runs only when `--only` names them. The DaemonSet's own pod, from
 /// podlapse's image pushed to the host lab's registry and scraped by the staged
-/// Prometheus: alone in a booted guest it passes (CAP_SYS_ADMIN for Debian's
-/// perf_event_paranoid 3; five pods' kernel stages counted). After the rest of the suite
-/// in the same boot it has failed twice: once its observer counted no app_first_exec in
-/// 600 s; once (at 1267f3f, probe loads twice as fast) app_first_exec and running counted
-/// the five pods but no bridge plugin run reached its metrics in 600 s. Until that is
-/// understood it stays out of the full suite, so the suite stays a verdict.
+/// Prometheus: alone on a freshly booted guest it has passed; after the rest of the suite,
+/// or after nothing but `systemctl restart containerd`, it fails. Two causes found so far,
+/// from the observer's trace the test now keeps: (1) while a CNI plugin ran (bridge's ADD
+/// takes seconds under emulation), the timeline marked the ADD failed with exit code 0, so
+/// the metrics took the pod's startup as over and sealed it before its containers started
+/// (fixed: the ADD is pending while a plugin is); (2) the live observer then counts bridge
+/// and host-local (bridge's delegate) without their exit codes, though the recorded trace
+/// has both exits: not yet understood. Until it is, the module stays out of the full
+/// suite, so the suite stays a verdict.
 pub const ON_REQUEST: &[(&str, &[&str])] = &[("daemonset", &[])];
 
 /// The suite's modules `only` names (all of the suite when it is empty; a module of
