@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use podlapse_tests::agent::{Agent, container, container_pids, phase};
 use podlapse_tests::cni_conf::runtime_network;
-use podlapse_tests::observer::ClientRun;
+use podlapse_tests::observer::{ClientPodsCleanup, ClientRun};
 use podlapse_tests::{deploy_dir, eventually, podlapse_bin, require_lab};
 use serde_json::{Value, json};
 use xtask::lab::{IMAGE_APP, LabPaths, REGISTRY_ADDR, build_agent_image, push_agent_image};
@@ -24,6 +24,8 @@ const IMAGE_ENV: &str = "PODLAPSE_AGENT_IMAGE";
 /// The static pod's name in its manifest.
 const POD: &str = "podlapse";
 const PODS: usize = 5;
+/// The test client's pods are named after this.
+const PREFIX: &str = "ds-obs";
 /// Bounds that only keep a broken run from hanging the suite: each wait ends on evidence.
 const POD_RUNS: Duration = Duration::from_secs(600);
 const SCRAPED: Duration = Duration::from_secs(600);
@@ -372,6 +374,9 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
 
     let prometheus = Prometheus::start(&target);
     let cri = format!("unix://{}", node.socket.display());
+    // A failed run leaves no pod to the next (the client holds its pods 900 s): a rerun
+    // on the same node would count them too.
+    let _cleanup = ClientPodsCleanup::new(env!("CARGO_BIN_EXE_cri-pod-client"), &cri, PREFIX);
     let client = ClientRun::spawn(
         env!("CARGO_BIN_EXE_cri-pod-client"),
         &cri,
@@ -379,7 +384,7 @@ fn the_daemon_sets_pod_observes_the_nodes_pods_for_prometheus_and_leaves_nothing
             "--pods",
             &PODS.to_string(),
             "--prefix",
-            "ds-obs",
+            PREFIX,
             "--image",
             IMAGE_APP,
             "--hold-seconds",
