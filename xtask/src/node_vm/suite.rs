@@ -96,7 +96,9 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
         "observe_outputs",
         &["the_observers_metrics_and_otlp_carry_every_pods_stages_inside_the_kubelets_traces"],
     ),
-    // The DaemonSet's own pod (`daemonset`) is in `ON_REQUEST`, not here: see there.
+    // The DaemonSet's own pod, from podlapse's image pushed to the host lab's registry,
+    // observing the node's pods for the staged Prometheus and leaving nothing on SIGTERM.
+    ("daemonset", &[]),
     // containerd 2.x traces every CRI call here: its spans must continue podlapse's.
     (
         "otel_export",
@@ -144,42 +146,21 @@ pub const AGENT_IMAGE: &str = "127.0.0.1:5000/podlapse/podlapse:node-vm";
 /// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
 const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
 
-/// Modules the guest runs only when `--only` names them. The DaemonSet's own pod, from
-/// podlapse's image pushed to the host lab's registry and scraped by the staged
-/// Prometheus: alone on a freshly booted guest it has passed; after the rest of the suite,
-/// or after nothing but `systemctl restart containerd`, it fails. Two causes found so far,
-/// from the observer's trace the test now keeps: (1) while a CNI plugin ran (bridge's ADD
-/// takes seconds under emulation), the timeline marked the ADD failed with exit code 0, so
-/// the metrics took the pod's startup as over and sealed it before its containers started
-/// (fixed: the ADD is pending while a plugin is); (2) the run after that fix counted
-/// bridge and host-local (bridge's delegate) without their exit codes, though its trace
-/// has both exits, and replaying that trace record by record through the collector and
-/// the metrics gives exit code 0 for all five. That run had the five pods of the failed
-/// run before it still running on the node (fixed since: the test removes its client's
-/// pods when it fails), so it decides nothing; a run on a clean guest will. Until one
-/// passes after a restart, the module stays out of the full suite, so the suite stays a
-/// verdict.
-pub const ON_REQUEST: &[(&str, &[&str])] = &[("daemonset", &[])];
-
-/// The suite's modules `only` names (all of the suite when it is empty; a module of
-/// [`ON_REQUEST`] only when named), or which name is not one.
+/// The suite's modules `only` names (all of the suite when it is empty), or which name is
+/// not one.
 fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'static str])>> {
-    let known = || GUEST_TESTS.iter().chain(ON_REQUEST);
-    if let Some(unknown) = only.iter().find(|o| !known().any(|(t, _)| t == o)) {
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !GUEST_TESTS.iter().any(|(t, _)| t == o))
+    {
         bail!(
-            "--only {unknown}: not a test of the suite (it has {}; and on request {})",
-            list(GUEST_TESTS, ", ", |(t, _)| t.to_string()),
-            list(ON_REQUEST, ", ", |(t, _)| t.to_string())
+            "--only {unknown}: not a test of the suite (it has {})",
+            list(GUEST_TESTS, ", ", |(t, _)| t.to_string())
         );
     }
-    Ok(known()
-        .filter(|(t, _)| {
-            if only.is_empty() {
-                !ON_REQUEST.iter().any(|(r, _)| r == t)
-            } else {
-                only.iter().any(|o| o == t)
-            }
-        })
+    Ok(GUEST_TESTS
+        .iter()
+        .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
         .copied()
         .collect())
 }
@@ -439,14 +420,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_module_on_request_runs_only_when_named() {
+    fn only_selects_the_named_modules_and_refuses_a_name_that_is_not_one() {
         let all: Vec<&str> = selected(&[]).unwrap().iter().map(|(t, _)| *t).collect();
-        assert!(all.contains(&"observe_outputs"), "{all:?}");
-        assert!(!all.contains(&"daemonset"), "{all:?}");
-        let named = selected(&["daemonset".to_string()]).unwrap();
+        assert_eq!(all.len(), GUEST_TESTS.len());
+        assert!(all.contains(&"daemonset"), "{all:?}");
+        let named = selected(&["daemonset".to_string(), "no_ip".to_string()]).unwrap();
         assert_eq!(
             named.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
-            ["daemonset"]
+            ["no_ip", "daemonset"],
+            "in the suite's order"
         );
         let err = selected(&["nosuch".to_string()]).unwrap_err().to_string();
         assert!(
