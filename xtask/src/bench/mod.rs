@@ -2,6 +2,7 @@
 //! `BENCHMARKS.md` (figures, the command, the machine) and `target/bench/samples.json`
 //! (every raw sample). Not part of `cargo xtask test`: timing is never asserted in a test.
 
+mod accounting;
 mod agent;
 mod churn;
 mod direct;

@@ -1,6 +1,8 @@
-//! How many rounds a benchmark that judges a ratio of two arms runs, and what it concludes:
-//! rounds in batches until the interval of the median round ratio lies on one side of the
-//! goal's line, up to a cap, and "undecided" when it still holds the line at the cap.
+//! How many rounds a benchmark runs, and what it concludes: rounds in batches until the
+//! interval of the median round value lies on one side of the goal's line, up to a cap,
+//! and "undecided" when it still holds the line at the cap. A round's value is a ratio of
+//! two arms (time to Running alone over observed, say), judged at least a line, or a cost
+//! as a share in percent (the CPU podlapse adds over the node's), judged at most a line.
 //!
 //! The interval is the distribution-free one of [`median_interval`] (order statistics of
 //! the round ratios), as the benchmarks used before: a round's ratio compares two arms
@@ -28,11 +30,21 @@ use super::stats::{median, median_interval};
 /// misses the median of the round ratios.
 const MISS: f64 = 0.05;
 
+/// Which side of its line a goal wants the median on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Bound {
+    /// A ratio of two arms, at least the line.
+    AtLeast,
+    /// A share in percent, at most the line.
+    AtMost,
+}
+
 /// When a benchmark stops running rounds: see the module's documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Rule {
-    /// The goal: the median round ratio must be at least this.
+    /// The goal's line: the median round value must be on [`Rule::bound`]'s side of it.
     pub line: f64,
+    pub bound: Bound,
     /// The first look, after this many rounds; no verdict before it.
     pub min_rounds: usize,
     /// Rounds between looks.
@@ -87,14 +99,50 @@ pub struct Decision {
 }
 
 impl Rule {
-    /// A rule; panics on a schedule with no look (a constant's mistake).
+    /// A rule for a ratio that must be at least `line`; panics on a schedule with no look
+    /// (a constant's mistake).
     pub const fn new(line: f64, min_rounds: usize, batch: usize, cap: usize) -> Rule {
         assert!(min_rounds >= 1 && batch >= 1 && cap >= min_rounds);
         Rule {
             line,
+            bound: Bound::AtLeast,
             min_rounds,
             batch,
             cap,
+        }
+    }
+
+    /// A rule for a share in percent that must be at most `line`.
+    pub const fn at_most(line: f64, min_rounds: usize, batch: usize, cap: usize) -> Rule {
+        let rule = Rule::new(line, min_rounds, batch, cap);
+        Rule {
+            bound: Bound::AtMost,
+            ..rule
+        }
+    }
+
+    /// A round value as the rule's reports show it: a ratio to three places, a share in
+    /// percent to two.
+    pub fn show(&self, value: f64) -> String {
+        match self.bound {
+            Bound::AtLeast => format!("{value:.3}"),
+            Bound::AtMost => format!("{value:.2}%"),
+        }
+    }
+
+    /// The line as the reports show it: as given for a ratio, in percent for a share.
+    fn show_line(&self) -> String {
+        match self.bound {
+            Bound::AtLeast => self.line.to_string(),
+            Bound::AtMost => format!("{}%", self.line),
+        }
+    }
+
+    /// What a round's value is, in words.
+    fn noun(&self) -> &'static str {
+        match self.bound {
+            Bound::AtLeast => "ratio",
+            Bound::AtMost => "share",
         }
     }
 
@@ -144,10 +192,12 @@ impl Rule {
     /// with the interval clear of the line.
     pub fn decide(&self, ratios: &[f64]) -> Decision {
         let interval = median_interval(ratios, self.miss_per_look());
-        let verdict = match interval {
+        let verdict = match (self.bound, interval) {
             _ if ratios.len() < self.min_rounds => Verdict::Undecided,
-            Some((lo, _)) if lo >= self.line => Verdict::Met,
-            Some((_, hi)) if hi < self.line => Verdict::Missed,
+            (Bound::AtLeast, Some((lo, _))) if lo >= self.line => Verdict::Met,
+            (Bound::AtLeast, Some((_, hi))) if hi < self.line => Verdict::Missed,
+            (Bound::AtMost, Some((_, hi))) if hi <= self.line => Verdict::Met,
+            (Bound::AtMost, Some((lo, _))) if lo > self.line => Verdict::Missed,
             _ => Verdict::Undecided,
         };
         Decision {
@@ -173,7 +223,10 @@ impl Rule {
 
     /// The rule in words, for a benchmark's method.
     pub fn describe(&self) -> String {
-        explain(self.line, &self.schedule())
+        match self.bound {
+            Bound::AtLeast => explain(self.line, &self.schedule()),
+            Bound::AtMost => explain_share(self.line, &self.schedule()),
+        }
     }
 
     /// When it looks: "after 16 rounds, then every 16 more up to 48 (3 looks, each a
@@ -203,6 +256,18 @@ pub fn explain(line: f64, schedule: &str) -> String {
     )
 }
 
+/// [`explain`] for rules on shares, judged at most `line` percent.
+pub fn explain_share(line: f64, schedule: &str) -> String {
+    format!(
+        "Rounds run in batches, and at each look ({schedule}) the median of the round \
+         shares is judged by its distribution-free interval (order statistics of the \
+         shares): met once the whole interval is at or below {line}%, missed once it is \
+         above, undecided if it still holds {line}% at the cap. The 95% is split among the \
+         looks, so the interval a run stops on covers the median with at least 95% \
+         whatever look that is."
+    )
+}
+
 impl Decision {
     /// "met: median ratio 0.997, 95% interval 0.991–1.004 over 48 rounds (...)".
     pub fn text(&self) -> String {
@@ -211,15 +276,16 @@ impl Decision {
 
     /// The interval as `lo–hi`, or a dash when there is none.
     pub fn interval_text(&self) -> String {
-        self.interval
-            .map_or("-".to_string(), |(lo, hi)| format!("{lo:.3}–{hi:.3}"))
+        self.interval.map_or("-".to_string(), |(lo, hi)| {
+            format!("{}–{}", self.rule.show(lo), self.rule.show(hi))
+        })
     }
 
     /// [`Decision::text`] without the verdict's word.
     pub fn details(&self) -> String {
         let r = &self.rule;
         let interval = match self.interval {
-            Some((lo, hi)) => format!("95% interval {lo:.3}–{hi:.3}"),
+            Some(_) => format!("95% interval {}", self.interval_text()),
             None => "no 95% interval".to_string(),
         };
         let how = match self.verdict {
@@ -229,12 +295,18 @@ impl Decision {
             Verdict::Undecided if self.rounds < r.min_rounds => {
                 format!("fewer than the {} it takes to decide", r.min_rounds)
             }
-            Verdict::Undecided => format!("{} still inside it at the cap of {}", r.line, r.cap),
+            Verdict::Undecided => {
+                format!("{} still inside it at the cap of {}", r.show_line(), r.cap)
+            }
         };
         format!(
-            "median ratio {:.3}, {interval} over {} rounds (rounds in batches of {} until \
-             the interval clears {}: {how})",
-            self.median, self.rounds, r.batch, r.line
+            "median {} {}, {interval} over {} rounds (rounds in batches of {} until the \
+             interval clears {}: {how})",
+            r.noun(),
+            r.show(self.median),
+            self.rounds,
+            r.batch,
+            r.show_line()
         )
     }
 
@@ -243,6 +315,7 @@ impl Decision {
         let r = &self.rule;
         json!({
             "verdict": self.verdict.word(),
+            "bound": self.rule.bound,
             "median_ratio": self.median,
             "interval": self.interval.map(|(lo, hi)| [lo, hi]),
             "rounds": self.rounds,
@@ -407,6 +480,38 @@ mod tests {
             (Verdict::Undecided, 4, None)
         );
         assert_has(&d.text(), &["no 95% interval over 4 rounds"]);
+    }
+
+    #[test]
+    fn a_share_is_met_below_its_line_missed_above_and_shown_in_percent() {
+        let rule = Rule::at_most(2.0, 8, 8, 24);
+        let below = run(&rule, &noisy(0.6, 0.2, 24));
+        assert_eq!((below.verdict, below.rounds), (Verdict::Met, 8));
+        assert!(
+            below.text().starts_with("met: median share 0.5") && below.text().contains("%"),
+            "{}",
+            below.text()
+        );
+        let above = run(&rule, &noisy(3.0, 0.3, 24));
+        assert_eq!(above.verdict, Verdict::Missed);
+        let straddling = run(&rule, &noisy(2.0, 0.5, 24));
+        assert_eq!(
+            (straddling.verdict, straddling.rounds),
+            (Verdict::Undecided, 24)
+        );
+        assert!(
+            straddling
+                .text()
+                .contains("2% still inside it at the cap of 24"),
+            "{}",
+            straddling.text()
+        );
+        // At the line is met, as for ratios; the rule in words says which side it wants.
+        assert_eq!(rule.decide(&[2.0; 8]).verdict, Verdict::Met);
+        assert_has(
+            &rule.describe(),
+            &["at or below 2%", "missed once it is above"],
+        );
     }
 
     #[test]
