@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use xtask::lab::{self, LabPaths, UpOutcome};
 
 use crate::workspace;
+use xtask::text::list;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -192,14 +193,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         fuzzing::build()?;
     }
     let mut machine = machine::describe();
+    let mut run = Provenance::now();
     let started = std::time::Instant::now();
     let report = |machine: &machine::Machine,
+                  run: &Provenance,
                   outcomes: &[Outcome],
                   failures: &[(u8, String)],
                   finished: bool| {
         let total_s = started.elapsed().as_secs_f64();
         write_report(
-            &dir, &command, machine, total_s, outcomes, failures, finished,
+            &dir, &command, machine, run, total_s, outcomes, failures, finished,
         )
     };
     let mut outcomes = Vec::new();
@@ -207,6 +210,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     for n in selected {
         let name = BENCHMARKS.iter().find(|(m, _)| *m == n).map_or("", |b| b.1);
         eprintln!("bench: {n}. {name}");
+        let began = std::time::Instant::now();
         let outcome = match n {
             1 => with_lab(|| direct::overhead(&bin, &dir, args.overhead_pods)),
             2 => with_lab(|| direct::throughput(&bin, &dir)),
@@ -231,6 +235,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             12 => with_lab(|| observer_cost::run(&bin, &dir)),
             _ => continue,
         };
+        let took = began.elapsed().as_secs_f64();
+        run.seconds.insert(n, took);
+        eprintln!("bench: {n}. {name}: {took:.0} s");
         match outcome {
             Ok(o) => outcomes.push(o),
             // One benchmark failing must not lose the others' figures.
@@ -244,11 +251,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
         // A run cut short (a crash, a killed lab, a session ending) keeps what it
         // measured: the figures so far are written after every benchmark.
-        report(&machine, &outcomes, &failures, false)?;
+        report(&machine, &run, &outcomes, &failures, false)?;
     }
-    let (samples_path, copy) = report(&machine, &outcomes, &failures, true)?;
+    let (samples_path, copy) = report(&machine, &run, &outcomes, &failures, true)?;
     if !args.only.is_empty() {
-        merge_into_previous(&command, &outcomes)?;
+        merge_into_previous(&command, &run, &outcomes)?;
     }
     println!(
         "wrote {}",
@@ -323,12 +330,55 @@ fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     result
 }
 
+/// Which code a run measured, when, and how long each benchmark took.
+pub struct Provenance {
+    /// `git describe --always --dirty` of the workspace at the run's start.
+    pub commit: String,
+    /// The run's start, UTC.
+    pub date: String,
+    /// Each benchmark's wall time in this run, in seconds, by number.
+    pub seconds: std::collections::BTreeMap<u8, f64>,
+}
+
+impl Provenance {
+    fn now() -> Provenance {
+        let commit = std::process::Command::new("git")
+            .args(["describe", "--always", "--dirty", "--abbrev=12"])
+            .current_dir(workspace::root())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map_or_else(
+                || "unknown (not a git checkout)".to_string(),
+                |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            );
+        Provenance {
+            commit,
+            date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            seconds: Default::default(),
+        }
+    }
+
+    /// "at 0123abcd on 2026-12-04T21:00:00Z".
+    fn at(&self) -> String {
+        format!("at `{}` on {}", self.commit, self.date)
+    }
+
+    /// A benchmark's line on its own time: "Took 312 s in this run."
+    fn took(&self, n: u8) -> Option<String> {
+        self.seconds
+            .get(&n)
+            .map(|s| format!("Took {s:.0} s in the run {}.", self.at()))
+    }
+}
+
 /// Writes the raw samples and the report. While the run goes on (`finished` false) the
 /// report goes to `target/bench/BENCHMARKS.partial.md`; at the end, to BENCHMARKS.md.
 fn write_report(
     dir: &std::path::Path,
     command: &str,
     machine: &machine::Machine,
+    run: &Provenance,
     total_s: f64,
     outcomes: &[Outcome],
     failures: &[(u8, String)],
@@ -337,8 +387,11 @@ fn write_report(
     let samples_path = dir.join("samples.json");
     let samples = json!({
         "command": command,
+        "commit": run.commit,
+        "date": run.date,
         "machine": machine.to_json(),
         "total_seconds": total_s,
+        "seconds": run.seconds,
         "finished": finished,
         "benchmarks": outcomes.iter().map(|o| json!({
             "number": o.number,
@@ -360,7 +413,7 @@ fn write_report(
     };
     std::fs::write(
         &md_path,
-        render(command, machine, total_s, outcomes, failures, finished),
+        render(command, machine, run, total_s, outcomes, failures, finished),
     )
     .with_context(|| format!("writing {}", md_path.display()))?;
     Ok((samples_path, copy))
@@ -369,7 +422,11 @@ fn write_report(
 /// After a run of some benchmarks (`--only`): BENCHMARKS.md as it was in git, with this
 /// run's summary rows and sections in place of theirs, each section saying which run it
 /// came from. Without a committed BENCHMARKS.md, the partial report stands.
-fn merge_into_previous(command: &str, outcomes: &[Outcome]) -> anyhow::Result<()> {
+fn merge_into_previous(
+    command: &str,
+    run: &Provenance,
+    outcomes: &[Outcome],
+) -> anyhow::Result<()> {
     let path = workspace::root().join("BENCHMARKS.md");
     let committed = std::process::Command::new("git")
         .args(["show", "HEAD:BENCHMARKS.md"])
@@ -380,12 +437,12 @@ fn merge_into_previous(command: &str, outcomes: &[Outcome]) -> anyhow::Result<()
         return Ok(());
     }
     let old = String::from_utf8_lossy(&committed.stdout).to_string();
-    let merged = merge_report(&old, command, outcomes);
+    let merged = merge_report(&old, command, run, outcomes);
     std::fs::write(&path, merged).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `old` with `outcomes`' rows and sections in place (see [`merge_into_previous`]).
-fn merge_report(old: &str, command: &str, outcomes: &[Outcome]) -> String {
+fn merge_report(old: &str, command: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
     let (head, rest) = old.split_once("\n## Summary\n").unwrap_or((old, ""));
     let mut rows: std::collections::BTreeMap<u8, String> = Default::default();
     let mut sections: std::collections::BTreeMap<u8, String> = Default::default();
@@ -416,10 +473,10 @@ fn merge_report(old: &str, command: &str, outcomes: &[Outcome]) -> String {
     }
     for o in outcomes {
         rows.insert(o.number, summary_row(o));
-        let mut s = section(o);
+        let mut s = section(o, run);
         s = s.replacen(
             "\n\n",
-            &format!("\n\nRun again on its own: `{command}`.\n\n"),
+            &format!("\n\nRun again on its own: `{command}`, {}.\n\n", run.at()),
             1,
         );
         sections.insert(o.number, s);
@@ -450,10 +507,13 @@ fn summary_row(o: &Outcome) -> String {
 }
 
 /// One benchmark's section: its heading, method, figures and result.
-fn section(o: &Outcome) -> String {
+fn section(o: &Outcome, run: &Provenance) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "## {}. {}\n", o.number, o.title);
     let _ = writeln!(s, "{}\n", o.method);
+    if let Some(took) = run.took(o.number) {
+        let _ = writeln!(s, "{took}\n");
+    }
     let _ = writeln!(s, "| figure | value |\n|---|---|");
     for f in &o.figures {
         let _ = writeln!(s, "| {} | {} |", f.name, f.value);
@@ -471,6 +531,7 @@ fn build_release() -> anyhow::Result<PathBuf> {
 fn render(
     command: &str,
     machine: &machine::Machine,
+    run: &Provenance,
     total_s: f64,
     outcomes: &[Outcome],
     failures: &[(u8, String)],
@@ -480,8 +541,21 @@ fn render(
     let _ = writeln!(s, "# Benchmarks\n");
     let _ = writeln!(
         s,
-        "Produced by `{command}` (raw samples in `target/bench/samples.json`), in {total_s:.0} s."
+        "Produced by `{command}` {} (raw samples in `target/bench/samples.json`), in {total_s:.0} s ({:.0} min).",
+        run.at(),
+        total_s / 60.0
     );
+    if !run.seconds.is_empty() {
+        let _ = writeln!(
+            s,
+            "Each benchmark's time: {}.",
+            list(
+                &run.seconds.iter().collect::<Vec<_>>(),
+                ", ",
+                |(n, t)| format!("{n}. {t:.0} s")
+            )
+        );
+    }
     let _ = writeln!(
         s,
         "Regenerate with the same command; every figure below comes from that one run.\n"
@@ -497,7 +571,7 @@ fn render(
         let _ = writeln!(s, "{}", summary_row(o));
     }
     for o in outcomes {
-        let _ = write!(s, "\n{}", section(o));
+        let _ = write!(s, "\n{}", section(o, run));
     }
     let missing: Vec<String> = BENCHMARKS
         .iter()
@@ -531,6 +605,14 @@ fn assert_has(text: &str, needles: &[&str]) {
 mod tests {
     use super::*;
 
+    fn provenance(commit: &str, date: &str) -> Provenance {
+        Provenance {
+            commit: commit.into(),
+            date: date.into(),
+            seconds: Default::default(),
+        }
+    }
+
     fn outcome(number: u8, verdict: &str) -> Outcome {
         Outcome {
             number,
@@ -545,18 +627,47 @@ mod tests {
 
     #[test]
     fn a_run_of_some_benchmarks_replaces_only_their_rows_and_sections() {
+        let mut full = provenance("abc123", "2026-12-01T10:00:00Z");
+        full.seconds.insert(1, 61.4);
+        full.seconds.insert(2, 300.0);
         let old = render(
             "cargo xtask bench",
             &machine::describe(),
+            &full,
             10.0,
             &[outcome(1, "old one"), outcome(2, "old two")],
             &[],
             true,
         );
+        assert!(old.contains("at `abc123` on 2026-12-01T10:00:00Z"), "{old}");
+        assert!(
+            old.contains("Each benchmark's time: 1. 61 s, 2. 300 s."),
+            "{old}"
+        );
+        assert!(old.contains("Took 61 s in the run at `abc123`"), "{old}");
+        let mut again = provenance("def456", "2026-12-02T10:00:00Z");
+        again.seconds.insert(2, 42.0);
+        again.seconds.insert(12, 7.0);
         let merged = merge_report(
             &old,
             "cargo xtask bench --only 2",
+            &again,
             &[outcome(2, "new two"), outcome(12, "new twelve")],
+        );
+        // The sections run again say their own commit and time; the rest keep the
+        // full run's.
+        assert!(
+            merged.contains("Took 61 s in the run at `abc123`"),
+            "{merged}"
+        );
+        assert!(
+            merged.contains("Took 42 s in the run at `def456`"),
+            "{merged}"
+        );
+        assert!(!merged.contains("Took 300 s"), "{merged}");
+        assert!(
+            merged.contains("`cargo xtask bench --only 2`, at `def456` on 2026-12-02"),
+            "{merged}"
         );
         assert!(merged.contains("| 1 | t | g | old one |"), "{merged}");
         assert!(merged.contains("| 2 | t | g | new two |"), "{merged}");
