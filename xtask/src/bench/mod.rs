@@ -193,7 +193,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         fuzzing::build()?;
     }
     let mut machine = machine::describe();
-    let mut run = Provenance::now();
+    let mut run = Provenance::now(&command);
     let started = std::time::Instant::now();
     let report = |machine: &machine::Machine,
                   run: &Provenance,
@@ -201,9 +201,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                   failures: &[(u8, String)],
                   finished: bool| {
         let total_s = started.elapsed().as_secs_f64();
-        write_report(
-            &dir, &command, machine, run, total_s, outcomes, failures, finished,
-        )
+        write_report(&dir, machine, run, total_s, outcomes, failures, finished)
     };
     let mut outcomes = Vec::new();
     let mut failures: Vec<(u8, String)> = Vec::new();
@@ -255,7 +253,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let (samples_path, copy) = report(&machine, &run, &outcomes, &failures, true)?;
     if !args.only.is_empty() {
-        merge_into_previous(&command, &run, &outcomes)?;
+        merge_into_previous(&run, &outcomes)?;
     }
     println!(
         "wrote {}",
@@ -332,6 +330,8 @@ fn with_lab<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
 
 /// Which code a run measured, when, and how long each benchmark took.
 pub struct Provenance {
+    /// The command line, as a user would type it again.
+    pub command: String,
     /// `git describe --always --dirty` of the workspace at the run's start.
     pub commit: String,
     /// The run's start, UTC.
@@ -341,7 +341,7 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    fn now() -> Provenance {
+    fn now(command: &str) -> Provenance {
         let commit = std::process::Command::new("git")
             .args(["describe", "--always", "--dirty", "--abbrev=12"])
             .current_dir(workspace::root())
@@ -353,6 +353,7 @@ impl Provenance {
                 |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
             );
         Provenance {
+            command: command.to_string(),
             commit,
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             seconds: Default::default(),
@@ -376,7 +377,6 @@ impl Provenance {
 /// report goes to `target/bench/BENCHMARKS.partial.md`; at the end, to BENCHMARKS.md.
 fn write_report(
     dir: &std::path::Path,
-    command: &str,
     machine: &machine::Machine,
     run: &Provenance,
     total_s: f64,
@@ -386,7 +386,7 @@ fn write_report(
 ) -> anyhow::Result<(PathBuf, PathBuf)> {
     let samples_path = dir.join("samples.json");
     let samples = json!({
-        "command": command,
+        "command": run.command,
         "commit": run.commit,
         "date": run.date,
         "machine": machine.to_json(),
@@ -413,7 +413,7 @@ fn write_report(
     };
     std::fs::write(
         &md_path,
-        render(command, machine, run, total_s, outcomes, failures, finished),
+        render(machine, run, total_s, outcomes, failures, finished),
     )
     .with_context(|| format!("writing {}", md_path.display()))?;
     Ok((samples_path, copy))
@@ -422,11 +422,7 @@ fn write_report(
 /// After a run of some benchmarks (`--only`): BENCHMARKS.md as it was in git, with this
 /// run's summary rows and sections in place of theirs, each section saying which run it
 /// came from. Without a committed BENCHMARKS.md, the partial report stands.
-fn merge_into_previous(
-    command: &str,
-    run: &Provenance,
-    outcomes: &[Outcome],
-) -> anyhow::Result<()> {
+fn merge_into_previous(run: &Provenance, outcomes: &[Outcome]) -> anyhow::Result<()> {
     let path = workspace::root().join("BENCHMARKS.md");
     let committed = std::process::Command::new("git")
         .args(["show", "HEAD:BENCHMARKS.md"])
@@ -437,12 +433,12 @@ fn merge_into_previous(
         return Ok(());
     }
     let old = String::from_utf8_lossy(&committed.stdout).to_string();
-    let merged = merge_report(&old, command, run, outcomes);
+    let merged = merge_report(&old, run, outcomes);
     std::fs::write(&path, merged).with_context(|| format!("writing {}", path.display()))
 }
 
 /// `old` with `outcomes`' rows and sections in place (see [`merge_into_previous`]).
-fn merge_report(old: &str, command: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
+fn merge_report(old: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
     let (head, rest) = old.split_once("\n## Summary\n").unwrap_or((old, ""));
     let mut rows: std::collections::BTreeMap<u8, String> = Default::default();
     let mut sections: std::collections::BTreeMap<u8, String> = Default::default();
@@ -476,7 +472,11 @@ fn merge_report(old: &str, command: &str, run: &Provenance, outcomes: &[Outcome]
         let mut s = section(o, run);
         s = s.replacen(
             "\n\n",
-            &format!("\n\nRun again on its own: `{command}`, {}.\n\n", run.at()),
+            &format!(
+                "\n\nRun again on its own: `{}`, {}.\n\n",
+                run.command,
+                run.at()
+            ),
             1,
         );
         sections.insert(o.number, s);
@@ -529,7 +529,6 @@ fn build_release() -> anyhow::Result<PathBuf> {
 }
 
 fn render(
-    command: &str,
     machine: &machine::Machine,
     run: &Provenance,
     total_s: f64,
@@ -541,7 +540,8 @@ fn render(
     let _ = writeln!(s, "# Benchmarks\n");
     let _ = writeln!(
         s,
-        "Produced by `{command}` {} (raw samples in `target/bench/samples.json`), in {total_s:.0} s ({:.0} min).",
+        "Produced by `{}` {} (raw samples in `target/bench/samples.json`), in {total_s:.0} s ({:.0} min).",
+        run.command,
         run.at(),
         total_s / 60.0
     );
@@ -607,6 +607,7 @@ mod tests {
 
     fn provenance(commit: &str, date: &str) -> Provenance {
         Provenance {
+            command: "cargo xtask bench".into(),
             commit: commit.into(),
             date: date.into(),
             seconds: Default::default(),
@@ -631,7 +632,6 @@ mod tests {
         full.seconds.insert(1, 61.4);
         full.seconds.insert(2, 300.0);
         let old = render(
-            "cargo xtask bench",
             &machine::describe(),
             &full,
             10.0,
@@ -646,11 +646,11 @@ mod tests {
         );
         assert!(old.contains("Took 61 s in the run at `abc123`"), "{old}");
         let mut again = provenance("def456", "2026-12-02T10:00:00Z");
+        again.command = "cargo xtask bench --only 2".into();
         again.seconds.insert(2, 42.0);
         again.seconds.insert(12, 7.0);
         let merged = merge_report(
             &old,
-            "cargo xtask bench --only 2",
             &again,
             &[outcome(2, "new two"), outcome(12, "new twelve")],
         );
