@@ -40,6 +40,18 @@ impl Agent {
     /// Starts the agent in `work` (manifests in `work/manifests`, its log in
     /// `work/agent.log`) with `extra` flags, and waits until its API answers.
     pub fn start(bin: &Path, work: &Path, node: &str, extra: &[String]) -> anyhow::Result<Agent> {
+        Agent::start_in(bin, work, node, extra, None)
+    }
+
+    /// [`Agent::start`], the agent's process born in the cgroup whose `cgroup.procs` is
+    /// `cgroup` (every thread and child it has charged there), where one is given.
+    pub fn start_in(
+        bin: &Path,
+        work: &Path,
+        node: &str,
+        extra: &[String],
+        cgroup: Option<std::path::PathBuf>,
+    ) -> anyhow::Result<Agent> {
         let _ = std::fs::remove_dir_all(work);
         let places = AgentPlaces {
             node: node.to_string(),
@@ -53,6 +65,9 @@ impl Agent {
             .with_context(|| format!("creating {}", places.manifests.display()))?;
         let log = std::fs::File::create(work.join("agent.log"))?;
         let mut cmd = AgentProcess::command(bin, &places);
+        if let Some(procs) = cgroup {
+            super::accounting::join_in_child(&mut cmd, procs);
+        }
         roomy_node(cmd.arg("--cri").arg(LabPaths::from_env().cri_socket()))
             .args(extra)
             .stdin(Stdio::null())
@@ -68,6 +83,11 @@ impl Agent {
             a.phases().map(|p| p.is_empty())
         })?;
         Ok(agent)
+    }
+
+    /// The agent's exit status, once it has exited.
+    pub fn exited(&mut self) -> anyhow::Result<Option<ExitStatus>> {
+        self.process.exited()
     }
 
     pub fn pid(&self) -> u32 {

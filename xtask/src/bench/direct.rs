@@ -1,4 +1,4 @@
-//! Benchmarks 1 and 2 (and the arms of 11): podlapse's pipeline against the direct CRI driver
+//! Benchmark 1 (and the direct arms of 2 and 11): podlapse's pipeline against the direct CRI driver
 //! (`podlapse bench-direct`: the same requests in the same order, nothing in between), on
 //! the node lab with the image already present. Arms alternate within one run.
 
@@ -7,19 +7,15 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use xtask::text::list;
 
 use super::agent::roomy_node;
 use super::pods::sleep_pod;
-use super::sequential::{Decision, Rule, Verdict, explain};
 use super::stats::percentile;
 use super::{Figure, Outcome};
 
 pub const OVERHEAD_PODS: usize = 200;
 const GOAL_RATIO: f64 = 1.05;
 const GOAL_GAP_MS: f64 = 10.0;
-const CONCURRENCY: &[usize] = &[1, 2, 8, 32];
-const GOAL_THROUGHPUT: f64 = 0.95;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Arm {
@@ -48,7 +44,13 @@ impl Arm {
 
 /// Creates `pods` pods with one arm and returns each pod's time to Running, in seconds.
 /// Both arms print `{"pods": [{"name", "seconds", ...}]}`.
-fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::Result<Vec<f64>> {
+pub(super) fn create(
+    bin: &Path,
+    work: &Path,
+    arm: Arm,
+    tag: &str,
+    pods: usize,
+) -> anyhow::Result<Vec<f64>> {
     Ok(create_sampled(bin, work, arm, tag, pods)?.seconds)
 }
 
@@ -56,14 +58,9 @@ fn create(bin: &Path, work: &Path, arm: Arm, tag: &str, pods: usize) -> anyhow::
 pub struct ArmRun {
     /// Each pod's time to Running, in seconds.
     pub seconds: Vec<f64>,
-    /// The highest VmRSS of the process, sampled every [`RSS_EVERY`] until it exited.
-    pub peak_rss_kib: u64,
 }
 
-/// How often [`create_sampled`] reads the arm's VmRSS.
-const RSS_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// [`create`], with the arm's memory sampled.
+/// [`create`], as a struct.
 pub(super) fn create_sampled(
     bin: &Path,
     work: &Path,
@@ -85,7 +82,9 @@ pub(super) fn create_sampled(
         Arm::Direct => cmd.args(["bench-direct", "--cleanup"]),
     };
     let node = format!("podlapse-bench-{}", arm.name());
-    let (out, peak_rss_kib) = run_sampling_rss(super::on_lab(&mut cmd, &dir, &manifests, &node))
+    let out = super::on_lab(&mut cmd, &dir, &manifests, &node)
+        .stdin(std::process::Stdio::null())
+        .output()
         .with_context(|| format!("running the {} arm", arm.name()))?;
     // Kept for after the run: cleanup errors from either arm show only here.
     std::fs::write(dir.join("stderr.log"), &out.stderr)?;
@@ -128,50 +127,7 @@ pub(super) fn create_sampled(
     }
     Ok(ArmRun {
         seconds: list.iter().filter_map(|p| p["seconds"].as_f64()).collect(),
-        peak_rss_kib,
     })
-}
-
-/// Runs `cmd` to the end like `output()`, reading its VmRSS every [`RSS_EVERY`]
-/// meanwhile; returns the output and the highest VmRSS read (KiB).
-fn run_sampling_rss(cmd: &mut Command) -> anyhow::Result<(std::process::Output, u64)> {
-    use std::io::Read;
-    use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let pid = child.id();
-    fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            buf
-        })
-    }
-    let (stdout, stderr) = (
-        child.stdout.take().map(drain),
-        child.stderr.take().map(drain),
-    );
-    let drained = |h: Option<std::thread::JoinHandle<_>>| h.and_then(|h| h.join().ok());
-    let mut peak = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        // Gone between the two calls: the last reading stands.
-        if let Ok(kib) = super::memory::status_kib(pid, "VmRSS:") {
-            peak = peak.max(kib);
-        }
-        std::thread::sleep(RSS_EVERY);
-    };
-    let output = std::process::Output {
-        status,
-        stdout: drained(stdout).unwrap_or_default(),
-        stderr: drained(stderr).unwrap_or_default(),
-    };
-    Ok((output, peak))
 }
 
 pub fn overhead(bin: &Path, dir: &Path, pods: usize) -> anyhow::Result<Outcome> {
@@ -267,141 +223,5 @@ fn render_overhead(pods: usize, samples: &[(Arm, Vec<f64>)]) -> Outcome {
             "runs": samples.iter().map(|(a, s)| json!({"arm": a.name(), "seconds": s}))
                 .collect::<Vec<_>>(),
         }),
-    }
-}
-
-/// Benchmark 2 at one concurrency: each arm's batch times (podlapse's, then the direct
-/// driver's) and the decision on the rounds' ratios.
-struct AtConcurrency {
-    c: usize,
-    took: [Vec<f64>; 2],
-    decision: Decision,
-}
-
-pub fn throughput(bin: &Path, dir: &Path) -> anyhow::Result<Outcome> {
-    let (measured, raw) = measure_throughput(bin, dir)?;
-    Ok(render_throughput(&measured, raw))
-}
-
-/// Benchmark 2's runs at every concurrency, and every batch's raw figures.
-fn measure_throughput(
-    bin: &Path,
-    dir: &Path,
-) -> anyhow::Result<(Vec<AtConcurrency>, Vec<serde_json::Value>)> {
-    let work = dir.join("throughput");
-    let mut raw = Vec::new();
-    let mut measured = Vec::new();
-    for &c in CONCURRENCY {
-        let rule = rule_at(c);
-        // One untimed pod per arm first: the first pod after a pause pays for cold
-        // caches (it took 2 to 6 times as long as the rest in earlier runs), whichever
-        // arm happens to run it.
-        for arm in [Arm::Podlapse, Arm::Direct] {
-            create(bin, &work, arm, &format!("c{c}-warm"), 1)?;
-        }
-        // Each arm's batch times, round by round.
-        let mut took = [Vec::new(), Vec::new()];
-        // A round is one batch per arm, in ABBA order round by round.
-        let decision = rule.run(|b| -> anyhow::Result<f64> {
-            for arm in Arm::abba(b) {
-                let s = create(bin, &work, arm, &format!("c{c}-b{b}"), c)?;
-                // A batch's pods start together; it takes as long as its slowest pod.
-                took[(arm == Arm::Direct) as usize].push(s.iter().copied().fold(0.0, f64::max));
-                raw.push(json!({"concurrency": c, "batch": b, "arm": arm.name(), "seconds": s}));
-            }
-            // Both batches ran c pods: podlapse's pods/s over the direct driver's is the
-            // direct batch's time over podlapse's.
-            Ok(took[1][b] / took[0][b])
-        })?;
-        let (tp, td) = pooled_pods_per_s(c, &took, decision.rounds);
-        eprintln!(
-            "bench: throughput: concurrency {c}: {tp:.1} vs {td:.1} pods/s pooled: {}",
-            decision.text()
-        );
-        measured.push(AtConcurrency { c, took, decision });
-    }
-    Ok((measured, raw))
-}
-
-/// Pods per second of each arm (podlapse, direct) over all of a concurrency's rounds.
-fn pooled_pods_per_s(c: usize, took: &[Vec<f64>; 2], rounds: usize) -> (f64, f64) {
-    let pods = (c * rounds) as f64;
-    (
-        pods / took[0].iter().sum::<f64>(),
-        pods / took[1].iter().sum::<f64>(),
-    )
-}
-
-fn render_throughput(measured: &[AtConcurrency], raw: Vec<serde_json::Value>) -> Outcome {
-    let mut figures = Vec::new();
-    for AtConcurrency { c, took, decision } in measured {
-        let rounds = decision.rounds;
-        let (tp, td) = pooled_pods_per_s(*c, took, rounds);
-        let interval = decision.interval_text();
-        figures.push(Figure::new(
-            &format!(
-                "concurrency {c} ({rounds} rounds): podlapse / direct, pooled; median of \
-                 rounds (the verdict's), 95% interval"
-            ),
-            format!(
-                "{tp:.2} / {td:.2} pods/s = {:.3}×; {:.3}×, {interval}",
-                tp / td,
-                decision.median
-            ),
-        ));
-    }
-    let overall = Verdict::all(measured.iter().map(|m| m.decision.verdict));
-    let verdict = format!(
-        "{}: {}",
-        overall.word(),
-        list(measured, "; ", |m| {
-            format!("at concurrency {}, {}", m.c, m.decision.text())
-        })
-    );
-    Outcome {
-        number: 2,
-        title: "Throughput",
-        method: format!(
-            "At each concurrency c, batches of c pods submitted at once (image present), \
-             one batch per arm and round, arms alternating per batch in ABBA order after \
-             one untimed pod per arm; a batch lasts until its slowest pod is Running \
-             (podlapse: from the pods' ADD; direct: from each pod's first call). A round's \
-             ratio is the direct driver's batch time over podlapse's (podlapse's pods/s \
-             over the direct driver's), and each concurrency's verdict uses the median of \
-             its rounds' ratios; pooled pods/s = pods / the batches' summed durations is \
-             shown too. Process start and cleanup are outside the timing for both arms. \
-             {}",
-            explain(
-                GOAL_THROUGHPUT,
-                &list(CONCURRENCY, "; ", |&c| {
-                    format!("concurrency {c}: {}", rule_at(c).schedule())
-                })
-            )
-        ),
-        figures,
-        goal: format!("≥ {GOAL_THROUGHPUT}× the direct driver at every concurrency"),
-        verdict,
-        samples: json!({
-            "batches": raw,
-            "decisions": measured
-                .iter()
-                .map(|m| json!({"concurrency": m.c, "decision": m.decision.to_json()}))
-                .collect::<Vec<_>>(),
-        }),
-    }
-}
-
-/// When each concurrency stops running rounds ([`Rule`]). Before, a run took 24, 16, 10
-/// and 6 rounds at concurrency 1, 2, 8 and 32 (more where a round is quick and noisy);
-/// the caps are 48, 40, 24 and 14, at most 2.5 times each, so the benchmark's worst case
-/// stays within 2.5 times its old length. Two or three looks each (even counts, so
-/// ABBA's two orders stay equal); the first look at 8 rounds at the least, the fewest
-/// with an interval at each look's share of the 5%.
-fn rule_at(c: usize) -> Rule {
-    match c {
-        1 => Rule::new(GOAL_THROUGHPUT, 16, 16, 48),
-        2 => Rule::new(GOAL_THROUGHPUT, 16, 12, 40),
-        3..=8 => Rule::new(GOAL_THROUGHPUT, 8, 8, 24),
-        _ => Rule::new(GOAL_THROUGHPUT, 8, 6, 14),
     }
 }

@@ -4,7 +4,9 @@
 
 mod accounting;
 mod agent;
+mod agent_cost;
 mod churn;
+mod cost_report;
 mod direct;
 mod fuzzing;
 mod machine;
@@ -20,6 +22,7 @@ mod sequential;
 mod shares;
 mod stats;
 mod syscall_tracepoints;
+mod throughput;
 mod units;
 mod write_hook;
 
@@ -211,7 +214,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let began = std::time::Instant::now();
         let outcome = match n {
             1 => with_lab(|| direct::overhead(&bin, &dir, args.overhead_pods)),
-            2 => with_lab(|| direct::throughput(&bin, &dir)),
+            2 => with_lab(|| throughput::run(&bin, &dir)),
             3 => with_lab(|| seeing::run(&bin, &dir)),
             4 => probe_overhead::run(
                 &bin,

@@ -1,0 +1,380 @@
+//! What the agent costs the node per pod, as the kernel accounts it (benchmarks 2, 4 and
+//! 11): one long-lived `podlapse run --manifests DIR` (release build, probes loaded, as a
+//! node runs it) in a cgroup of its own, fed batches of pods through its manifest
+//! directory. A batch is its pods written at once, every one started, every manifest
+//! removed and every pod cleaned up; its [`RoundCost`] is what the kernel accounted over
+//! that whole window: the agent's cgroup and its programs' run time (BPF statistics)
+//! against the node's CPU (the lab's containerd in a cgroup of its own with what it
+//! starts, and the pods' cgroups).
+//!
+//! How the batch's end is seen matters: a wait that asked the agent (its API) would make
+//! it work for every look, inside the window it is charged for. So the waits read the
+//! kernel's evidence instead, at no cost to the agent: the pods' `sleep` processes in
+//! their cgroups for "started", and no pod cgroup left under the root for "cleaned up".
+//! The agent is asked once per batch, after the window, for the pods' times to Running
+//! (its own timeline, which keeps a deleted pod for its retention).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::accounting::{self, BpfStats, Hierarchy, NodeCpu, OwnedCgroup, RoundCost};
+use super::agent::Agent;
+use super::pods::sleep_pod;
+
+/// The agent's cgroup, outside the node's.
+const AGENT_CGROUP: &str = "/podlapse.bench-agent";
+/// The agent's pod cgroups: its default `--cgroup-root`.
+const POD_ROOT: &str = "/podlapse";
+/// How often a wait reads the kernel's evidence (a scan of /proc, this process's CPU).
+const LOOK: Duration = Duration::from_millis(20);
+
+/// One batch as the kernel accounted it, and each pod's time to Running as the agent
+/// timed it (from its ADD to the Running status), in seconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Batch {
+    pub cost: RoundCost,
+    pub to_running_s: Vec<f64>,
+    /// From the manifests' writing to the last pod cgroup's removal.
+    pub window_s: f64,
+}
+
+impl Batch {
+    /// The batch's last pod to be Running, from its ADD: what the direct driver's batch
+    /// time compares with.
+    pub fn slowest_s(&self) -> f64 {
+        self.to_running_s.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// The long-lived agent, the cgroups that account for it and the node, and the BPF
+/// statistics while it lives.
+pub struct AgentCost {
+    // Dropped in this order: the agent stops before its cgroup goes.
+    agent: Agent,
+    node: NodeCpu,
+    cgroup: OwnedCgroup,
+    hierarchy: Hierarchy,
+    programs: BTreeSet<u32>,
+    stats: Result<BpfStats, String>,
+    batches: usize,
+}
+
+impl AgentCost {
+    /// Starts the agent in `work` on the lab, which must run no pod yet (the shims of
+    /// pods started before would not be counted as the node's).
+    pub fn start(bin: &Path, work: &Path, node: &str) -> anyhow::Result<AgentCost> {
+        let hierarchy = Hierarchy::detect()?;
+        let node_cpu = NodeCpu::of_lab(&hierarchy, &[POD_ROOT])?;
+        let cgroup = OwnedCgroup::create(&hierarchy, AGENT_CGROUP)?;
+        let stats = BpfStats::enable().map_err(|e| format!("{e:#}"));
+        let before = accounting::program_ids();
+        let agent = Agent::start_in(bin, work, node, &[], Some(cgroup.procs_file()))?;
+        let programs = if stats.is_ok() {
+            accounting::programs_since(&before)
+        } else {
+            BTreeSet::new()
+        };
+        Ok(AgentCost {
+            agent,
+            node: node_cpu,
+            cgroup,
+            hierarchy,
+            programs,
+            stats,
+            batches: 0,
+        })
+    }
+
+    /// The agent's peak resident memory so far (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        super::memory::status_kib(self.agent.pid(), "VmHWM:")
+    }
+
+    /// Why the programs' run time is not counted, where it is not.
+    pub fn programs_unmeasured(&self) -> Option<String> {
+        match &self.stats {
+            Err(e) => Some(e.clone()),
+            Ok(_) if self.programs.is_empty() => {
+                Some("the agent loaded no program (its probes are off)".into())
+            }
+            Ok(_) => None,
+        }
+    }
+
+    /// The kernel's BPF statistics were on before the benchmark (left on).
+    pub fn stats_were_on(&self) -> bool {
+        self.stats.as_ref().is_ok_and(|s| s.were_on)
+    }
+
+    /// Runs one batch of `pods` pods named `{tag}-NNN`, within `timeout` for each of its
+    /// two waits.
+    pub fn batch(&mut self, tag: &str, pods: usize, timeout: Duration) -> anyhow::Result<Batch> {
+        self.batches += 1;
+        let names: Vec<String> = (0..pods).map(|i| format!("{tag}-{i:03}")).collect();
+        // Written aside, then renamed in: the agent's watch never reads half a manifest,
+        // and the writing stays outside the window.
+        let staging = self.agent.manifests.with_file_name("staging");
+        std::fs::create_dir_all(&staging)
+            .with_context(|| format!("creating {}", staging.display()))?;
+        for name in &names {
+            std::fs::write(staging.join(format!("{name}.yaml")), sleep_pod(name))?;
+        }
+        // What runs under the root before the batch (another arm's leftovers, say) is
+        // not the batch's: its waits count from there.
+        let base = Evidence::read(&self.hierarchy)?;
+        let start = self.read()?;
+        let began = Instant::now();
+        for name in &names {
+            let file = format!("{name}.yaml");
+            std::fs::rename(staging.join(&file), self.agent.manifests.join(&file))
+                .with_context(|| format!("moving {file} into the agent's manifests"))?;
+        }
+        self.wait(&format!("{pods} pods' processes started"), timeout, |ev| {
+            ev.started >= base.started + pods
+        })?;
+        for name in &names {
+            let path = self.agent.manifests.join(format!("{name}.yaml"));
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+        self.wait("every pod cleaned up", timeout, |ev| {
+            ev.started <= base.started && ev.pod_cgroups <= base.pod_cgroups
+        })?;
+        let end = self.read()?;
+        let window_s = began.elapsed().as_secs_f64();
+        let (runtime_ns, pods_ns) = start.node.until(&end.node)?;
+        let cost = RoundCost {
+            pods,
+            runtime_ns,
+            pods_ns,
+            agent_ns: end.agent_ns - start.agent_ns,
+            programs_ns: self
+                .programs_unmeasured()
+                .is_none()
+                .then(|| end.programs.run_time_ns - start.programs.run_time_ns),
+        };
+        let to_running_s = self.to_running(&names)?;
+        Ok(Batch {
+            cost,
+            to_running_s,
+            window_s,
+        })
+    }
+
+    fn read(&self) -> anyhow::Result<Reading> {
+        Ok(Reading {
+            node: self.node.read()?,
+            agent_ns: self.cgroup.usage_ns()?,
+            programs: accounting::programs_run(&self.programs),
+        })
+    }
+
+    /// Waits until `done` holds of the kernel's evidence; fails when the agent exits or
+    /// `timeout` passes, saying what was seen last.
+    fn wait(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Evidence) -> bool,
+    ) -> anyhow::Result<()> {
+        let since = Instant::now();
+        loop {
+            let seen = Evidence::read(&self.hierarchy)?;
+            if done(&seen) {
+                return Ok(());
+            }
+            if let Some(status) = self.agent.exited()? {
+                bail!("the agent exited ({status}) while waiting for {what}");
+            }
+            if since.elapsed() > timeout {
+                bail!(
+                    "{what}: not within {timeout:?} ({} pod processes running, {} pod \
+                     cgroups left)",
+                    seen.started,
+                    seen.pod_cgroups
+                );
+            }
+            std::thread::sleep(LOOK);
+        }
+    }
+
+    /// Each of `names`' time to Running, from the agent's timeline: its `running` stage
+    /// after `seen_ns`.
+    fn to_running(&self, names: &[String]) -> anyhow::Result<Vec<f64>> {
+        let timeline = self.agent.query("timeline")?;
+        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let times = to_running_s(&timeline, &wanted);
+        if times.len() != names.len() {
+            bail!(
+                "the agent's timeline has a time to Running for {} of the batch's {} pods",
+                times.len(),
+                names.len()
+            );
+        }
+        Ok(times)
+    }
+
+    /// Stops the agent (SIGTERM) and says how it exited.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        let status = self.agent.stop()?;
+        anyhow::ensure!(status.success(), "podlapse run exited {status}");
+        Ok(())
+    }
+}
+
+/// What the clock and the cgroups read at one moment of a batch.
+struct Reading {
+    node: accounting::NodeReading,
+    agent_ns: u64,
+    programs: accounting::ProgramsRun,
+}
+
+/// Times to Running of the pods `wanted` names, from a timeline's JSON (`podlapse
+/// timeline -o json`): each pod's `running` stage's start less its `seen_ns`.
+fn to_running_s(timeline: &Value, wanted: &BTreeSet<&str>) -> Vec<f64> {
+    let pods = timeline["pods"].as_array().map_or(&[][..], Vec::as_slice);
+    pods.iter()
+        .filter(|p| p["name"].as_str().is_some_and(|n| wanted.contains(n)))
+        .filter_map(|p| {
+            let seen = p["seen_ns"].as_u64()?;
+            let running = p["stages"]
+                .as_array()?
+                .iter()
+                .find(|s| s["stage"] == "running")?["start_ns"]
+                .as_u64()?;
+            Some(running.saturating_sub(seen) as f64 / 1e9)
+        })
+        .collect()
+}
+
+/// What the kernel shows of the agent's pods: their `sleep` processes, and the pod
+/// cgroups under its root.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Evidence {
+    started: usize,
+    pod_cgroups: usize,
+}
+
+impl Evidence {
+    fn read(hierarchy: &Hierarchy) -> anyhow::Result<Evidence> {
+        let mut started = 0;
+        for entry in std::fs::read_dir("/proc").context("reading /proc")? {
+            let Ok(entry) = entry else { continue };
+            let pid = entry.file_name();
+            if !pid.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+                continue;
+            }
+            let dir = entry.path();
+            // A process gone between the listing and the read is simply not counted.
+            let (Ok(comm), Ok(cgroup)) = (
+                std::fs::read_to_string(dir.join("comm")),
+                std::fs::read_to_string(dir.join("cgroup")),
+            ) else {
+                continue;
+            };
+            if comm.trim() == "sleep" && in_pod_root(&cgroup) {
+                started += 1;
+            }
+        }
+        Ok(Evidence {
+            started,
+            pod_cgroups: pod_cgroups(&hierarchy.dir(POD_ROOT)),
+        })
+    }
+}
+
+/// Whether a `/proc/<pid>/cgroup` puts the process under the agent's pod root, in any
+/// hierarchy.
+fn in_pod_root(cgroup: &str) -> bool {
+    cgroup.lines().any(|l| {
+        l.splitn(3, ':')
+            .nth(2)
+            .is_some_and(|path| path.starts_with(&format!("{POD_ROOT}/")))
+    })
+}
+
+/// Pod cgroups below `root` (its QoS classes' and its own): cgroupfs's `pod<uid>`, the
+/// systemd driver's `…-pod<uid>.slice`.
+fn pod_cgroups(root: &Path) -> usize {
+    fn walk(dir: &Path, depth: usize) -> usize {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with("pod") || name.contains("-pod") {
+                    1
+                } else if depth > 0 {
+                    walk(&e.path(), depth - 1)
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+    walk(root, 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pods_time_to_running_is_its_running_stage_after_it_was_seen() {
+        let timeline = json!({"pods": [
+            {"name": "c8-r1-000", "seen_ns": 1_000_000_000u64, "stages": [
+                {"stage": "pod_seen", "start_ns": 1_000_000_000u64},
+                {"stage": "running", "start_ns": 1_250_000_000u64},
+            ]},
+            // Not Running yet: no time, and the batch's count says so.
+            {"name": "c8-r1-001", "seen_ns": 1_000_000_000u64, "stages": [
+                {"stage": "pod_seen", "start_ns": 1_000_000_000u64},
+            ]},
+            // Another batch's pod.
+            {"name": "c8-r0-000", "seen_ns": 5u64, "stages": [
+                {"stage": "running", "start_ns": 9u64},
+            ]},
+        ]});
+        let wanted: BTreeSet<&str> = ["c8-r1-000", "c8-r1-001"].into_iter().collect();
+        assert_eq!(to_running_s(&timeline, &wanted), vec![0.25]);
+        assert!(to_running_s(&json!({}), &wanted).is_empty());
+    }
+
+    #[test]
+    fn a_process_counts_as_the_agents_pods_only_under_its_pod_root() {
+        assert!(in_pod_root(
+            "5:cpu,cpuacct:/podlapse/besteffort/pod1234/abc\n1:name=systemd:/\n"
+        ));
+        assert!(in_pod_root("0::/podlapse/pod9/def\n"));
+        // The agent's own cgroup and the runtime's are not the pods'.
+        assert!(!in_pod_root("5:cpu,cpuacct:/podlapse.bench-agent\n"));
+        assert!(!in_pod_root("0::/podlapse.bench-runtime\n"));
+        assert!(!in_pod_root("0::/kubepods/besteffort/pod1/x\n"));
+    }
+
+    #[test]
+    fn pod_cgroups_are_counted_under_the_root_and_its_qos_classes() {
+        let root = std::env::temp_dir().join(format!("podlapse-cost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in [
+            "besteffort/pod-a/container",
+            "burstable/pod-b",
+            "podc",
+            "besteffort",
+            "podlapse-besteffort.slice/podlapse-besteffort-podd.slice",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        assert_eq!(pod_cgroups(&root), 4);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(pod_cgroups(&root), 0, "a root that is gone holds no pods");
+    }
+}

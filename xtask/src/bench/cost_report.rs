@@ -1,0 +1,174 @@
+//! How the benchmarks that judge the agent's cost by the kernel's accounting (2, 4, 11)
+//! report it: the share's decision, the node's CPU per pod, and the parts of the cost
+//! (the agent's process, its programs), so a missed line says where to go next.
+
+use super::Figure;
+use super::accounting::{self, RoundCost};
+use super::sequential::{Decision, Verdict};
+
+/// How the share is measured, for a benchmark's method.
+pub fn method() -> String {
+    "A batch's share is what the kernel accounted from the manifests' move to the last \
+     pod cgroup's removal: the CPU of the agent's cgroup (`/podlapse.bench-agent`: its \
+     threads and anything it starts) plus its programs' run time (the kernel's BPF \
+     statistics, on for the benchmark), over the node's CPU in the same window: the lab's \
+     containerd moved into a cgroup of its own before the agent started (its shims, runc \
+     and the CNI plugins are born there), plus the pods' cgroups under `/podlapse`, less \
+     the programs' run time (which runs in the tasks that hit the probes, mostly the \
+     node's: taking all of it off the node makes the share larger, never smaller). The \
+     waits read the kernel's evidence (the pods' processes in their cgroups, the pod \
+     cgroups left), never the agent's API, so nothing but the pods makes the agent work \
+     in the window; each pod's time to Running is read from the agent's timeline after \
+     it."
+    .to_string()
+}
+
+/// The figures of one series of batches (`what`: "concurrency 8", say).
+pub fn figures(
+    what: &str,
+    decision: &Decision,
+    costs: &[RoundCost],
+    programs_unmeasured: Option<&str>,
+) -> Vec<Figure> {
+    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(costs, f);
+    let per_pod = |ns: u64, c: &RoundCost| ns as f64 / 1e6 / c.pods.max(1) as f64;
+    vec![
+        Figure::new(
+            &format!(
+                "{what}: the agent's share of the node's CPU ({} rounds): median (the \
+                 verdict's), 95% interval",
+                decision.rounds
+            ),
+            format!(
+                "{}, {}",
+                decision.rule.show(decision.median),
+                decision.interval_text()
+            ),
+        ),
+        Figure::new(
+            &format!(
+                "{what}: per pod, the node's CPU (the runtime + the pods' cgroups) / the \
+                 agent's process / its programs (medians of rounds)"
+            ),
+            format!(
+                "{:.1} ms ({:.1} + {:.1}) / {:.2} ms / {}",
+                med(&|c| c.node_ms_per_pod()),
+                med(&|c| per_pod(c.runtime_ns, c)),
+                med(&|c| per_pod(c.pods_ns, c)),
+                med(&|c| per_pod(c.agent_ns, c)),
+                match programs_unmeasured {
+                    None => format!("{:.3} ms", med(&|c| per_pod(c.programs_ns.unwrap_or(0), c))),
+                    Some(why) => format!("not measured: {why}"),
+                }
+            ),
+        ),
+    ]
+}
+
+/// The decision in words, with the parts of the cost when the line was missed.
+pub fn verdict(
+    decision: &Decision,
+    costs: &[RoundCost],
+    programs_unmeasured: Option<&str>,
+) -> String {
+    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(costs, f);
+    let process = med(&|c| accounting::share(c.agent_ns, c.node_ns()));
+    let programs = med(&|c| c.programs_share().unwrap_or(0.0));
+    match (decision.verdict, programs_unmeasured) {
+        (Verdict::Missed, None) => format!(
+            "{}; of it, {}",
+            decision.text(),
+            parts(process, Some(programs))
+        ),
+        (Verdict::Missed, Some(_)) => {
+            format!("{}; of it, {}", decision.text(), parts(process, None))
+        }
+        (_, Some(why)) => format!(
+            "{} (the agent's process only: its programs not measured: {why})",
+            decision.text()
+        ),
+        _ => decision.text(),
+    }
+}
+
+/// "the agent's process 1.90% and its programs 0.31% (the larger part: the process)".
+fn parts(process: f64, programs: Option<f64>) -> String {
+    match programs {
+        Some(p) => format!(
+            "the agent's process {process:.2}% and its programs {p:.2}% (the larger part: {})",
+            if process >= p {
+                "the agent's own work"
+            } else {
+                "the programs"
+            }
+        ),
+        None => format!("the agent's process {process:.2}% (its programs not measured)"),
+    }
+}
+
+/// The figure for BPF statistics that were on before the benchmark.
+pub fn stats_were_on() -> Figure {
+    Figure::new(
+        "the kernel's BPF statistics",
+        "already on before the benchmark (kernel.bpf_stats_enabled = 1): left on".into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::sequential::Rule;
+
+    fn round(agent_ns: u64, programs_ns: Option<u64>) -> RoundCost {
+        RoundCost {
+            pods: 8,
+            runtime_ns: 1_600_000_000,
+            pods_ns: 400_000_000,
+            agent_ns,
+            programs_ns,
+        }
+    }
+
+    #[test]
+    fn a_missed_share_names_the_part_that_costs_most() {
+        // 2,000 ms of node CPU (less 4 ms of programs) for 8 pods; the agent 50 ms.
+        let costs: Vec<RoundCost> = (0..8).map(|_| round(50_000_000, Some(4_000_000))).collect();
+        let shares: Vec<f64> = costs.iter().map(RoundCost::share).collect();
+        let rule = Rule::at_most(2.0, 8, 8, 16);
+        let decision = rule.decide(&shares);
+        assert_eq!(decision.verdict, Verdict::Missed);
+        let text = verdict(&decision, &costs, None);
+        assert!(text.starts_with("missed: median share 2.71%"), "{text}");
+        assert!(
+            text.contains("the agent's process 2.51% and its programs 0.20% (the larger part: the agent's own work)"),
+            "{text}"
+        );
+        let figures = figures("concurrency 8", &decision, &costs, None);
+        assert_eq!(
+            figures[1].value, "249.5 ms (200.0 + 50.0) / 6.25 ms / 0.500 ms",
+            "node per pod less the programs, then the parts"
+        );
+    }
+
+    #[test]
+    fn a_met_share_is_the_decision_alone_and_unmeasured_programs_say_why() {
+        let costs: Vec<RoundCost> = (0..8).map(|_| round(10_000_000, None)).collect();
+        let shares: Vec<f64> = costs.iter().map(RoundCost::share).collect();
+        let decision = Rule::at_most(2.0, 8, 8, 16).decide(&shares);
+        assert_eq!(decision.verdict, Verdict::Met);
+        let text = verdict(&decision, &costs, Some("BPF_ENABLE_STATS refused"));
+        assert!(text.starts_with("met: median share 0.50%"), "{text}");
+        assert!(
+            text.ends_with(
+                "(the agent's process only: its programs not measured: BPF_ENABLE_STATS refused)"
+            ),
+            "{text}"
+        );
+        let figures = figures("250 pods", &decision, &costs, Some("refused"));
+        assert!(
+            figures[1].value.ends_with("not measured: refused"),
+            "{}",
+            figures[1].value
+        );
+    }
+}
