@@ -32,6 +32,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
     ("debootstrap", "the modern node's root file system"),
     ("e2fsprogs", "the modern node's disk (mkfs.ext4 -d)"),
     ("openssh-client", "reaching the modern node's guest"),
+    (
+        "valgrind",
+        "benchmark 5 counts the replay's instructions (callgrind)",
+    ),
 ];
 
 /// Debian bookworm's QEMU (7.2) would replace the machine's qemu-utils from
