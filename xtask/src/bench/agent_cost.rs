@@ -260,66 +260,68 @@ struct Evidence {
 }
 
 impl Evidence {
+    /// Walks the pod cgroups under the root and their containers' `cgroup.procs`: a few
+    /// reads per pod, where a scan of /proc would read every process on the node.
     fn read(hierarchy: &Hierarchy) -> anyhow::Result<Evidence> {
+        let pods = pod_cgroup_dirs(&hierarchy.dir(POD_ROOT));
         let mut started = 0;
-        for entry in std::fs::read_dir("/proc").context("reading /proc")? {
-            let Ok(entry) = entry else { continue };
-            let pid = entry.file_name();
-            if !pid.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
-                continue;
-            }
-            let dir = entry.path();
-            // A process gone between the listing and the read is simply not counted.
-            let (Ok(comm), Ok(cgroup)) = (
-                std::fs::read_to_string(dir.join("comm")),
-                std::fs::read_to_string(dir.join("cgroup")),
-            ) else {
+        for pod in &pods {
+            let Ok(containers) = std::fs::read_dir(pod) else {
                 continue;
             };
-            if comm.trim() == "sleep" && in_pod_root(&cgroup) {
-                started += 1;
+            for container in containers.filter_map(Result::ok) {
+                // A cgroup removed between the listing and the read holds nothing.
+                let Ok(procs) = std::fs::read_to_string(container.path().join("cgroup.procs"))
+                else {
+                    continue;
+                };
+                started += procs
+                    .split_whitespace()
+                    .filter(|pid| {
+                        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                            .is_ok_and(|c| c.trim() == "sleep")
+                    })
+                    .count();
             }
         }
         Ok(Evidence {
             started,
-            pod_cgroups: pod_cgroups(&hierarchy.dir(POD_ROOT)),
+            pod_cgroups: pods.len(),
         })
     }
 }
 
-/// Whether a `/proc/<pid>/cgroup` puts the process under the agent's pod root, in any
-/// hierarchy.
-fn in_pod_root(cgroup: &str) -> bool {
-    cgroup.lines().any(|l| {
-        l.splitn(3, ':')
-            .nth(2)
-            .is_some_and(|path| path.starts_with(&format!("{POD_ROOT}/")))
-    })
-}
-
 /// Pod cgroups below `root` (its QoS classes' and its own): cgroupfs's `pod<uid>`, the
 /// systemd driver's `…-pod<uid>.slice`.
-fn pod_cgroups(root: &Path) -> usize {
-    fn walk(dir: &Path, depth: usize) -> usize {
+fn pod_cgroup_dirs(root: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, depth: usize, found: &mut Vec<std::path::PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
-            return 0;
+            return;
         };
-        entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| {
-                let name = e.file_name().to_string_lossy().to_string();
-                if name.starts_with("pod") || name.contains("-pod") {
-                    1
-                } else if depth > 0 {
-                    walk(&e.path(), depth - 1)
-                } else {
-                    0
-                }
-            })
-            .sum()
+        for e in entries.filter_map(Result::ok) {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().to_string();
+            // A systemd slice is a pod's when its last part is (`podlapse-besteffort.slice`
+            // is a QoS class's); a cgroupfs directory is `pod` and the UID.
+            let pod = match name.strip_suffix(".slice") {
+                Some(slice) => slice
+                    .rsplit('-')
+                    .next()
+                    .is_some_and(|p| p.starts_with("pod")),
+                None => name.starts_with("pod"),
+            };
+            if pod {
+                found.push(e.path());
+            } else if depth > 0 {
+                walk(&e.path(), depth - 1, found);
+            }
+        }
     }
-    walk(root, 1)
+    let mut found = Vec::new();
+    walk(root, 1, &mut found);
+    found
 }
 
 #[cfg(test)]
@@ -349,23 +351,11 @@ mod tests {
     }
 
     #[test]
-    fn a_process_counts_as_the_agents_pods_only_under_its_pod_root() {
-        assert!(in_pod_root(
-            "5:cpu,cpuacct:/podlapse/besteffort/pod1234/abc\n1:name=systemd:/\n"
-        ));
-        assert!(in_pod_root("0::/podlapse/pod9/def\n"));
-        // The agent's own cgroup and the runtime's are not the pods'.
-        assert!(!in_pod_root("5:cpu,cpuacct:/podlapse.bench-agent\n"));
-        assert!(!in_pod_root("0::/podlapse.bench-runtime\n"));
-        assert!(!in_pod_root("0::/kubepods/besteffort/pod1/x\n"));
-    }
-
-    #[test]
     fn pod_cgroups_are_counted_under_the_root_and_its_qos_classes() {
         let root = std::env::temp_dir().join(format!("podlapse-cost-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for d in [
-            "besteffort/pod-a/container",
+            "besteffort/pod0b1e-22/container",
             "burstable/pod-b",
             "podc",
             "besteffort",
@@ -373,8 +363,24 @@ mod tests {
         ] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
-        assert_eq!(pod_cgroups(&root), 4);
+        let mut found: Vec<String> = pod_cgroup_dirs(&root)
+            .iter()
+            .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "besteffort/pod0b1e-22",
+                "burstable/pod-b",
+                "podc",
+                "podlapse-besteffort.slice/podlapse-besteffort-podd.slice"
+            ]
+        );
         std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(pod_cgroups(&root), 0, "a root that is gone holds no pods");
+        assert!(
+            pod_cgroup_dirs(&root).is_empty(),
+            "a root that is gone holds no pods"
+        );
     }
 }
