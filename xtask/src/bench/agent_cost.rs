@@ -114,6 +114,18 @@ impl AgentCost {
     /// Runs one batch of `pods` pods named `{tag}-NNN`, within `timeout` for each of its
     /// two waits.
     pub fn batch(&mut self, tag: &str, pods: usize, timeout: Duration) -> anyhow::Result<Batch> {
+        Ok(self.batch_beside(tag, pods, timeout, &BTreeSet::new())?.0)
+    }
+
+    /// [`AgentCost::batch`], with the run time the kernel counted for programs `beside`
+    /// (another process's, loaded beside the agent) over the same window.
+    pub fn batch_beside(
+        &mut self,
+        tag: &str,
+        pods: usize,
+        timeout: Duration,
+        beside: &BTreeSet<u32>,
+    ) -> anyhow::Result<(Batch, accounting::ProgramsRun)> {
         self.batches += 1;
         let names: Vec<String> = (0..pods).map(|i| format!("{tag}-{i:03}")).collect();
         // Written aside, then renamed in: the agent's watch never reads half a manifest,
@@ -128,6 +140,7 @@ impl AgentCost {
         // not the batch's: its waits count from there.
         let base = Evidence::read(&self.hierarchy)?;
         let start = self.read()?;
+        let beside_start = accounting::programs_run(beside);
         let began = Instant::now();
         for name in &names {
             let file = format!("{name}.yaml");
@@ -145,6 +158,7 @@ impl AgentCost {
             ev.started <= base.started && ev.pod_cgroups <= base.pod_cgroups
         })?;
         let end = self.read()?;
+        let beside_end = accounting::programs_run(beside);
         let window_s = began.elapsed().as_secs_f64();
         let (runtime_ns, pods_ns) = start.node.until(&end.node)?;
         let cost = RoundCost {
@@ -158,11 +172,18 @@ impl AgentCost {
                 .then(|| end.programs.run_time_ns - start.programs.run_time_ns),
         };
         let to_running_s = self.to_running(&names)?;
-        Ok(Batch {
-            cost,
-            to_running_s,
-            window_s,
-        })
+        let beside_run = accounting::ProgramsRun {
+            run_time_ns: beside_end.run_time_ns - beside_start.run_time_ns,
+            run_count: beside_end.run_count - beside_start.run_count,
+        };
+        Ok((
+            Batch {
+                cost,
+                to_running_s,
+                window_s,
+            },
+            beside_run,
+        ))
     }
 
     fn read(&self) -> anyhow::Result<Reading> {

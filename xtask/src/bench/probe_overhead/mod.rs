@@ -10,6 +10,7 @@
 //! of it runs on this machine's kernel and on the modern node's (`in_node.rs`).
 
 mod in_node;
+mod pod_share;
 mod report;
 mod verdict;
 
@@ -33,15 +34,12 @@ use super::Outcome;
 use super::sequential::{Decision, Rule};
 use super::syscall_tracepoints::{SyscallTracepoints, syscall_programs};
 
-/// Rounds of four arms each (ABBA, then BAAB, ...) in the agent's configuration, until the
-/// median of their ratios is clear of [`GOAL_RATIO`] ([`Rule`]). Many short rounds rather
-/// than a few long ones: this shared machine's speed drifts by several percent over
-/// seconds, and a round only compares arms run next to each other. A round takes about
-/// 11 s (four arms of 1 s settle and a 1.5 s window, the probes' start and stop), and 64
-/// rounds were this part's whole time before (with 32, the median sat 0.003 under its
-/// line with a 95% interval 0.021 wide around it). Looks every 32 rounds from 32 to 160:
-/// at most 2.5 times those 64, and five looks, so each look's interval is a 99% one.
-const AGENT_RULE: Rule = Rule::new(GOAL_RATIO, 32, 32, 160);
+/// Rounds of four arms each (ABBA, then BAAB, ...) in the agent's configuration: the
+/// exec workload's rate against untraced, context only (the kernel's accounting decides:
+/// a round's ratio spreads 10-20% on this machine, and 160 rounds left it undecided).
+/// Six rounds, the fewest with a 95% interval of the median; a round takes about 11 s
+/// (four arms of 1 s settle and a 1.5 s window, the probes' start and stop).
+const AGENT_RULE: Rule = Rule::new(GOAL_RATIO, 6, 6, 6);
 const ARM: Duration = Duration::from_millis(1500);
 /// Untimed, before each arm's window: the workload runs on through it while an on arm's
 /// probes start (or the last arm's stop), so neither lands in a window. Measured in
@@ -640,15 +638,12 @@ const PAUSED_MODE: Mode = Mode::ReaderPaused {
     args: &["--ringbuf-bytes", "16777216"],
 };
 const PAUSED_RING_BYTES: u64 = 16 << 20;
-/// Rounds with every program attached, until the median of their ratios is clear of its
-/// own, lower goal: 16 before; looks at 16, 32 and 48, at most three times those 16 (the
-/// agent's part, the longest, grows by 2.5 at most, and the benchmark by about 2.2).
-const ALL_ON_RULE: Rule = Rule::new(GOAL_ALL_RATIO, 16, 16, 48);
+/// Rounds with every program attached, context as [`AGENT_RULE`]'s.
+const ALL_ON_RULE: Rule = Rule::new(GOAL_ALL_RATIO, 6, 6, 6);
 /// Each part of the every-program cost (the kernel's tracepoints, the programs, the
-/// reader) is a series of rounds of its own, its two arms side by side, until its
-/// interval is clear of 1: the part is then told from nothing, its interval narrower than
-/// itself. Looks at 16 and 32.
-const SPLIT_RULE: Rule = Rule::new(1.0, 16, 16, 32);
+/// reader) is a series of rounds of its own, its two arms side by side: context, whose
+/// interval tells a part from nothing only where it is large.
+const SPLIT_RULE: Rule = Rule::new(1.0, 6, 6, 6);
 
 /// Alternating rounds, what their rule concluded, and the reader's CPU in their on arms.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -972,18 +967,29 @@ pub fn run(
             Kernel::Host => measure(bin, dir, None, cap),
             Kernel::Node => in_node::measure(bin, dir, cap),
         };
+        // The lines on pods, on the host's lab: the modern node's guest creates no pods
+        // in this benchmark yet.
+        let pods = match kernel {
+            Kernel::Host => super::with_lab(|| pod_share::measure(bin, dir))
+                .unwrap_or_else(|e| pod_share::PodShares::NotMeasured(format!("{e:#}"))),
+            Kernel::Node => pod_share::PodShares::NotMeasured(
+                "the modern node's run creates no pods yet (its guest runs the exec \
+                 workload only)"
+                    .into(),
+            ),
+        };
         if let Err(e) = &measured {
             eprintln!(
                 "bench: probe overhead on the {} failed: {e:#}",
                 kernel.label()
             );
         }
-        runs.push((*kernel, measured.map_err(|e| format!("{e:#}"))));
+        runs.push((*kernel, measured.map_err(|e| format!("{e:#}")), pods));
     }
-    if runs.iter().all(|(_, m)| m.is_err()) {
+    if runs.iter().all(|(_, m, _)| m.is_err()) {
         bail!(
             "{}",
-            list(&runs, "; ", |(k, m)| {
+            list(&runs, "; ", |(k, m, _)| {
                 format!("{}: {}", k.label(), m.as_ref().err().map_or("", |e| e))
             })
         );

@@ -1,0 +1,262 @@
+//! Benchmark 4's lines on pods: the programs' run time per pod created, as a share of
+//! the node's CPU per pod, as the kernel accounts both. One long-lived agent (its
+//! programs in the agent's configuration: the namespace programs attached only around
+//! sandbox operations) takes batches of pods ([`super::super::agent_cost`]), while
+//! `podlapse kernel-events` runs beside it with every program attached all the time;
+//! the kernel's BPF statistics give each set's run time over each batch.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::super::Figure;
+use super::super::accounting::{self, ProgramsRun, RoundCost, share};
+use super::super::agent_cost::AgentCost;
+use super::super::sequential::{Decision, Rule, Verdict};
+use super::Probes;
+
+/// Pods per batch.
+const PODS: usize = 8;
+/// The lines, in percent of the node's CPU per pod.
+pub const GOAL_AGENT: f64 = 0.5;
+pub const GOAL_ALL: f64 = 1.5;
+/// A share moves little from batch to batch: first look at 8, the last at 16. A batch of
+/// eight pods takes about 6 s with its cleanup.
+const RULE: Rule = Rule::at_most(GOAL_AGENT, 8, 8, 16);
+const ALL_RULE: Rule = Rule::at_most(GOAL_ALL, 8, 8, 16);
+const BATCH_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One batch: the node's CPU and the agent's programs ([`RoundCost`]), and every program
+/// attached beside it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Round {
+    pub cost: RoundCost,
+    pub all: ProgramsRun,
+}
+
+impl Round {
+    /// The node's own CPU: its cgroups' less both sets of programs (they ran in its
+    /// tasks).
+    fn node_ns(&self) -> u64 {
+        self.cost.node_ns().saturating_sub(self.all.run_time_ns)
+    }
+
+    /// The agent's programs' share, in percent.
+    pub fn agent_share(&self) -> f64 {
+        share(self.cost.programs_ns.unwrap_or(0), self.node_ns())
+    }
+
+    /// Every program attached: its share, in percent.
+    pub fn all_share(&self) -> f64 {
+        share(self.all.run_time_ns, self.node_ns())
+    }
+}
+
+/// What the pods' batches measured, or why the programs could not be counted.
+#[derive(Debug, Clone)]
+pub enum PodShares {
+    Measured {
+        rounds: Vec<Round>,
+        agent: Decision,
+        all: Decision,
+        were_on: bool,
+    },
+    NotMeasured(String),
+}
+
+/// Runs the batches on the node lab (which must be up, with no pod).
+pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
+    let work = dir.join("probe-overhead-pods");
+    let mut rig = AgentCost::start(bin, &work.join("agent"), "podlapse-bench-probes")?;
+    if let Some(why) = rig.programs_unmeasured() {
+        rig.stop()?;
+        return Ok(PodShares::NotMeasured(why));
+    }
+    let before = accounting::program_ids();
+    let probes = Probes::start(bin, work.join("kernel-events.log"), &[])?;
+    let beside = accounting::programs_since(&before);
+    rig.batch("warm", PODS, BATCH_TIMEOUT)?;
+    let mut rounds = Vec::new();
+    let agent = RULE.run(|r| -> anyhow::Result<f64> {
+        let (batch, all) = rig.batch_beside(&format!("r{r}"), PODS, BATCH_TIMEOUT, &beside)?;
+        let round = Round {
+            cost: batch.cost,
+            all,
+        };
+        eprintln!(
+            "bench: 4. pods, round {}: programs per pod: the agent's {:.3} ms ({:.2}%), every \
+             one attached {:.3} ms ({:.2}%), of the node's {:.1} ms",
+            r + 1,
+            round.cost.programs_ns.unwrap_or(0) as f64 / 1e6 / PODS as f64,
+            round.agent_share(),
+            all.run_time_ns as f64 / 1e6 / PODS as f64,
+            round.all_share(),
+            round.node_ns() as f64 / 1e6 / PODS as f64
+        );
+        rounds.push(round);
+        Ok(round.agent_share())
+    })?;
+    let all = ALL_RULE.decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
+    let were_on = rig.stats_were_on();
+    probes.stop()?;
+    rig.stop()?;
+    Ok(PodShares::Measured {
+        rounds,
+        agent,
+        all,
+        were_on,
+    })
+}
+
+impl PodShares {
+    /// The verdict on both lines, in words.
+    pub fn judged(&self) -> (Verdict, String) {
+        match self {
+            PodShares::NotMeasured(why) => (
+                Verdict::Met,
+                format!("the programs' share of the node's CPU per pod not measured: {why}"),
+            ),
+            PodShares::Measured { agent, all, .. } => (
+                Verdict::all([agent.verdict, all.verdict]),
+                format!(
+                    "the programs' run time per pod created in the agent's configuration, {}; \
+                     with every program attached, {}",
+                    agent.text(),
+                    all.text()
+                ),
+            ),
+        }
+    }
+
+    pub fn figures(&self) -> Vec<Figure> {
+        let PodShares::Measured {
+            rounds,
+            agent,
+            all,
+            were_on,
+        } = self
+        else {
+            return Vec::new();
+        };
+        let med = |f: &dyn Fn(&Round) -> f64| {
+            super::super::stats::median(&rounds.iter().map(f).collect::<Vec<_>>())
+        };
+        let per_pod = |ns: u64| ns as f64 / 1e6 / PODS as f64;
+        let mut figures = vec![
+            Figure::new(
+                &format!(
+                    "pods: the agent's programs' share of the node's CPU ({} batches of \
+                     {PODS}): median (the verdict's), 95% interval",
+                    agent.rounds
+                ),
+                format!(
+                    "{}, {}",
+                    agent.rule.show(agent.median),
+                    agent.interval_text()
+                ),
+            ),
+            Figure::new(
+                "pods: every program attached beside it: share, median, 95% interval",
+                format!("{}, {}", all.rule.show(all.median), all.interval_text()),
+            ),
+            Figure::new(
+                "pods: per pod, the node's CPU / the agent's programs (hits) / every \
+                 program attached (hits) (medians of batches)",
+                format!(
+                    "{:.1} ms / {:.3} ms / {:.3} ms ({:.0} hits)",
+                    med(&|r| per_pod(r.node_ns())),
+                    med(&|r| per_pod(r.cost.programs_ns.unwrap_or(0))),
+                    med(&|r| per_pod(r.all.run_time_ns)),
+                    med(&|r| r.all.run_count as f64 / PODS as f64),
+                ),
+            ),
+        ];
+        if *were_on {
+            figures.push(super::super::cost_report::stats_were_on());
+        }
+        figures
+    }
+
+    pub fn samples(&self) -> Value {
+        match self {
+            PodShares::NotMeasured(why) => json!({"not_measured": why}),
+            PodShares::Measured {
+                rounds,
+                agent,
+                all,
+                were_on,
+            } => json!({
+                "pods_per_batch": PODS,
+                "rounds": rounds,
+                "agent_shares": rounds.iter().map(Round::agent_share).collect::<Vec<_>>(),
+                "all_shares": rounds.iter().map(Round::all_share).collect::<Vec<_>>(),
+                "agent_decision": agent.to_json(),
+                "all_decision": all.to_json(),
+                "bpf_stats_were_on": were_on,
+            }),
+        }
+    }
+}
+
+/// How the pods' lines are measured, for the method.
+pub fn method() -> String {
+    format!(
+        "On the host, the lines on pods: one long-lived agent (`podlapse run`, its programs \
+         in the agent's configuration) takes batches of {PODS} `sleep` pods (image present; \
+         every pod started, every manifest removed, every pod cleaned up) while \
+         `podlapse kernel-events` runs beside it with every program attached; a batch's \
+         share is a set of programs' run time over the batch (the kernel's BPF statistics) \
+         over the node's CPU in the same window (the lab's containerd in a cgroup of its \
+         own, with its shims, runc and CNI plugins, and the pods' cgroups, less both sets \
+         of programs' run time). The agent's set is judged against {GOAL_AGENT}%, every \
+         program's against {GOAL_ALL}%, on the same batches. {}",
+        RULE.describe()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_sets_of_programs_come_off_the_nodes_cpu() {
+        let round = Round {
+            cost: RoundCost {
+                pods: PODS,
+                runtime_ns: 1_500_000_000,
+                pods_ns: 520_000_000,
+                agent_ns: 9_000_000,
+                programs_ns: Some(4_000_000),
+            },
+            all: ProgramsRun {
+                run_time_ns: 16_000_000,
+                run_count: 40_000,
+            },
+        };
+        // 2,020 ms less 4 and 16 ms of programs: the node's own 2,000 ms.
+        assert_eq!(round.node_ns(), 2_000_000_000);
+        assert!((round.agent_share() - 0.2).abs() < 1e-9);
+        assert!((round.all_share() - 0.8).abs() < 1e-9);
+        let rounds = vec![round; 8];
+        let decided = RULE.decide(&rounds.iter().map(Round::agent_share).collect::<Vec<_>>());
+        let all = ALL_RULE.decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
+        let shares = PodShares::Measured {
+            rounds,
+            agent: decided,
+            all,
+            were_on: false,
+        };
+        let (verdict, text) = shares.judged();
+        assert_eq!(verdict, Verdict::Met);
+        assert!(
+            text.contains("agent's configuration, met: median share 0.20%"),
+            "{text}"
+        );
+        assert!(
+            text.contains("every program attached, met: median share 0.80%"),
+            "{text}"
+        );
+    }
+}
