@@ -186,6 +186,17 @@ impl AgentCost {
         ))
     }
 
+    /// Reads the kernel's evidence for `length` as a batch's waits do, with no pods: the
+    /// same work of this process's over a window with nothing else in it.
+    pub fn idle(&self, length: Duration) -> anyhow::Result<()> {
+        let since = Instant::now();
+        while since.elapsed() < length {
+            Evidence::read(&self.hierarchy)?;
+            std::thread::sleep(LOOK);
+        }
+        Ok(())
+    }
+
     fn read(&self) -> anyhow::Result<Reading> {
         Ok(Reading {
             node: self.node.read()?,

@@ -60,6 +60,94 @@ impl SyscallTracepoints {
     }
 }
 
+/// Every syscall on the node, counted (`raw_syscalls:sys_enter` as a counting perf event
+/// on every CPU) while this lives: it sends every syscall through the slow path itself,
+/// so it counts a window of its own, never one whose cost is measured.
+pub struct SyscallCount {
+    events: Vec<OwnedFd>,
+}
+
+impl SyscallCount {
+    pub fn start() -> anyhow::Result<SyscallCount> {
+        let tracefs = tracefs()?;
+        let path = tracefs.join("events/raw_syscalls/sys_enter/id");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let id = parse_id(&text)
+            .with_context(|| format!("{}: {text:?} is not a tracepoint ID", path.display()))?;
+        let cpus = aya::util::online_cpus()
+            .map_err(|(path, e)| anyhow!("reading the online CPUs from {path}: {e}"))?;
+        let events = cpus
+            .iter()
+            .map(|&cpu| {
+                open_counting(id, cpu)
+                    .with_context(|| format!("counting raw_syscalls:sys_enter on CPU {cpu}"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(SyscallCount { events })
+    }
+
+    /// The syscalls counted so far, on every CPU.
+    pub fn read(&self) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for fd in &self.events {
+            let mut count = [0u8; 8];
+            let mut file = std::fs::File::from(fd.try_clone()?);
+            std::io::Read::read_exact(&mut file, &mut count)
+                .context("reading a counting perf event")?;
+            total += u64::from_ne_bytes(count);
+        }
+        Ok(total)
+    }
+}
+
+/// What one syscall costs on this thread, by its own CPU clock, with the syscall
+/// tracepoints `names` enabled (no program) and without, in alternating rounds: the
+/// kernel's slow entry and exit path, alone.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SlowPath {
+    pub off_ns: Vec<f64>,
+    pub on_ns: Vec<f64>,
+}
+
+impl SlowPath {
+    /// `rounds` rounds of `calls` getppid(2) calls each way.
+    pub fn measure(names: &[String], rounds: usize, calls: u64) -> anyhow::Result<SlowPath> {
+        let (mut off_ns, mut on_ns) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            off_ns.push(ns_per_syscall(calls));
+            let enabled = SyscallTracepoints::enable(names)?;
+            on_ns.push(ns_per_syscall(calls));
+            drop(enabled);
+        }
+        Ok(SlowPath { off_ns, on_ns })
+    }
+
+    /// The ns the enabled tracepoints add to a syscall: the medians' difference.
+    pub fn added_ns(&self) -> f64 {
+        super::stats::median(&self.on_ns) - super::stats::median(&self.off_ns)
+    }
+}
+
+/// This thread's CPU time per getppid(2), in ns, over `calls` calls.
+fn ns_per_syscall(calls: u64) -> f64 {
+    let cpu_ns = || {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    };
+    let start = cpu_ns();
+    for _ in 0..calls {
+        // SAFETY: getppid has no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_getppid) };
+    }
+    (cpu_ns() - start) as f64 / calls as f64
+}
+
 fn tracefs() -> anyhow::Result<PathBuf> {
     TRACEFS
         .iter()
@@ -126,6 +214,21 @@ mod tests {
             names,
             ["sys_enter_setns", "sys_enter_unshare", "sys_exit_unshare"]
         );
+    }
+
+    #[test]
+    fn the_slow_path_adds_the_difference_of_the_medians() {
+        let slow = SlowPath {
+            off_ns: vec![90.0, 100.0, 500.0],
+            on_ns: vec![160.0, 150.0, 140.0],
+        };
+        assert!((slow.added_ns() - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_syscall_takes_some_cpu_time_on_this_thread() {
+        let ns = ns_per_syscall(10_000);
+        assert!(ns > 0.0 && ns < 1_000_000.0, "{ns}");
     }
 
     #[test]

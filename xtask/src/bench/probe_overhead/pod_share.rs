@@ -15,7 +15,12 @@ use super::super::Figure;
 use super::super::accounting::{self, ProgramsRun, RoundCost, share};
 use super::super::agent_cost::AgentCost;
 use super::super::sequential::{Decision, Rule, Verdict};
+use super::super::syscall_tracepoints::{SlowPath, SyscallCount, syscall_programs};
 use super::Probes;
+
+/// Rounds of the syscall loop each way, and its calls per round.
+const SLOW_PATH_ROUNDS: usize = 8;
+const SLOW_PATH_CALLS: u64 = 1_000_000;
 
 /// Pods per batch.
 const PODS: usize = 8;
@@ -62,8 +67,29 @@ pub enum PodShares {
         agent: Decision,
         all: Decision,
         were_on: bool,
+        slow_path: Result<SlowPathShare, String>,
     },
     NotMeasured(String),
+}
+
+/// The syscall tracepoints' slow path as a share of the node's CPU per pod: the ns it
+/// adds to a syscall, times the syscalls a pod's creation makes on the node.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowPathShare {
+    /// The tracepoints every program attached sits on.
+    pub tracepoints: Vec<String>,
+    pub slow_path: SlowPath,
+    /// The node's syscalls per pod: a batch's count less an idle window's as long.
+    pub syscalls_per_pod: f64,
+    /// The node's CPU per pod, ns (median of the measured batches).
+    pub node_ns_per_pod: f64,
+}
+
+impl SlowPathShare {
+    /// In percent, were the tracepoints enabled for the whole of a pod's creation.
+    pub fn share(&self) -> f64 {
+        100.0 * self.syscalls_per_pod * self.slow_path.added_ns().max(0.0) / self.node_ns_per_pod
+    }
 }
 
 /// Runs the batches on the node lab (which must be up, with no pod).
@@ -100,13 +126,48 @@ pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
     })?;
     let all = ALL_RULE.decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
     let were_on = rig.stats_were_on();
-    probes.stop()?;
+    let (summary, _) = probes.stop()?;
+    let tracepoints = syscall_programs(summary.programs.iter().map(|p| p.program.as_str()));
+    let node_ns_per_pod = super::super::stats::median(
+        &rounds
+            .iter()
+            .map(|r| r.node_ns() as f64 / PODS as f64)
+            .collect::<Vec<_>>(),
+    );
+    let slow_path = slow_path(&mut rig, tracepoints, node_ns_per_pod).map_err(|e| format!("{e:#}"));
     rig.stop()?;
     Ok(PodShares::Measured {
         rounds,
         agent,
         all,
         were_on,
+        slow_path,
+    })
+}
+
+/// The slow path's share: its ns per syscall (the syscall loop), and the node's syscalls
+/// per pod (one batch counted, less an idle window as long).
+fn slow_path(
+    rig: &mut AgentCost,
+    tracepoints: Vec<String>,
+    node_ns_per_pod: f64,
+) -> anyhow::Result<SlowPathShare> {
+    if tracepoints.is_empty() {
+        anyhow::bail!("no program sits on a syscall tracepoint on this kernel");
+    }
+    let slow_path = SlowPath::measure(&tracepoints, SLOW_PATH_ROUNDS, SLOW_PATH_CALLS)?;
+    let count = SyscallCount::start()?;
+    let before = count.read()?;
+    let batch = rig.batch("syscalls", PODS, BATCH_TIMEOUT)?;
+    let in_batch = count.read()? - before;
+    let before = count.read()?;
+    rig.idle(Duration::from_secs_f64(batch.window_s))?;
+    let idle = count.read()? - before;
+    Ok(SlowPathShare {
+        tracepoints,
+        slow_path,
+        syscalls_per_pod: in_batch.saturating_sub(idle) as f64 / PODS as f64,
+        node_ns_per_pod,
     })
 }
 
@@ -118,13 +179,20 @@ impl PodShares {
                 Verdict::Met,
                 format!("the programs' share of the node's CPU per pod not measured: {why}"),
             ),
-            PodShares::Measured { agent, all, .. } => (
+            PodShares::Measured {
+                agent,
+                all,
+                slow_path,
+                ..
+            } => (
                 Verdict::all([agent.verdict, all.verdict]),
                 format!(
                     "the programs' run time per pod created in the agent's configuration, {}; \
-                     with every program attached, {}",
+                     with every program attached, {}; the syscall tracepoints' slow path \
+                     (reported): {}",
                     agent.text(),
-                    all.text()
+                    all.text(),
+                    slow_path_text(slow_path)
                 ),
             ),
         }
@@ -136,6 +204,7 @@ impl PodShares {
             agent,
             all,
             were_on,
+            slow_path,
         } = self
         else {
             return Vec::new();
@@ -173,6 +242,23 @@ impl PodShares {
                 ),
             ),
         ];
+        figures.push(Figure::new(
+            "pods: the syscall tracepoints' slow path: ns added per syscall (median of the \
+             loop's rounds, off → on), the node's syscalls per pod, share of the node's CPU \
+             per pod were they enabled throughout",
+            match slow_path {
+                Ok(s) => format!(
+                    "{:.1} ns ({:.1} → {:.1} ns per getppid), {:.0} syscalls, {:.2}% ({})",
+                    s.slow_path.added_ns(),
+                    super::super::stats::median(&s.slow_path.off_ns),
+                    super::super::stats::median(&s.slow_path.on_ns),
+                    s.syscalls_per_pod,
+                    s.share(),
+                    s.tracepoints.join(", ")
+                ),
+                Err(why) => format!("not measured: {why}"),
+            },
+        ));
         if *were_on {
             figures.push(super::super::cost_report::stats_were_on());
         }
@@ -187,7 +273,12 @@ impl PodShares {
                 agent,
                 all,
                 were_on,
+                slow_path,
             } => json!({
+                "slow_path": match slow_path {
+                    Ok(s) => json!(s),
+                    Err(why) => json!({"not_measured": why}),
+                },
                 "pods_per_batch": PODS,
                 "rounds": rounds,
                 "agent_shares": rounds.iter().map(Round::agent_share).collect::<Vec<_>>(),
@@ -197,6 +288,21 @@ impl PodShares {
                 "bpf_stats_were_on": were_on,
             }),
         }
+    }
+}
+
+/// The slow path's share in words: how often the agent attaches the tracepoints with it.
+fn slow_path_text(slow_path: &Result<SlowPathShare, String>) -> String {
+    match slow_path {
+        Ok(s) => format!(
+            "{:.1} ns per syscall, {:.0} syscalls per pod: {:.2}% of the node's CPU per pod \
+             were the tracepoints enabled throughout (the agent enables them only around \
+             sandbox operations and a second after)",
+            s.slow_path.added_ns(),
+            s.syscalls_per_pod,
+            s.share()
+        ),
+        Err(why) => format!("not measured: {why}"),
     }
 }
 
@@ -211,7 +317,13 @@ pub fn method() -> String {
          over the node's CPU in the same window (the lab's containerd in a cgroup of its \
          own, with its shims, runc and CNI plugins, and the pods' cgroups, less both sets \
          of programs' run time). The agent's set is judged against {GOAL_AGENT}%, every \
-         program's against {GOAL_ALL}%, on the same batches. {}",
+         program's against {GOAL_ALL}%, on the same batches. {} The syscall \
+         tracepoints' slow path is reported: the ns it adds to a syscall (this process's \
+         CPU time per getppid(2), {SLOW_PATH_CALLS} calls a round, {SLOW_PATH_ROUNDS} \
+         rounds alternating with those tracepoints enabled as counting perf events with \
+         no program and without; the medians' difference), times the node's syscalls per \
+         pod (`raw_syscalls:sys_enter` counted over one more batch, less an idle window \
+         as long), over the node's CPU per pod.",
         RULE.describe()
     )
 }
@@ -247,6 +359,15 @@ mod tests {
             agent: decided,
             all,
             were_on: false,
+            slow_path: Ok(SlowPathShare {
+                tracepoints: vec!["sys_enter_setns".into()],
+                slow_path: SlowPath {
+                    off_ns: vec![100.0; 3],
+                    on_ns: vec![150.0; 3],
+                },
+                syscalls_per_pod: 40_000.0,
+                node_ns_per_pod: 250_000_000.0,
+            }),
         };
         let (verdict, text) = shares.judged();
         assert_eq!(verdict, Verdict::Met);
