@@ -174,10 +174,14 @@ pub fn join_in_child(cmd: &mut std::process::Command, procs: PathBuf) {
     }
 }
 
-/// The node's CPU: the lab's containerd in a cgroup of the benchmark's (with the shims,
-/// runc and CNI plugins it starts from then on) and the pods' cgroups under their roots.
+/// The node's CPU: the runtime's cgroup (the lab's containerd moved into one of the
+/// benchmark's, or a systemd node's `containerd.service`: either holds the shims, runc
+/// and CNI plugins it starts) and the pods' cgroups under their roots.
 pub struct NodeCpu {
-    runtime: OwnedCgroup,
+    hierarchy: Hierarchy,
+    runtime: PathBuf,
+    /// The cgroup the benchmark made for the runtime, removed on drop.
+    _owned: Option<OwnedCgroup>,
     pod_roots: Vec<PathBuf>,
 }
 
@@ -197,7 +201,29 @@ impl NodeCpu {
         let runtime = OwnedCgroup::create(hierarchy, RUNTIME_CGROUP)?;
         runtime.add(containerd)?;
         Ok(NodeCpu {
-            runtime,
+            hierarchy: hierarchy.clone(),
+            runtime: runtime.dir.clone(),
+            _owned: Some(runtime),
+            pod_roots: pod_roots.iter().map(|p| hierarchy.dir(p)).collect(),
+        })
+    }
+
+    /// The runtime's own cgroup as its service manager made it (`/system.slice/
+    /// containerd.service`), nothing moved: on a systemd node the runtime's shims stay in
+    /// its service's cgroup.
+    pub fn of_cgroup(
+        hierarchy: &Hierarchy,
+        runtime: &str,
+        pod_roots: &[&str],
+    ) -> anyhow::Result<NodeCpu> {
+        let dir = hierarchy.dir(runtime);
+        if !dir.is_dir() {
+            bail!("the runtime's cgroup {} does not exist", dir.display());
+        }
+        Ok(NodeCpu {
+            hierarchy: hierarchy.clone(),
+            runtime: dir,
+            _owned: None,
             pod_roots: pod_roots.iter().map(|p| hierarchy.dir(p)).collect(),
         })
     }
@@ -219,10 +245,13 @@ impl NodeCpu {
     pub fn read(&self) -> anyhow::Result<NodeReading> {
         let mut pods = Vec::with_capacity(self.pod_roots.len());
         for dir in &self.pod_roots {
-            pods.push((dir.clone(), self.runtime.hierarchy.usage_ns(dir)?));
+            pods.push((dir.clone(), self.hierarchy.usage_ns(dir)?));
         }
         Ok(NodeReading {
-            runtime_ns: self.runtime.usage_ns()?,
+            runtime_ns: self
+                .hierarchy
+                .usage_ns(&self.runtime)?
+                .with_context(|| format!("{} is gone", self.runtime.display()))?,
             pods_ns: pods,
         })
     }
@@ -298,7 +327,7 @@ pub fn programs_since(before: &BTreeSet<u32>) -> BTreeSet<u32> {
 }
 
 /// The run time and hits the kernel counted so far for programs `ids`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ProgramsRun {
     pub run_time_ns: u64,
     pub run_count: u64,
@@ -315,7 +344,7 @@ pub fn programs_run(ids: &BTreeSet<u32>) -> ProgramsRun {
 }
 
 /// What one round cost: the node's CPU for its pods, and what podlapse added.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct RoundCost {
     pub pods: usize,
     /// containerd and everything it started (shims, runc, the CNI plugins), in ns.

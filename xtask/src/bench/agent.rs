@@ -40,16 +40,25 @@ impl Agent {
     /// Starts the agent in `work` (manifests in `work/manifests`, its log in
     /// `work/agent.log`) with `extra` flags, and waits until its API answers.
     pub fn start(bin: &Path, work: &Path, node: &str, extra: &[String]) -> anyhow::Result<Agent> {
-        Agent::start_in(bin, work, node, extra, None)
+        Agent::start_in(
+            bin,
+            work,
+            node,
+            extra,
+            &LabPaths::from_env().cri_socket(),
+            None,
+        )
     }
 
-    /// [`Agent::start`], the agent's process born in the cgroup whose `cgroup.procs` is
-    /// `cgroup` (every thread and child it has charged there), where one is given.
+    /// [`Agent::start`] on the runtime at `cri`, the agent's process born in the cgroup
+    /// whose `cgroup.procs` is `cgroup` (every thread and child it has charged there),
+    /// where one is given.
     pub fn start_in(
         bin: &Path,
         work: &Path,
         node: &str,
         extra: &[String],
+        cri: &Path,
         cgroup: Option<std::path::PathBuf>,
     ) -> anyhow::Result<Agent> {
         let _ = std::fs::remove_dir_all(work);
@@ -68,7 +77,7 @@ impl Agent {
         if let Some(procs) = cgroup {
             super::accounting::join_in_child(&mut cmd, procs);
         }
-        roomy_node(cmd.arg("--cri").arg(LabPaths::from_env().cri_socket()))
+        roomy_node(cmd.arg("--cri").arg(cri))
             .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -28,8 +28,23 @@ use super::pods::sleep_pod;
 
 /// The agent's cgroup, outside the node's.
 const AGENT_CGROUP: &str = "/podlapse.bench-agent";
-/// The agent's pod cgroups: its default `--cgroup-root`.
-const POD_ROOT: &str = "/podlapse";
+/// The agent's pod cgroups under its default `--cgroup-root`: the cgroupfs driver's
+/// directory, the systemd driver's slice.
+const POD_ROOTS: [&str; 2] = ["/podlapse", "/podlapse.slice"];
+
+/// The node the agent runs pods on.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// The node lab (`cargo xtask lab`): its containerd is moved into a cgroup of the
+    /// benchmark's.
+    Lab,
+    /// A systemd node's containerd: its socket, and its service's cgroup
+    /// (`/system.slice/containerd.service`), read where it is.
+    Service {
+        cri: std::path::PathBuf,
+        cgroup: String,
+    },
+}
 /// How often a wait reads the kernel's evidence (a scan of /proc, this process's CPU).
 const LOOK: Duration = Duration::from_millis(20);
 
@@ -58,22 +73,51 @@ pub struct AgentCost {
     agent: Agent,
     node: NodeCpu,
     cgroup: OwnedCgroup,
-    hierarchy: Hierarchy,
+    /// The pod cgroups' root directory the kernel's evidence is read under.
+    pod_root: std::path::PathBuf,
     programs: BTreeSet<u32>,
     stats: Result<BpfStats, String>,
     batches: usize,
+    /// The agent's node name: its pods from manifests are named `{pod}-{node}`, as
+    /// kubelet names a static pod.
+    node_name: String,
 }
 
 impl AgentCost {
     /// Starts the agent in `work` on the lab, which must run no pod yet (the shims of
     /// pods started before would not be counted as the node's).
-    pub fn start(bin: &Path, work: &Path, node: &str) -> anyhow::Result<AgentCost> {
+    pub fn start(bin: &Path, work: &Path, name: &str) -> anyhow::Result<AgentCost> {
+        AgentCost::start_on(bin, work, name, &Node::Lab)
+    }
+
+    /// [`AgentCost::start`] on `node`.
+    pub fn start_on(bin: &Path, work: &Path, name: &str, node: &Node) -> anyhow::Result<AgentCost> {
         let hierarchy = Hierarchy::detect()?;
-        let node_cpu = NodeCpu::of_lab(&hierarchy, &[POD_ROOT])?;
+        let (node_cpu, cri) = match node {
+            Node::Lab => (
+                NodeCpu::of_lab(&hierarchy, &POD_ROOTS)?,
+                xtask::lab::LabPaths::from_env().cri_socket(),
+            ),
+            Node::Service { cri, cgroup } => (
+                NodeCpu::of_cgroup(&hierarchy, cgroup, &POD_ROOTS)?,
+                cri.clone(),
+            ),
+        };
         let cgroup = OwnedCgroup::create(&hierarchy, AGENT_CGROUP)?;
         let stats = BpfStats::enable().map_err(|e| format!("{e:#}"));
         let before = accounting::program_ids();
-        let agent = Agent::start_in(bin, work, node, &[], Some(cgroup.procs_file()))?;
+        let agent = Agent::start_in(bin, work, name, &[], &cri, Some(cgroup.procs_file()))?;
+        // The agent made its QoS cgroups as it started: its driver's root is the one there.
+        let pod_root = POD_ROOTS
+            .iter()
+            .map(|r| hierarchy.dir(r))
+            .find(|d| d.is_dir())
+            .with_context(|| {
+                format!(
+                    "the agent made none of its pod cgroup roots ({})",
+                    POD_ROOTS.join(", ")
+                )
+            })?;
         let programs = if stats.is_ok() {
             accounting::programs_since(&before)
         } else {
@@ -83,10 +127,11 @@ impl AgentCost {
             agent,
             node: node_cpu,
             cgroup,
-            hierarchy,
+            pod_root,
             programs,
             stats,
             batches: 0,
+            node_name: name.to_string(),
         })
     }
 
@@ -138,7 +183,7 @@ impl AgentCost {
         }
         // What runs under the root before the batch (another arm's leftovers, say) is
         // not the batch's: its waits count from there.
-        let base = Evidence::read(&self.hierarchy)?;
+        let base = Evidence::read(&self.pod_root)?;
         let start = self.read()?;
         let beside_start = accounting::programs_run(beside);
         let began = Instant::now();
@@ -191,7 +236,7 @@ impl AgentCost {
     pub fn idle(&self, length: Duration) -> anyhow::Result<()> {
         let since = Instant::now();
         while since.elapsed() < length {
-            Evidence::read(&self.hierarchy)?;
+            Evidence::read(&self.pod_root)?;
             std::thread::sleep(LOOK);
         }
         Ok(())
@@ -215,7 +260,7 @@ impl AgentCost {
     ) -> anyhow::Result<()> {
         let since = Instant::now();
         loop {
-            let seen = Evidence::read(&self.hierarchy)?;
+            let seen = Evidence::read(&self.pod_root)?;
             if done(&seen) {
                 return Ok(());
             }
@@ -238,7 +283,11 @@ impl AgentCost {
     /// after `seen_ns`.
     fn to_running(&self, names: &[String]) -> anyhow::Result<Vec<f64>> {
         let timeline = self.agent.query("timeline")?;
-        let wanted: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        let named: Vec<String> = names
+            .iter()
+            .map(|n| format!("{n}-{}", self.node_name))
+            .collect();
+        let wanted: BTreeSet<&str> = named.iter().map(String::as_str).collect();
         let times = to_running_s(&timeline, &wanted);
         if times.len() != names.len() {
             bail!(
@@ -294,8 +343,8 @@ struct Evidence {
 impl Evidence {
     /// Walks the pod cgroups under the root and their containers' `cgroup.procs`: a few
     /// reads per pod, where a scan of /proc would read every process on the node.
-    fn read(hierarchy: &Hierarchy) -> anyhow::Result<Evidence> {
-        let pods = pod_cgroup_dirs(&hierarchy.dir(POD_ROOT));
+    fn read(pod_root: &Path) -> anyhow::Result<Evidence> {
+        let pods = pod_cgroup_dirs(pod_root);
         let mut started = 0;
         for pod in &pods {
             let Ok(containers) = std::fs::read_dir(pod) else {

@@ -87,6 +87,13 @@ pub struct ProbeOverheadArgs {
     /// At most this many rounds in each series.
     #[arg(long, value_name = "N")]
     pub cap: Option<usize>,
+    /// Also the lines on pods, on the containerd whose CRI socket this is (a systemd
+    /// node's, with `--pods-runtime-cgroup`), at the modern node's scale.
+    #[arg(long, value_name = "SOCKET", requires = "pods_runtime_cgroup")]
+    pub pods_cri: Option<PathBuf>,
+    /// The runtime's service cgroup, as the node's CPU (`/system.slice/containerd.service`).
+    #[arg(long, value_name = "CGROUP", requires = "pods_cri")]
+    pub pods_runtime_cgroup: Option<String>,
 }
 
 /// Benchmark 4 measured here, its figures written to `args.out` for another machine to
@@ -94,8 +101,11 @@ pub struct ProbeOverheadArgs {
 pub fn probe_overhead_alone(args: &ProbeOverheadArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let measured =
+    let mut measured =
         probe_overhead::measure(&args.podlapse, &args.dir, args.exec.as_deref(), args.cap)?;
+    if let (Some(cri), Some(cgroup)) = (&args.pods_cri, &args.pods_runtime_cgroup) {
+        probe_overhead::measure_pods(&mut measured, &args.podlapse, &args.dir, cri, cgroup);
+    }
     let text = serde_json::to_string(&measured)?;
     // Written whole, then renamed: a run cut short leaves no half a result.
     let partial = args.out.with_extension("partial");

@@ -7,7 +7,7 @@
 mod image;
 mod machine;
 mod paths;
-mod recipe;
+pub(crate) mod recipe;
 mod session;
 mod ssh;
 pub mod suite;
@@ -128,7 +128,8 @@ pub fn run_staged(
     let run = || -> anyhow::Result<()> {
         guest.check(&format!("rm -rf {in_guest}"))?;
         guest.copy_in(&[stage.to_path_buf()], "/opt")?;
-        let status = guest.exec(&ssh::join_args(command)?, None)?;
+        // The lab's registry, when it is up, for a command that pulls its images.
+        let status = guest.exec(&ssh::join_args(command)?, registry_forward())?;
         if !status.success() {
             bail!(
                 "in the modern node, `{}` failed ({status})",

@@ -15,6 +15,8 @@ const STAGE: &str = "podlapse-bench";
 /// The workload's binary on the host, taken in when it is there.
 const BUSYBOX: &str = "/bin/busybox";
 const RESULT: &str = "measured.json";
+/// The guest's containerd 2.x, as its systemd unit runs it.
+use crate::node_vm::recipe::{CONTAINERD_SOCKET as GUEST_CRI, REFERENCE_UNIT};
 
 /// Measures in the modern node (booting it for the run when it is down), `cap` capping
 /// every series' rounds as on the host.
@@ -51,6 +53,14 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     if let Some(cap) = cap {
         command.extend(["--cap".into(), cap.to_string()]);
     }
+    // The lines on pods, on the guest's own containerd (systemd's service, the lab's
+    // registry forwarded for the image).
+    command.extend([
+        "--pods-cri".into(),
+        GUEST_CRI.into(),
+        "--pods-runtime-cgroup".into(),
+        format!("/system.slice/{REFERENCE_UNIT}"),
+    ]);
     let back = node_dir.join("result");
     if back.exists() {
         std::fs::remove_dir_all(&back).with_context(|| format!("removing {}", back.display()))?;

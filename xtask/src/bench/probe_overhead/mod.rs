@@ -14,6 +14,8 @@ mod pod_share;
 mod report;
 mod verdict;
 
+use super::agent_cost::Node;
+
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::Read;
@@ -892,6 +894,9 @@ pub struct Measured {
     all_on: Alternated,
     split: Split,
     counted: Counted,
+    /// The lines on pods, where the run measured them itself (the modern node's).
+    #[serde(default)]
+    pods: Option<pod_share::PodShares>,
 }
 
 /// Where benchmark 4 runs: this machine's kernel, and the modern node's.
@@ -963,20 +968,31 @@ pub fn run(
     let mut runs = Vec::new();
     for kernel in kernels {
         let cap = cap_for(caps, *kernel);
-        let measured = match kernel {
-            Kernel::Host => measure(bin, dir, None, cap),
-            Kernel::Node => in_node::measure(bin, dir, cap),
-        };
-        // The lines on pods, on the host's lab: the modern node's guest creates no pods
-        // in this benchmark yet.
-        let pods = match kernel {
-            Kernel::Host => super::with_lab(|| pod_share::measure(bin, dir))
-                .unwrap_or_else(|e| pod_share::PodShares::NotMeasured(format!("{e:#}"))),
-            Kernel::Node => pod_share::PodShares::NotMeasured(
-                "the modern node's run creates no pods yet (its guest runs the exec \
-                 workload only)"
-                    .into(),
-            ),
+        // The lines on pods need the lab: its containerd on the host, its registry
+        // (forwarded) for the modern node's pulls.
+        let (measured, pods) = match kernel {
+            Kernel::Host => {
+                let measured = measure(bin, dir, None, cap);
+                let pods = super::with_lab(|| {
+                    pod_share::measure(bin, dir, &Node::Lab, pod_share::Scale::HOST)
+                })
+                .unwrap_or_else(|e| pod_share::PodShares::NotMeasured(format!("{e:#}")));
+                (measured, pods)
+            }
+            Kernel::Node => match super::with_lab(|| in_node::measure(bin, dir, cap)) {
+                Ok(mut m) => {
+                    let pods = m.pods.take().unwrap_or_else(|| {
+                        pod_share::PodShares::NotMeasured(
+                            "the modern node's run sent no pods back".into(),
+                        )
+                    });
+                    (Ok(m), pods)
+                }
+                Err(e) => (
+                    Err(e),
+                    pod_share::PodShares::NotMeasured("the modern node's run failed".into()),
+                ),
+            },
         };
         if let Err(e) = &measured {
             eprintln!(
@@ -1097,7 +1113,20 @@ pub fn measure(
         all_on,
         split,
         counted,
+        pods: None,
     })
+}
+
+/// The lines on pods on a systemd node's containerd (its socket `cri`, its service's
+/// cgroup), at the modern node's scale, into `measured`; a failure is said there.
+pub fn measure_pods(measured: &mut Measured, bin: &Path, dir: &Path, cri: &Path, cgroup: &str) {
+    let node = Node::Service {
+        cri: cri.to_path_buf(),
+        cgroup: cgroup.to_string(),
+    };
+    let pods = pod_share::measure(bin, dir, &node, pod_share::Scale::EMULATED)
+        .unwrap_or_else(|e| pod_share::PodShares::NotMeasured(format!("{e:#}")));
+    measured.pods = Some(pods);
 }
 
 /// The split's three series (two without syscall tracepoints under the programs).

@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::super::Figure;
 use super::super::accounting::{self, ProgramsRun, RoundCost, share};
-use super::super::agent_cost::AgentCost;
+use super::super::agent_cost::{AgentCost, Node};
 use super::super::sequential::{Decision, Rule, Verdict};
 use super::super::syscall_tracepoints::{SlowPath, SyscallCount, syscall_programs};
 use super::Probes;
@@ -22,20 +22,39 @@ use super::Probes;
 const SLOW_PATH_ROUNDS: usize = 8;
 const SLOW_PATH_CALLS: u64 = 1_000_000;
 
-/// Pods per batch.
-const PODS: usize = 8;
+/// How many pods a batch has and how many batches decide, on a kernel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Scale {
+    pub pods: usize,
+    pub rule: Rule,
+    pub all_rule: Rule,
+}
+
+impl Scale {
+    /// The host: batches of eight pods, about 6 s each with their cleanup; first look at
+    /// 8 (the fewest with an interval at each look's part of the 5%), the last at 16.
+    pub const HOST: Scale = Scale {
+        pods: 8,
+        rule: Rule::at_most(GOAL_AGENT, 8, 8, 16),
+        all_rule: Rule::at_most(GOAL_ALL, 8, 8, 16),
+    };
+    /// The modern node under software emulation, where a pod takes tens of seconds:
+    /// batches of three, one look at six (the fewest with a 95% interval).
+    pub const EMULATED: Scale = Scale {
+        pods: 3,
+        rule: Rule::at_most(GOAL_AGENT, 6, 6, 6),
+        all_rule: Rule::at_most(GOAL_ALL, 6, 6, 6),
+    };
+}
 /// The lines, in percent of the node's CPU per pod.
 pub const GOAL_AGENT: f64 = 0.5;
 pub const GOAL_ALL: f64 = 1.5;
-/// A share moves little from batch to batch: first look at 8, the last at 16. A batch of
-/// eight pods takes about 6 s with its cleanup.
-const RULE: Rule = Rule::at_most(GOAL_AGENT, 8, 8, 16);
-const ALL_RULE: Rule = Rule::at_most(GOAL_ALL, 8, 8, 16);
-const BATCH_TIMEOUT: Duration = Duration::from_secs(180);
+/// Each of a batch's waits; pods under emulation take tens of seconds each.
+const BATCH_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One batch: the node's CPU and the agent's programs ([`RoundCost`]), and every program
 /// attached beside it.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Round {
     pub cost: RoundCost,
     pub all: ProgramsRun,
@@ -60,9 +79,10 @@ impl Round {
 }
 
 /// What the pods' batches measured, or why the programs could not be counted.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum PodShares {
     Measured {
+        scale: Scale,
         rounds: Vec<Round>,
         agent: Decision,
         all: Decision,
@@ -74,7 +94,7 @@ pub enum PodShares {
 
 /// The syscall tracepoints' slow path as a share of the node's CPU per pod: the ns it
 /// adds to a syscall, times the syscalls a pod's creation makes on the node.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SlowPathShare {
     /// The tracepoints every program attached sits on.
     pub tracepoints: Vec<String>,
@@ -92,10 +112,11 @@ impl SlowPathShare {
     }
 }
 
-/// Runs the batches on the node lab (which must be up, with no pod).
-pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
+/// Runs the batches on `node` (which must run no pod yet).
+pub fn measure(bin: &Path, dir: &Path, node: &Node, scale: Scale) -> anyhow::Result<PodShares> {
+    let pods = scale.pods;
     let work = dir.join("probe-overhead-pods");
-    let mut rig = AgentCost::start(bin, &work.join("agent"), "podlapse-bench-probes")?;
+    let mut rig = AgentCost::start_on(bin, &work.join("agent"), "podlapse-bench-probes", node)?;
     if let Some(why) = rig.programs_unmeasured() {
         rig.stop()?;
         return Ok(PodShares::NotMeasured(why));
@@ -103,10 +124,10 @@ pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
     let before = accounting::program_ids();
     let probes = Probes::start(bin, work.join("kernel-events.log"), &[])?;
     let beside = accounting::programs_since(&before);
-    rig.batch("warm", PODS, BATCH_TIMEOUT)?;
+    rig.batch("warm", pods, BATCH_TIMEOUT)?;
     let mut rounds = Vec::new();
-    let agent = RULE.run(|r| -> anyhow::Result<f64> {
-        let (batch, all) = rig.batch_beside(&format!("r{r}"), PODS, BATCH_TIMEOUT, &beside)?;
+    let agent = scale.rule.run(|r| -> anyhow::Result<f64> {
+        let (batch, all) = rig.batch_beside(&format!("r{r}"), pods, BATCH_TIMEOUT, &beside)?;
         let round = Round {
             cost: batch.cost,
             all,
@@ -115,28 +136,32 @@ pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
             "bench: 4. pods, round {}: programs per pod: the agent's {:.3} ms ({:.2}%), every \
              one attached {:.3} ms ({:.2}%), of the node's {:.1} ms",
             r + 1,
-            round.cost.programs_ns.unwrap_or(0) as f64 / 1e6 / PODS as f64,
+            round.cost.programs_ns.unwrap_or(0) as f64 / 1e6 / pods as f64,
             round.agent_share(),
-            all.run_time_ns as f64 / 1e6 / PODS as f64,
+            all.run_time_ns as f64 / 1e6 / pods as f64,
             round.all_share(),
-            round.node_ns() as f64 / 1e6 / PODS as f64
+            round.node_ns() as f64 / 1e6 / pods as f64
         );
         rounds.push(round);
         Ok(round.agent_share())
     })?;
-    let all = ALL_RULE.decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
+    let all = scale
+        .all_rule
+        .decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
     let were_on = rig.stats_were_on();
     let (summary, _) = probes.stop()?;
     let tracepoints = syscall_programs(summary.programs.iter().map(|p| p.program.as_str()));
     let node_ns_per_pod = super::super::stats::median(
         &rounds
             .iter()
-            .map(|r| r.node_ns() as f64 / PODS as f64)
+            .map(|r| r.node_ns() as f64 / pods as f64)
             .collect::<Vec<_>>(),
     );
-    let slow_path = slow_path(&mut rig, tracepoints, node_ns_per_pod).map_err(|e| format!("{e:#}"));
+    let slow_path =
+        slow_path(&mut rig, pods, tracepoints, node_ns_per_pod).map_err(|e| format!("{e:#}"));
     rig.stop()?;
     Ok(PodShares::Measured {
+        scale,
         rounds,
         agent,
         all,
@@ -149,6 +174,7 @@ pub fn measure(bin: &Path, dir: &Path) -> anyhow::Result<PodShares> {
 /// per pod (one batch counted, less an idle window as long).
 fn slow_path(
     rig: &mut AgentCost,
+    pods: usize,
     tracepoints: Vec<String>,
     node_ns_per_pod: f64,
 ) -> anyhow::Result<SlowPathShare> {
@@ -158,7 +184,7 @@ fn slow_path(
     let slow_path = SlowPath::measure(&tracepoints, SLOW_PATH_ROUNDS, SLOW_PATH_CALLS)?;
     let count = SyscallCount::start()?;
     let before = count.read()?;
-    let batch = rig.batch("syscalls", PODS, BATCH_TIMEOUT)?;
+    let batch = rig.batch("syscalls", pods, BATCH_TIMEOUT)?;
     let in_batch = count.read()? - before;
     let before = count.read()?;
     rig.idle(Duration::from_secs_f64(batch.window_s))?;
@@ -166,7 +192,7 @@ fn slow_path(
     Ok(SlowPathShare {
         tracepoints,
         slow_path,
-        syscalls_per_pod: in_batch.saturating_sub(idle) as f64 / PODS as f64,
+        syscalls_per_pod: in_batch.saturating_sub(idle) as f64 / pods as f64,
         node_ns_per_pod,
     })
 }
@@ -200,6 +226,7 @@ impl PodShares {
 
     pub fn figures(&self) -> Vec<Figure> {
         let PodShares::Measured {
+            scale,
             rounds,
             agent,
             all,
@@ -212,12 +239,13 @@ impl PodShares {
         let med = |f: &dyn Fn(&Round) -> f64| {
             super::super::stats::median(&rounds.iter().map(f).collect::<Vec<_>>())
         };
-        let per_pod = |ns: u64| ns as f64 / 1e6 / PODS as f64;
+        let pods = scale.pods;
+        let per_pod = |ns: u64| ns as f64 / 1e6 / pods as f64;
         let mut figures = vec![
             Figure::new(
                 &format!(
                     "pods: the agent's programs' share of the node's CPU ({} batches of \
-                     {PODS}): median (the verdict's), 95% interval",
+                     {pods}): median (the verdict's), 95% interval",
                     agent.rounds
                 ),
                 format!(
@@ -238,7 +266,7 @@ impl PodShares {
                     med(&|r| per_pod(r.node_ns())),
                     med(&|r| per_pod(r.cost.programs_ns.unwrap_or(0))),
                     med(&|r| per_pod(r.all.run_time_ns)),
-                    med(&|r| r.all.run_count as f64 / PODS as f64),
+                    med(&|r| r.all.run_count as f64 / pods as f64),
                 ),
             ),
         ];
@@ -269,6 +297,7 @@ impl PodShares {
         match self {
             PodShares::NotMeasured(why) => json!({"not_measured": why}),
             PodShares::Measured {
+                scale,
                 rounds,
                 agent,
                 all,
@@ -279,7 +308,7 @@ impl PodShares {
                     Ok(s) => json!(s),
                     Err(why) => json!({"not_measured": why}),
                 },
-                "pods_per_batch": PODS,
+                "pods_per_batch": scale.pods,
                 "rounds": rounds,
                 "agent_shares": rounds.iter().map(Round::agent_share).collect::<Vec<_>>(),
                 "all_shares": rounds.iter().map(Round::all_share).collect::<Vec<_>>(),
@@ -309,22 +338,28 @@ fn slow_path_text(slow_path: &Result<SlowPathShare, String>) -> String {
 /// How the pods' lines are measured, for the method.
 pub fn method() -> String {
     format!(
-        "On the host, the lines on pods: one long-lived agent (`podlapse run`, its programs \
-         in the agent's configuration) takes batches of {PODS} `sleep` pods (image present; \
+        "The lines on pods: one long-lived agent (`podlapse run`, its programs in the \
+         agent's configuration) takes batches of `sleep` pods ({} on the host, {} on the \
+         modern node; image present; \
          every pod started, every manifest removed, every pod cleaned up) while \
          `podlapse kernel-events` runs beside it with every program attached; a batch's \
          share is a set of programs' run time over the batch (the kernel's BPF statistics) \
          over the node's CPU in the same window (the lab's containerd in a cgroup of its \
          own, with its shims, runc and CNI plugins, and the pods' cgroups, less both sets \
          of programs' run time). The agent's set is judged against {GOAL_AGENT}%, every \
-         program's against {GOAL_ALL}%, on the same batches. {} The syscall \
+         program's against {GOAL_ALL}%, on the same batches. On the host: {} On the \
+         modern node (the lab's registry forwarded to it, its containerd's service \
+         cgroup as the runtime's): one look at {} batches. The syscall \
          tracepoints' slow path is reported: the ns it adds to a syscall (this process's \
          CPU time per getppid(2), {SLOW_PATH_CALLS} calls a round, {SLOW_PATH_ROUNDS} \
          rounds alternating with those tracepoints enabled as counting perf events with \
          no program and without; the medians' difference), times the node's syscalls per \
          pod (`raw_syscalls:sys_enter` counted over one more batch, less an idle window \
          as long), over the node's CPU per pod.",
-        RULE.describe()
+        Scale::HOST.pods,
+        Scale::EMULATED.pods,
+        Scale::HOST.rule.describe(),
+        Scale::EMULATED.rule.cap
     )
 }
 
@@ -336,7 +371,7 @@ mod tests {
     fn both_sets_of_programs_come_off_the_nodes_cpu() {
         let round = Round {
             cost: RoundCost {
-                pods: PODS,
+                pods: 8,
                 runtime_ns: 1_500_000_000,
                 pods_ns: 520_000_000,
                 agent_ns: 9_000_000,
@@ -352,9 +387,15 @@ mod tests {
         assert!((round.agent_share() - 0.2).abs() < 1e-9);
         assert!((round.all_share() - 0.8).abs() < 1e-9);
         let rounds = vec![round; 8];
-        let decided = RULE.decide(&rounds.iter().map(Round::agent_share).collect::<Vec<_>>());
-        let all = ALL_RULE.decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
+        let scale = Scale::HOST;
+        let decided = scale
+            .rule
+            .decide(&rounds.iter().map(Round::agent_share).collect::<Vec<_>>());
+        let all = scale
+            .all_rule
+            .decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
         let shares = PodShares::Measured {
+            scale,
             rounds,
             agent: decided,
             all,

@@ -636,6 +636,7 @@ pub(super) mod tests {
                 paused: summary(200, 0, &programs),
                 agent: summary(0, 0, &programs),
             },
+            pods: None,
         }
     }
 
