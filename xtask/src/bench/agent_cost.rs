@@ -56,6 +56,9 @@ pub struct Batch {
     pub to_running_s: Vec<f64>,
     /// From the manifests' writing to the last pod cgroup's removal.
     pub window_s: f64,
+    /// What the agent spends with no pods at all, over a window as long, in ns, where
+    /// its idle rate was measured ([`AgentCost::measure_idle`]).
+    pub agent_idle_ns: Option<u64>,
 }
 
 impl Batch {
@@ -78,6 +81,8 @@ pub struct AgentCost {
     programs: BTreeSet<u32>,
     stats: Result<BpfStats, String>,
     batches: usize,
+    /// The agent's CPU with no pods, ns per second.
+    idle_ns_per_s: Option<f64>,
     /// The agent's node name: its pods from manifests are named `{pod}-{node}`, as
     /// kubelet names a static pod.
     node_name: String,
@@ -131,6 +136,7 @@ impl AgentCost {
             programs,
             stats,
             batches: 0,
+            idle_ns_per_s: None,
             node_name: name.to_string(),
         })
     }
@@ -226,9 +232,21 @@ impl AgentCost {
                 cost,
                 to_running_s,
                 window_s,
+                agent_idle_ns: self.idle_ns_per_s.map(|r| (r * window_s) as u64),
             },
             beside_run,
         ))
+    }
+
+    /// The agent's CPU over `length` with no pods (its relists, housekeeping and
+    /// timers), ns per second: the part of a batch's cost that comes with time, not
+    /// with pods. Call it with no pod on the node.
+    pub fn measure_idle(&mut self, length: Duration) -> anyhow::Result<f64> {
+        let before = self.cgroup.usage_ns()?;
+        self.idle(length)?;
+        let rate = (self.cgroup.usage_ns()? - before) as f64 / length.as_secs_f64();
+        self.idle_ns_per_s = Some(rate);
+        Ok(rate)
     }
 
     /// Reads the kernel's evidence for `length` as a batch's waits do, with no pods: the

@@ -4,6 +4,7 @@
 
 use super::Figure;
 use super::accounting::{self, RoundCost};
+use super::agent_cost::Batch;
 use super::sequential::{Decision, Verdict};
 
 /// How the share is measured, for a benchmark's method.
@@ -27,10 +28,11 @@ pub fn method() -> String {
 pub fn figures(
     what: &str,
     decision: &Decision,
-    costs: &[RoundCost],
+    batches: &[Batch],
     programs_unmeasured: Option<&str>,
 ) -> Vec<Figure> {
-    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(costs, f);
+    let costs: Vec<RoundCost> = batches.iter().map(|b| b.cost).collect();
+    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(&costs, f);
     let per_pod = |ns: u64, c: &RoundCost| ns as f64 / 1e6 / c.pods.max(1) as f64;
     vec![
         Figure::new(
@@ -62,26 +64,69 @@ pub fn figures(
                 }
             ),
         ),
+        Figure::new(
+            &format!(
+                "{what}: of the agent's process, what it spends with no pods (relists, \
+                 housekeeping, timers) over a batch's window: per pod, its share of the \
+                 node's CPU (medians of rounds); the window per pod"
+            ),
+            match idle_share(batches) {
+                Some((ms, pct)) => format!(
+                    "{ms:.2} ms, {pct:.2}%; {:.0} ms",
+                    super::stats::median(
+                        &batches
+                            .iter()
+                            .map(|b| 1e3 * b.window_s / b.cost.pods.max(1) as f64)
+                            .collect::<Vec<_>>()
+                    )
+                ),
+                None => "not measured (no idle window before the batches)".into(),
+            },
+        ),
     ]
+}
+
+/// The agent's idle CPU over the batches' windows: per pod in ms, and as a share of the
+/// node's CPU in percent (medians of batches); `None` where it was not measured.
+fn idle_share(batches: &[Batch]) -> Option<(f64, f64)> {
+    let idle: Vec<(f64, f64)> = batches
+        .iter()
+        .map(|b| {
+            b.agent_idle_ns.map(|ns| {
+                (
+                    ns as f64 / 1e6 / b.cost.pods.max(1) as f64,
+                    accounting::share(ns, b.cost.node_ns()),
+                )
+            })
+        })
+        .collect::<Option<_>>()?;
+    if idle.is_empty() {
+        return None;
+    }
+    let ms: Vec<f64> = idle.iter().map(|i| i.0).collect();
+    let pct: Vec<f64> = idle.iter().map(|i| i.1).collect();
+    Some((super::stats::median(&ms), super::stats::median(&pct)))
 }
 
 /// The decision in words, with the parts of the cost when the line was missed.
 pub fn verdict(
     decision: &Decision,
-    costs: &[RoundCost],
+    batches: &[Batch],
     programs_unmeasured: Option<&str>,
 ) -> String {
-    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(costs, f);
+    let costs: Vec<RoundCost> = batches.iter().map(|b| b.cost).collect();
+    let med = |f: &dyn Fn(&RoundCost) -> f64| accounting::median_of(&costs, f);
+    let idle = idle_share(batches).map(|(_, pct)| pct);
     let process = med(&|c| accounting::share(c.agent_ns, c.node_ns()));
     let programs = med(&|c| c.programs_share().unwrap_or(0.0));
     match (decision.verdict, programs_unmeasured) {
         (Verdict::Missed, None) => format!(
             "{}; of it, {}",
             decision.text(),
-            parts(process, Some(programs))
+            parts(process, Some(programs), idle)
         ),
         (Verdict::Missed, Some(_)) => {
-            format!("{}; of it, {}", decision.text(), parts(process, None))
+            format!("{}; of it, {}", decision.text(), parts(process, None, idle))
         }
         (_, Some(why)) => format!(
             "{} (the agent's process only: its programs not measured: {why})",
@@ -91,18 +136,23 @@ pub fn verdict(
     }
 }
 
-/// "the agent's process 1.90% and its programs 0.31% (the larger part: the process)".
-fn parts(process: f64, programs: Option<f64>) -> String {
+/// "the agent's process 1.90% (0.80% of it idle work) and its programs 0.31% (the larger
+/// part: the agent's own work)".
+fn parts(process: f64, programs: Option<f64>, idle: Option<f64>) -> String {
+    let idle = idle.map_or(String::new(), |i| {
+        format!(" ({i:.2}% of it what it spends with no pods over as long)")
+    });
     match programs {
         Some(p) => format!(
-            "the agent's process {process:.2}% and its programs {p:.2}% (the larger part: {})",
+            "the agent's process {process:.2}%{idle} and its programs {p:.2}% (the larger \
+             part: {})",
             if process >= p {
                 "the agent's own work"
             } else {
                 "the programs"
             }
         ),
-        None => format!("the agent's process {process:.2}% (its programs not measured)"),
+        None => format!("the agent's process {process:.2}%{idle} (its programs not measured)"),
     }
 }
 
@@ -119,28 +169,36 @@ mod tests {
     use super::*;
     use crate::bench::sequential::Rule;
 
-    fn round(agent_ns: u64, programs_ns: Option<u64>) -> RoundCost {
-        RoundCost {
-            pods: 8,
-            runtime_ns: 1_600_000_000,
-            pods_ns: 400_000_000,
-            agent_ns,
-            programs_ns,
+    fn round(agent_ns: u64, programs_ns: Option<u64>) -> Batch {
+        Batch {
+            cost: RoundCost {
+                pods: 8,
+                runtime_ns: 1_600_000_000,
+                pods_ns: 400_000_000,
+                agent_ns,
+                programs_ns,
+            },
+            to_running_s: vec![0.3; 8],
+            window_s: 4.0,
+            agent_idle_ns: Some(20_000_000),
         }
     }
 
     #[test]
     fn a_missed_share_names_the_part_that_costs_most() {
         // 2,000 ms of node CPU (less 4 ms of programs) for 8 pods; the agent 50 ms.
-        let costs: Vec<RoundCost> = (0..8).map(|_| round(50_000_000, Some(4_000_000))).collect();
-        let shares: Vec<f64> = costs.iter().map(RoundCost::share).collect();
+        let costs: Vec<Batch> = (0..8).map(|_| round(50_000_000, Some(4_000_000))).collect();
+        let shares: Vec<f64> = costs.iter().map(|b| b.cost.share()).collect();
         let rule = Rule::at_most(2.0, 8, 8, 16);
         let decision = rule.decide(&shares);
         assert_eq!(decision.verdict, Verdict::Missed);
         let text = verdict(&decision, &costs, None);
         assert!(text.starts_with("missed: median share 2.71%"), "{text}");
         assert!(
-            text.contains("the agent's process 2.51% and its programs 0.20% (the larger part: the agent's own work)"),
+            text.contains(
+                "the agent's process 2.51% (1.00% of it what it spends with no pods over as \
+                 long) and its programs 0.20% (the larger part: the agent's own work)"
+            ),
             "{text}"
         );
         let figures = figures("concurrency 8", &decision, &costs, None);
@@ -152,8 +210,9 @@ mod tests {
 
     #[test]
     fn a_met_share_is_the_decision_alone_and_unmeasured_programs_say_why() {
-        let costs: Vec<RoundCost> = (0..8).map(|_| round(10_000_000, None)).collect();
-        let shares: Vec<f64> = costs.iter().map(RoundCost::share).collect();
+        let mut costs: Vec<Batch> = (0..8).map(|_| round(10_000_000, None)).collect();
+        costs[3].agent_idle_ns = None;
+        let shares: Vec<f64> = costs.iter().map(|b| b.cost.share()).collect();
         let decision = Rule::at_most(2.0, 8, 8, 16).decide(&shares);
         assert_eq!(decision.verdict, Verdict::Met);
         let text = verdict(&decision, &costs, Some("BPF_ENABLE_STATS refused"));

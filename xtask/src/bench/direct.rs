@@ -14,6 +14,8 @@ use super::stats::percentile;
 use super::{Figure, Outcome};
 
 pub const OVERHEAD_PODS: usize = 200;
+/// The direct driver's pod cgroups' root (the lab's teardown removes `podlapse-*`).
+const DIRECT_CGROUP_ROOT: &str = "/podlapse-direct";
 const GOAL_RATIO: f64 = 1.05;
 const GOAL_GAP_MS: f64 = 10.0;
 
@@ -79,7 +81,15 @@ pub(super) fn create_sampled(
     let mut cmd = Command::new(bin);
     match arm {
         Arm::Podlapse => roomy_node(cmd.args(["run", "--until-ready", "--cleanup", "--json"])),
-        Arm::Direct => cmd.args(["bench-direct", "--cleanup"]),
+        // Its own cgroup root: an agent running beside it (benchmarks 2 and 11) would
+        // take pod cgroups under its own root that none of its pods own for orphans, and
+        // kill what runs in them, as kubelet's housekeeping does.
+        Arm::Direct => cmd.args([
+            "bench-direct",
+            "--cleanup",
+            "--cgroup-root",
+            DIRECT_CGROUP_ROOT,
+        ]),
     };
     let node = format!("podlapse-bench-{}", arm.name());
     let out = super::on_lab(&mut cmd, &dir, &manifests, &node)

@@ -54,6 +54,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
     // for cold caches.
     rig.batch("warm", 1, BATCH_TIMEOUT)?;
     create_sampled(bin, &work, Arm::Direct, "warm", 1)?;
+    rig.measure_idle(Duration::from_secs(10))?;
     let mut batches: Vec<Batch> = Vec::new();
     let mut direct_s = Vec::new();
     let mut peak_kib = Vec::new();
@@ -119,7 +120,7 @@ fn render(m: &Measured) -> Outcome {
             peak_mib - GOAL_MIB
         )
     };
-    let share = cost_report::verdict(&m.decision, &costs, m.unmeasured.as_deref());
+    let share = cost_report::verdict(&m.decision, &m.batches, m.unmeasured.as_deref());
     let overall = Verdict::all([
         m.decision.verdict,
         if memory_met {
@@ -140,7 +141,7 @@ fn render(m: &Measured) -> Outcome {
     let mut figures = cost_report::figures(
         &format!("{PODS} pods"),
         &m.decision,
-        &costs,
+        &m.batches,
         m.unmeasured.as_deref(),
     );
     figures.extend([

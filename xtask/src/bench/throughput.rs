@@ -30,6 +30,9 @@ const RULE: Rule = Rule::at_most(GOAL_SHARE, 8, 8, 16);
 /// The context, judged on the same rounds.
 const CONTEXT: Rule = Rule::new(CONTEXT_LINE, 8, 8, 16);
 
+/// How long the agent's idle CPU is measured, once, after the first warm-up.
+const IDLE: Duration = Duration::from_secs(10);
+
 /// Benchmark 2 at one concurrency.
 struct AtConcurrency {
     c: usize,
@@ -59,6 +62,13 @@ fn at(bin: &Path, work: &Path, rig: &mut AgentCost, c: usize) -> anyhow::Result<
     // (they took 2 to 6 times as long as the rest in earlier runs).
     rig.batch(&format!("c{c}-warm"), c, timeout)?;
     create(bin, work, Arm::Direct, &format!("c{c}-warm"), c)?;
+    if c == CONCURRENCY[0] {
+        let rate = rig.measure_idle(IDLE)?;
+        eprintln!(
+            "bench: 2. the agent with no pods: {:.2} ms of CPU per s",
+            rate / 1e6
+        );
+    }
     let mut batches: Vec<Batch> = Vec::new();
     let mut direct_s = Vec::new();
     let decision = RULE.run(|r| -> anyhow::Result<f64> {
@@ -101,11 +111,10 @@ fn at(bin: &Path, work: &Path, rig: &mut AgentCost, c: usize) -> anyhow::Result<
 fn render(measured: &[AtConcurrency], unmeasured: Option<String>, were_on: bool) -> Outcome {
     let mut figures = Vec::new();
     for m in measured {
-        let costs: Vec<_> = m.batches.iter().map(|b| b.cost).collect();
         figures.extend(cost_report::figures(
             &format!("concurrency {}", m.c),
             &m.decision,
-            &costs,
+            &m.batches,
             unmeasured.as_deref(),
         ));
         let pods = (m.c * m.batches.len()) as f64;
@@ -137,11 +146,10 @@ fn render(measured: &[AtConcurrency], unmeasured: Option<String>, were_on: bool)
         "{}: {}",
         overall.word(),
         list(measured, "; ", |m| {
-            let costs: Vec<_> = m.batches.iter().map(|b| b.cost).collect();
             format!(
                 "at concurrency {}, {}",
                 m.c,
-                cost_report::verdict(&m.decision, &costs, unmeasured.as_deref())
+                cost_report::verdict(&m.decision, &m.batches, unmeasured.as_deref())
             )
         })
     );
