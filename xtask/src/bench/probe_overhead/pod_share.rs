@@ -81,15 +81,19 @@ impl Round {
 /// What the pods' batches measured, or why the programs could not be counted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum PodShares {
-    Measured {
-        scale: Scale,
-        rounds: Vec<Round>,
-        agent: Decision,
-        all: Decision,
-        were_on: bool,
-        slow_path: Result<SlowPathShare, String>,
-    },
+    Measured(Box<Shares>),
     NotMeasured(String),
+}
+
+/// The batches, the decisions on both lines, and the slow path's share.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Shares {
+    scale: Scale,
+    rounds: Vec<Round>,
+    agent: Decision,
+    all: Decision,
+    were_on: bool,
+    slow_path: Result<SlowPathShare, String>,
 }
 
 /// The syscall tracepoints' slow path as a share of the node's CPU per pod: the ns it
@@ -160,14 +164,14 @@ pub fn measure(bin: &Path, dir: &Path, node: &Node, scale: Scale) -> anyhow::Res
     let slow_path =
         slow_path(&mut rig, pods, tracepoints, node_ns_per_pod).map_err(|e| format!("{e:#}"));
     rig.stop()?;
-    Ok(PodShares::Measured {
+    Ok(PodShares::Measured(Box::new(Shares {
         scale,
         rounds,
         agent,
         all,
         were_on,
         slow_path,
-    })
+    })))
 }
 
 /// The slow path's share: its ns per syscall (the syscall loop), and the node's syscalls
@@ -205,37 +209,32 @@ impl PodShares {
                 Verdict::Met,
                 format!("the programs' share of the node's CPU per pod not measured: {why}"),
             ),
-            PodShares::Measured {
-                agent,
-                all,
-                slow_path,
-                ..
-            } => (
-                Verdict::all([agent.verdict, all.verdict]),
+            PodShares::Measured(m) => (
+                Verdict::all([m.agent.verdict, m.all.verdict]),
                 format!(
                     "the programs' run time per pod created in the agent's configuration, {}; \
                      with every program attached, {}; the syscall tracepoints' slow path \
                      (reported): {}",
-                    agent.text(),
-                    all.text(),
-                    slow_path_text(slow_path)
+                    m.agent.text(),
+                    m.all.text(),
+                    slow_path_text(&m.slow_path)
                 ),
             ),
         }
     }
 
     pub fn figures(&self) -> Vec<Figure> {
-        let PodShares::Measured {
+        let PodShares::Measured(m) = self else {
+            return Vec::new();
+        };
+        let Shares {
             scale,
             rounds,
             agent,
             all,
             were_on,
             slow_path,
-        } = self
-        else {
-            return Vec::new();
-        };
+        } = m.as_ref();
         let med = |f: &dyn Fn(&Round) -> f64| {
             super::super::stats::median(&rounds.iter().map(f).collect::<Vec<_>>())
         };
@@ -296,25 +295,18 @@ impl PodShares {
     pub fn samples(&self) -> Value {
         match self {
             PodShares::NotMeasured(why) => json!({"not_measured": why}),
-            PodShares::Measured {
-                scale,
-                rounds,
-                agent,
-                all,
-                were_on,
-                slow_path,
-            } => json!({
-                "slow_path": match slow_path {
+            PodShares::Measured(m) => json!({
+                "slow_path": match &m.slow_path {
                     Ok(s) => json!(s),
                     Err(why) => json!({"not_measured": why}),
                 },
-                "pods_per_batch": scale.pods,
-                "rounds": rounds,
-                "agent_shares": rounds.iter().map(Round::agent_share).collect::<Vec<_>>(),
-                "all_shares": rounds.iter().map(Round::all_share).collect::<Vec<_>>(),
-                "agent_decision": agent.to_json(),
-                "all_decision": all.to_json(),
-                "bpf_stats_were_on": were_on,
+                "pods_per_batch": m.scale.pods,
+                "rounds": m.rounds,
+                "agent_shares": m.rounds.iter().map(Round::agent_share).collect::<Vec<_>>(),
+                "all_shares": m.rounds.iter().map(Round::all_share).collect::<Vec<_>>(),
+                "agent_decision": m.agent.to_json(),
+                "all_decision": m.all.to_json(),
+                "bpf_stats_were_on": m.were_on,
             }),
         }
     }
@@ -394,7 +386,7 @@ mod tests {
         let all = scale
             .all_rule
             .decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
-        let shares = PodShares::Measured {
+        let shares = PodShares::Measured(Box::new(Shares {
             scale,
             rounds,
             agent: decided,
@@ -409,7 +401,7 @@ mod tests {
                 syscalls_per_pod: 40_000.0,
                 node_ns_per_pod: 250_000_000.0,
             }),
-        };
+        }));
         let (verdict, text) = shares.judged();
         assert_eq!(verdict, Verdict::Met);
         assert!(
