@@ -64,7 +64,7 @@ fn cri_endpoint() -> String {
     format!("unix://{}", LabPaths::from_env().cri_socket().display())
 }
 
-fn build_client() -> anyhow::Result<PathBuf> {
+pub fn build_client() -> anyhow::Result<PathBuf> {
     let (mut cmd, bin) = workspace::build_bin(workspace::TESTS_PACKAGE, "cri-pod-client", true);
     workspace::run(&mut cmd, "cargo build --release --bin cri-pod-client")?;
     Ok(bin)

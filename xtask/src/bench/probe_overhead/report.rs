@@ -115,12 +115,21 @@ fn ratio_figures(m: &Measured) -> Vec<Figure> {
 /// the median ratio of its series), its interval, and whether the interval tells it from
 /// nothing.
 fn split_figures(m: &Measured) -> Vec<Figure> {
-    let Split {
+    let Some(Split {
         syscall_tracepoints,
         kernel,
         programs,
         reader,
-    } = &m.split;
+    }) = &m.split
+    else {
+        return vec![Figure::new(
+            "every program attached, in wall-clock parts",
+            "not run on this kernel: the programs' run time (BPF statistics), the \
+             reader's CPU and the syscall tracepoints' slow path are its parts as the \
+             kernel accounts them"
+                .into(),
+        )];
+    };
     let part = |a: &Alternated| -> String {
         let d = &a.decision;
         let share = |r: f64| (1.0 - r) * 100.0;
@@ -462,13 +471,17 @@ fn samples(m: &Measured) -> serde_json::Value {
         "all_attached_rounds": rounds_json(&m.all_on),
         "all_attached_decision": m.all_on.decision.to_json(),
         "split": {
-            "syscall_tracepoints": m.split.syscall_tracepoints,
-            "kernel_rounds": m.split.kernel.as_ref().map(rounds_json),
-            "kernel_decision": m.split.kernel.as_ref().map(|a| a.decision.to_json()),
-            "programs_rounds": rounds_json(&m.split.programs),
-            "programs_decision": m.split.programs.decision.to_json(),
-            "reader_rounds": rounds_json(&m.split.reader),
-            "reader_decision": m.split.reader.decision.to_json(),
+            "syscall_tracepoints": m.split.as_ref().map(|s| &s.syscall_tracepoints),
+            "kernel_rounds": m.split.as_ref().and_then(|s| s.kernel.as_ref()).map(rounds_json),
+            "kernel_decision": m
+                .split
+                .as_ref()
+                .and_then(|s| s.kernel.as_ref())
+                .map(|a| a.decision.to_json()),
+            "programs_rounds": m.split.as_ref().map(|s| rounds_json(&s.programs)),
+            "programs_decision": m.split.as_ref().map(|s| s.programs.decision.to_json()),
+            "reader_rounds": m.split.as_ref().map(|s| rounds_json(&s.reader)),
+            "reader_decision": m.split.as_ref().map(|s| s.reader.decision.to_json()),
         },
         "median_ratio": m.agent.decision.median,
         "pooled_ratio": m.agent.pooled(),
@@ -619,14 +632,14 @@ pub(super) mod tests {
             warm: counted_run,
             agent: series(GOAL_RATIO, 0.995, 0),
             all_on: series(GOAL_ALL_RATIO, all_on, 0),
-            split: Split {
+            split: Some(Split {
                 syscall_tracepoints: tracepoints
                     .map(|_| vec!["sys_enter_unshare".to_string()])
                     .unwrap_or_default(),
                 kernel: tracepoints.map(|r| series(1.0, r, 0)),
                 programs: series(1.0, 0.97, 0),
                 reader: series(1.0, 1.0, 0),
-            },
+            }),
             counted: Counted {
                 run: counted_run,
                 summary: summary(2000, 0, &programs),
@@ -785,7 +798,7 @@ pub(super) mod tests {
         // A part whose interval still holds 1 at the cap is not told from nothing.
         let mut m = measured("6.18.44", 0.92, Some(0.98));
         let straddling: Vec<f64> = [0.97, 1.03].iter().copied().cycle().take(16).collect();
-        m.split.reader.decision = Rule::new(1.0, 16, 16, 16).decide(&straddling);
+        m.split.as_mut().unwrap().reader.decision = Rule::new(1.0, 16, 16, 16).decide(&straddling);
         let parts = &split_figures(&m)[0].value;
         assert!(
             parts.ends_with("attribution 0.0% (-3.0 to 3.0%: not told from nothing; 16 rounds)"),
@@ -809,7 +822,7 @@ pub(super) mod tests {
     #[test]
     fn events_lost_with_the_reader_paused_are_said_never_hidden() {
         let mut m = measured("6.18.44", 0.92, None);
-        m.split.programs = series(1.0, 0.97, 5);
+        m.split.as_mut().unwrap().programs = series(1.0, 0.97, 5);
         let figures = split_figures(&m);
         let lost = figures.last().unwrap();
         assert_eq!(lost.name, "events lost with the reader paused");

@@ -11,7 +11,11 @@ use super::{GOAL_LOST, GOAL_NS_PER_HIT, Measured, worst_per_hit};
 /// is, missed if any is.
 pub(super) fn judged(m: &Measured) -> (Verdict, String) {
     let (agent, all_on) = (&m.agent.decision, &m.all_on.decision);
-    let tracepoints_alone = m.split.kernel.as_ref().map(|a| a.decision.median);
+    let tracepoints_alone = m
+        .split
+        .as_ref()
+        .and_then(|s| s.kernel.as_ref())
+        .map(|a| a.decision.median);
     let loss = &m.counted.summary;
     let (lost, events) = (loss.lost, loss.events);
     let lost_missed = lost > GOAL_LOST;
