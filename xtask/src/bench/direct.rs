@@ -14,9 +14,9 @@ use super::stats::percentile;
 use super::{Figure, Outcome};
 
 /// Pods per arm in benchmark 1: each takes a process of its own with its cleanup
-/// (about 3 s a pod for both arms), so a hundred per arm (200 before) keep the benchmark
-/// near six minutes of the full run's 75.
-pub const OVERHEAD_PODS: usize = 100;
+/// (about 3 s a pod for both arms), so sixty per arm (200 before) keep the benchmark
+/// near four minutes of the full run's 75.
+pub const OVERHEAD_PODS: usize = 60;
 /// The direct driver's pod cgroups' root (the lab's teardown removes `podlapse-*`).
 const DIRECT_CGROUP_ROOT: &str = "/podlapse-direct";
 const GOAL_RATIO: f64 = 1.05;

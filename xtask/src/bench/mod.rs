@@ -67,6 +67,11 @@ pub struct BenchArgs {
     /// undecided. Default each series' own cap.
     #[arg(long, value_name = "[KERNEL=]N")]
     pub probe_rounds_cap: Vec<probe_overhead::RoundsCap>,
+    /// Benchmark 4 on the host also splits the every-program cost into wall-clock parts
+    /// (three more series of alternating arms; the kernel's accounting tells the parts
+    /// without them).
+    #[arg(long)]
+    pub probe_split: bool,
 }
 
 /// `xtask bench-probe-overhead`: benchmark 4's measurement alone.
@@ -189,6 +194,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|c| format!("--probe-rounds-cap {c}")),
         )
+        .chain(args.probe_split.then(|| "--probe-split".to_string()))
         .collect::<Vec<_>>()
         .join(" ");
     let selected: Vec<u8> = BENCHMARKS
@@ -245,6 +251,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                     &args.probe_kernels
                 },
                 &args.probe_rounds_cap,
+                args.probe_split,
             ),
             5 => replay_speed::run(&bin, &dir, args.replay_pods),
             6 => with_lab(|| memory::run(&bin, &dir)),

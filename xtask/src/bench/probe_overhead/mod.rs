@@ -892,9 +892,9 @@ pub struct Measured {
     agent: Alternated,
     /// The alternating rounds with every program attached.
     all_on: Alternated,
-    /// The every-program cost split into wall-clock parts: on the host only (the
-    /// kernel's accounting tells the parts on every kernel; under emulation the split's
-    /// three series took most of the benchmark's time).
+    /// The every-program cost split into wall-clock parts: on request, on the host only
+    /// (the kernel's accounting tells the parts on every kernel; under emulation the
+    /// split's three series took most of the benchmark's time).
     #[serde(default)]
     split: Option<Split>,
     counted: Counted,
@@ -968,6 +968,7 @@ pub fn run(
     dir: &Path,
     kernels: &[Kernel],
     caps: &[RoundsCap],
+    with_split: bool,
 ) -> anyhow::Result<Outcome> {
     let mut runs = Vec::new();
     for kernel in kernels {
@@ -976,7 +977,7 @@ pub fn run(
         // (forwarded) for the modern node's pulls.
         let (measured, pods) = match kernel {
             Kernel::Host => {
-                let measured = measure(bin, dir, None, cap, true);
+                let measured = measure(bin, dir, None, cap, with_split);
                 let pods = super::with_lab(|| {
                     pod_share::measure(bin, dir, &Node::Lab, pod_share::Scale::HOST)
                 })

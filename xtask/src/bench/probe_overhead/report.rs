@@ -399,7 +399,8 @@ fn method(m: &Measured, runs: &[KernelRun]) -> String {
          the rounds' ratios (the pooled ratio is shown too). {} More rounds with every \
          program attached (the agent during sandbox operations, and kernel-events) are \
          judged the same way against their own line: first look at {}, then every {}, \
-         at most {}. The every-program cost is then split into parts, each a series of \
+         at most {}. On request (`--probe-split`, host only), the every-program cost is \
+         then split into wall-clock parts, each a series of \
          its own two arms side by side, {}, until its interval is clear of 1 (the part \
          told from nothing): the kernel's (the syscall tracepoints the programs sit on, \
          enabled as counting perf events with no program, against untraced: enabling \
