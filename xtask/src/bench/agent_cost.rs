@@ -11,8 +11,11 @@
 //! it work for every look, inside the window it is charged for. So the waits read the
 //! kernel's evidence instead, at no cost to the agent: the pods' `sleep` processes in
 //! their cgroups for "started", and no pod cgroup left under the root for "cleaned up".
-//! The agent is asked once per batch, after the window, for the pods' times to Running
-//! (its own timeline, which keeps a deleted pod for its retention).
+//! The agent is asked for the pods' times to Running (its own timeline) once their
+//! processes run, before their removal, again every 200 ms until each shows Running:
+//! usually once a batch, and inside the window, so its cost is in the share. After the
+//! removal it would not do: a deleted pod is kept for the agent's retention (10 s), and
+//! 250 pods take longer to remove.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -45,8 +48,10 @@ pub enum Node {
         cgroup: String,
     },
 }
-/// How often a wait reads the kernel's evidence (a scan of /proc, this process's CPU).
+/// How often a wait reads the kernel's evidence (a few reads per pod, this process's CPU).
 const LOOK: Duration = Duration::from_millis(20);
+/// How often the agent's timeline is asked again for pods not yet shown Running.
+const ASK: Duration = Duration::from_millis(200);
 
 /// One batch as the kernel accounted it, and each pod's time to Running as the agent
 /// timed it (from its ADD to the Running status), in seconds.
@@ -201,6 +206,10 @@ impl AgentCost {
         self.wait(&format!("{pods} pods' processes started"), timeout, |ev| {
             ev.started >= base.started + pods
         })?;
+        // The pods' times to Running, from the agent's timeline while they still run: a
+        // deleted pod is kept only for the agent's retention (10 s), less than 250 pods
+        // take to be removed.
+        let to_running_s = self.wait_running(&names, timeout)?;
         for name in &names {
             let path = self.agent.manifests.join(format!("{name}.yaml"));
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
@@ -222,7 +231,6 @@ impl AgentCost {
                 .is_none()
                 .then(|| end.programs.run_time_ns - start.programs.run_time_ns),
         };
-        let to_running_s = self.to_running(&names)?;
         let beside_run = accounting::ProgramsRun {
             run_time_ns: beside_end.run_time_ns - beside_start.run_time_ns,
             run_count: beside_end.run_count - beside_start.run_count,
@@ -298,23 +306,33 @@ impl AgentCost {
     }
 
     /// Each of `names`' time to Running, from the agent's timeline: its `running` stage
-    /// after `seen_ns`.
-    fn to_running(&self, names: &[String]) -> anyhow::Result<Vec<f64>> {
-        let timeline = self.agent.query("timeline")?;
+    /// after `seen_ns`. Asked again every [`ASK`] until every pod has one: its status
+    /// shows Running a moment after its process runs.
+    fn wait_running(&mut self, names: &[String], timeout: Duration) -> anyhow::Result<Vec<f64>> {
         let named: Vec<String> = names
             .iter()
             .map(|n| format!("{n}-{}", self.node_name))
             .collect();
         let wanted: BTreeSet<&str> = named.iter().map(String::as_str).collect();
-        let times = to_running_s(&timeline, &wanted);
-        if times.len() != names.len() {
-            bail!(
-                "the agent's timeline has a time to Running for {} of the batch's {} pods",
-                times.len(),
-                names.len()
-            );
+        let since = Instant::now();
+        loop {
+            let times = to_running_s(&self.agent.query("timeline")?, &wanted);
+            if times.len() == names.len() {
+                return Ok(times);
+            }
+            if let Some(status) = self.agent.exited()? {
+                bail!("the agent exited ({status}) while its pods were to show Running");
+            }
+            if since.elapsed() > timeout {
+                bail!(
+                    "the agent's timeline has a time to Running for {} of the batch's {} pods \
+                     after {timeout:?}",
+                    times.len(),
+                    names.len()
+                );
+            }
+            std::thread::sleep(ASK);
         }
-        Ok(times)
     }
 
     /// Stops the agent (SIGTERM) and says how it exited.

@@ -18,10 +18,10 @@ pub fn method() -> String {
      the programs' run time (which runs in the tasks that hit the probes, mostly the \
      node's: taking all of it off the node makes the share larger, never smaller). The \
      waits read the kernel's evidence (the pods' processes in their cgroups, the pod \
-     cgroups left), never the agent's API, so nothing but the pods makes the agent work \
-     in the window; each pod's time to Running is read from the agent's timeline after \
-     it."
-    .to_string()
+     cgroups left), never the agent's API; the agent is asked for its timeline (each \
+     pod's time to Running) once the pods' processes run, until each shows Running, \
+     usually once a batch, and that query's cost is in the share."
+        .to_string()
 }
 
 /// The figures of one series of batches (`what`: "concurrency 8", say).
