@@ -74,6 +74,17 @@ impl Batch {
     }
 }
 
+/// Each round's wall-clock ratio, the context beside a share: the direct driver's batch
+/// time (`direct_s`, its slowest pod) over the agent's batch's (its slowest pod), so that
+/// above 1 the agent was the faster.
+pub fn context_ratios(batches: &[Batch], direct_s: &[f64]) -> Vec<f64> {
+    batches
+        .iter()
+        .zip(direct_s)
+        .map(|(b, d)| d / b.slowest_s())
+        .collect()
+}
+
 /// The long-lived agent, the cgroups that account for it and the node, and the BPF
 /// statistics while it lives.
 pub struct AgentCost {
@@ -445,6 +456,26 @@ fn pod_cgroup_dirs(root: &Path) -> Vec<std::path::PathBuf> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_rounds_context_is_the_direct_batch_over_the_agents_slowest_pod() {
+        let batch = |slowest: f64| Batch {
+            cost: RoundCost {
+                pods: 2,
+                runtime_ns: 0,
+                pods_ns: 0,
+                agent_ns: 0,
+                programs_ns: None,
+            },
+            to_running_s: vec![0.1, slowest],
+            window_s: 1.0,
+            agent_idle_ns: None,
+        };
+        assert_eq!(
+            context_ratios(&[batch(0.5), batch(0.25)], &[0.4, 0.5]),
+            vec![0.8, 2.0]
+        );
+    }
 
     #[test]
     fn a_pods_time_to_running_is_its_running_stage_after_it_was_seen() {

@@ -10,7 +10,7 @@ use serde_json::json;
 use xtask::text::list;
 
 use super::agent::MAX_PODS;
-use super::agent_cost::{AgentCost, Batch};
+use super::agent_cost::{self, AgentCost, Batch};
 use super::direct::{Arm, create_sampled};
 use super::sequential::{Decision, Rule, Verdict};
 use super::units::mib;
@@ -88,12 +88,7 @@ fn measure(bin: &Path, dir: &Path) -> anyhow::Result<Measured> {
             .cost
             .share())
     })?;
-    let ratios: Vec<f64> = batches
-        .iter()
-        .zip(&direct_s)
-        .map(|(b, d)| d / b.slowest_s())
-        .collect();
-    let context = CONTEXT.decide(&ratios);
+    let context = CONTEXT.decide(&agent_cost::context_ratios(&batches, &direct_s));
     let unmeasured = rig.programs_unmeasured();
     let were_on = rig.stats_were_on();
     rig.stop()?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use xtask::text::list;
 
-use super::agent_cost::{AgentCost, Batch};
+use super::agent_cost::{self, AgentCost, Batch};
 use super::direct::{Arm, create};
 use super::sequential::{Decision, Rule, Verdict};
 use super::{Figure, Outcome, cost_report};
@@ -92,12 +92,7 @@ fn at(bin: &Path, work: &Path, rig: &mut AgentCost, c: usize) -> anyhow::Result<
         );
         Ok(b.cost.share())
     })?;
-    let ratios: Vec<f64> = batches
-        .iter()
-        .zip(&direct_s)
-        .map(|(b, d)| d / b.slowest_s())
-        .collect();
-    let context = CONTEXT.decide(&ratios);
+    let context = CONTEXT.decide(&agent_cost::context_ratios(&batches, &direct_s));
     eprintln!("bench: 2. concurrency {c}: {}", decision.text());
     Ok(AtConcurrency {
         c,
