@@ -156,6 +156,35 @@ fn parts(process: f64, programs: Option<f64>, idle: Option<f64>) -> String {
     }
 }
 
+/// The wall-clock context beside a share: pooled pods/s of the agent's batches and the
+/// direct driver's (each batch its slowest pod), and the rounds' ratios judged against
+/// `line`, deciding nothing. `what` prefixes the figure's name ("concurrency 8: ").
+pub fn context_figure(
+    what: &str,
+    batches: &[Batch],
+    direct_s: &[f64],
+    context: &Decision,
+    line: f64,
+) -> Figure {
+    let pods: usize = batches.iter().map(|b| b.cost.pods).sum();
+    let agent_s: f64 = batches.iter().map(Batch::slowest_s).sum();
+    let direct: f64 = direct_s.iter().sum();
+    Figure::new(
+        &format!(
+            "{what}context: pods/s, podlapse / direct (pooled); round ratios' median, 95% interval"
+        ),
+        format!(
+            "{:.2} / {:.2} = {:.3}×; {:.3}×, {} ({} against {line}, deciding nothing)",
+            pods as f64 / agent_s,
+            pods as f64 / direct,
+            direct / agent_s,
+            context.median,
+            context.interval_text(),
+            context.verdict.word()
+        ),
+    )
+}
+
 /// The figure for BPF statistics that were on before the benchmark.
 pub fn stats_were_on() -> Figure {
     Figure::new(
@@ -205,6 +234,30 @@ mod tests {
         assert_eq!(
             figures[1].value, "249.5 ms (200.0 + 50.0) / 6.25 ms / 0.500 ms",
             "node per pod less the programs, then the parts"
+        );
+    }
+
+    #[test]
+    fn the_context_is_pooled_pods_per_second_and_the_rounds_ratios() {
+        // Two batches of 8 pods whose slowest took 0.3 s; the direct driver's 0.24 s.
+        let batches = vec![round(0, None), round(0, None)];
+        let context = Rule::new(0.95, 8, 8, 16).decide(&[0.8, 0.8]);
+        let f = context_figure("concurrency 8: ", &batches, &[0.24, 0.24], &context, 0.95);
+        assert!(
+            f.name.starts_with("concurrency 8: context: pods/s"),
+            "{}",
+            f.name
+        );
+        assert!(
+            f.value.starts_with("26.67 / 33.33 = 0.800×; 0.800×, "),
+            "{}",
+            f.value
+        );
+        assert!(
+            f.value
+                .ends_with("(undecided against 0.95, deciding nothing)"),
+            "{}",
+            f.value
         );
     }
 

@@ -131,8 +131,6 @@ fn render(m: &Measured) -> Outcome {
     };
     let secs = |v: &[f64]| list(v, ", ", |s| format!("{s:.1} s"));
     let agent_s: Vec<f64> = m.batches.iter().map(Batch::slowest_s).collect();
-    let (a, d) = (agent_s.iter().sum::<f64>(), m.direct_s.iter().sum::<f64>());
-    let pods = (PODS * m.batches.len()) as f64;
     let mut figures = cost_report::figures(
         &format!("{PODS} pods"),
         &m.decision,
@@ -148,19 +146,7 @@ fn render(m: &Measured) -> Outcome {
             "context: until all Running, per batch: direct",
             secs(&m.direct_s),
         ),
-        Figure::new(
-            "context: pods/s, podlapse / direct (pooled); round ratios' median, 95% interval",
-            format!(
-                "{:.2} / {:.2} = {:.3}×; {:.3}×, {} ({} against {CONTEXT_LINE}, deciding \
-                 nothing)",
-                pods / a,
-                pods / d,
-                d / a,
-                m.context.median,
-                m.context.interval_text(),
-                m.context.verdict.word()
-            ),
-        ),
+        cost_report::context_figure("", &m.batches, &m.direct_s, &m.context, CONTEXT_LINE),
         Figure::new(
             "the agent's peak RSS (VmHWM) after each batch",
             list(&m.peak_kib, ", ", |k| format!("{:.1} MiB", mib(*k))),

@@ -14,7 +14,7 @@ use xtask::text::list;
 use super::agent_cost::{self, AgentCost, Batch};
 use super::direct::{Arm, create};
 use super::sequential::{Decision, Rule, Verdict};
-use super::{Figure, Outcome, cost_report};
+use super::{Outcome, cost_report};
 
 const CONCURRENCY: &[usize] = &[1, 2, 8, 32];
 /// The goal: the agent's CPU and its programs' run time, at most this share (percent) of
@@ -112,25 +112,12 @@ fn render(measured: &[AtConcurrency], unmeasured: Option<String>, were_on: bool)
             &m.batches,
             unmeasured.as_deref(),
         ));
-        let pods = (m.c * m.batches.len()) as f64;
-        let agent_s: f64 = m.batches.iter().map(Batch::slowest_s).sum();
-        let direct_s: f64 = m.direct_s.iter().sum();
-        figures.push(Figure::new(
-            &format!(
-                "concurrency {}: context: pods/s, podlapse / direct (pooled); round ratios' \
-                 median, 95% interval",
-                m.c
-            ),
-            format!(
-                "{:.2} / {:.2} = {:.3}×; {:.3}×, {} ({} against {CONTEXT_LINE}, deciding \
-                 nothing)",
-                pods / agent_s,
-                pods / direct_s,
-                direct_s / agent_s,
-                m.context.median,
-                m.context.interval_text(),
-                m.context.verdict.word()
-            ),
+        figures.push(cost_report::context_figure(
+            &format!("concurrency {}: ", m.c),
+            &m.batches,
+            &m.direct_s,
+            &m.context,
+            CONTEXT_LINE,
         ));
     }
     if were_on {
