@@ -2,9 +2,9 @@
 //! start, inspect and tear down the node lab with the same code the CLI uses.
 
 pub mod agent_process;
+pub mod debs;
 pub mod lab;
 pub mod poll;
-pub mod runtime_debs;
 pub mod text;
 
 /// Perfetto's own Python definitions of its trace format (the `perfetto` package on

@@ -208,11 +208,11 @@ pub fn run(install: bool, progress: &dyn Fn(&str)) -> Report {
         kind: "runtime",
         name: format!(
             "{} {}",
-            xtask::runtime_debs::CONTAINERD.spec(),
-            xtask::runtime_debs::RUNC.spec()
+            xtask::debs::CONTAINERD.spec(),
+            xtask::debs::RUNC.spec()
         ),
         purpose: "the labs' containerd 2.x and runc 1.3 (Debian sid)".into(),
-        state: runtime_debs(can_install, cannot_why, progress),
+        state: debs(can_install, cannot_why, progress),
     });
     rows.push(Row {
         kind: "tool",
@@ -365,8 +365,8 @@ fn apt(options: &[&str], pkgs: &[&str]) -> Result<(), String> {
 
 /// The pinned runtime packages, downloaded into podlapse's package cache (not installed:
 /// the labs unpack them where they run).
-fn runtime_debs(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> State {
-    use xtask::runtime_debs::{CONTAINERD, RUNC, cache_dir, cached, fetch};
+fn debs(can_install: bool, cannot_why: &str, progress: &dyn Fn(&str)) -> State {
+    use xtask::debs::{CONTAINERD, RUNC, cache_dir, cached, fetch};
     let debs = [CONTAINERD, RUNC];
     if cached(&debs) {
         return State::Present;

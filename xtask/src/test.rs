@@ -88,6 +88,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         workspace::cargo().args(["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE]),
         "unit tests",
     )?;
+    kernel_btf_matrix()?;
     if args.unit_only {
         return Ok(());
     }
@@ -123,28 +124,104 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     let host_started = std::time::Instant::now();
     let mut result = integration::run_on_host(&built, &integration::SHARED_LAB, &env)
         .and_then(|_| integration::run_on_host(&built, &integration::DESTRUCTIVE, &env));
-    let mut times = vec![
+    let mut times: Vec<(&str, std::time::Duration)> = vec![
         ("before the host lab's suite", host_started - started),
         ("the host lab's suite", host_started.elapsed()),
     ];
+    let mut kernel_lines = Vec::new();
     if result.is_ok() && !args.host_only {
-        // The guest's registry is the host lab's, so it runs while the lab is up.
-        eprintln!("[8/{total}] the modern-node suite, in the QEMU guest");
-        let modern_started = std::time::Instant::now();
-        result = crate::node_vm::suite::run_on_lab(
-            &crate::node_vm::NodeVmPaths::from_env(),
-            &paths,
-            &[],
-        );
-        times.push(("the modern-node suite", modern_started.elapsed()));
+        // The guest's registry is the host lab's, so it runs while the lab is up: the
+        // full suite on the modern node's own kernel, then the kernel suite on each of
+        // the others, every one of them run and reported whatever the one before did.
+        eprintln!("[8/{total}] the modern-node suite, in the QEMU guest, on each kernel");
+        let vm = crate::node_vm::NodeVmPaths::from_env();
+        let reference = crate::node_vm::kernels::by_name(crate::node_vm::kernels::REFERENCE)?;
+        let others = crate::node_vm::kernels::KERNELS
+            .iter()
+            .filter(|k| !k.is_reference());
+        for kernel in std::iter::once(reference).chain(others) {
+            let began = std::time::Instant::now();
+            let ran = crate::node_vm::suite::run_on_lab(&vm, &paths, &[], kernel);
+            let took = began.elapsed();
+            let what = if kernel.is_reference() {
+                "the modern-node suite"
+            } else {
+                "the kernel suite"
+            };
+            times.push((kernel.name, took));
+            kernel_lines.push(match &ran {
+                Ok(()) => format!(
+                    "kernel {kernel}: {what} passed in {:.0} s",
+                    took.as_secs_f64()
+                ),
+                Err(e) => format!(
+                    "kernel {kernel}: {what} FAILED after {:.0} s: {}",
+                    took.as_secs_f64(),
+                    first_line(&format!("{e:#}"))
+                ),
+            });
+            if result.is_ok() {
+                result = ran.map_err(|e| e.context(format!("on kernel {kernel}")));
+            }
+        }
     }
     // The lab comes down whether or not the tests passed.
     let down = lab::down(&paths, &crate::ui::lab_says);
+    for line in &kernel_lines {
+        eprintln!("{line}");
+    }
     for (part, took) in &times {
+        let part = if part.starts_with(|c: char| c.is_ascii_digit()) {
+            format!("the guest on kernel {part}")
+        } else {
+            part.to_string()
+        };
         eprintln!("time: {part}: {:.0} s", took.as_secs_f64());
     }
     eprintln!("time: in all: {:.0} s", started.elapsed().as_secs_f64());
     result?;
     down?;
+    Ok(())
+}
+
+/// An error's first line, for a summary line of its own.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
+
+/// The agent's BTF reader against the BTF of every kernel the modern node boots, taken
+/// from their cached packages: a kernel whose BTF it cannot read fails here, before any
+/// guest boots. A kernel the registry no longer serves is named, and fails the step after
+/// the others are read.
+fn kernel_btf_matrix() -> anyhow::Result<()> {
+    use crate::node_vm::{kernel_btf, kernels};
+    let mut files = Vec::new();
+    let mut missing = Vec::new();
+    for k in kernels::KERNELS {
+        match kernel_btf::vmlinux_btf(k, &|s| eprintln!("kernel {}: {s}", k.name)) {
+            Ok(path) => files.push(format!("{}={}", k.name, path.display())),
+            Err(e) => missing.push(format!("kernel {k}: {e:#}")),
+        }
+    }
+    if !files.is_empty() {
+        workspace::run(
+            workspace::cargo()
+                .args(["test", "--package", "podlapse", "--lib", "--"])
+                .args([
+                    "ebpf::btf::tests::the_btf_of_every_kernel_of_the_matrix_resolves_every_offset",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env("PODLAPSE_KERNEL_BTF", files.join(",")),
+            "the BTF reader on each kernel of the matrix",
+        )?;
+    }
+    if !missing.is_empty() {
+        bail!(
+            "the BTF of these kernels was not read:\n{}",
+            missing.join("\n")
+        );
+    }
     Ok(())
 }

@@ -26,6 +26,11 @@ pub enum EbpfError {
     /// tracefs, where tracepoints are attached, is not mounted.
     #[error("tracefs is not mounted (looked in {})", .looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" and "))]
     TracefsMissing { looked: Vec<PathBuf> },
+    /// The kernel is older than the BPF ring buffer the probes write into (5.8).
+    #[error(
+        "kernel {release} has no BPF ring buffer, which the probes write their events into (it came in 5.8)"
+    )]
+    NoRingBuffer { release: String },
     /// The kernel exposes no BTF, so struct offsets cannot be resolved.
     #[error("the kernel exposes no BTF at {path} (a kernel built without CONFIG_DEBUG_INFO_BTF)")]
     BtfMissing { path: PathBuf },
@@ -142,6 +147,7 @@ impl EbpfError {
             self,
             EbpfError::ObjectMissing { .. }
                 | EbpfError::TracefsMissing { .. }
+                | EbpfError::NoRingBuffer { .. }
                 | EbpfError::BtfMissing { .. }
                 | EbpfError::NotPermitted { .. }
         )

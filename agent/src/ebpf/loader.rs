@@ -233,6 +233,7 @@ impl KernelProbes {
     /// runtime. The receiver yields events in ring-buffer order.
     pub fn start(mut config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
         find_tracefs()?;
+        check_ringbuf_kernel(&std::fs::read_to_string(OSRELEASE).unwrap_or_default())?;
         let offsets = KernelOffsets::from_btf_file(Path::new(VMLINUX_BTF))?;
         check_ringbuf_size(config.ringbuf_bytes)?;
         let cgroup_prefixes = cgroup_prefixes(&config.cgroup_prefixes)?;
@@ -534,6 +535,29 @@ pub fn find_tracefs() -> Result<PathBuf, EbpfError> {
         })
 }
 
+/// Where the kernel says its release.
+const OSRELEASE: &str = "/proc/sys/kernel/osrelease";
+/// The first kernel with `BPF_MAP_TYPE_RINGBUF`.
+const RINGBUF_SINCE: (u32, u32) = (5, 8);
+
+/// Refuses a kernel older than the ring buffer with one clear line, before loading an
+/// object whose map the kernel would reject with a bare EINVAL. A release that does not
+/// parse is let through: the load then says what the kernel thinks.
+fn check_ringbuf_kernel(release: &str) -> Result<(), EbpfError> {
+    let release = release.trim();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) < RINGBUF_SINCE => {
+            Err(EbpfError::NoRingBuffer {
+                release: release.to_string(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A BPF ring buffer's size must be a power of two and a multiple of the page size.
 pub fn check_ringbuf_size(bytes: u32) -> Result<(), EbpfError> {
     let page = page_size();
@@ -802,6 +826,26 @@ fn take_map<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_before_the_ring_buffer_is_one_line_naming_its_release() {
+        for old in ["5.4.0-150-generic", "4.19.0-27-cloud-amd64", "5.7.19"] {
+            let e = check_ringbuf_kernel(old).unwrap_err();
+            assert!(e.is_unavailable(), "{e}");
+            let line = e.to_string();
+            assert!(line.contains(old) && line.contains("5.8"), "{line}");
+        }
+        for new in [
+            "5.8.0",
+            "5.10.0-32-cloud-amd64",
+            "6.12.117+deb13-cloud-amd64",
+            "7.2.13+deb14-cloud-amd64\n",
+            "",
+            "weird",
+        ] {
+            assert!(check_ringbuf_kernel(new).is_ok(), "{new}");
+        }
+    }
 
     #[test]
     fn ring_buffer_sizes_are_page_multiples_and_powers_of_two() {

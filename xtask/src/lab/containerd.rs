@@ -56,7 +56,7 @@ pub fn ctr_program(paths: &LabPaths) -> Option<PathBuf> {
 pub(crate) fn preflight(progress: &dyn Fn(&str)) -> Result<(), LabError> {
     match std::env::var(PROGRAM_ENV) {
         Ok(p) if !p.is_empty() => process::require_program(PART, &p).map(drop),
-        _ => crate::runtime_debs::fetch(&[crate::runtime_debs::CONTAINERD], progress)
+        _ => crate::debs::fetch(&[crate::debs::CONTAINERD], progress)
             .map(drop)
             .map_err(|source| LabError::RuntimePackages { source }),
     }
@@ -68,9 +68,9 @@ pub(crate) fn preflight(progress: &dyn Fn(&str)) -> Result<(), LabError> {
 pub(crate) fn prepare(paths: &LabPaths, progress: &dyn Fn(&str)) -> Result<Runtime, LabError> {
     let own = std::env::var(PROGRAM_ENV).is_ok_and(|p| !p.is_empty());
     if !own && !paths.runtime_bin_dir().join(PROGRAM).is_file() {
-        let debs = crate::runtime_debs::fetch(&[crate::runtime_debs::CONTAINERD], progress)
+        let debs = crate::debs::fetch(&[crate::debs::CONTAINERD], progress)
             .map_err(|source| LabError::RuntimePackages { source })?;
-        crate::runtime_debs::unpack(&debs[0], &paths.runtime_dir())
+        crate::debs::unpack(&debs[0], &paths.runtime_dir())
             .map_err(|source| LabError::RuntimePackages { source })?;
     }
     let containerd = process::require_program(PART, &program(paths).to_string_lossy())?;

@@ -58,7 +58,7 @@ pub enum LabError {
     #[error("containerd: cannot get the pinned containerd package")]
     RuntimePackages {
         #[source]
-        source: crate::runtime_debs::DebError,
+        source: crate::debs::DebError,
     },
 
     /// A helper program could not be started at all.

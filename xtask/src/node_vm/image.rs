@@ -1,7 +1,9 @@
 //! Building the modern node's disk image: debootstrap of Debian trixie, the recipe's files,
-//! an ext4 image made straight from the directory (`mkfs.ext4 -d`), and the kernel and
-//! initramfs to boot it with. Cached under `images/<recipe hash>`; a changed recipe builds
-//! a new image and removes the old ones.
+//! the matrix's kernels, an ext4 image made straight from the directory (`mkfs.ext4 -d`),
+//! and each kernel with its initramfs to boot it with. Cached under `images/<recipe
+//! hash>`; a changed recipe builds a new image and removes the old ones. A kernel whose
+//! packages the registry does not serve is left out and named in the image; the image is
+//! built again once the registry serves them.
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -11,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
+use super::kernels::{self, GuestKernel};
 use super::paths::{ImagePaths, NodeVmPaths};
 use super::recipe;
 use xtask::lab::LabPaths;
@@ -21,7 +24,23 @@ pub fn ensure(paths: &NodeVmPaths, say: &dyn Fn(&str)) -> anyhow::Result<ImagePa
     let hash = recipe::hash();
     let image = paths.image(&hash);
     if image.ready_marker().exists() {
-        return Ok(image);
+        let missing = missing_kernels(&image);
+        if missing.is_empty() {
+            return Ok(image);
+        }
+        let served: Vec<&str> = missing
+            .iter()
+            .filter_map(|(name, _)| kernels::by_name(name).ok())
+            .filter(|k| k.fetch(say).is_ok())
+            .map(|k| k.name)
+            .collect();
+        if served.is_empty() {
+            return Ok(image);
+        }
+        say(&format!(
+            "the registry serves kernel {} now: building the image again with it",
+            served.join(", ")
+        ));
     }
     let started = Instant::now();
     let partial = paths.images_dir().join(format!("{hash}.partial"));
@@ -46,7 +65,34 @@ pub fn ensure(paths: &NodeVmPaths, say: &dyn Fn(&str)) -> anyhow::Result<ImagePa
     Ok(image)
 }
 
+/// The matrix's kernels `image` lacks: (name, why).
+pub fn missing_kernels(image: &ImagePaths) -> Vec<(String, String)> {
+    fs::read_to_string(image.missing_kernels())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(name, why)| (name.to_string(), why.to_string()))
+        .collect()
+}
+
+/// A kernel of the matrix with its package files: those installed first, then the rest.
+type Fetched = (&'static GuestKernel, (Vec<PathBuf>, Vec<PathBuf>));
+
 fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
+    // The kernels first: one the registry no longer serves is named and left out, and
+    // the others' suites still run.
+    let mut fetched: Vec<Fetched> = Vec::new();
+    let mut missing = String::new();
+    for k in kernels::KERNELS {
+        match k.fetch(say) {
+            Ok(files) => fetched.push((k, files)),
+            Err(e) => {
+                say(&format!("kernel {k} left out: {e}"));
+                missing.push_str(&format!("{}\t{e}\n", k.name));
+            }
+        }
+    }
+    fs::write(image.missing_kernels(), &missing)?;
     let rootfs = image.dir.join("rootfs");
     say(&format!(
         "debootstrap {} ({} packages) from {}",
@@ -78,8 +124,19 @@ fn build(image: &ImagePaths, say: &dyn Fn(&str)) -> anyhow::Result<()> {
         "configuring the node: containerd 2.x (and 1.7 aside) with the systemd driver, CNI in /opt/cni/bin, sshd",
     );
     configure(image, &rootfs)?;
+    say(&format!(
+        "installing kernels {}",
+        fetched
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    install_kernels(&rootfs, &fetched)?;
+    write_versions(image, &rootfs, &fetched)?;
+    clean_caches(&rootfs)?;
     say("making the ext4 image");
-    make_image(image, &rootfs)?;
+    make_image(image, &rootfs, &fetched)?;
     fs::remove_dir_all(&rootfs).with_context(|| format!("removing {}", rootfs.display()))?;
     Ok(())
 }
@@ -89,7 +146,7 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
     // default config edited to the same node shape.
     keep_compat_containerd(rootfs)?;
     // The reference runtime: the pinned containerd 2.x and runc 1.3 over trixie's.
-    install_runtime_debs(rootfs)?;
+    install_debs(rootfs)?;
     // containerd 2.x: its own default config, edited to today's node shape.
     let default = chroot_output(rootfs, &["containerd", "config", "default"])?;
     let config = edit_config(&default, &recipe::containerd_edits(), "containerd 2.x")?;
@@ -159,22 +216,44 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
     let mut args = vec!["systemctl"];
     args.extend(enable);
     chroot_output(rootfs, &args)?;
-    chroot_output(rootfs, &["update-initramfs", "-u", "-k", "all"])?;
+    Ok(())
+}
 
-    let versions = chroot_output(
-        rootfs,
-        &[
-            "dpkg-query",
-            "-W",
-            "-f",
-            "${Package} ${Version}\\n",
-            "containerd",
-            "runc",
-            "systemd",
-            "containernetworking-plugins",
-            recipe::KERNEL_PACKAGE,
-        ],
-    )?;
+/// Each kernel's packages, with dpkg inside the root file system; their hooks build each
+/// one's initramfs with the recipe's configuration (written before).
+fn install_kernels(rootfs: &Path, kernels: &[Fetched]) -> anyhow::Result<()> {
+    for (k, (before, packages)) in kernels {
+        for group in [before, packages] {
+            if !group.is_empty() {
+                dpkg_install(rootfs, group).with_context(|| format!("installing kernel {k}"))?;
+            }
+        }
+        let initrd = rootfs.join(format!("boot/initrd.img-{}", k.release));
+        if !initrd.exists() {
+            chroot_output(rootfs, &["update-initramfs", "-c", "-k", k.release])
+                .with_context(|| format!("the initramfs of kernel {k}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_versions(image: &ImagePaths, rootfs: &Path, kernels: &[Fetched]) -> anyhow::Result<()> {
+    let mut query = vec![
+        "dpkg-query",
+        "-W",
+        "-f",
+        "${Package} ${Version}\\n",
+        "containerd",
+        "runc",
+        "systemd",
+        "containernetworking-plugins",
+    ];
+    for (k, _) in kernels {
+        if let Some(image) = k.packages.last() {
+            query.push(image.package);
+        }
+    }
+    let versions = chroot_output(rootfs, &query)?;
     let compat = chroot_output(
         rootfs,
         &[
@@ -190,7 +269,10 @@ fn configure(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
             recipe::COMPAT_DIR
         ),
     )?;
+    Ok(())
+}
 
+fn clean_caches(rootfs: &Path) -> anyhow::Result<()> {
     for dir in [
         "var/cache/apt/archives",
         "var/lib/apt/lists",
@@ -249,14 +331,18 @@ fn keep_compat_containerd(rootfs: &Path) -> anyhow::Result<()> {
 
 /// Installs the pinned containerd 2.x and runc 1.3 (downloaded into the package cache
 /// first if needed) over the root file system's, with dpkg inside it.
-fn install_runtime_debs(rootfs: &Path) -> anyhow::Result<()> {
-    let debs = xtask::runtime_debs::fetch(
-        &[xtask::runtime_debs::CONTAINERD, xtask::runtime_debs::RUNC],
-        &|s| eprintln!("node-vm: {s}"),
-    )?;
+fn install_debs(rootfs: &Path) -> anyhow::Result<()> {
+    let debs = xtask::debs::fetch(&[xtask::debs::CONTAINERD, xtask::debs::RUNC], &|s| {
+        eprintln!("node-vm: {s}")
+    })?;
+    dpkg_install(rootfs, &debs)
+}
+
+/// `dpkg -i` of `debs` in one call inside the root file system.
+fn dpkg_install(rootfs: &Path, debs: &[PathBuf]) -> anyhow::Result<()> {
     let mut args = vec!["dpkg".to_string(), "--force-confnew".into(), "-i".into()];
     let staged = rootfs.join("tmp");
-    for deb in &debs {
+    for deb in debs {
         let name = deb.file_name().context("a package file has a name")?;
         fs::copy(deb, staged.join(name))
             .with_context(|| format!("copying {} into the image", deb.display()))?;
@@ -264,7 +350,7 @@ fn install_runtime_debs(rootfs: &Path) -> anyhow::Result<()> {
     }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = chroot_output(rootfs, &refs);
-    for deb in &debs {
+    for deb in debs {
         if let Some(name) = deb.file_name() {
             let _ = fs::remove_file(staged.join(name));
         }
@@ -275,7 +361,7 @@ fn install_runtime_debs(rootfs: &Path) -> anyhow::Result<()> {
 /// Room beside the root file system for images, containers and the test binaries.
 const HEADROOM_MIB: u64 = 3072;
 
-fn make_image(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
+fn make_image(image: &ImagePaths, rootfs: &Path, kernels: &[Fetched]) -> anyhow::Result<()> {
     let used = dir_mib(rootfs)?;
     let size = used + HEADROOM_MIB;
     let img = image.disk();
@@ -288,23 +374,21 @@ fn make_image(image: &ImagePaths, rootfs: &Path) -> anyhow::Result<()> {
             .arg(format!("{size}M")),
         "mkfs.ext4",
     )?;
-    let boot = rootfs.join("boot");
-    let pick = |prefix: &str| -> anyhow::Result<PathBuf> {
-        let mut found: Vec<PathBuf> = fs::read_dir(&boot)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
-            .collect();
-        found.sort();
-        found
-            .pop()
-            .with_context(|| format!("no {prefix}* in {}", boot.display()))
-    };
-    fs::copy(pick("vmlinuz-")?, image.kernel())?;
-    fs::copy(pick("initrd.img-")?, image.initrd())?;
+    for (k, _) in kernels {
+        // sid's packages keep the kernel under /usr/lib/modules and link it from /boot.
+        let kernel = [
+            rootfs.join(format!("boot/vmlinuz-{}", k.release)),
+            rootfs.join(format!("usr/lib/modules/{}/vmlinuz", k.release)),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
+        .with_context(|| format!("kernel {k}: no vmlinuz in the root file system"))?;
+        let initrd = rootfs.join(format!("boot/initrd.img-{}", k.release));
+        fs::copy(&kernel, image.kernel(k.name))
+            .with_context(|| format!("copying {}", kernel.display()))?;
+        fs::copy(&initrd, image.initrd(k.name))
+            .with_context(|| format!("copying {}", initrd.display()))?;
+    }
     Ok(())
 }
 

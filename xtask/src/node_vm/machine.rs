@@ -14,6 +14,7 @@ use xtask::lab;
 use xtask::poll::Poll;
 use xtask::text::last_lines;
 
+use super::kernels::{self, GuestKernel};
 use super::paths::{ImagePaths, NodeVmPaths};
 use super::recipe;
 use super::ssh::Guest;
@@ -32,8 +33,15 @@ pub struct VmState {
     pub pid: u32,
     pub ssh_port: u16,
     pub image: String,
+    /// The matrix's kernel it booted (`6.12`, ...).
+    #[serde(default = "reference_kernel")]
+    pub kernel: String,
     /// Seconds from starting QEMU to containerd answering in the guest.
     pub boot_seconds: f64,
+}
+
+fn reference_kernel() -> String {
+    kernels::REFERENCE.to_string()
 }
 
 impl VmState {
@@ -67,8 +75,24 @@ fn is_our_qemu(pid: u32, paths: &NodeVmPaths) -> bool {
     lab::is_alive(pid) && lab::cmdline(pid).contains(&paths.console_log().display().to_string())
 }
 
-/// Boots the guest from `image` and waits until its containerd answers over ssh.
-pub fn start(paths: &NodeVmPaths, image: &ImagePaths, hash: &str) -> anyhow::Result<VmState> {
+/// Boots the guest from `image` on `kernel` and waits until its containerd answers over
+/// ssh.
+pub fn start(
+    paths: &NodeVmPaths,
+    image: &ImagePaths,
+    hash: &str,
+    kernel: &GuestKernel,
+) -> anyhow::Result<VmState> {
+    if !image.kernel(kernel.name).is_file() {
+        let why = super::image::missing_kernels(image)
+            .into_iter()
+            .find(|(name, _)| name == kernel.name)
+            .map_or_else(
+                || format!("{} is not there", image.kernel(kernel.name).display()),
+                |(_, why)| why,
+            );
+        bail!("kernel {kernel} is not in the modern node's image: {why}");
+    }
     let run = paths.run_dir();
     if run.exists() {
         fs::remove_dir_all(&run).with_context(|| format!("removing {}", run.display()))?;
@@ -89,9 +113,9 @@ pub fn start(paths: &NodeVmPaths, image: &ImagePaths, hash: &str) -> anyhow::Res
             "user,model=virtio-net-pci,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22"
         ))
         .arg("-kernel")
-        .arg(image.kernel())
+        .arg(image.kernel(kernel.name))
         .arg("-initrd")
-        .arg(image.initrd())
+        .arg(image.initrd(kernel.name))
         .args(["-append", recipe::KERNEL_CMDLINE])
         .arg("-drive")
         .arg(format!(
@@ -123,6 +147,7 @@ pub fn start(paths: &NodeVmPaths, image: &ImagePaths, hash: &str) -> anyhow::Res
         pid,
         ssh_port: port,
         image: hash.to_string(),
+        kernel: kernel.name.to_string(),
         boot_seconds: 0.0,
     };
     let guest = state.guest(paths);
@@ -160,7 +185,16 @@ fn wait_ready(
     let ready = boot.within(|| {
         if !state.is_running(paths) {
             bail!(
-                "QEMU exited while the node booted; its console:\n{}",
+                "QEMU exited while the node booted on kernel {}; its console:\n{}",
+                state.kernel,
+                console_tail(paths, 30)
+            );
+        }
+        // A kernel that cannot boot says so on the console: no need to wait out the bound.
+        if let Some(line) = boot_failure(&console_tail(paths, 200)) {
+            bail!(
+                "the node did not boot on kernel {} ({line}); its console:\n{}",
+                state.kernel,
                 console_tail(paths, 30)
             );
         }
@@ -171,12 +205,23 @@ fn wait_ready(
     })?;
     if ready.is_none() {
         bail!(
-            "the node did not answer with containerd up within {} s; its console:\n{}",
+            "the node did not answer with containerd up within {} s on kernel {}; its console:\n{}",
             BOOT_TIMEOUT.as_secs(),
+            state.kernel,
             console_tail(paths, 30)
         );
     }
     Ok(())
+}
+
+/// The console line that says the boot failed for good: a kernel panic, or an initramfs
+/// that dropped to its emergency shell (no root file system).
+fn boot_failure(console: &str) -> Option<&str> {
+    console.lines().map(str::trim).find(|l| {
+        l.contains("Kernel panic - not syncing")
+            || l.contains("Dropping to a shell")
+            || l.contains("Gave up waiting for root")
+    })
 }
 
 /// The last lines of the guest's console.
@@ -227,4 +272,23 @@ pub fn leftover_qemus(paths: &NodeVmPaths) -> Vec<u32> {
         .into_iter()
         .filter(|&pid| is_our_qemu(pid, paths))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_or_an_initramfs_shell_on_the_console_is_a_failed_boot() {
+        let panic = "[    1.2] VFS: Unable to mount root fs\n[    1.3] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)\n";
+        assert_eq!(
+            boot_failure(panic),
+            Some(
+                "[    1.3] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)"
+            )
+        );
+        let shell = "Gave up waiting for root file system device.\nALERT!  /dev/vda does not exist.  Dropping to a shell!\n";
+        assert!(boot_failure(shell).is_some());
+        assert_eq!(boot_failure("[  OK  ] Started containerd.service\n"), None);
+    }
 }

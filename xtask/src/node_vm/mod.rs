@@ -1,10 +1,13 @@
 //! `cargo xtask node-vm`: the second node lab, a node of today's shape. Debian trixie in a
 //! QEMU guest: cgroup v2 only, systemd as PID 1, containerd 2.x (1.7 beside it for the
 //! compatibility suite) with `SystemdCgroup = true`,
-//! CNI plugins in /opt/cni/bin, a kernel with BTF. Its registry is the host lab's, reached
-//! through ssh's reverse forward of 127.0.0.1:5000 while a command runs.
+//! CNI plugins in /opt/cni/bin, a kernel with BTF: 6.12, or another of the kernels fleets
+//! run (`--kernel`). Its registry is the host lab's, reached through ssh's reverse forward
+//! of 127.0.0.1:5000 while a command runs.
 
 mod image;
+pub mod kernel_btf;
+pub mod kernels;
 mod machine;
 mod paths;
 pub(crate) mod recipe;
@@ -22,14 +25,24 @@ pub use paths::NodeVmPaths;
 #[derive(Debug, clap::Subcommand)]
 pub enum NodeVmCmd {
     /// Build the image if its recipe changed, boot the guest, wait for containerd.
-    Up,
+    Up {
+        /// The kernel to boot: 5.10, 6.1, 6.12 (the modern node's own) or 7.2.
+        #[arg(long, default_value = kernels::REFERENCE)]
+        kernel: String,
+    },
     /// Stop the guest and remove its run directory; --purge removes the image cache too.
     Down {
         #[arg(long)]
         purge: bool,
     },
-    /// Whether the guest runs, its ssh port, image and versions.
+    /// Whether the guest runs, its kernel, ssh port, image and versions.
     Status,
+    /// The kernels the modern node boots: each one's packages, whether they are cached,
+    /// and the BTF the agent reads from it (`--btf` extracts it from the package).
+    Kernels {
+        #[arg(long)]
+        btf: bool,
+    },
     /// Run a command in the guest (as root, with the host lab's registry on 127.0.0.1:5000).
     Exec {
         /// The command and its arguments.
@@ -46,15 +59,20 @@ pub enum NodeVmCmd {
         /// Run only these test targets of the suite (`timeline`, `modern_node`, ...).
         #[arg(long = "only", value_name = "TEST")]
         only: Vec<String>,
+        /// The kernel to boot: on 6.12 the full suite runs, on 5.10, 6.1 and 7.2 the
+        /// kernel suite (the probes, the kernel's stages of pods, `observe`).
+        #[arg(long, default_value = kernels::REFERENCE)]
+        kernel: String,
     },
 }
 
 pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
     let paths = NodeVmPaths::from_env();
     match cmd {
-        NodeVmCmd::Up => up(&paths).map(|_| ()),
+        NodeVmCmd::Up { kernel } => up(&paths, kernels::by_name(&kernel)?).map(|_| ()),
         NodeVmCmd::Down { purge } => down(&paths, purge),
         NodeVmCmd::Status => status(&paths),
+        NodeVmCmd::Kernels { btf } => list_kernels(&paths, btf),
         NodeVmCmd::Exec { command } => {
             let state = require_running(&paths)?;
             let script = ssh::join_args(&command)?;
@@ -65,7 +83,7 @@ pub fn run(cmd: NodeVmCmd) -> anyhow::Result<()> {
             Ok(())
         }
         NodeVmCmd::Cp { paths: args } => copy(&paths, &args),
-        NodeVmCmd::Test { only } => suite::run(&paths, &only),
+        NodeVmCmd::Test { only, kernel } => suite::run(&paths, &only, kernels::by_name(&kernel)?),
     }
 }
 
@@ -76,13 +94,24 @@ pub enum Booted {
     Already,
 }
 
-pub fn up(paths: &NodeVmPaths) -> anyhow::Result<(machine::VmState, Booted)> {
+/// Boots the modern node on `kernel`, or finds it running on that kernel.
+pub fn up(
+    paths: &NodeVmPaths,
+    kernel: &kernels::GuestKernel,
+) -> anyhow::Result<(machine::VmState, Booted)> {
     if let Some(state) = machine::VmState::read(paths)?
         && state.is_running(paths)
     {
+        if state.kernel != kernel.name {
+            bail!(
+                "the modern node is up on kernel {}, not {}: `cargo xtask node-vm down` first",
+                state.kernel,
+                kernel.name
+            );
+        }
         eprintln!(
-            "the modern node is already up (ssh port {}, image {})",
-            state.ssh_port, state.image
+            "the modern node is already up (kernel {}, ssh port {}, image {})",
+            state.kernel, state.ssh_port, state.image
         );
         return Ok((state, Booted::Already));
     }
@@ -90,8 +119,12 @@ pub fn up(paths: &NodeVmPaths) -> anyhow::Result<(machine::VmState, Booted)> {
     let step = Step::start(1, 2, "the modern node's image");
     let image = image::ensure(paths, &|s| step.say(s))?;
     step.done(&recipe::hash());
-    let step = Step::start(2, 2, "booting the modern node (QEMU, software emulation)");
-    let state = machine::start(paths, &image, &recipe::hash())?;
+    let step = Step::start(
+        2,
+        2,
+        &format!("booting the modern node on kernel {kernel} (QEMU, software emulation)"),
+    );
+    let state = machine::start(paths, &image, &recipe::hash(), kernel)?;
     step.done(&format!(
         "up in {:.0} s, ssh on 127.0.0.1:{}",
         state.boot_seconds, state.ssh_port
@@ -122,7 +155,7 @@ pub fn run_staged(
         .to_string_lossy()
         .into_owned();
     let paths = NodeVmPaths::from_env();
-    let (state, booted) = up(&paths)?;
+    let (state, booted) = up(&paths, kernels::by_name(kernels::REFERENCE)?)?;
     let guest = state.guest(&paths);
     let in_guest = format!("/opt/{}", shlex::try_quote(&name)?);
     let run = || -> anyhow::Result<()> {
@@ -186,15 +219,66 @@ fn status(paths: &NodeVmPaths) -> anyhow::Result<()> {
             println!("           {line}");
         }
     }
+    for (name, why) in image::missing_kernels(&image) {
+        println!("           kernel {name} not in the image: {why}");
+    }
     match machine::VmState::read(paths)? {
         Some(state) if state.is_running(paths) => {
             println!("guest      running, QEMU pid {}", state.pid);
+            println!("kernel     {}", state.kernel);
             println!("ssh        127.0.0.1:{}", state.ssh_port);
             println!("console    {}", paths.console_log().display());
             println!("booted in  {:.1} s", state.boot_seconds);
         }
         Some(_) => println!("guest      not running (a stale run directory; `down` removes it)"),
         None => println!("guest      down"),
+    }
+    Ok(())
+}
+
+fn list_kernels(paths: &NodeVmPaths, btf: bool) -> anyhow::Result<()> {
+    let image = paths.image(&recipe::hash());
+    let missing = image::missing_kernels(&image);
+    for k in kernels::KERNELS {
+        let debs: Vec<&xtask::debs::Deb> = k.debs().collect();
+        let cached = xtask::debs::cached(&debs.iter().map(|d| **d).collect::<Vec<_>>());
+        println!(
+            "{:<5} {:<28} {}{}",
+            k.name,
+            k.release,
+            k.fleets,
+            if k.is_reference() {
+                " (the modern node's own: the full suite)"
+            } else {
+                ""
+            }
+        );
+        for d in &debs {
+            println!("      {} from {}", d.spec(), d.suite);
+        }
+        println!(
+            "      packages {}; image {}",
+            if cached { "cached" } else { "not cached" },
+            if image.kernel(k.name).is_file() {
+                "has it".to_string()
+            } else if let Some((_, why)) = missing.iter().find(|(n, _)| n == k.name) {
+                format!("lacks it: {why}")
+            } else {
+                "not built".to_string()
+            }
+        );
+        if btf {
+            let path = kernel_btf::vmlinux_btf(k, &|s| eprintln!("kernel {}: {s}", k.name))?;
+            let data = std::fs::read(&path)?;
+            let hdr_len = data
+                .get(4..8)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            println!(
+                "      BTF {} ({} bytes, a {hdr_len}-byte header)",
+                path.display(),
+                data.len()
+            );
+        }
     }
     Ok(())
 }

@@ -73,12 +73,19 @@ impl ImagePaths {
         self.dir.join("node.img")
     }
 
-    pub fn kernel(&self) -> PathBuf {
-        self.dir.join("vmlinuz")
+    /// The kernel QEMU boots for the matrix's kernel `name` (`6.12`, ...).
+    pub fn kernel(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("vmlinuz-{name}"))
     }
 
-    pub fn initrd(&self) -> PathBuf {
-        self.dir.join("initrd.img")
+    pub fn initrd(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("initrd.img-{name}"))
+    }
+
+    /// The matrix's kernels the image lacks, a line each: name, a tab, and why (a package
+    /// the registry did not serve when the image was built).
+    pub fn missing_kernels(&self) -> PathBuf {
+        self.dir.join("missing-kernels.txt")
     }
 
     pub fn ssh_key(&self) -> PathBuf {

@@ -6,13 +6,12 @@ use sha2::{Digest, Sha256};
 
 use xtask::lab::{self, LabPaths};
 
-/// Debian's release for the guest: kernel 6.12 with BTF, systemd 257, and containerd 1.7,
-/// which the pinned containerd 2.x and runc 1.3 from sid ([`xtask::runtime_debs`])
-/// replace (1.7 is kept aside for the compatibility suite).
+/// Debian's release for the guest's userland: systemd 257, and containerd 1.7, which the
+/// pinned containerd 2.x and runc 1.3 from sid ([`xtask::debs`]) replace (1.7 is kept
+/// aside for the compatibility suite). Its kernels, 6.12 among them, are pinned apart
+/// ([`super::kernels`]): Debian's cloud flavour, which boots fast and has BTF (but no 9p).
 pub const SUITE: &str = "trixie";
 pub const MIRROR: &str = "http://deb.debian.org/debian";
-/// The kernel flavour: the cloud kernel boots fast and has BTF (but no 9p).
-pub const KERNEL_PACKAGE: &str = "linux-image-cloud-amd64";
 
 /// debootstrap `--include`, by real name (debootstrap does not resolve virtual packages).
 pub const PACKAGES: &[&str] = &[
@@ -28,7 +27,6 @@ pub const PACKAGES: &[&str] = &[
     "containerd",
     "runc",
     "containernetworking-plugins",
-    KERNEL_PACKAGE,
     "initramfs-tools",
     "zstd",
     "openssh-server",
@@ -272,7 +270,7 @@ pub const ENABLE_UNITS: &[&str] = &["podlapse-net.service", "ssh.service", "cont
 
 /// The cache key: every input of the image, and the image layout's version.
 pub fn hash() -> String {
-    const LAYOUT_VERSION: &str = "2";
+    const LAYOUT_VERSION: &str = "3";
     let mut h = Sha256::new();
     for part in [LAYOUT_VERSION, SUITE, MIRROR, KERNEL_CMDLINE] {
         h.update(part.as_bytes());
@@ -288,9 +286,13 @@ pub fn hash() -> String {
     {
         h.update(format!("{t}.{k}={v}\0").as_bytes());
     }
-    // The pinned runtime packages installed over trixie's.
-    for deb in [xtask::runtime_debs::CONTAINERD, xtask::runtime_debs::RUNC] {
-        h.update(format!("{}\0", deb.spec()).as_bytes());
+    // The pinned runtime packages installed over trixie's, and the kernels.
+    let kernels = super::kernels::KERNELS.iter().flat_map(|k| k.debs());
+    for deb in [&xtask::debs::CONTAINERD, &xtask::debs::RUNC]
+        .into_iter()
+        .chain(kernels)
+    {
+        h.update(format!("{}\0{}\0", deb.spec(), deb.suite).as_bytes());
     }
     // The key differs per image, so it is not part of the recipe.
     for (path, mode, text) in files("") {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use xtask::lab::{self, LabPaths, LabState};
 
+use super::kernels::GuestKernel;
 use super::machine::{self, VmState};
 use super::ssh::{self, Guest};
 use super::suite::{Planned, RUNTIME_ENV, Report, Run, Suite, registry_port, results_dir};
@@ -40,18 +41,21 @@ const ANSWER_BOUND: Duration = Duration::from_secs(60);
 /// Console lines printed when the guest is lost or the suite fails.
 const CONSOLE_LINES: usize = 40;
 
-/// Boots (or finds) the guest, runs the suite in it, and stops it again if it booted it.
+/// Boots (or finds) the guest on `kernel`, runs the suite in it, and stops it again if it
+/// booted it.
 pub fn with_guest(
     paths: &NodeVmPaths,
     lab_paths: &LabPaths,
     stage: PathBuf,
     suite: &Suite,
+    kernel: &'static GuestKernel,
 ) -> anyhow::Result<Report> {
-    let (state, booted) = super::up(paths)?;
+    let (state, booted) = super::up(paths, kernel)?;
     let mut node = Node {
         paths,
         lab_paths,
         stage,
+        kernel,
         state,
         booted,
         runtime: REFERENCE,
@@ -74,6 +78,7 @@ struct Node<'a> {
     paths: &'a NodeVmPaths,
     lab_paths: &'a LabPaths,
     stage: PathBuf,
+    kernel: &'static GuestKernel,
     state: VmState,
     booted: Booted,
     /// Which containerd serves the guest's CRI socket now.
@@ -230,7 +235,7 @@ impl Node<'_> {
         eprintln!("--- rebooting the modern node");
         let runtime = self.runtime;
         super::down(self.paths, false)?;
-        let (state, _) = super::up(self.paths)?;
+        let (state, _) = super::up(self.paths, self.kernel)?;
         self.state = state;
         self.rebooted = true;
         self.prepare()?;

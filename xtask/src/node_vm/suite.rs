@@ -1,8 +1,9 @@
 //! `cargo xtask node-vm test`: the modern-node suite. The host builds `podlapse` and the
 //! integration test binaries; they run inside the guest against its containerd 2.x with the
 //! systemd cgroup driver, then a smaller compatibility suite against containerd 1.7, with
-//! the host lab's registry forwarded to the guest's 127.0.0.1:5000. Timings inside the
-//! emulated guest are functional only.
+//! the host lab's registry forwarded to the guest's 127.0.0.1:5000. On the matrix's other
+//! kernels (`--kernel`), the kernel suite runs instead: the probes and the kernel's stages
+//! of pods. Timings inside the emulated guest are functional only.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use anyhow::{Context, bail};
 use xtask::lab::{self, LabPaths};
 use xtask::text::list;
 
+use super::kernels::GuestKernel;
 use super::{NodeVmPaths, session};
 use crate::{integration, workspace};
 
@@ -115,6 +117,35 @@ pub const GUEST_TESTS: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// The kernel suite, run on each kernel of the matrix but the modern node's own (which runs
+/// all of [`GUEST_TESTS`]): the probes load from the binary alone and say which hooks they
+/// chose and why, a sandbox's cgroup, netns and CNI plugins with their exit codes are seen
+/// from the kernel, five pods get their own kernel stages (shim, runc create, init and
+/// start among them), and the observer times other clients' pods from the runtime's event
+/// stream with the kernel's stages.
+pub const KERNEL_TESTS: &[(&str, &[&str])] = &[
+    (
+        "modern_node",
+        &["cri_info_shows_the_runtime_the_systemd_driver_opt_cni_bin_and_cgroup_v2"],
+    ),
+    (
+        "kernel_events",
+        &[
+            "the_binary_copied_alone_loads_its_embedded_probes",
+            "a_sandbox_is_seen_from_the_kernel",
+            "namespace_creation_and_entry_report_the_netns_from_kernel_functions_or_tracepoints",
+        ],
+    ),
+    (
+        "timeline",
+        &["five_pods_at_once_each_get_their_own_kernel_stages_in_runtime_order"],
+    ),
+    (
+        "observe",
+        &["the_observer_times_the_pods_of_two_other_clients_each_on_its_own_and_changes_nothing"],
+    ),
+];
+
 /// The containerd 1.7 compatibility suite, run after the reference suite in the same boot
 /// with the guest's socket served by containerd 1.7: what podlapse reads from the runtime
 /// (cri info), the example pods, the five-pod timeline, and OTLP export without runtime
@@ -146,19 +177,28 @@ pub const AGENT_IMAGE: &str = "127.0.0.1:5000/podlapse/podlapse:node-vm";
 /// The kubelet-like CRI client the observe test drives pods with (`tests/bin`).
 const CRI_POD_CLIENT: &str = integration::CRI_POD_CLIENT;
 
-/// The suite's modules `only` names (all of the suite when it is empty), or which name is
-/// not one.
-fn selected(only: &[String]) -> anyhow::Result<Vec<(&'static str, &'static [&'static str])>> {
-    if let Some(unknown) = only
-        .iter()
-        .find(|o| !GUEST_TESTS.iter().any(|(t, _)| t == o))
-    {
+/// The suite a kernel runs: the full one on the modern node's own, else the kernel suite.
+pub fn tests_for(kernel: &GuestKernel) -> &'static [(&'static str, &'static [&'static str])] {
+    if kernel.is_reference() {
+        GUEST_TESTS
+    } else {
+        KERNEL_TESTS
+    }
+}
+
+/// The modules of `suite` that `only` names (all of them when it is empty), or which name
+/// is not one.
+fn selected(
+    suite: &'static [(&'static str, &'static [&'static str])],
+    only: &[String],
+) -> anyhow::Result<Vec<(&'static str, &'static [&'static str])>> {
+    if let Some(unknown) = only.iter().find(|o| !suite.iter().any(|(t, _)| t == o)) {
         bail!(
             "--only {unknown}: not a test of the suite (it has {})",
-            list(GUEST_TESTS, ", ", |(t, _)| t.to_string())
+            list(suite, ", ", |(t, _)| t.to_string())
         );
     }
-    Ok(GUEST_TESTS
+    Ok(suite
         .iter()
         .filter(|(t, _)| only.is_empty() || only.iter().any(|o| o == t))
         .copied()
@@ -207,9 +247,13 @@ fn plan(
 /// `1.7` (the compatibility runtime).
 pub const RUNTIME_ENV: &str = "PODLAPSE_NODE_RUNTIME";
 
-pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
+pub fn run(
+    paths: &NodeVmPaths,
+    only: &[String],
+    kernel: &'static GuestKernel,
+) -> anyhow::Result<()> {
     // A name that is not in the suite fails before anything starts.
-    selected(only)?;
+    selected(tests_for(kernel), only)?;
     // The guest's registry is the host lab's.
     let lab_paths = LabPaths::from_env();
     let lab_was_up = lab_paths.state_file().exists();
@@ -217,24 +261,25 @@ pub fn run(paths: &NodeVmPaths, only: &[String]) -> anyhow::Result<()> {
         eprintln!("starting the host lab (its registry serves the guest)");
         lab::up(&lab_paths, &crate::ui::lab_says)?;
     }
-    let result = run_on_lab(paths, &lab_paths, only);
+    let result = run_on_lab(paths, &lab_paths, only, kernel);
     if !lab_was_up {
         lab::down(&lab_paths, &crate::ui::lab_says)?;
     }
     result
 }
 
-/// The suite (or the test targets `only` names), with the host lab up.
+/// The suite of `kernel` (or the test targets `only` names), with the host lab up.
 pub fn run_on_lab(
     paths: &NodeVmPaths,
     lab_paths: &LabPaths,
     only: &[String],
+    kernel: &'static GuestKernel,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
+    let tests = selected(tests_for(kernel), only)?;
     eprintln!("node-vm [1/4] building podlapse and the test binaries");
     let podlapse = workspace::build_podlapse()?;
     let probes = crate::build_ebpf::run()?;
-    let tests = selected(only)?;
     let mut needed: Vec<&'static str> = Vec::new();
     for (module, _) in &tests {
         let binary = integration::binary_of(module)
@@ -245,9 +290,10 @@ pub fn run_on_lab(
     }
     let built = integration::build(&needed)?;
     let reference = plan(&built, &tests)?;
+    // containerd 1.7 is the runtime's compatibility, checked on the modern node's kernel.
     let compat: Vec<(&'static str, &'static [&'static str])> = COMPAT_TESTS
         .iter()
-        .filter(|(t, _)| tests.iter().any(|(m, _)| m == t))
+        .filter(|(t, _)| kernel.is_reference() && tests.iter().any(|(m, _)| m == t))
         .copied()
         .collect();
     let compat = plan(&built, &compat)?;
@@ -260,11 +306,16 @@ pub fn run_on_lab(
         let image = lab::build_agent_image(&podlapse, &layout, "node-vm", 1)?;
         lab::push_agent_image(&image, AGENT_IMAGE)?;
     }
-    eprintln!("node-vm [2/4] the modern node");
-    let report = session::with_guest(paths, lab_paths, stage, &suite)?;
+    eprintln!("node-vm [2/4] the modern node, on kernel {kernel}");
+    let report = session::with_guest(paths, lab_paths, stage, &suite, kernel)?;
     report.print();
+    let which = if kernel.is_reference() {
+        "modern-node suite".to_string()
+    } else {
+        format!("kernel suite on {kernel}")
+    };
     eprintln!(
-        "modern-node suite: {} of {} test runs passed in {:.0} s (boot {:.0} s)",
+        "{which}: {} of {} test runs passed in {:.0} s (boot {:.0} s)",
         report.passed(),
         report.runs.len(),
         started.elapsed().as_secs_f64(),
@@ -272,13 +323,13 @@ pub fn run_on_lab(
     );
     if let Some(lost) = &report.lost {
         bail!(
-            "the modern-node suite stopped: the guest stopped answering during {lost}, after a reboot too; its console is in {}",
+            "the {which} stopped: the guest stopped answering during {lost}, after a reboot too; its console is in {}",
             results_dir().display()
         );
     }
     if report.passed() != report.runs.len() {
         bail!(
-            "the modern-node suite failed; the guest's logs are in {}",
+            "the {which} failed; the guest's logs are in {}",
             results_dir().display()
         );
     }
@@ -421,19 +472,48 @@ mod tests {
 
     #[test]
     fn only_selects_the_named_modules_and_refuses_a_name_that_is_not_one() {
-        let all: Vec<&str> = selected(&[]).unwrap().iter().map(|(t, _)| *t).collect();
+        let all: Vec<&str> = selected(GUEST_TESTS, &[])
+            .unwrap()
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
         assert_eq!(all.len(), GUEST_TESTS.len());
         assert!(all.contains(&"daemonset"), "{all:?}");
-        let named = selected(&["daemonset".to_string(), "no_ip".to_string()]).unwrap();
+        let named = selected(GUEST_TESTS, &["daemonset".to_string(), "no_ip".to_string()]).unwrap();
         assert_eq!(
             named.iter().map(|(t, _)| *t).collect::<Vec<_>>(),
             ["no_ip", "daemonset"],
             "in the suite's order"
         );
-        let err = selected(&["nosuch".to_string()]).unwrap_err().to_string();
+        let err = selected(GUEST_TESTS, &["nosuch".to_string()])
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("--only nosuch") && err.contains("daemonset"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_other_kernels_run_the_kernel_suite_which_the_full_suite_covers() {
+        use super::super::kernels::{KERNELS, by_name};
+        assert_eq!(tests_for(by_name("6.12").unwrap()), GUEST_TESTS);
+        for k in KERNELS.iter().filter(|k| !k.is_reference()) {
+            assert_eq!(tests_for(k), KERNEL_TESTS, "{k}");
+        }
+        // What the kernel suite runs on the others, the full suite runs on 6.12.
+        for (module, names) in KERNEL_TESTS {
+            let (_, full) = GUEST_TESTS
+                .iter()
+                .find(|(m, _)| m == module)
+                .unwrap_or_else(|| panic!("{module} is not in the full suite"));
+            for n in *names {
+                assert!(full.is_empty() || full.contains(n), "{module}::{n}");
+            }
+        }
+        let err = selected(KERNEL_TESTS, &["daemonset".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kernel_events"), "{err}");
     }
 }

@@ -2,6 +2,12 @@
 //! offsets need: struct and union members, their names, types and bit offsets, through
 //! typedefs and qualifiers.
 //!
+//! It reads the format as kernels up to 7.x write it: the header's own length decides
+//! where the sections start (7.1 added `layout_off`/`layout_len`, a 32-byte header); a
+//! type's kind has 7 bits and its vlen 24 (widened from 5 and 16 in 7.x, the bits unused
+//! before); and a kind this reader does not know is skipped by the size the layout
+//! section gives it, when the file has one.
+//!
 //! The file's bytes are kept as they are and indexed by one `u32` per type (where its
 //! record starts), so the kernel's ~6 MB of BTF costs about 6.5 MB while it is read
 //! and nothing after; no type is decoded until asked for.
@@ -10,6 +16,10 @@ use thiserror::Error;
 
 const MAGIC: u16 = 0xeb9f;
 const HEADER_LEN: usize = 24;
+/// The header with the layout section's offset and length (kernel 7.1 on).
+const LAYOUT_HEADER_LEN: usize = 32;
+/// The size of `struct btf_layout`: info_sz (u8), elem_sz (u8), flags (u16).
+const LAYOUT_LEN: usize = 4;
 /// The size of `struct btf_type`: name_off, info, size/type.
 const TYPE_LEN: usize = 12;
 
@@ -33,7 +43,9 @@ pub enum BtfFormatError {
         end: usize,
         len: usize,
     },
-    #[error("BTF type {id} at byte {at}: kind {kind} is not a BTF kind this reader knows")]
+    #[error(
+        "BTF type {id} at byte {at}: kind {kind} is not a BTF kind this reader knows, and the file has no layout section that sizes it"
+    )]
     UnknownKind { id: u32, at: usize, kind: u32 },
     #[error("BTF type {id} at byte {at} runs past the end of the type section")]
     TypeTruncated { id: u32, at: usize },
@@ -69,6 +81,18 @@ pub struct Btf {
     /// `types[id - 1]` is the byte offset of type `id`'s record in `data`.
     types: Vec<u32>,
     strings: std::ops::Range<usize>,
+    /// The layout section (empty when the file has none): a `struct btf_layout` per kind.
+    layout: std::ops::Range<usize>,
+}
+
+/// A type's kind: 7 bits of its info word.
+fn kind_of(info: u32) -> u32 {
+    (info >> 24) & 0x7f
+}
+
+/// A type's vlen (members, entries, parameters): the low 24 bits of its info word.
+fn vlen_of(info: u32) -> usize {
+    (info & 0xff_ffff) as usize
 }
 
 impl Btf {
@@ -89,6 +113,7 @@ impl Btf {
             big_endian,
             types: Vec::new(),
             strings: 0..0,
+            layout: 0..0,
         };
         let hdr_len = btf.u32_at(4) as usize;
         let section = |name, off: u32, len: u32| {
@@ -106,6 +131,9 @@ impl Btf {
         };
         let types = section("type", btf.u32_at(8), btf.u32_at(12))?;
         let strings = section("string", btf.u32_at(16), btf.u32_at(20))?;
+        if hdr_len >= LAYOUT_HEADER_LEN && btf.data.len() >= LAYOUT_HEADER_LEN {
+            btf.layout = section("layout", btf.u32_at(24), btf.u32_at(28))?;
+        }
         btf.strings = strings;
         btf.types = btf.index(types)?;
         Ok(btf)
@@ -121,8 +149,8 @@ impl Btf {
                 return Err(BtfFormatError::TypeTruncated { id, at });
             }
             let info = self.u32_at(at + 4);
-            let vlen = (info & 0xffff) as usize;
-            let kind = (info >> 24) & 0x1f;
+            let vlen = vlen_of(info);
+            let kind = kind_of(info);
             let extra = match kind {
                 // ptr, fwd, typedef, volatile, const, restrict, func, float, type tag
                 2 | 7 | 8 | 9 | 10 | 11 | 12 | 16 | 18 => 0,
@@ -134,7 +162,10 @@ impl Btf {
                 4 | 5 | 15 | 19 => 12 * vlen,
                 // enum, func proto: 8 bytes an entry
                 6 | 13 => 8 * vlen,
-                kind => return Err(BtfFormatError::UnknownKind { id, at, kind }),
+                kind => match self.layout_of(kind) {
+                    Some((info_sz, elem_sz)) => info_sz + elem_sz * vlen,
+                    None => return Err(BtfFormatError::UnknownKind { id, at, kind }),
+                },
             };
             let next = at + TYPE_LEN + extra;
             if next > section.end {
@@ -144,6 +175,14 @@ impl Btf {
             at = next;
         }
         Ok(starts)
+    }
+
+    /// What the layout section says a record of `kind` carries after its `btf_type`:
+    /// (bytes once, bytes per vlen entry).
+    fn layout_of(&self, kind: u32) -> Option<(usize, usize)> {
+        let at = self.layout.start + kind as usize * LAYOUT_LEN;
+        (at + LAYOUT_LEN <= self.layout.end)
+            .then(|| (usize::from(self.data[at]), usize::from(self.data[at + 1])))
     }
 
     fn u32_at(&self, at: usize) -> u32 {
@@ -172,7 +211,7 @@ impl Btf {
 
     pub fn kind(&self, id: u32) -> Result<Kind, BtfFormatError> {
         let at = self.record(id)?;
-        Ok(match (self.u32_at(at + 4) >> 24) & 0x1f {
+        Ok(match kind_of(self.u32_at(at + 4)) {
             4 => Kind::Struct,
             5 => Kind::Union,
             8 | 9 | 10 | 11 | 18 => Kind::Alias,
@@ -210,13 +249,13 @@ impl Btf {
     pub fn members(&self, id: u32) -> Result<Vec<Member>, BtfFormatError> {
         let at = self.record(id)?;
         let info = self.u32_at(at + 4);
-        if !matches!((info >> 24) & 0x1f, 4 | 5) {
+        if !matches!(kind_of(info), 4 | 5) {
             return Ok(Vec::new());
         }
         // With kind_flag set, a member's offset holds the bitfield size in its top
         // byte and the bit offset below it.
         let bitfields = info >> 31 == 1;
-        Ok((0..(info & 0xffff) as usize)
+        Ok((0..vlen_of(info))
             .map(|i| {
                 let m = at + TYPE_LEN + 12 * i;
                 let offset = self.u32_at(m + 8);
@@ -295,18 +334,62 @@ mod tests {
         let mut long = good.clone();
         long[20..24].copy_from_slice(&1000u32.to_le_bytes());
         assert!(err(long).contains("string section"));
-        // A kind no BTF has, at type 2.
+        // A kind no BTF has, at type 2, and no layout section to size it.
         let mut b = Blob::new();
         b.int("int");
         b.raw(31);
         let e = err(b.bytes(false));
-        assert!(e.contains("type 2") && e.contains("kind 31"), "{e}");
+        assert!(
+            e.contains("type 2") && e.contains("kind 31") && e.contains("no layout section"),
+            "{e}"
+        );
         // A struct that says it has members the section does not hold.
         let mut cut = good.clone();
         let type_len = u32::from_le_bytes(good[12..16].try_into().unwrap()) - 4;
         cut[12..16].copy_from_slice(&type_len.to_le_bytes());
         let e = err(cut);
         assert!(e.contains("type 3") && e.contains("past the end"), "{e}");
+    }
+
+    /// Kernel 7.1's header (32 bytes, with the layout section's offset and length), a
+    /// kind past the five bits older kernels used, which only the layout section sizes,
+    /// and a struct with more members than 16 bits of vlen hold.
+    #[test]
+    fn the_7x_header_its_layout_section_and_wider_kinds_and_vlens_read() {
+        for big_endian in [false, true] {
+            let mut b = Blob::new();
+            let int = b.int("int");
+            // Kind 40 with 3 entries of 8 bytes after 4 bytes of its own.
+            b.unknown(40, 3, 4, 8);
+            let many: Vec<(String, u32, u32)> = (0..70_000u32)
+                .map(|i| (format!("m{i}"), int, 32 * i))
+                .collect();
+            let many: Vec<(&str, u32, u32)> =
+                many.iter().map(|(n, t, o)| (n.as_str(), *t, *o)).collect();
+            b.composite("wide", false, false, &many);
+            b.composite("pair", false, false, &[("a", int, 0), ("b", int, 32)]);
+            let mut layout = vec![(0u8, 0u8); 41];
+            layout[40] = (4, 8);
+            let btf = Btf::parse(b.bytes_with_layout(big_endian, &layout)).unwrap();
+            assert_eq!(btf.struct_named("pair").unwrap(), Some(4));
+            assert_eq!(btf.kind(2).unwrap(), Kind::Other);
+            let wide = btf.members(3).unwrap();
+            assert_eq!(wide.len(), 70_000);
+            assert_eq!(btf.string(wide[69_999].name_off).unwrap(), "m69999");
+            // The same blob without a layout section cannot be read past kind 40.
+            let e = Btf::parse(b.bytes(big_endian)).err().unwrap().to_string();
+            assert!(e.contains("type 2") && e.contains("kind 40"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_layout_section_past_the_end_of_the_file_is_named() {
+        let mut b = Blob::new();
+        b.int("int");
+        let mut data = b.bytes_with_layout(false, &[(0, 0); 20]);
+        data[28..32].copy_from_slice(&10_000u32.to_le_bytes());
+        let e = Btf::parse(data).err().unwrap().to_string();
+        assert!(e.contains("layout section"), "{e}");
     }
 
     #[test]

@@ -204,44 +204,93 @@ mod tests {
         // checks for it), so its absence is a failure here, not a skip.
         assert!(path.exists(), "{VMLINUX_BTF} is absent on this kernel");
         let off = KernelOffsets::from_btf_file(path).expect("offsets");
-        // Plausibility, not exact values: they differ between kernel builds. Both
-        // fields sit well inside task_struct, and ns_common is not at offset 0 of net.
-        assert!(off.task_nsproxy > 0 && off.task_nsproxy < 16384, "{off:?}");
+        assert_plausible(&off, VMLINUX_BTF);
+    }
+
+    /// Plausibility, not exact values: they differ between kernel builds. The fields sit
+    /// well inside their structs, aligned as their types are.
+    fn assert_plausible(off: &KernelOffsets, of: &str) {
+        let off = *off;
+        assert!(
+            off.task_nsproxy > 0 && off.task_nsproxy < 16384,
+            "{of}: {off:?}"
+        );
         assert!(
             off.task_exit_code > 0 && off.task_exit_code < 16384,
-            "{off:?}"
+            "{of}: {off:?}"
         );
-        assert!(off.net_inum > 0 && off.net_inum < 16384, "{off:?}");
-        assert!(off.nsproxy_net_ns < 128, "{off:?}");
-        assert_eq!(off.task_nsproxy % 8, 0, "a pointer is 8-byte aligned");
-        assert_eq!(off.nsproxy_net_ns % 8, 0, "a pointer is 8-byte aligned");
-        assert_eq!(off.net_inum % 4, 0, "an unsigned int is 4-byte aligned");
-        assert_eq!(off.task_real_parent % 8, 0, "a pointer is 8-byte aligned");
-        assert_eq!(off.task_mm % 8, 0, "a pointer is 8-byte aligned");
-        assert!(off.task_mm > 0 && off.task_mm < 16384, "{off:?}");
+        assert!(off.net_inum > 0 && off.net_inum < 16384, "{of}: {off:?}");
+        assert!(off.nsproxy_net_ns < 128, "{of}: {off:?}");
+        assert_eq!(off.task_nsproxy % 8, 0, "{of}: a pointer is 8-byte aligned");
+        assert_eq!(
+            off.nsproxy_net_ns % 8,
+            0,
+            "{of}: a pointer is 8-byte aligned"
+        );
+        assert_eq!(
+            off.net_inum % 4,
+            0,
+            "{of}: an unsigned int is 4-byte aligned"
+        );
+        assert_eq!(
+            off.task_real_parent % 8,
+            0,
+            "{of}: a pointer is 8-byte aligned"
+        );
+        assert_eq!(off.task_mm % 8, 0, "{of}: a pointer is 8-byte aligned");
+        assert!(off.task_mm > 0 && off.task_mm < 16384, "{of}: {off:?}");
         assert_eq!(
             off.mm_start_stack % 8,
             0,
-            "an unsigned long is 8-byte aligned"
+            "{of}: an unsigned long is 8-byte aligned"
         );
-        assert!(off.mm_start_stack > 0, "{off:?}");
+        assert!(off.mm_start_stack > 0, "{of}: {off:?}");
         assert_eq!(
             off.mm_arg_start % 8,
             0,
-            "an unsigned long is 8-byte aligned"
+            "{of}: an unsigned long is 8-byte aligned"
         );
-        assert_eq!(off.mm_arg_end, off.mm_arg_start + 8, "{off:?}");
-        assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{off:?}");
+        assert_eq!(off.mm_arg_end, off.mm_arg_start + 8, "{of}: {off:?}");
+        assert!(off.task_tgid > 0 && off.task_tgid < 16384, "{of}: {off:?}");
         assert!(
             off.task_start_time > 0 && off.task_start_time < 16384,
-            "{off:?}"
+            "{of}: {off:?}"
         );
-        assert_eq!(off.task_start_time % 8, 0, "a u64 is 8-byte aligned");
+        assert_eq!(off.task_start_time % 8, 0, "{of}: a u64 is 8-byte aligned");
         assert!(
             off.task_comm > 0 && off.task_comm < 16384,
-            "task_struct.comm at {}",
+            "{of}: task_struct.comm at {}",
             off.task_comm
         );
+    }
+
+    /// The BTF of every kernel of the matrix the modern node boots (5.10, 6.1, 6.12, 7.2),
+    /// as Debian built them: `cargo xtask test` extracts each kernel's `.BTF` from its
+    /// cached package and names the files in `PODLAPSE_KERNEL_BTF` (`name=path,...`).
+    /// Each parses, and every offset the probes need resolves.
+    #[test]
+    #[ignore = "needs the matrix's kernel BTF, which `cargo xtask test` extracts and runs this with"]
+    fn the_btf_of_every_kernel_of_the_matrix_resolves_every_offset() {
+        let list = std::env::var("PODLAPSE_KERNEL_BTF")
+            .expect("PODLAPSE_KERNEL_BTF names the kernels' BTF files (name=path,...)");
+        let kernels: Vec<(&str, &str)> = list
+            .split(',')
+            .map(|kv| kv.split_once('=').expect("name=path"))
+            .collect();
+        assert!(!kernels.is_empty(), "no kernel in {list}");
+        for (name, path) in kernels {
+            let data = std::fs::read(path).unwrap_or_else(|e| panic!("kernel {name}: {path}: {e}"));
+            let hdr_len = u32::from_le_bytes(data[4..8].try_into().unwrap());
+            let btf = Btf::parse(data).unwrap_or_else(|e| panic!("kernel {name}: {e}"));
+            let off = KernelOffsets::from_btf_file(Path::new(path))
+                .unwrap_or_else(|e| panic!("kernel {name}: {e}"));
+            assert_plausible(&off, &format!("kernel {name}"));
+            assert!(
+                btf.struct_named("task_struct").unwrap().is_some(),
+                "kernel {name}"
+            );
+            eprintln!("kernel {name}: {hdr_len}-byte header, offsets {off:?}");
+        }
     }
 
     #[test]

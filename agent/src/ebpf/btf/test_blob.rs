@@ -90,9 +90,42 @@ impl Blob {
         id
     }
 
+    /// A record of a kind this reader does not know: `info_sz` bytes after its
+    /// `btf_type`, then `vlen` entries of `elem_sz` bytes (all zero).
+    pub fn unknown(&mut self, kind: u32, vlen: u32, info_sz: usize, elem_sz: usize) -> u32 {
+        let id = self.head("", kind, vlen, false, 0);
+        let words = (info_sz + elem_sz * vlen as usize) / 4;
+        self.types.extend(std::iter::repeat_n(0, words));
+        id
+    }
+
     /// An uninterpreted raw record: `kind` with no trailing data.
     pub fn raw(&mut self, kind: u32) -> u32 {
         self.head("", kind, 0, false, 0)
+    }
+
+    /// The blob as kernel 7.1 on writes it: a 32-byte header, and after the strings a
+    /// layout section of `(info_sz, elem_sz)` per kind, from kind 0.
+    pub fn bytes_with_layout(&self, big_endian: bool, layout: &[(u8, u8)]) -> Vec<u8> {
+        let classic = self.bytes(big_endian);
+        let word = |v: u32| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let body = &classic[24..];
+        let mut out = classic[..4].to_vec();
+        out.extend(word(32));
+        out.extend(&classic[8..24]);
+        out.extend(word(body.len() as u32));
+        out.extend(word(layout.len() as u32 * 4));
+        out.extend(body);
+        for &(info_sz, elem_sz) in layout {
+            out.extend([info_sz, elem_sz, 0, 0]);
+        }
+        out
     }
 
     pub fn bytes(&self, big_endian: bool) -> Vec<u8> {

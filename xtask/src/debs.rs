@@ -1,9 +1,10 @@
-//! The reference runtime's packages: containerd 2.x and runc 1.3, from Debian's `sid`
-//! suite, pinned by version. They are downloaded once into a cache (apt's ordinary client,
-//! with a sources list, lists and cache of podlapse's own, so the system's apt sources stay
-//! as they are) and unpacked where a lab needs them: the host lab unpacks containerd into
-//! its own directory, the modern node installs both into its guest image. Nothing is
-//! installed system-wide.
+//! Debian packages the labs take at pinned versions: the reference runtime (containerd 2.x
+//! and runc 1.3, from `sid`) and the guest kernels of the modern node (from the suite of
+//! each). They are downloaded once into a cache (apt's ordinary client, with a sources
+//! list, lists and cache of podlapse's own, so the system's apt sources stay as they are)
+//! and unpacked where a lab needs them: the host lab unpacks containerd into its own
+//! directory, the modern node installs them into its guest image. Nothing is installed
+//! system-wide.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,41 +19,53 @@ pub const CACHE_ENV: &str = "PODLAPSE_DEB_CACHE";
 pub const DEFAULT_CACHE: &str = "/var/cache/podlapse/debs";
 
 /// The suite the runtime comes from; `sid` moves, so every package is pinned.
-pub const SUITE: &str = "sid";
+pub const SID: &str = "sid";
 pub const MIRROR: &str = "http://deb.debian.org/debian";
 
-/// One pinned Debian package.
+/// One pinned Debian package, and the suite that serves it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deb {
     pub package: &'static str,
     pub version: &'static str,
+    pub suite: &'static str,
 }
 
 /// containerd 2.x: the runtime of the node kubelet 1.37 supports.
 pub const CONTAINERD: Deb = Deb {
     package: "containerd",
     version: "2.1.9+ds1-5",
+    suite: SID,
 };
 /// runc 1.3. Built against glibc 2.38, so it runs on trixie (the modern node) but not on
 /// bookworm (the host lab keeps bookworm's runc).
 pub const RUNC: Deb = Deb {
     package: "runc",
     version: "1.3.6+ds1-1",
+    suite: SID,
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum DebError {
-    #[error("runtime packages: cannot {action} {}", path.display())]
+    #[error("Debian packages: cannot {action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("runtime packages: `{command}` failed: {why}")]
+    #[error("Debian packages: `{command}` failed: {why}")]
     Command { command: String, why: String },
+    /// The registry no longer has the pinned version (suites move; Debian keeps only the
+    /// newest of each package in a suite).
+    #[error("{package} {version} is not served by {mirror} {suite} any more")]
+    NotServed {
+        package: &'static str,
+        version: &'static str,
+        suite: &'static str,
+        mirror: &'static str,
+    },
     #[error(
-        "runtime packages: {} is {found}, not the pinned {wanted} (remove it to download again)",
+        "Debian packages: {} is {found}, not the pinned {wanted} (remove it to download again)",
         path.display()
     )]
     WrongVersion {
@@ -92,9 +105,19 @@ pub fn architecture() -> Result<String, DebError> {
     Ok(out.trim().to_owned())
 }
 
-/// The cached file of `deb`, whether or not it has been downloaded.
+/// The cached file of `deb`, whether or not it has been downloaded: the machine's
+/// architecture's, or the architecture-independent one (`_all`) where that is cached.
 pub fn cached_path(deb: &Deb) -> Result<PathBuf, DebError> {
-    Ok(cache_dir().join(deb.file_name(&architecture()?)))
+    Ok(in_cache(&cache_dir(), deb, &architecture()?))
+}
+
+fn in_cache(dir: &Path, deb: &Deb, arch: &str) -> PathBuf {
+    let all = dir.join(deb.file_name("all"));
+    if all.is_file() {
+        all
+    } else {
+        dir.join(deb.file_name(arch))
+    }
 }
 
 /// Whether every package is in the cache, at its pinned version.
@@ -111,20 +134,24 @@ pub fn fetch(debs: &[Deb], progress: &dyn Fn(&str)) -> Result<Vec<PathBuf>, DebE
     let arch = architecture()?;
     let missing: Vec<&Deb> = debs
         .iter()
-        .filter(|d| !dir.join(d.file_name(&arch)).is_file())
+        .filter(|d| !in_cache(&dir, d, &arch).is_file())
         .collect();
     if !missing.is_empty() {
         let specs: Vec<String> = missing.iter().map(|d| d.spec()).collect();
+        let mut suites: Vec<&str> = missing.iter().map(|d| d.suite).collect();
+        suites.sort_unstable();
+        suites.dedup();
         progress(&format!(
-            "downloading {} from Debian {SUITE} into {}",
+            "downloading {} from Debian {} into {}",
             specs.join(" "),
+            suites.join(", "),
             dir.display()
         ));
-        download(&dir, &specs)?;
+        download(&dir, &missing)?;
     }
     debs.iter()
         .map(|d| {
-            let path = dir.join(d.file_name(&arch));
+            let path = in_cache(&dir, d, &arch);
             let found = version_of(&path)?;
             if found != d.version {
                 return Err(DebError::WrongVersion {
@@ -161,8 +188,9 @@ pub fn version_of(deb: &Path) -> Result<String, DebError> {
     .to_owned())
 }
 
-/// `apt-get download` with a sources list, lists and cache under `dir/apt`, run in `dir`.
-fn download(dir: &Path, specs: &[String]) -> Result<(), DebError> {
+/// `apt-get download` with a sources list (the packages' suites), lists and cache under
+/// `dir/apt`, run in `dir`. A pinned version the registry no longer serves is named.
+fn download(dir: &Path, debs: &[&Deb]) -> Result<(), DebError> {
     let apt = dir.join("apt");
     for d in [
         apt.join("lists/partial"),
@@ -171,7 +199,14 @@ fn download(dir: &Path, specs: &[String]) -> Result<(), DebError> {
         fs::create_dir_all(&d).map_err(|e| io("create", &d, e))?;
     }
     let list = apt.join("sources.list");
-    fs::write(&list, format!("deb {MIRROR} {SUITE} main\n")).map_err(|e| io("write", &list, e))?;
+    let mut sources = String::new();
+    for d in debs {
+        let line = format!("deb {MIRROR} {} main\n", d.suite);
+        if !sources.contains(&line) {
+            sources.push_str(&line);
+        }
+    }
+    fs::write(&list, sources).map_err(|e| io("write", &list, e))?;
     let options = [
         format!("Dir::Etc::SourceList={}", list.display()),
         "Dir::Etc::SourceParts=/dev/null".to_owned(),
@@ -190,8 +225,24 @@ fn download(dir: &Path, specs: &[String]) -> Result<(), DebError> {
     };
     run(&mut apt_get(&["update"]))?;
     let mut get = apt_get(&["download"]);
-    get.args(specs);
-    run(&mut get).map(drop)
+    get.args(debs.iter().map(|d| d.spec()));
+    run(&mut get).map(drop).map_err(|failed| {
+        // Which one: the first the registry does not list at its pinned version.
+        let show = |d: &Deb| {
+            let mut cmd = apt_get(&[]);
+            cmd.args(["--print-uris", "download", &d.spec()]);
+            run(&mut cmd).is_ok()
+        };
+        match debs.iter().find(|d| !show(d)) {
+            Some(d) => DebError::NotServed {
+                package: d.package,
+                version: d.version,
+                suite: d.suite,
+                mirror: MIRROR,
+            },
+            None => failed,
+        }
+    })
 }
 
 fn run(cmd: &mut Command) -> Result<String, DebError> {
@@ -240,6 +291,7 @@ mod tests {
         let epoch = Deb {
             package: "x",
             version: "1:2.0-1",
+            suite: SID,
         };
         assert_eq!(epoch.file_name("arm64"), "x_1%3a2.0-1_arm64.deb");
     }
