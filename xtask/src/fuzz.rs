@@ -68,7 +68,7 @@ pub fn run(args: &FuzzArgs) -> anyhow::Result<()> {
     }
     let mut crashed = Vec::new();
     for target in targets {
-        let r = fuzz(target, args.seconds)?;
+        let r = fuzz(target, args.seconds, Build::IfChanged)?;
         println!("{}", summary(&r));
         if let Some(input) = &r.crash {
             crashed.push(format!("{target} ({})", input.display()));
@@ -159,8 +159,27 @@ pub fn build_all() -> anyhow::Result<()> {
     workspace::run(&mut cmd, "cargo fuzz build")
 }
 
-/// Runs `target` for `seconds` (after building it) and reads libFuzzer's final stats.
-pub fn fuzz(target: &str, seconds: u64) -> anyhow::Result<FuzzRun> {
+/// Whether a run builds its target first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    /// `cargo fuzz run`: rebuilt first if the sources changed.
+    IfChanged,
+    /// The binary [`build_all`] built, run as it is: the benchmark fuzzes the build it
+    /// made before its timer started, whatever happens to the working tree meanwhile.
+    Prebuilt,
+}
+
+/// Where [`build_all`] puts `target`'s binary.
+fn built_binary(target: &str) -> PathBuf {
+    fuzz_dir()
+        .join("target")
+        .join(format!("{}-unknown-linux-gnu", std::env::consts::ARCH))
+        .join("release")
+        .join(target)
+}
+
+/// Runs `target` for `seconds` and reads libFuzzer's final stats.
+pub fn fuzz(target: &str, seconds: u64, build: Build) -> anyhow::Result<FuzzRun> {
     let dir = fuzz_dir();
     let corpus = dir.join("corpus").join(target);
     let seeds = dir.join("seeds").join(target);
@@ -177,18 +196,40 @@ pub fn fuzz(target: &str, seconds: u64) -> anyhow::Result<FuzzRun> {
     let logs = workspace::target_dir().join("fuzz");
     std::fs::create_dir_all(&logs)?;
     let log = logs.join(format!("{target}.log"));
-    eprintln!(
-        "fuzz: {target}: building, then {seconds} s (log: {})",
-        log.display()
-    );
+    let mut cmd = match build {
+        Build::IfChanged => {
+            eprintln!(
+                "fuzz: {target}: building, then {seconds} s (log: {})",
+                log.display()
+            );
+            let mut cmd = Command::new(cargo_fuzz_bin());
+            cmd.args(["fuzz", "run", "--fuzz-dir"])
+                .arg(&dir)
+                .args(["-O", "--debug-assertions", target])
+                .arg(&corpus)
+                .arg(&seeds)
+                .arg("--");
+            cmd
+        }
+        Build::Prebuilt => {
+            let binary = built_binary(target);
+            if !binary.is_file() {
+                bail!(
+                    "{}: {target} is not built (`cargo xtask fuzz` builds every target)",
+                    binary.display()
+                );
+            }
+            eprintln!(
+                "fuzz: {target}: {seconds} s of the build made before (log: {})",
+                log.display()
+            );
+            let mut cmd = Command::new(binary);
+            cmd.arg(&corpus).arg(&seeds);
+            cmd
+        }
+    };
     let started = Instant::now();
-    let out = Command::new(cargo_fuzz_bin())
-        .args(["fuzz", "run", "--fuzz-dir"])
-        .arg(&dir)
-        .args(["-O", "--debug-assertions", target])
-        .arg(&corpus)
-        .arg(&seeds)
-        .arg("--")
+    let out = cmd
         .arg(format!("-max_total_time={seconds}"))
         .arg(format!("-timeout={INPUT_TIMEOUT_S}"))
         .arg(format!("-artifact_prefix={}/", artifacts.display()))

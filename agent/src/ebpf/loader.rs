@@ -233,7 +233,11 @@ impl KernelProbes {
     /// runtime. The receiver yields events in ring-buffer order.
     pub fn start(mut config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
         find_tracefs()?;
-        check_ringbuf_kernel(&std::fs::read_to_string(OSRELEASE).unwrap_or_default())?;
+        let release = std::fs::read_to_string(OSRELEASE).unwrap_or_default();
+        check_ringbuf_kernel(&release)?;
+        // Before 5.11 the kernel charges maps to RLIMIT_MEMLOCK (8 MiB by default under
+        // systemd), far less than the probes' maps: raised, as libbpf does.
+        let memlock = raise_memlock_limit();
         let offsets = KernelOffsets::from_btf_file(Path::new(VMLINUX_BTF))?;
         check_ringbuf_size(config.ringbuf_bytes)?;
         let cgroup_prefixes = cgroup_prefixes(&config.cgroup_prefixes)?;
@@ -295,7 +299,14 @@ impl KernelProbes {
                 Some(denied) => EbpfError::NotPermitted {
                     doing: format!("loading {} (creating its maps)", path.display()),
                     source: denied,
-                    needs: privilege_needed_here(false),
+                    needs: match (&memlock, charges_memlock(&release)) {
+                        (Err(e), true) => format!(
+                            "kernel {} charges BPF maps to RLIMIT_MEMLOCK, which could not be raised ({e}): raise it (LimitMEMLOCK=infinity, or CAP_SYS_RESOURCE), or {}",
+                            release.trim(),
+                            privilege_needed_here(false)
+                        ),
+                        _ => privilege_needed_here(false),
+                    },
                 },
                 None => EbpfError::Load {
                     path: path.clone(),
@@ -556,6 +567,45 @@ fn check_ringbuf_kernel(release: &str) -> Result<(), EbpfError> {
         }
         _ => Ok(()),
     }
+}
+
+/// Whether kernel `release` charges BPF maps to RLIMIT_MEMLOCK: before 5.11, which moved
+/// them to the memory cgroup. An unparsable release is taken as a newer kernel.
+fn charges_memlock(release: &str) -> bool {
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) < (5, 11)
+    )
+}
+
+/// Lifts RLIMIT_MEMLOCK to unlimited for this process (a no-op where it already is).
+/// Harmless on kernels that no longer charge maps to it; on those that do (5.10: Amazon
+/// Linux 2, Debian 11) the probes' maps do not fit in the default 8 MiB.
+fn raise_memlock_limit() -> std::io::Result<()> {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the rlimit passed by reference.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) == 0
+            && now.rlim_cur == libc::RLIM_INFINITY
+        {
+            return Ok(());
+        }
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// A BPF ring buffer's size must be a power of two and a multiple of the page size.
@@ -826,6 +876,28 @@ fn take_map<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_before_5_11_charge_maps_to_the_memlock_limit() {
+        assert!(charges_memlock("5.10.0-32-cloud-amd64"));
+        assert!(charges_memlock("4.19.0"));
+        assert!(!charges_memlock("5.11.0"));
+        assert!(!charges_memlock("6.12.117+deb13-cloud-amd64\n"));
+        assert!(!charges_memlock("weird"));
+    }
+
+    #[test]
+    fn the_memlock_limit_is_raised_to_unlimited() {
+        // The tests run as root here, as the agent does on a node.
+        raise_memlock_limit().expect("raising RLIMIT_MEMLOCK as root");
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the rlimit passed by reference.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) }, 0);
+        assert_eq!(now.rlim_cur, libc::RLIM_INFINITY);
+    }
 
     #[test]
     fn a_kernel_before_the_ring_buffer_is_one_line_naming_its_release() {

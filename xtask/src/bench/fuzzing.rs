@@ -23,7 +23,7 @@ pub fn run(seconds: u64) -> anyhow::Result<Outcome> {
 fn measure(seconds: u64) -> anyhow::Result<Vec<FuzzRun>> {
     let mut runs = Vec::new();
     for target in fuzz::TARGETS {
-        let r = fuzz::fuzz(target, seconds)?;
+        let r = fuzz::fuzz(target, seconds, fuzz::Build::Prebuilt)?;
         eprintln!("bench: {}", fuzz::summary(&r));
         runs.push(r);
     }
@@ -51,8 +51,8 @@ fn render(seconds: u64, runs: &[FuzzRun]) -> Outcome {
             "`cargo xtask fuzz TARGET --seconds {seconds}` for each target: cargo-fuzz \
              (libFuzzer, AddressSanitizer, release build with debug assertions) from the \
              committed seeds in agent/fuzz/seeds/ and the corpus earlier runs left in \
-             agent/fuzz/corpus/; executions and rate from libFuzzer's final stats, after \
-             the build."
+             agent/fuzz/corpus/; executions and rate from libFuzzer's final stats. The \
+             targets are built before the benchmarks start and run as built."
         ),
         figures: runs
             .iter()
