@@ -584,28 +584,45 @@ fn charges_memlock(release: &str) -> bool {
 
 /// Lifts RLIMIT_MEMLOCK to unlimited for this process (a no-op where it already is).
 /// Harmless on kernels that no longer charge maps to it; on those that do (5.10: Amazon
-/// Linux 2, Debian 11) the probes' maps do not fit in the default 8 MiB.
+/// Linux 2, Debian 11) the probes' maps do not fit in the default 8 MiB. Without
+/// CAP_SYS_RESOURCE the hard limit stays where it is: the soft one is raised to it, and
+/// the refusal is returned.
 fn raise_memlock_limit() -> std::io::Result<()> {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
+    let now = memlock_limit()?;
+    if now.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    let set = |cur, max| {
+        let limit = libc::rlimit {
+            rlim_cur: cur,
+            rlim_max: max,
+        };
+        // SAFETY: setrlimit reads the rlimit passed by reference.
+        if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
     };
+    set(libc::RLIM_INFINITY, libc::RLIM_INFINITY).or_else(|refused| {
+        if now.rlim_cur < now.rlim_max {
+            set(now.rlim_max, now.rlim_max)?;
+        }
+        Err(refused)
+    })
+}
+
+fn memlock_limit() -> std::io::Result<libc::rlimit> {
     let mut now = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit and setrlimit read and write the rlimit passed by reference.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) == 0
-            && now.rlim_cur == libc::RLIM_INFINITY
-        {
-            return Ok(());
-        }
-        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    // SAFETY: getrlimit writes the rlimit passed by reference.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) } == 0 {
+        Ok(now)
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    Ok(())
 }
 
 /// A BPF ring buffer's size must be a power of two and a multiple of the page size.
@@ -886,17 +903,24 @@ mod tests {
         assert!(!charges_memlock("weird"));
     }
 
+    /// Unlimited where the process may (CAP_SYS_RESOURCE, or an unlimited hard limit),
+    /// else the soft limit up to the hard one and the refusal returned.
     #[test]
-    fn the_memlock_limit_is_raised_to_unlimited() {
-        // The tests run as root here, as the agent does on a node.
-        raise_memlock_limit().expect("raising RLIMIT_MEMLOCK as root");
-        let mut now = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the rlimit passed by reference.
-        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut now) }, 0);
-        assert_eq!(now.rlim_cur, libc::RLIM_INFINITY);
+    fn the_memlock_limit_is_raised_as_far_as_the_process_may() {
+        let before = memlock_limit().unwrap();
+        let raised = raise_memlock_limit();
+        let after = memlock_limit().unwrap();
+        match raised {
+            Ok(()) => assert_eq!(after.rlim_cur, libc::RLIM_INFINITY),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+                assert_ne!(before.rlim_max, libc::RLIM_INFINITY);
+                assert_eq!(
+                    (after.rlim_cur, after.rlim_max),
+                    (before.rlim_max, before.rlim_max)
+                );
+            }
+        }
     }
 
     #[test]
