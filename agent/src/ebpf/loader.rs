@@ -555,30 +555,30 @@ const RINGBUF_SINCE: (u32, u32) = (5, 8);
 /// object whose map the kernel would reject with a bare EINVAL. A release that does not
 /// parse is let through: the load then says what the kernel thinks.
 fn check_ringbuf_kernel(release: &str) -> Result<(), EbpfError> {
-    let release = release.trim();
-    let mut parts = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(str::parse::<u32>);
-    match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) < RINGBUF_SINCE => {
-            Err(EbpfError::NoRingBuffer {
-                release: release.to_string(),
-            })
-        }
-        _ => Ok(()),
+    if older_than(release, RINGBUF_SINCE) {
+        return Err(EbpfError::NoRingBuffer {
+            release: release.trim().to_string(),
+        });
     }
+    Ok(())
 }
 
 /// Whether kernel `release` charges BPF maps to RLIMIT_MEMLOCK: before 5.11, which moved
-/// them to the memory cgroup. An unparsable release is taken as a newer kernel.
+/// them to the memory cgroup.
 fn charges_memlock(release: &str) -> bool {
+    older_than(release, (5, 11))
+}
+
+/// Whether kernel `release` (`5.10.0-32-cloud-amd64`) is older than `(major, minor)`. An
+/// unparsable release is taken as a newer kernel.
+fn older_than(release: &str, version: (u32, u32)) -> bool {
     let mut parts = release
         .trim()
         .split(|c: char| !c.is_ascii_digit())
         .map(str::parse::<u32>);
     matches!(
         (parts.next(), parts.next()),
-        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) < (5, 11)
+        (Some(Ok(major)), Some(Ok(minor))) if (major, minor) < version
     )
 }
 
