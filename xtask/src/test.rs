@@ -124,9 +124,9 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     let host_started = std::time::Instant::now();
     let mut result = integration::run_on_host(&built, &integration::SHARED_LAB, &env)
         .and_then(|_| integration::run_on_host(&built, &integration::DESTRUCTIVE, &env));
-    let mut times: Vec<(&str, std::time::Duration)> = vec![
-        ("before the host lab's suite", host_started - started),
-        ("the host lab's suite", host_started.elapsed()),
+    let mut times: Vec<(String, std::time::Duration)> = vec![
+        ("before the host lab's suite".into(), host_started - started),
+        ("the host lab's suite".into(), host_started.elapsed()),
     ];
     let mut kernel_lines = Vec::new();
     if result.is_ok() && !args.host_only {
@@ -148,7 +148,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
             } else {
                 "the kernel suite"
             };
-            times.push((kernel.name, took));
+            times.push((format!("the guest on kernel {}", kernel.name), took));
             kernel_lines.push(match &ran {
                 Ok(()) => format!(
                     "kernel {kernel}: {what} passed in {:.0} s",
@@ -171,11 +171,6 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
         eprintln!("{line}");
     }
     for (part, took) in &times {
-        let part = if part.starts_with(|c: char| c.is_ascii_digit()) {
-            format!("the guest on kernel {part}")
-        } else {
-            part.to_string()
-        };
         eprintln!("time: {part}: {:.0} s", took.as_secs_f64());
     }
     eprintln!("time: in all: {:.0} s", started.elapsed().as_secs_f64());

@@ -69,7 +69,7 @@ pub fn vmlinux_btf(kernel: &GuestKernel, say: &dyn Fn(&str)) -> anyhow::Result<P
 /// `/usr/lib/modules/*/vmlinuz`), extracted alone into `into`.
 fn extract_vmlinuz(packages: &[PathBuf], into: &Path) -> anyhow::Result<PathBuf> {
     for deb in packages {
-        let listing = Command::new("dpkg-deb")
+        let mut listing = Command::new("dpkg-deb")
             .arg("--fsys-tarfile")
             .arg(deb)
             .stdout(Stdio::piped())
@@ -80,10 +80,12 @@ fn extract_vmlinuz(packages: &[PathBuf], into: &Path) -> anyhow::Result<PathBuf>
             .arg("-C")
             .arg(into)
             .args(["--wildcards", "*vmlinuz*"])
-            .stdin(listing.stdout.context("dpkg-deb's output")?)
+            .stdin(listing.stdout.take().context("dpkg-deb's output")?)
             .stderr(Stdio::null())
             .status()
             .context("running tar")?;
+        // Reaped whatever tar made of its output.
+        let _ = listing.wait();
         if !out.success() {
             continue;
         }
