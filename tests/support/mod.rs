@@ -17,6 +17,8 @@ use xtask::lab::LabPaths;
 
 /// `podlapse run --until-ready`'s cap on a pod's wait in the tests, in seconds.
 pub const READY_CAP_SECS: &str = "900";
+/// The pod worker's retry delay after a failed sync in `Scratch::run` (kubelet's is 10 s).
+pub const ERROR_BACKOFF: &str = "2s";
 
 /// The tests' one bounded wait: looks every `every` until `probe` gives `Ok`, and once
 /// `bound` has passed without it, panics naming `what` and showing what the last look
@@ -195,6 +197,11 @@ impl Scratch {
         // through the forwarded registry port has taken well over the default 120 s.
         if !extra.contains(&"--ready-timeout") {
             args.extend(["--ready-timeout", READY_CAP_SECS]);
+        }
+        // A pod whose sandbox fails settles once the pod worker's retry failed too; the
+        // retry waits kubelet's 10 s back-off, which a test shortens.
+        if !extra.contains(&"--error-backoff") {
+            args.extend(["--error-backoff", ERROR_BACKOFF]);
         }
         args.extend_from_slice(extra);
         args.push("--manifests");

@@ -108,13 +108,9 @@ impl Built {
 /// `cargo test --no-run` for `binaries` (test target names); their executables.
 pub fn build(binaries: &[&'static str]) -> anyhow::Result<Built> {
     let mut cmd = workspace::cargo();
-    cmd.args([
-        "test",
-        "--package",
-        workspace::TESTS_PACKAGE,
-        "--no-run",
-        "--message-format=json",
-    ]);
+    // The whole workspace selected, as the unit tests' build does: the same features, so
+    // the agent's crates compiled there are reused, not compiled again.
+    cmd.args(["test", "--workspace", "--no-run", "--message-format=json"]);
     for b in binaries {
         cmd.args(["--test", b]);
     }

@@ -84,8 +84,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<()> {
     crate::licences::check()?;
     crate::alert_rules::check()?;
     eprintln!("[4/{total}] unit tests");
+    // The libraries' and binaries' own tests, the integration tests' binaries left out.
+    // Every cargo command of this run selects the whole workspace, so each crate is
+    // compiled with one set of features and once (see workspace::build_bin).
     workspace::run(
-        workspace::cargo().args(["test", "--workspace", "--exclude", workspace::TESTS_PACKAGE]),
+        workspace::cargo().args(["test", "--workspace", "--lib", "--bins"]),
         "unit tests",
     )?;
     kernel_btf_matrix()?;
@@ -201,7 +204,7 @@ fn kernel_btf_matrix() -> anyhow::Result<()> {
     if !files.is_empty() {
         workspace::run(
             workspace::cargo()
-                .args(["test", "--package", "podlapse", "--lib", "--"])
+                .args(["test", "--workspace", "--lib", "--"])
                 .args([
                     "ebpf::btf::tests::the_btf_of_every_kernel_of_the_matrix_resolves_every_offset",
                     "--exact",

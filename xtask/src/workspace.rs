@@ -74,15 +74,24 @@ pub fn output_of(cmd: &mut Command, what: &str) -> anyhow::Result<std::process::
     Ok(out)
 }
 
-/// `cargo build --package {package} --bin {bin}`, with `--release` when `release`, and the
-/// path of the binary it builds.
+/// `cargo build --bin {bin}` (of `package` when `release`, else of the workspace), with
+/// `--release` when `release`, and the path of the binary it builds.
 pub fn build_bin(package: &str, bin: &str, release: bool) -> (Command, PathBuf) {
     let mut cmd = cargo();
     cmd.arg("build");
     if release {
         cmd.arg("--release");
     }
-    cmd.args(["--package", package, "--bin", bin]);
+    if release {
+        cmd.args(["--package", package, "--bin", bin]);
+    } else {
+        // A debug build is the tests' build: resolved over the whole workspace, as the
+        // unit and integration test builds are, its crates are the ones those built (the
+        // test package's dependencies add features, serde_json's float_roundtrip among
+        // them, so the package alone would compile the agent a second time). A release
+        // build is the shipped agent's, with its own package's features only.
+        cmd.args(["--workspace", "--bin", bin]);
+    }
     let profile = if release { "release" } else { "debug" };
     (cmd, target_dir().join(profile).join(bin))
 }

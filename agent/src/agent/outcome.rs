@@ -18,8 +18,13 @@ const FAILED_WAITING: &[&str] = &[
     "CreateContainerError",
     "RunContainerError",
 ];
-/// Pod events that mean the same at the pod level.
+/// Pod events that mean the same at the pod level, once kubelet's retry failed too.
 const FAILED_EVENTS: &[&str] = &["FailedCreatePodSandBox", "NetworkNotReady", "FailedSync"];
+/// How many sync attempts must fail at the pod level before the pod counts as stuck: the
+/// first and the pod worker's retry after its back-off. One failure is not enough: kubelet
+/// retries it, and some pass by themselves (a CNI plugin's netlink call interrupted by a
+/// signal, seen on a 5.10 node, succeeds on the retry).
+const POD_LEVEL_ATTEMPTS: usize = 2;
 
 /// A waiting reason that will not pass without a change.
 fn blocks(reason: Option<&str>) -> bool {
@@ -69,7 +74,17 @@ pub fn by_name(a: &PodOutcome, b: &PodOutcome) -> std::cmp::Ordering {
 pub fn settled(rec: &PodRecord) -> Option<PodOutcome> {
     let o = outcome_of(rec);
     let ended = matches!(o.phase.as_str(), phase::FAILED | phase::SUCCEEDED);
-    let stuck = o.reason.is_some() || o.not_running.iter().any(|c| blocks(c.reason.as_deref()));
+    let pod_level = o
+        .reason
+        .as_deref()
+        .is_some_and(|r| FAILED_EVENTS.contains(&r));
+    let pod_level_failures = rec
+        .events
+        .iter()
+        .filter(|e| FAILED_EVENTS.contains(&e.event.reason.as_str()))
+        .count();
+    let stuck = (o.reason.is_some() && (!pod_level || pod_level_failures >= POD_LEVEL_ATTEMPTS))
+        || o.not_running.iter().any(|c| blocks(c.reason.as_deref()));
     // A regular container that finished for good (restartPolicy Never, or OnFailure
     // after a success) will not run again: waiting for it is pointless.
     let policy = rec
@@ -189,7 +204,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::syncloop::status_store::ManifestPod;
+    use crate::syncloop::status_store::{ManifestPod, StampedEvent};
 
     fn running() -> ContainerState {
         ContainerState {
@@ -300,6 +315,54 @@ mod tests {
         );
         assert!(settled(&rec).is_none());
         assert_eq!(outcome_of(&rec).not_running[0].state, "not started");
+    }
+
+    fn failed_sandbox(message: &str) -> StampedEvent {
+        StampedEvent {
+            at: 0,
+            at_ns: 0,
+            event: crate::kuberuntime::PodEvent::warning(
+                "FailedCreatePodSandBox",
+                message.to_string(),
+                None,
+            ),
+        }
+    }
+
+    #[test]
+    fn a_sandbox_failure_settles_the_pod_only_once_the_retry_failed_too() {
+        let mut rec = record("Pending", "Always", vec![], vec![]);
+        rec.running_at = None;
+        rec.events.push(failed_sandbox(
+            "plugin type=\"loopback\" failed (add): interrupted system call",
+        ));
+        assert!(
+            settled(&rec).is_none(),
+            "one failure is kubelet's to retry, not a verdict"
+        );
+        rec.events.push(failed_sandbox(
+            "plugin type=\"bridge\" failed (add): no IP addresses available",
+        ));
+        let o = settled(&rec).expect("the retry failed too: stuck");
+        assert_eq!(o.reason.as_deref(), Some("FailedCreatePodSandBox"));
+        assert!(o.message.unwrap().contains("no IP addresses available"));
+        assert_eq!(o.events.len(), 2, "both attempts stay in the outcome");
+    }
+
+    #[test]
+    fn a_sandbox_failure_followed_by_a_running_pod_is_counted() {
+        let mut rec = record(
+            "Running",
+            "Always",
+            vec![status("proxy", running())],
+            vec![status("app", running()), status("worker", running())],
+        );
+        rec.events.push(failed_sandbox(
+            "plugin type=\"loopback\" failed (add): interrupted system call",
+        ));
+        let o = settled(&rec).expect("running");
+        assert!(o.all_running());
+        assert_eq!(o.reason, None);
     }
 
     #[test]
