@@ -180,6 +180,25 @@ fn a_sandbox_is_seen_from_the_kernel() {
     );
     assert!(w.of_kind("cgroup_rmdir").any(|e| is_cgroup_of(e, &sandbox)));
     assert_eq!(w.summary["undecodable"], 0, "{}", w.summary);
+    bpf_stats_say_what_the_counters_are(&w.summary);
+}
+
+/// The programs' run times and counts come with whether the kernel counted them: zeros
+/// the kernel did not count say why, naming the sysctl.
+fn bpf_stats_say_what_the_counters_are(summary: &Value) {
+    let moved = summary["programs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|p| p["run_count"].as_u64() > Some(0));
+    let stats = &summary["bpf_stats"];
+    if moved {
+        assert_eq!(stats["state"], "counted", "{summary}");
+    } else {
+        assert_eq!(stats["state"], "not_counted", "{summary}");
+        let why = stats["why"].as_str().unwrap_or_default();
+        assert!(why.contains("bpf_stats_enabled"), "{summary}");
+    }
 }
 
 /// What each plugin of the sandbox printed, as the watcher (which makes no CRI call: it

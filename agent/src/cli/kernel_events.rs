@@ -2,7 +2,7 @@
 //! line (or JSON object) per event, then how many events were lost.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -362,6 +362,7 @@ fn print_summary(
             "lost": lost.total,
             "lost_by_kind": lost.by_kind,
             "programs": programs,
+            "bpf_stats": bpf_stats(programs),
             "netns_hooks": netns_hooks,
             "cni_output": cni_output,
         });
@@ -369,6 +370,15 @@ fn print_summary(
     } else {
         println!("{}", summary_line(summary.map(|s| s.events), &lost));
     }
+}
+
+/// Whether the programs' run times and counts are measurements or zeros the kernel did
+/// not count.
+fn bpf_stats(programs: &[ProgramStats]) -> crate::ebpf::BpfStatsState {
+    let moved = programs
+        .iter()
+        .any(|p| p.run_count > 0 || p.run_time_ns > 0);
+    crate::ebpf::BpfStatsState::read(Path::new(crate::ebpf::BPF_STATS_SYSCTL), moved)
 }
 
 fn summary_line(events: Option<u64>, lost: &LostEvents) -> String {

@@ -16,6 +16,7 @@
 //! A node that cannot run the probes (no permission, no tracefs, no BTF, no object)
 //! yields an error whose [`EbpfError::is_unavailable`] is true: say so once and go on.
 
+mod bpf_stats;
 pub mod btf;
 mod cni_output_gate;
 mod error;
@@ -30,6 +31,7 @@ mod pace;
 mod reader;
 mod write_hooks;
 
+pub use bpf_stats::{BpfStatsState, SYSCTL as BPF_STATS_SYSCTL};
 pub use btf::KernelOffsets;
 pub use cni_output_gate::{CNI_OUTPUT_LINGER, CniOutputGate, CniOutputHold, MAX_PLUGIN_RUN};
 pub use error::EbpfError;
