@@ -41,8 +41,9 @@ use xtask::text::list;
 pub struct BenchArgs {
     /// Run only these benchmarks (by number: 1 pipeline overhead, 2 throughput, 3 seeing
     /// state, 4 probe overhead, 5 replay, 6 memory, 7 churn, 8 fuzzing, 9 startup
-    /// explained, 10 OTLP collector away, 11 250 pods at once, 12 observer cost); default
-    /// all. A run of some keeps the other benchmarks' sections of BENCHMARKS.md.
+    /// explained, 10 OTLP collector away, 11 250 pods at once, 12 observer cost, 13 probes
+    /// across kernels); default all but 13, which runs on request. A run of some keeps the
+    /// other benchmarks' sections of BENCHMARKS.md, and a full run keeps 13's.
     #[arg(long = "only", value_name = "N")]
     pub only: Vec<u8>,
     /// Pods per arm and round in the pipeline overhead benchmark (1).
@@ -86,6 +87,10 @@ pub struct ProbeOverheadArgs {
     /// Where what it measured goes, as JSON.
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+    /// Benchmark 13's measurement instead of 4's: only what the kernel accounts (the
+    /// counted runs and the lines on pods, which `--pods-cri` then requires).
+    #[arg(long, requires = "pods_cri")]
+    pub shares_only: bool,
     /// The workload's binary (a busybox, run as `true`); default the first found here.
     #[arg(long, value_name = "PATH")]
     pub exec: Option<PathBuf>,
@@ -106,6 +111,21 @@ pub struct ProbeOverheadArgs {
 pub fn probe_overhead_alone(args: &ProbeOverheadArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("creating {}", args.dir.display()))?;
+    if args.shares_only
+        && let (Some(cri), Some(cgroup)) = (&args.pods_cri, &args.pods_runtime_cgroup)
+    {
+        let node = agent_cost::Node::Service {
+            cri: cri.clone(),
+            cgroup: cgroup.clone(),
+        };
+        let shares = probe_overhead::kernel_shares::measure(
+            &args.podlapse,
+            &args.dir,
+            args.exec.as_deref(),
+            &node,
+        )?;
+        return write_whole(&args.out, &serde_json::to_string(&shares)?);
+    }
     let mut measured = probe_overhead::measure(
         &args.podlapse,
         &args.dir,
@@ -116,12 +136,15 @@ pub fn probe_overhead_alone(args: &ProbeOverheadArgs) -> anyhow::Result<()> {
     if let (Some(cri), Some(cgroup)) = (&args.pods_cri, &args.pods_runtime_cgroup) {
         probe_overhead::measure_pods(&mut measured, &args.podlapse, &args.dir, cri, cgroup);
     }
-    let text = serde_json::to_string(&measured)?;
-    // Written whole, then renamed: a run cut short leaves no half a result.
-    let partial = args.out.with_extension("partial");
+    write_whole(&args.out, &serde_json::to_string(&measured)?)
+}
+
+/// Written whole, then renamed: a run cut short leaves no half a result.
+fn write_whole(out: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let partial = out.with_extension("partial");
     std::fs::write(&partial, text).with_context(|| format!("writing {}", partial.display()))?;
-    std::fs::rename(&partial, &args.out)
-        .with_context(|| format!("renaming {} to {}", partial.display(), args.out.display()))
+    std::fs::rename(&partial, out)
+        .with_context(|| format!("renaming {} to {}", partial.display(), out.display()))
 }
 
 /// One line of a benchmark's results table.
@@ -163,7 +186,15 @@ const BENCHMARKS: &[(u8, &str)] = &[
     (10, "OTLP collector away"),
     (11, "250 pods at once"),
     (12, "observer cost"),
+    (
+        probe_overhead::kernel_shares::NUMBER,
+        "probes across kernels",
+    ),
 ];
+
+/// Benchmarks a full run leaves out (their section kept from the run that wrote it):
+/// 13's three guests would take the full run past its bound.
+const ON_REQUEST: &[u8] = &[probe_overhead::kernel_shares::NUMBER];
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let command = std::iter::once("cargo xtask bench".to_string())
@@ -200,7 +231,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let selected: Vec<u8> = BENCHMARKS
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| args.only.is_empty() || args.only.contains(n))
+        .filter(|n| {
+            if args.only.is_empty() {
+                !ON_REQUEST.contains(n)
+            } else {
+                args.only.contains(n)
+            }
+        })
         .collect();
     // As `test` and `demo` do: a fresh machine gets what the benchmarks build and run
     // with (protoc, the lab's packages, the probes' toolchain) before anything starts.
@@ -261,6 +298,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             10 => with_lab(|| otlp::run(&bin, &dir)),
             11 => with_lab(|| many_pods::run(&bin, &dir)),
             12 => with_lab(|| observer_cost::run(&bin, &dir)),
+            probe_overhead::kernel_shares::NUMBER => probe_overhead::kernel_shares::run(&bin, &dir),
             _ => continue,
         };
         let took = began.elapsed().as_secs_f64();
@@ -284,6 +322,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let (samples_path, copy) = report(&machine, &run, &outcomes, &failures, true)?;
     if !args.only.is_empty() {
         merge_into_previous(&run, &outcomes)?;
+    } else {
+        keep_on_request_sections()?;
     }
     println!(
         "wrote {}",
@@ -469,36 +509,9 @@ fn merge_into_previous(run: &Provenance, outcomes: &[Outcome]) -> anyhow::Result
 
 /// `old` with `outcomes`' rows and sections in place (see [`merge_into_previous`]).
 fn merge_report(old: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
-    let (head, rest) = old.split_once("\n## Summary\n").unwrap_or((old, ""));
-    let mut rows: std::collections::BTreeMap<u8, String> = Default::default();
-    let mut sections: std::collections::BTreeMap<u8, String> = Default::default();
-    let number = |line: &str, prefix: &str| -> Option<u8> {
-        line.strip_prefix(prefix)?
-            .split(|c: char| !c.is_ascii_digit())
-            .next()?
-            .parse()
-            .ok()
-    };
-    let mut current: Option<u8> = None;
-    for line in rest.lines() {
-        // The summary table comes before the first section.
-        if current.is_none()
-            && let Some(n) = number(line, "| ")
-        {
-            rows.insert(n, line.to_string());
-            continue;
-        }
-        if line.starts_with("## ") {
-            current = number(line, "## ");
-        }
-        if let Some(n) = current {
-            let s = sections.entry(n).or_default();
-            s.push_str(line);
-            s.push('\n');
-        }
-    }
+    let mut parts = ReportParts::parse(old);
     for o in outcomes {
-        rows.insert(o.number, summary_row(o));
+        parts.rows.insert(o.number, summary_row(o));
         let mut s = section(o, run);
         s = s.replacen(
             "\n\n",
@@ -509,24 +522,143 @@ fn merge_report(old: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
             ),
             1,
         );
-        sections.insert(o.number, s);
+        parts.sections.insert(o.number, s);
     }
-    let head = head.replace(
+    parts.head = parts.head.replace(
         "every figure below comes from that one run.",
         "every figure below comes from that one run, except the sections that say they were run again on their own.",
     );
-    let mut out = head.trim_end().to_string();
-    out.push_str("\n\n## Summary\n\n| # | benchmark | goal | result |\n|---|---|---|---|\n");
-    for r in rows.values() {
-        out.push_str(r);
-        out.push('\n');
+    // What the old report said was not in its run is not this one's to say.
+    parts.tail.clear();
+    parts.compose()
+}
+
+/// After a full run: the benchmarks it leaves out ([`ON_REQUEST`]) keep the row and
+/// section the committed BENCHMARKS.md has for them, from the run that wrote them.
+fn keep_on_request_sections() -> anyhow::Result<()> {
+    let path = workspace::root().join("BENCHMARKS.md");
+    let committed = std::process::Command::new("git")
+        .args(["show", "HEAD:BENCHMARKS.md"])
+        .current_dir(workspace::root())
+        .output()
+        .context("git show HEAD:BENCHMARKS.md")?;
+    if !committed.status.success() {
+        return Ok(());
     }
-    for s in sections.values() {
-        out.push('\n');
-        out.push_str(s.trim_end());
-        out.push('\n');
+    let new =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let kept = keep_sections(
+        &new,
+        &String::from_utf8_lossy(&committed.stdout),
+        ON_REQUEST,
+    );
+    std::fs::write(&path, kept).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `new` with `old`'s rows and sections of `numbers` that `new` lacks, each saying it
+/// came from an earlier run, and `new`'s lines on them in "Not in this run" dropped.
+fn keep_sections(new: &str, old: &str, numbers: &[u8]) -> String {
+    let old = ReportParts::parse(old);
+    let mut parts = ReportParts::parse(new);
+    let mut kept = Vec::new();
+    for n in numbers {
+        if parts.sections.contains_key(n) {
+            continue;
+        }
+        if let (Some(row), Some(section)) = (old.rows.get(n), old.sections.get(n)) {
+            parts.rows.insert(*n, row.clone());
+            parts.sections.insert(*n, section.clone());
+            kept.push(*n);
+        }
     }
-    out
+    if !kept.is_empty() {
+        parts.head = parts.head.replace(
+            "every figure below comes from that one run.",
+            "every figure below comes from that one run, except the sections that say they were run on their own.",
+        );
+        parts.tail = parts
+            .tail
+            .lines()
+            .filter(|l| !kept.iter().any(|n| l.starts_with(&format!("- {n}. "))))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if parts.tail.trim() == "## Not in this run" {
+            parts.tail.clear();
+        }
+    }
+    parts.compose()
+}
+
+/// A report in its parts: the head (title, provenance, machine), the summary's rows and
+/// the sections by benchmark number, and what follows them ("Not in this run").
+struct ReportParts {
+    head: String,
+    rows: std::collections::BTreeMap<u8, String>,
+    sections: std::collections::BTreeMap<u8, String>,
+    tail: String,
+}
+
+impl ReportParts {
+    fn parse(text: &str) -> ReportParts {
+        let (head, rest) = text.split_once("\n## Summary\n").unwrap_or((text, ""));
+        let mut parts = ReportParts {
+            head: head.to_string(),
+            rows: Default::default(),
+            sections: Default::default(),
+            tail: String::new(),
+        };
+        let number = |line: &str, prefix: &str| -> Option<u8> {
+            line.strip_prefix(prefix)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        };
+        let mut current: Option<u8> = None;
+        let mut in_tail = false;
+        for line in rest.lines() {
+            // The summary table comes before the first section.
+            if current.is_none()
+                && !in_tail
+                && let Some(n) = number(line, "| ")
+            {
+                parts.rows.insert(n, line.to_string());
+                continue;
+            }
+            if line.starts_with("## ") {
+                current = number(line, "## ");
+                in_tail = current.is_none();
+            }
+            let into = match current {
+                Some(n) => parts.sections.entry(n).or_default(),
+                None if in_tail => &mut parts.tail,
+                None => continue,
+            };
+            into.push_str(line);
+            into.push('\n');
+        }
+        parts
+    }
+
+    fn compose(&self) -> String {
+        let mut out = self.head.trim_end().to_string();
+        out.push_str("\n\n## Summary\n\n| # | benchmark | goal | result |\n|---|---|---|---|\n");
+        for r in self.rows.values() {
+            out.push_str(r);
+            out.push('\n');
+        }
+        for s in self.sections.values() {
+            out.push('\n');
+            out.push_str(s.trim_end());
+            out.push('\n');
+        }
+        if !self.tail.trim().is_empty() {
+            out.push('\n');
+            out.push_str(self.tail.trim_end());
+            out.push('\n');
+        }
+        out
+    }
 }
 
 fn summary_row(o: &Outcome) -> String {
@@ -608,6 +740,10 @@ fn render(
         .filter(|(n, _)| !outcomes.iter().any(|o| o.number == *n))
         .map(|(n, name)| match failures.iter().find(|(f, _)| f == n) {
             Some((_, why)) => format!("- {n}. {name}: failed in this run: {why}"),
+            None if ON_REQUEST.contains(n) => format!(
+                "- {n}. {name}: runs on request (`cargo xtask bench --only {n}`), and no \
+                 earlier run of it is on record"
+            ),
             None if finished => format!("- {n}. {name}: not selected in this run"),
             None => {
                 format!("- {n}. {name}: not run yet (the run is still going, or was cut short)")
@@ -715,5 +851,69 @@ mod tests {
             "{merged}"
         );
         assert!(merged.contains("except the sections"), "{merged}");
+    }
+
+    #[test]
+    fn a_full_run_keeps_the_section_of_a_benchmark_run_on_request() {
+        let first = provenance("abc123", "2026-12-01T10:00:00Z");
+        let mut on_request = provenance("abc123", "2026-12-01T12:00:00Z");
+        on_request.command = "cargo xtask bench --only 13".into();
+        on_request.seconds.insert(13, 1800.0);
+        let old = render(
+            &machine::describe(),
+            &first,
+            10.0,
+            &[outcome(1, "one")],
+            &[],
+            true,
+        );
+        let old = merge_report(&old, &on_request, &[outcome(13, "thirteen")]);
+        assert!(old.contains("| 13 | t | g | thirteen |"), "{old}");
+
+        // The next full run leaves 13 out: its row and section stay, from their run.
+        let full = provenance("fed321", "2026-12-09T10:00:00Z");
+        let new = render(
+            &machine::describe(),
+            &full,
+            10.0,
+            &[outcome(1, "new one")],
+            &[],
+            true,
+        );
+        assert!(
+            new.contains("13. probes across kernels: runs on request"),
+            "{new}"
+        );
+        let kept = keep_sections(&new, &old, ON_REQUEST);
+        assert_has(
+            &kept,
+            &[
+                "| 1 | t | g | new one |",
+                "| 13 | t | g | thirteen |",
+                "## 13. t",
+                "`cargo xtask bench --only 13`, at `abc123` on 2026-12-01T12:00:00Z",
+                "Took 1800 s",
+                "except the sections that say they were run on their own",
+            ],
+        );
+        assert!(!kept.contains("runs on request"), "{kept}");
+        assert!(!kept.contains("old one"), "{kept}");
+        // The other benchmarks not in this run are still said.
+        assert!(
+            kept.contains("- 2. throughput: not selected in this run"),
+            "{kept}"
+        );
+        assert!(kept.find("## 1. t").unwrap() < kept.find("## 13. t").unwrap());
+
+        // Without an earlier run of 13, the report says how to run it.
+        let first_ever = keep_sections(
+            &new,
+            &render(&machine::describe(), &first, 1.0, &[], &[], true),
+            ON_REQUEST,
+        );
+        assert!(
+            first_ever.contains("13. probes across kernels: runs on request"),
+            "{first_ever}"
+        );
     }
 }

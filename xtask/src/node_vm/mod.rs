@@ -140,10 +140,12 @@ pub fn place(from: &std::path::Path, to: PathBuf) -> anyhow::Result<()> {
         .with_context(|| format!("staging {} as {}", from.display(), to.display()))
 }
 
-/// Runs `command` in the modern node with the host directory `stage` copied in as
-/// `/opt/<its name>`, and brings the guest path `result` back into `host_dir`: boots the
-/// node for it when it is down and stops it after, and leaves nothing of the stage behind.
+/// Runs `command` in the modern node booted on `kernel`, with the host directory `stage`
+/// copied in as `/opt/<its name>`, and brings the guest path `result` back into
+/// `host_dir`: boots the node for it when it is down and stops it after, and leaves
+/// nothing of the stage behind.
 pub fn run_staged(
+    kernel: &kernels::GuestKernel,
     stage: &std::path::Path,
     command: &[String],
     result: &str,
@@ -155,7 +157,7 @@ pub fn run_staged(
         .to_string_lossy()
         .into_owned();
     let paths = NodeVmPaths::from_env();
-    let (state, booted) = up(&paths, kernels::by_name(kernels::REFERENCE)?)?;
+    let (state, booted) = up(&paths, kernel)?;
     let guest = state.guest(&paths);
     let in_guest = format!("/opt/{}", shlex::try_quote(&name)?);
     let run = || -> anyhow::Result<()> {
@@ -165,7 +167,7 @@ pub fn run_staged(
         let status = guest.exec(&ssh::join_args(command)?, registry_forward())?;
         if !status.success() {
             bail!(
-                "in the modern node, `{}` failed ({status})",
+                "in the modern node on kernel {kernel}, `{}` failed ({status})",
                 command.join(" ")
             );
         }

@@ -1,13 +1,15 @@
-//! Benchmark 4 on the modern node's kernel: this xtask binary, podlapse's release build
-//! and the host's busybox (the same exec workload on both kernels) go into the guest,
-//! `xtask bench-probe-overhead` measures there, and what it measured comes back as JSON
-//! for the host to render beside its own.
+//! Benchmark 4 in the modern node, and benchmark 13 on each other kernel it boots: this
+//! xtask binary, podlapse's release build and the host's busybox (the same exec workload
+//! on every kernel) go into the guest, `xtask bench-probe-overhead` measures there, and
+//! what it measured comes back as JSON for the host to render beside its own.
 
 use std::path::Path;
 
 use anyhow::Context;
+use serde::de::DeserializeOwned;
 
 use super::Measured;
+use crate::node_vm::kernels::{self, GuestKernel};
 use crate::node_vm::place;
 
 /// The staged directory's name: `/opt/<it>` in the guest.
@@ -18,10 +20,29 @@ const RESULT: &str = "measured.json";
 /// The guest's containerd 2.x, as its systemd unit runs it.
 use crate::node_vm::recipe::{CONTAINERD_SOCKET as GUEST_CRI, REFERENCE_UNIT};
 
-/// Measures in the modern node (booting it for the run when it is down), `cap` capping
-/// every series' rounds as on the host.
+/// Benchmark 4's measurement in the modern node on its own kernel (booting it for the
+/// run when it is down), `cap` capping every series' rounds as on the host.
 pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Result<Measured> {
-    let node_dir = dir.join("probe-overhead-node");
+    let kernel = kernels::by_name(kernels::REFERENCE)?;
+    let extra = cap
+        .map(|cap| vec!["--cap".to_string(), cap.to_string()])
+        .unwrap_or_default();
+    let mut measured: Measured = run_in_guest(bin, dir, kernel, &extra)?;
+    // The modern node boots under QEMU's software emulation (`node_vm::machine`).
+    measured.emulated = true;
+    Ok(measured)
+}
+
+/// `xtask bench-probe-overhead` in the modern node booted on `kernel`, with `extra`
+/// arguments and the lines on pods on the guest's own containerd; what it wrote, read as
+/// `T`.
+pub(super) fn run_in_guest<T: DeserializeOwned>(
+    bin: &Path,
+    dir: &Path,
+    kernel: &GuestKernel,
+    extra: &[String],
+) -> anyhow::Result<T> {
+    let node_dir = dir.join(format!("probe-overhead-node-{}", kernel.name));
     let stage = node_dir.join(STAGE);
     if stage.exists() {
         std::fs::remove_dir_all(&stage).with_context(|| format!("removing {}", stage.display()))?;
@@ -50,9 +71,7 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     if busybox {
         command.extend(["--exec".into(), format!("{guest}/busybox")]);
     }
-    if let Some(cap) = cap {
-        command.extend(["--cap".into(), cap.to_string()]);
-    }
+    command.extend(extra.iter().cloned());
     // The lines on pods, on the guest's own containerd (systemd's service, the lab's
     // registry forwarded for the image).
     command.extend([
@@ -65,17 +84,20 @@ pub(super) fn measure(bin: &Path, dir: &Path, cap: Option<usize>) -> anyhow::Res
     if back.exists() {
         std::fs::remove_dir_all(&back).with_context(|| format!("removing {}", back.display()))?;
     }
-    crate::node_vm::run_staged(&stage, &command, &format!("{guest}/{RESULT}"), &back)?;
+    crate::node_vm::run_staged(
+        kernel,
+        &stage,
+        &command,
+        &format!("{guest}/{RESULT}"),
+        &back,
+    )?;
     let path = back.join(RESULT);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let mut measured: Measured = serde_json::from_str(&text).with_context(|| {
+    serde_json::from_str(&text).with_context(|| {
         format!(
-            "{}: not what the modern node's run measures",
+            "{}: not what the run on kernel {kernel} measures",
             path.display()
         )
-    })?;
-    // The modern node boots under QEMU's software emulation (`node_vm::machine`).
-    measured.emulated = true;
-    Ok(measured)
+    })
 }

@@ -10,6 +10,7 @@
 //! of it runs on this machine's kernel and on the modern node's (`in_node.rs`).
 
 mod in_node;
+pub mod kernel_shares;
 mod pod_share;
 mod report;
 mod verdict;
@@ -295,6 +296,13 @@ struct Summary {
     lost_by_kind: BTreeMap<String, u64>,
     #[serde(default)]
     programs: Vec<ProgramRun>,
+    /// Which hooks the namespace programs took on this kernel (`fentry`, `kprobe`,
+    /// `tracepoint`), as kernel-events says.
+    #[serde(default)]
+    netns_hooks: Option<String>,
+    /// The CNI output capture's hook and why, or why it is off.
+    #[serde(default)]
+    cni_output: Option<serde_json::Value>,
 }
 
 fn parse_summary(stdout: &str) -> anyhow::Result<Summary> {

@@ -356,24 +356,50 @@ pub fn method() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    #[test]
-    fn both_sets_of_programs_come_off_the_nodes_cpu() {
-        let round = Round {
+    /// Batches of eight pods whose node CPU is 2,000 ms, the agent's programs taking
+    /// `agent_ms` of it and every program `all_ms`.
+    pub(crate) fn round(agent_ms: u64, all_ms: u64) -> Round {
+        Round {
             cost: RoundCost {
                 pods: 8,
                 runtime_ns: 1_500_000_000,
-                pods_ns: 520_000_000,
+                pods_ns: 500_000_000 + (agent_ms + all_ms) * 1_000_000,
                 agent_ns: 9_000_000,
-                programs_ns: Some(4_000_000),
+                programs_ns: Some(agent_ms * 1_000_000),
             },
             all: ProgramsRun {
-                run_time_ns: 16_000_000,
+                run_time_ns: all_ms * 1_000_000,
                 run_count: 40_000,
             },
-        };
+        }
+    }
+
+    /// Shares measured over eight such batches, decided at the host's scale.
+    pub(crate) fn measured(agent_ms: u64, all_ms: u64) -> PodShares {
+        let rounds = vec![round(agent_ms, all_ms); 8];
+        let scale = Scale::HOST;
+        let agent = scale
+            .rule
+            .decide(&rounds.iter().map(Round::agent_share).collect::<Vec<_>>());
+        let all = scale
+            .all_rule
+            .decide(&rounds.iter().map(Round::all_share).collect::<Vec<_>>());
+        PodShares::Measured(Box::new(Shares {
+            scale,
+            rounds,
+            agent,
+            all,
+            were_on: false,
+            slow_path: Err("not measured here".into()),
+        }))
+    }
+
+    #[test]
+    fn both_sets_of_programs_come_off_the_nodes_cpu() {
+        let round = round(4, 16);
         // 2,020 ms less 4 and 16 ms of programs: the node's own 2,000 ms.
         assert_eq!(round.node_ns(), 2_000_000_000);
         assert!((round.agent_share() - 0.2).abs() < 1e-9);

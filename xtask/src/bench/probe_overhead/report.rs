@@ -583,6 +583,8 @@ pub(super) mod tests {
                 .iter()
                 .map(|(p, t, n)| program(p, *t, *n))
                 .collect(),
+            netns_hooks: None,
+            cni_output: None,
         }
     }
 
