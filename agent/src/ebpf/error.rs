@@ -85,6 +85,23 @@ pub enum EbpfError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
+    /// The kernel has no tracepoint where a program attaches: it moved (another name or
+    /// category) or went on this kernel.
+    #[error(
+        "kernel {release} has no tracepoint {category}:{tracepoint} (no {}), which program {program} attaches to{}",
+        .looked.display(),
+        .elsewhere.as_ref().map(|c| format!("; a tracepoint of that name is under {c}:, whose fields the program was not built for")).unwrap_or_default()
+    )]
+    TracepointMissing {
+        program: &'static str,
+        category: &'static str,
+        tracepoint: &'static str,
+        release: String,
+        /// The directory tracefs would have for it.
+        looked: PathBuf,
+        /// Another category with a tracepoint of the same name, if there is one.
+        elsewhere: Option<String>,
+    },
     /// Attaching a program to its tracepoint failed.
     #[error("attaching program {program} to tracepoint {category}:{tracepoint}: {source}")]
     Attach {
@@ -148,6 +165,7 @@ impl EbpfError {
             EbpfError::ObjectMissing { .. }
                 | EbpfError::TracefsMissing { .. }
                 | EbpfError::NoRingBuffer { .. }
+                | EbpfError::TracepointMissing { .. }
                 | EbpfError::BtfMissing { .. }
                 | EbpfError::NotPermitted { .. }
         )

@@ -22,6 +22,7 @@ use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error, privilege_n
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
 use super::netns_hooks::{NetnsHookChoice, NetnsHooks, attach_functions};
+use super::tracepoints::Tracefs;
 use super::object::ProbesObject;
 use super::pace::{POLL_PERIOD, ReadPace};
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
@@ -232,8 +233,8 @@ impl KernelProbes {
     /// Loads and attaches the probes and starts reading. Must run inside a tokio
     /// runtime. The receiver yields events in ring-buffer order.
     pub fn start(mut config: ProbeConfig) -> Result<(KernelProbes, EventReceiver), EbpfError> {
-        find_tracefs()?;
         let release = std::fs::read_to_string(OSRELEASE).unwrap_or_default();
+        let tracefs = Tracefs::new(find_tracefs()?, &release);
         check_ringbuf_kernel(&release)?;
         // Before 5.11 the kernel charges maps to RLIMIT_MEMLOCK (8 MiB by default under
         // systemd), far less than the probes' maps: raised, as libbpf does.
@@ -332,7 +333,7 @@ impl KernelProbes {
             skipped,
             gated,
             netns_hooks,
-        } = attach_all(&mut ebpf, &path, &config, &offsets)?;
+        } = attach_all(&mut ebpf, &path, &tracefs, &config, &offsets)?;
 
         let write_hook = if config.cni_output {
             write_hooks::choose(&mut ebpf)
@@ -763,6 +764,7 @@ struct Attached {
 fn attach_all(
     ebpf: &mut Ebpf,
     path: &Path,
+    tracefs: &Tracefs,
     config: &ProbeConfig,
     offsets: &KernelOffsets,
 ) -> Result<Attached, EbpfError> {
@@ -800,7 +802,7 @@ fn attach_all(
             Need::CloneNetns => true,
         };
         let on_demand = config.netns_attach == NetnsAttach::OnDemand && spec.need != Need::Required;
-        match attach_one(ebpf, path, spec, !on_demand) {
+        match attach_one(ebpf, path, tracefs, spec, !on_demand) {
             Ok(()) if on_demand => gated.push(spec),
             Ok(()) => attached.push(spec.program),
             Err(e) if optional && !matches!(e, EbpfError::NotPermitted { .. }) => {
@@ -817,13 +819,16 @@ fn attach_all(
     })
 }
 
-/// Loads `spec`'s program and, with `attach`, attaches it.
+/// Loads `spec`'s program and, with `attach`, attaches it: first of all, its tracepoint
+/// must be on this kernel.
 fn attach_one(
     ebpf: &mut Ebpf,
     path: &Path,
+    tracefs: &Tracefs,
     spec: &ProgramSpec,
     attach: bool,
 ) -> Result<(), EbpfError> {
+    tracefs.check(spec.program, spec.category, spec.tracepoint)?;
     let missing = |reason: String| EbpfError::ProgramMissing {
         program: spec.program,
         path: path.to_path_buf(),

@@ -29,6 +29,7 @@ mod netns_hooks;
 pub mod object;
 mod pace;
 mod reader;
+mod tracepoints;
 mod write_hooks;
 
 pub use bpf_stats::{BpfStatsState, SYSCTL as BPF_STATS_SYSCTL};
