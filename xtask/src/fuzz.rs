@@ -393,6 +393,52 @@ fn file_name(p: &Path) -> String {
 mod tests {
     use super::*;
 
+    /// Each package's versions in a Cargo.lock.
+    fn locked(text: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+        let mut packages: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut name = None;
+        for line in text.lines() {
+            if let Some(n) = line.strip_prefix("name = ") {
+                name = Some(n.trim_matches('"').to_string());
+            } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take()) {
+                packages
+                    .entry(n)
+                    .or_default()
+                    .push(v.trim_matches('"').to_string());
+            }
+        }
+        packages
+    }
+
+    /// `cargo xtask test` lints the fuzzers in the workspace's target directory, reusing
+    /// what it checked for the workspace: only where both locks agree (and the features,
+    /// which agent/fuzz/Cargo.toml repeats). A lock that drifts costs every run a second
+    /// check of most dependencies.
+    #[test]
+    fn the_fuzzers_lock_holds_the_workspaces_versions() {
+        let root = workspace::root();
+        let ws = locked(&std::fs::read_to_string(root.join("Cargo.lock")).unwrap());
+        let fuzz = locked(&std::fs::read_to_string(fuzz_dir().join("Cargo.lock")).unwrap());
+        let drifted: Vec<String> = fuzz
+            .iter()
+            .filter_map(|(name, versions)| {
+                let theirs = ws.get(name)?;
+                versions
+                    .iter()
+                    .any(|v| !theirs.contains(v))
+                    .then(|| format!("{name} {versions:?} (workspace {theirs:?})"))
+            })
+            .collect();
+        assert!(
+            drifted.is_empty(),
+            "agent/fuzz/Cargo.lock differs from Cargo.lock in {}: copy the workspace's lock \
+             over it (`cp Cargo.lock agent/fuzz/Cargo.lock`) and let cargo add the fuzzers' \
+             own packages (`cargo metadata --manifest-path agent/fuzz/Cargo.toml`)",
+            drifted.join(", ")
+        );
+        assert!(fuzz.contains_key("libfuzzer-sys"), "{fuzz:?}");
+    }
+
     #[test]
     fn an_unknown_target_is_named_with_the_known_ones() {
         let e = select(Some("yaml")).unwrap_err().to_string();

@@ -22,10 +22,10 @@ use super::error::{DENIED, DENIED_LOAD, EbpfError, permission_error, privilege_n
 use super::event::kind_name;
 use super::netns_gate::NetnsGate;
 use super::netns_hooks::{NetnsHookChoice, NetnsHooks, attach_functions};
-use super::tracepoints::Tracefs;
 use super::object::ProbesObject;
 use super::pace::{POLL_PERIOD, ReadPace};
 use super::reader::{EventReceiver, ReaderStats, channel, read_events};
+use super::tracepoints::Tracefs;
 use super::write_hooks;
 
 /// Where tracefs may be mounted, in the order aya looks.
