@@ -29,6 +29,30 @@ fn runtime_spans_pending(pod: &PodTimeline) -> bool {
         .is_some_and(|s| matches!(s.runtime, SourceState::Pending { .. }))
 }
 
+/// The kernel owes the pod a container's first exec: its probes saw the pod, and a
+/// container started without its `app_first_exec` stage yet. The probes' ring buffer is
+/// read every few milliseconds, and a pod with no readiness probe is Ready as soon as
+/// its containers started, so the exec can come a moment after Ready.
+pub(super) fn first_execs_pending(pod: &PodTimeline) -> bool {
+    let probes_saw_it = pod.sources.as_ref().is_some_and(|s| s.kernel.is_present());
+    probes_saw_it
+        && pod
+            .stages
+            .iter()
+            .filter(|s| {
+                s.ok && matches!(
+                    s.stage.kind(),
+                    StageKind::ContainerStart | StageKind::ContainerStarted
+                )
+            })
+            .filter_map(|s| s.stage.name())
+            .any(|container| {
+                !pod.stages.iter().any(|e| {
+                    e.stage.kind() == &StageKind::AppFirstExec && e.stage.name() == Some(container)
+                })
+            })
+}
+
 /// How long a pod that ran but is not Ready (or failed) goes without a new stage before
 /// its startup is exported as it stands.
 pub const SETTLE_NS: u64 = 10_000_000_000;
@@ -180,9 +204,13 @@ impl LiveExport {
             if st.exported.contains(&pod.uid) {
                 continue;
             }
-            // A Ready pod whose runtime spans are still on their way waits for them (at
-            // most until it settles), so its trace goes out whole.
-            if pod.stage(StageKind::Ready).is_some() && !runtime_spans_pending(&pod) {
+            // A Ready pod whose runtime spans or containers' first execs are still on
+            // their way waits for them (at most until it settles), so its trace goes out
+            // whole.
+            if pod.stage(StageKind::Ready).is_some()
+                && !runtime_spans_pending(&pod)
+                && !first_execs_pending(&pod)
+            {
                 st.pending.remove(&pod.uid);
                 self.export(&mut st, &pod);
             } else if pod.stage(StageKind::Ready).is_some()

@@ -561,3 +561,44 @@ fn an_exec_after_its_calls_reply_is_still_that_calls() {
         "runtime.v1.RuntimeService/RunPodSandbox"
     );
 }
+
+#[test]
+fn a_ready_pod_waits_for_its_containers_first_execs_when_the_probes_saw_it() {
+    use crate::timeline::{PodSources, SourceState, StageKind};
+    let records = fixture("multi-container.jsonl");
+    let timeline = crate::timeline::build(&records);
+    let mut pod = timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .unwrap()
+        .clone();
+    let started: Vec<String> = pod
+        .stages
+        .iter()
+        .filter(|s| s.ok && s.stage.kind() == &StageKind::ContainerStart)
+        .filter_map(|s| s.stage.name().map(str::to_string))
+        .collect();
+    assert!(started.len() >= 2, "{started:?}");
+    pod.sources = Some(PodSources {
+        cri: SourceState::Present { records: 12 },
+        kernel: SourceState::Present { records: 40 },
+        runtime: SourceState::Absent {
+            why: "not asked for".into(),
+        },
+        runtime_owed: false,
+    });
+    // Every started container's first exec is in: nothing to wait for.
+    assert!(!super::live::first_execs_pending(&pod));
+    // The last container's exec not read yet: the export waits for it.
+    let last = started.last().unwrap().clone();
+    pod.stages.retain(|s| {
+        !(s.stage.kind() == &StageKind::AppFirstExec && s.stage.name() == Some(last.as_str()))
+    });
+    assert!(super::live::first_execs_pending(&pod));
+    // Without the probes' events for the pod, none is owed.
+    pod.sources.as_mut().unwrap().kernel = SourceState::Absent {
+        why: "the probes were off (--no-ebpf)".into(),
+    };
+    assert!(!super::live::first_execs_pending(&pod));
+}
