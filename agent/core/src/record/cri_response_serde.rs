@@ -93,10 +93,32 @@ impl CriResponse {
     }
 }
 
-/// `text` as a `T`, if `T` writes it back as exactly `text`.
-fn exactly<T: FromStr + Display>(text: &str) -> Option<T> {
-    let value = text.parse().ok()?;
-    displays_as(&value, text).then_some(value)
+/// `text` as an integer, if it is one as Rust and Go print it: digits with no leading zero
+/// and no `+`, a `-` before any but zero (so it writes back as exactly `text`). Checked on
+/// the text rather than by printing the number again: a trace holds one or two per call.
+fn number<T: FromStr>(text: &str) -> Option<T> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let plain = match digits.as_bytes() {
+        [b'0'] => digits.len() == text.len(),
+        [b'0', ..] | [] => false,
+        d => d.iter().all(u8::is_ascii_digit),
+    };
+    if plain { text.parse().ok() } else { None }
+}
+
+/// `text` as a boolean: `true` or `false`, the only spellings Rust reads.
+fn flag(text: &str) -> Option<bool> {
+    text.parse().ok()
+}
+
+/// `text` as an IP address, if it writes back as exactly `text`: an IPv4 address always
+/// does (Rust reads only the dotted quad, without leading zeros); an IPv6 one must be in
+/// the form Rust and Go print (lower case, the longest run of zeros shortened).
+fn address(text: &str) -> Option<IpAddr> {
+    match text.parse().ok()? {
+        IpAddr::V4(ip) => Some(IpAddr::V4(ip)),
+        ip @ IpAddr::V6(_) => displays_as(&ip, text).then_some(ip),
+    }
 }
 
 /// Whether `value` displays as `text`, compared as it is formatted (no allocation).
@@ -118,7 +140,7 @@ fn network(text: &str) -> Option<PodSandboxNetwork> {
     if text.is_empty() {
         return Some(PodSandboxNetwork { ip: None });
     }
-    exactly::<IpAddr>(text).map(|ip| PodSandboxNetwork { ip: Some(ip) })
+    address(text).map(|ip| PodSandboxNetwork { ip: Some(ip) })
 }
 
 /// The method's fields, none set yet.
@@ -219,33 +241,33 @@ fn read<'de>(fields: &mut ResponseFields, key: &str, value: Text<'de>) -> Result
         (F::Status(f), _) => return read_condition(f, key, value),
         (F::PodSandboxStatus(f), STATE) => {
             return set(&mut f.state, value, |v| {
-                exactly(v).and_then(PodSandboxState::from_number)
+                number(v).and_then(PodSandboxState::from_number)
             });
         }
         (F::PodSandboxStatus(f), IP) => return set(&mut f.network, value, network),
         (F::ListPodSandbox(f) | F::ListContainers(f), COUNT) => {
-            return set(&mut f.count, value, exactly);
+            return set(&mut f.count, value, number);
         }
         (F::ContainerStatus(f), STATE) => {
             return set(&mut f.state, value, |v| {
-                exactly(v).and_then(ContainerState::from_number)
+                number(v).and_then(ContainerState::from_number)
             });
         }
-        (F::ContainerStatus(f), EXIT_CODE) => return set(&mut f.exit_code, value, exactly),
+        (F::ContainerStatus(f), EXIT_CODE) => return set(&mut f.exit_code, value, number),
         (F::ContainerStatus(f), REASON) => f.reason = Some(ContainerReason::new(&value)),
-        (F::ExecSync(f), EXIT_CODE) => return set(&mut f.exit_code, value, exactly),
-        (F::ImageStatus(f), PRESENT) => return set(&mut f.present, value, exactly),
-        (F::PullImage(f), AUTH) => return set(&mut f.auth, value, exactly),
+        (F::ExecSync(f), EXIT_CODE) => return set(&mut f.exit_code, value, number),
+        (F::ImageStatus(f), PRESENT) => return set(&mut f.present, value, flag),
+        (F::PullImage(f), AUTH) => return set(&mut f.auth, value, flag),
         (F::PullImage(f), IMAGE_REF) => f.image_ref = Some(value.into_owned()),
-        (F::StopContainer(f), TIMEOUT) => return set(&mut f.timeout, value, exactly),
+        (F::StopContainer(f), TIMEOUT) => return set(&mut f.timeout, value, number),
         (F::UpdateContainerResources(f), CPU_QUOTA) => {
-            return set(&mut f.cpu_quota, value, exactly);
+            return set(&mut f.cpu_quota, value, number);
         }
         (F::UpdateContainerResources(f), CPU_SHARES) => {
-            return set(&mut f.cpu_shares, value, exactly);
+            return set(&mut f.cpu_shares, value, number);
         }
         (F::UpdateContainerResources(f), MEMORY_LIMIT_IN_BYTES) => {
-            return set(&mut f.memory_limit_in_bytes, value, exactly);
+            return set(&mut f.memory_limit_in_bytes, value, number);
         }
         _ => return Err(value),
     }
@@ -259,7 +281,7 @@ fn read_condition<'de>(f: &mut StatusFields, key: &str, value: Text<'de>) -> Res
         return Err(value);
     }
     let t = RuntimeConditionType::new(key);
-    match exactly::<bool>(&value) {
+    match flag(&value) {
         Some(status) => {
             f.set(RuntimeCondition::new(t, status));
             Ok(())

@@ -67,6 +67,7 @@ const RECORDED: &[(&str, &str)] = &[
         r#"{"exit_code":"-1","reason":"ContainerCannotRun","state":"0"}"#,
     ),
     ("ExecSync", r#"{"exit_code":"0"}"#),
+    ("ExecSync", r#"{"exit_code":"-2147483648"}"#),
     ("ImageStatus", r#"{"present":"false"}"#),
     ("ImageStatus", r#"{"present":"true"}"#),
     ("PullImage", r#"{"auth":"false"}"#),
@@ -164,6 +165,18 @@ fn what_no_type_holds_is_kept_as_written_and_written_back_in_its_place() {
         ("PodSandboxStatus", r#"{"ip":"not an ip","state":"-0"}"#),
         ("ImageStatus", r#"{"present":"True"}"#),
         ("ListPodSandbox", r#"{"count":"-1"}"#),
+        ("ListPodSandbox", r#"{"count":"4294967296"}"#),
+        ("ListContainers", r#"{"count":"1e3"}"#),
+        ("ExecSync", r#"{"exit_code":"-01"}"#),
+        ("ExecSync", r#"{"exit_code":"-"}"#),
+        ("ExecSync", r#"{"exit_code":""}"#),
+        ("ExecSync", r#"{"exit_code":"٣"}"#),
+        ("StopContainer", r#"{"timeout":"0x1e"}"#),
+        (
+            "PodSandboxStatus",
+            r#"{"ip":"::FFFF:10.0.0.1","state":"00"}"#,
+        ),
+        ("PodSandboxStatus", r#"{"ip":"2001:db8:0:0:0:0:0:1"}"#),
         ("StopContainer", r#"{"timeout":" 30"}"#),
         // A condition with no status, and details of a condition not given.
         (
