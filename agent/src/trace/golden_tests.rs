@@ -93,7 +93,7 @@ fn check(path: &Path, text: &str, reorder: bool) -> Result<Checked, String> {
         if let TraceRecord::Cri(c) = &record {
             checked.cri += 1;
             let as_written = serde_json::from_str::<Response<'_>>(raw).unwrap().response;
-            if let Some(response) = as_written {
+            if let Some(text) = as_written {
                 checked.responses += 1;
                 if c.response.has_unknown_fields() {
                     return Err(format!(
@@ -102,7 +102,7 @@ fn check(path: &Path, text: &str, reorder: bool) -> Result<Checked, String> {
                     ));
                 }
                 let typed = serde_json::to_string(&c.response).unwrap();
-                if typed != response.get() {
+                if typed != text.get() {
                     return Err(format!("{at}: response written back as {typed}"));
                 }
             }
