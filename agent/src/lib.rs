@@ -33,3 +33,5 @@ pub mod trace;
 
 #[cfg(test)]
 mod module_graph_tests;
+#[cfg(test)]
+mod typed_responses_tests;

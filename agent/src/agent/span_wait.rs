@@ -126,21 +126,11 @@ mod tests {
     use podlapse_core::record::{CriMethod, GrpcCode};
 
     fn call(start_ns: u64, traced: bool) -> CriCall {
-        CriCall {
-            method: CriMethod::RunPodSandbox,
-            pod_uid: "uid-1".into(),
-            container: String::new(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns,
-            end_ns: start_ns + 1_000,
-            code: GrpcCode::Ok,
-            message: String::new(),
-            response: Default::default(),
-            traced,
-        }
+        CriCall::new(CriMethod::RunPodSandbox)
+            .with_pod_uid("uid-1")
+            .with_times(start_ns, start_ns + 1_000)
+            .with_code(GrpcCode::Ok)
+            .with_traced(traced)
     }
 
     fn server_span(of: &CriCall) -> RuntimeSpan {

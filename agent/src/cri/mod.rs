@@ -13,6 +13,8 @@ pub mod service;
 pub mod trace_context;
 
 #[cfg(test)]
+mod recording_response_tests;
+#[cfg(test)]
 mod recording_trace_tests;
 
 pub use client::{CriClient, Timeouts};
@@ -20,8 +22,7 @@ pub use endpoint::{DEFAULT_SOCKET, Endpoint, EndpointSource, lab_dir};
 pub use error::CriError;
 pub use node_shape::{CNI_CONF_SOURCE, CniSource, DriverSource, NodeShape, NodeShapeError};
 pub use recording::{
-    CallHold, CallSink, CriCall, CriMethod, GrpcCode, Recording, ResponseFields, grpc_code,
-    tonic_code,
+    CallHold, CallSink, CriCall, CriMethod, CriResponse, GrpcCode, Recording, grpc_code, tonic_code,
 };
 pub use service::{ImageService, RuntimeService};
 

@@ -10,7 +10,11 @@ use super::service::CriResult;
 use super::{ImageService, RuntimeService, api};
 use crate::clock::now_ktime_ns;
 use podlapse_core::record::ids::traceparent;
-pub use podlapse_core::record::{CriCall, CriMethod, GrpcCode, ResponseFields};
+pub use podlapse_core::record::{CriCall, CriMethod, CriResponse, GrpcCode};
+use podlapse_core::record::{
+    ExecSyncFields, ImageStatusFields, PullImageFields, RuntimeCondition, RuntimeConditionType,
+    StatusFields, StopContainerFields, UpdateContainerResourcesFields, VersionFields,
+};
 
 /// Whatever a [`CallSink`] keeps for the length of a call; dropped when the call ends.
 pub type CallHold = Box<dyn std::any::Any + Send>;
@@ -127,51 +131,36 @@ pub fn tonic_code(code: GrpcCode) -> tonic::Code {
     tonic::Code::from_i32(code.number())
 }
 
-fn call(method: CriMethod) -> CriCall {
-    CriCall {
-        method,
-        pod_uid: String::new(),
-        container: String::new(),
-        attempt: 0,
-        sandbox_id: String::new(),
-        container_id: String::new(),
-        image: String::new(),
-        start_ns: 0,
-        end_ns: 0,
-        code: GrpcCode::Unknown,
-        message: String::new(),
-        response: ResponseFields::new(),
-        traced: false,
-    }
-}
-
-fn put(call: &mut CriCall, key: &str, value: impl ToString) {
-    call.response.insert(key.to_string(), value.to_string());
-}
-
 impl<R: RuntimeService> RuntimeService for Recording<R> {
     async fn version(&self) -> CriResult<api::VersionResponse> {
-        self.record(call(CriMethod::Version), self.inner.version(), |v, c| {
-            put(c, "runtime_name", &v.runtime_name);
-            put(c, "runtime_version", &v.runtime_version);
-        })
+        self.record(
+            CriCall::new(CriMethod::Version),
+            self.inner.version(),
+            |v, c| {
+                c.response = VersionFields {
+                    runtime_name: Some(v.runtime_name.clone()),
+                    runtime_version: Some(v.runtime_version.clone()),
+                }
+                .into();
+            },
+        )
         .await
     }
 
     async fn status(&self, verbose: bool) -> CriResult<api::StatusResponse> {
         self.record(
-            call(CriMethod::Status),
+            CriCall::new(CriMethod::Status),
             self.inner.status(verbose),
             |v, c| {
-                for cond in v.status.iter().flat_map(|s| s.conditions.iter()) {
-                    put(c, &cond.r#type, cond.status);
+                let conditions = v.status.iter().flat_map(|s| s.conditions.iter());
+                c.response = StatusFields::new(conditions.map(|cond| RuntimeCondition {
                     // Why a condition is false is what a diagnosis needs ("cni plugin not
                     // initialized"); a true one has nothing to say.
-                    if !cond.status {
-                        put(c, &format!("{}_reason", cond.r#type), &cond.reason);
-                        put(c, &format!("{}_message", cond.r#type), &cond.message);
-                    }
-                }
+                    reason: (!cond.status).then(|| cond.reason.clone()),
+                    message: (!cond.status).then(|| cond.message.clone()),
+                    ..RuntimeCondition::new(RuntimeConditionType::new(&cond.r#type), cond.status)
+                }))
+                .into();
             },
         )
         .await
@@ -181,7 +170,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         req: api::RunPodSandboxRequest,
     ) -> CriResult<api::RunPodSandboxResponse> {
-        let mut c = call(CriMethod::RunPodSandbox);
+        let mut c = CriCall::new(CriMethod::RunPodSandbox);
         let meta = req
             .config
             .as_ref()
@@ -201,14 +190,14 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
-        let mut c = call(CriMethod::StopPodSandbox);
+        let mut c = CriCall::new(CriMethod::StopPodSandbox);
         self.for_sandbox(pod_sandbox_id, &mut c);
         self.record(c, self.inner.stop_pod_sandbox(pod_sandbox_id), |_, _| {})
             .await
     }
 
     async fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> CriResult<()> {
-        let mut c = call(CriMethod::RemovePodSandbox);
+        let mut c = CriCall::new(CriMethod::RemovePodSandbox);
         self.for_sandbox(pod_sandbox_id, &mut c);
         let ids = self.ids.clone();
         // Nothing names a removed sandbox or its containers again: what was learned of
@@ -230,7 +219,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         pod_sandbox_id: &str,
     ) -> CriResult<api::PodSandboxStatusResponse> {
-        let mut c = call(CriMethod::PodSandboxStatus);
+        let mut c = CriCall::new(CriMethod::PodSandboxStatus);
         self.for_sandbox(pod_sandbox_id, &mut c);
         let ids = self.ids.clone();
         let id = pod_sandbox_id.to_string();
@@ -242,10 +231,8 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
                     let meta = st.metadata.clone().unwrap_or_default();
                     c.pod_uid = meta.uid.clone();
                     c.attempt = meta.attempt;
-                    put(c, "state", st.state);
-                    if let Some(net) = &st.network {
-                        put(c, "ip", &net.ip);
-                    }
+                    let ip = st.network.as_ref().map(|net| net.ip.as_str());
+                    c.response = CriResponse::pod_sandbox_status(st.state, ip);
                     // Learn sandboxes made before this recorder existed (adopted pods).
                     ids.lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -262,7 +249,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         filter: Option<api::PodSandboxFilter>,
     ) -> CriResult<Vec<api::PodSandbox>> {
-        let mut c = call(CriMethod::ListPodSandbox);
+        let mut c = CriCall::new(CriMethod::ListPodSandbox);
         if let Some(uid) = filter
             .as_ref()
             .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
@@ -270,13 +257,13 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
             c.pod_uid = uid.clone();
         }
         self.record(c, self.inner.list_pod_sandbox(filter), |v, c| {
-            put(c, "count", v.len())
+            c.response = CriResponse::listed(CriMethod::ListPodSandbox, v.len());
         })
         .await
     }
 
     async fn create_container(&self, req: api::CreateContainerRequest) -> CriResult<String> {
-        let mut c = call(CriMethod::CreateContainer);
+        let mut c = CriCall::new(CriMethod::CreateContainer);
         let meta = req
             .config
             .as_ref()
@@ -305,16 +292,19 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn start_container(&self, container_id: &str) -> CriResult<()> {
-        let mut c = call(CriMethod::StartContainer);
+        let mut c = CriCall::new(CriMethod::StartContainer);
         self.for_container(container_id, &mut c);
         self.record(c, self.inner.start_container(container_id), |_, _| {})
             .await
     }
 
     async fn stop_container(&self, container_id: &str, timeout_seconds: i64) -> CriResult<()> {
-        let mut c = call(CriMethod::StopContainer);
+        let mut c = CriCall::new(CriMethod::StopContainer);
         self.for_container(container_id, &mut c);
-        put(&mut c, "timeout", timeout_seconds);
+        c.response = StopContainerFields {
+            timeout: Some(timeout_seconds),
+        }
+        .into();
         self.record(
             c,
             self.inner.stop_container(container_id, timeout_seconds),
@@ -328,11 +318,14 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         container_id: &str,
         linux: api::LinuxContainerResources,
     ) -> CriResult<()> {
-        let mut c = call(CriMethod::UpdateContainerResources);
+        let mut c = CriCall::new(CriMethod::UpdateContainerResources);
         self.for_container(container_id, &mut c);
-        put(&mut c, "cpu_quota", linux.cpu_quota);
-        put(&mut c, "cpu_shares", linux.cpu_shares);
-        put(&mut c, "memory_limit_in_bytes", linux.memory_limit_in_bytes);
+        c.response = UpdateContainerResourcesFields {
+            cpu_quota: Some(linux.cpu_quota),
+            cpu_shares: Some(linux.cpu_shares),
+            memory_limit_in_bytes: Some(linux.memory_limit_in_bytes),
+        }
+        .into();
         self.record(
             c,
             self.inner.update_container_resources(container_id, linux),
@@ -342,7 +335,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
     }
 
     async fn remove_container(&self, container_id: &str) -> CriResult<()> {
-        let mut c = call(CriMethod::RemoveContainer);
+        let mut c = CriCall::new(CriMethod::RemoveContainer);
         self.for_container(container_id, &mut c);
         let ids = self.ids.clone();
         self.record(c, self.inner.remove_container(container_id), move |_, c| {
@@ -358,7 +351,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         &self,
         filter: Option<api::ContainerFilter>,
     ) -> CriResult<Vec<api::Container>> {
-        let mut c = call(CriMethod::ListContainers);
+        let mut c = CriCall::new(CriMethod::ListContainers);
         if let Some(uid) = filter
             .as_ref()
             .and_then(|f| f.label_selector.get(crate::kubelet::labels::POD_UID))
@@ -366,7 +359,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
             c.pod_uid = uid.clone();
         }
         self.record(c, self.inner.list_containers(filter), |v, c| {
-            put(c, "count", v.len())
+            c.response = CriResponse::listed(CriMethod::ListContainers, v.len());
         })
         .await
     }
@@ -376,7 +369,7 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         container_id: &str,
         verbose: bool,
     ) -> CriResult<api::ContainerStatusResponse> {
-        let mut c = call(CriMethod::ContainerStatus);
+        let mut c = CriCall::new(CriMethod::ContainerStatus);
         self.for_container(container_id, &mut c);
         let ids = self.ids.clone();
         let id = container_id.to_string();
@@ -386,11 +379,8 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
             move |v, c| {
                 if let Some(st) = &v.status {
                     let meta = st.metadata.clone().unwrap_or_default();
-                    put(c, "state", st.state);
-                    put(c, "exit_code", st.exit_code);
-                    if !st.reason.is_empty() {
-                        put(c, "reason", &st.reason);
-                    }
+                    let reason = Some(st.reason.as_str()).filter(|r| !r.is_empty());
+                    c.response = CriResponse::container_status(st.state, st.exit_code, reason);
                     let uid = st
                         .labels
                         .get(crate::kubelet::labels::POD_UID)
@@ -416,13 +406,16 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
         cmd: Vec<String>,
         timeout_seconds: i64,
     ) -> CriResult<api::ExecSyncResponse> {
-        let mut c = call(CriMethod::ExecSync);
+        let mut c = CriCall::new(CriMethod::ExecSync);
         self.for_container(container_id, &mut c);
         self.record(
             c,
             self.inner.exec_sync(container_id, cmd, timeout_seconds),
             |v, c| {
-                put(c, "exit_code", v.exit_code);
+                c.response = ExecSyncFields {
+                    exit_code: Some(v.exit_code),
+                }
+                .into();
             },
         )
         .await
@@ -438,10 +431,13 @@ impl<R: RuntimeService> RuntimeService for Recording<R> {
 
 impl<R: ImageService> ImageService for Recording<R> {
     async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
-        let mut c = call(CriMethod::ImageStatus);
+        let mut c = CriCall::new(CriMethod::ImageStatus);
         c.image = image.image.clone();
         self.record(c, self.inner.image_status(image), |v, c| {
-            put(c, "present", v.is_some())
+            c.response = ImageStatusFields {
+                present: Some(v.is_some()),
+            }
+            .into();
         })
         .await
     }
@@ -452,18 +448,29 @@ impl<R: ImageService> ImageService for Recording<R> {
         auth: Option<api::AuthConfig>,
         sandbox_config: Option<api::PodSandboxConfig>,
     ) -> CriResult<String> {
-        let mut c = call(CriMethod::PullImage);
+        let mut c = CriCall::new(CriMethod::PullImage);
         c.image = image.image.clone();
         if let Some(meta) = sandbox_config.as_ref().and_then(|s| s.metadata.as_ref()) {
             c.pod_uid = meta.uid.clone();
             c.attempt = meta.attempt;
         }
         // Credentials are never recorded; only whether there were any.
-        put(&mut c, "auth", auth.is_some());
+        let auth_given = auth.is_some();
+        c.response = PullImageFields {
+            auth: Some(auth_given),
+            image_ref: None,
+        }
+        .into();
         self.record(
             c,
             self.inner.pull_image(image, auth, sandbox_config),
-            |v, c| put(c, "image_ref", v),
+            |v, c| {
+                c.response = PullImageFields {
+                    auth: Some(auth_given),
+                    image_ref: Some(v.clone()),
+                }
+                .into();
+            },
         )
         .await
     }

@@ -2,7 +2,7 @@
 //! evidence, or nothing. The order they are tried in (`findings`) is their importance:
 //! the first cause in the pipeline that stopped the pod is its verdict.
 
-use podlapse_core::record::CriMethod;
+use podlapse_core::record::{ContainerState, CriMethod};
 
 use super::facts::{CniRun, Facts, PodFacts};
 use super::model::{Cause, Finding};
@@ -90,9 +90,10 @@ fn network_not_ready(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     }
     let mut evidence = Vec::new();
     if let Some(s) = status {
+        let network = s.response.network_ready();
         let why = [
-            s.response.get("NetworkReady_reason"),
-            s.response.get("NetworkReady_message"),
+            network.and_then(|n| n.reason.as_ref()),
+            network.and_then(|n| n.message.as_ref()),
         ]
         .into_iter()
         .flatten()
@@ -755,18 +756,18 @@ fn crash_loop(p: &PodFacts<'_>, f: &Facts<'_>) -> Option<Finding> {
     let exited = p
         .calls_named(CriMethod::ContainerStatus)
         .filter(|c| {
-            c.container == container && c.response.get("state").map(String::as_str) == Some("2")
+            c.container == container && c.response.container_state() == Some(ContainerState::Exited)
         })
         .last();
     let mut code = ends.last().and_then(|(_, c, _)| *c).map(|c| c.to_string());
     if let Some(c) = exited {
-        code = c.response.get("exit_code").cloned().or(code);
+        code = c.response.exit_code().map(|c| c.to_string()).or(code);
         evidence.push(format!(
             "{} runtime: exited with code {}{}",
             p.at(c.end_ns),
             code.as_deref().unwrap_or("?"),
             c.response
-                .get("reason")
+                .reason()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default()
         ));

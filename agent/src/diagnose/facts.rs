@@ -273,9 +273,10 @@ impl<'a> Facts<'a> {
 
     /// The runtime's last Status answer at or before `t` that said NetworkReady=false.
     pub fn network_not_ready_before(&self, t: u64) -> Option<&'a CriCall> {
-        self.status.iter().copied().rfind(|c| {
-            c.start_ns <= t && c.response.get("NetworkReady").map(String::as_str) == Some("false")
-        })
+        self.status
+            .iter()
+            .copied()
+            .rfind(|c| c.start_ns <= t && c.response.network_ready().is_some_and(|n| !n.status))
     }
 }
 

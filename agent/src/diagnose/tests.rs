@@ -5,7 +5,10 @@ use crate::cri::CriCall;
 use crate::ebpf::{CniExec, EventMeta, KernelEvent};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{Header, PodEventRecord, PodOp, PodOpRecord, TraceRecord};
-use podlapse_core::record::RuntimeSpan;
+use podlapse_core::record::{
+    ContainerReason, ContainerState, ContainerStatusFields, PodSandboxNetwork, PodSandboxState,
+    PodSandboxStatusFields, RuntimeCondition, RuntimeConditionType, RuntimeSpan, StatusFields,
+};
 
 const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
 const SANDBOX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
@@ -53,21 +56,10 @@ fn pod_add(host_network: bool) -> TraceRecord {
 }
 
 fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
-    CriCall {
-        method: method.parse().expect("a CRI method"),
-        pod_uid: UID.into(),
-        container: String::new(),
-        attempt: 0,
-        sandbox_id: String::new(),
-        container_id: String::new(),
-        image: String::new(),
-        start_ns: start_ms * MS,
-        end_ns: end_ms * MS,
-        code: crate::cri::GrpcCode::Ok,
-        message: String::new(),
-        response: crate::cri::ResponseFields::new(),
-        traced: false,
-    }
+    CriCall::new(method.parse().expect("a CRI method"))
+        .with_pod_uid(UID)
+        .with_times(start_ms * MS, end_ms * MS)
+        .with_code(crate::cri::GrpcCode::Ok)
 }
 
 fn failed(mut c: CriCall, code: &str, message: &str) -> CriCall {
@@ -137,8 +129,13 @@ fn sandbox(at: u64, id: &str, ip: &str) -> Vec<TraceRecord> {
         }),
         with(call("PodSandboxStatus", at + 11, at + 12), |c| {
             c.sandbox_id = id.into();
-            c.response.insert("state".into(), "0".into());
-            c.response.insert("ip".into(), ip.into());
+            c.response = PodSandboxStatusFields {
+                state: Some(PodSandboxState::Ready),
+                network: Some(PodSandboxNetwork {
+                    ip: (!ip.is_empty()).then(|| ip.parse().expect("an IP")),
+                }),
+            }
+            .into();
         }),
     ]
 }
@@ -208,15 +205,15 @@ fn a_host_network_pod_has_no_ip_by_design_and_shows_the_hosts() {
 fn network_not_ready_names_the_sandbox_that_was_never_requested() {
     let mut status = call("Status", 3, 4);
     status.pod_uid.clear();
-    status.response = crate::cri::ResponseFields::from_iter([
-        ("RuntimeReady".into(), "true".into()),
-        ("NetworkReady".into(), "false".into()),
-        ("NetworkReady_reason".into(), "NetworkPluginNotReady".into()),
-        (
-            "NetworkReady_message".into(),
-            "Network plugin returns error: cni plugin not initialized".into(),
-        ),
-    ]);
+    status.response = StatusFields::new([
+        RuntimeCondition::new(RuntimeConditionType::RuntimeReady, true),
+        RuntimeCondition {
+            reason: Some("NetworkPluginNotReady".into()),
+            message: Some("Network plugin returns error: cni plugin not initialized".into()),
+            ..RuntimeCondition::new(RuntimeConditionType::NetworkReady, false)
+        },
+    ])
+    .into();
     let msg = "network is not ready: NetworkPluginNotReady: Network plugin returns error: cni plugin not initialized";
     let r = vec![
         pod_add(false),
@@ -379,11 +376,12 @@ fn a_container_that_keeps_exiting_is_a_crash_loop_on_its_start() {
     r.push(with(call("ContainerStatus", 50, 51), |c| {
         c.container = "app".into();
         c.container_id = "c1".into();
-        c.response = crate::cri::ResponseFields::from_iter([
-            ("state".into(), "2".into()),
-            ("exit_code".into(), "1".into()),
-            ("reason".into(), "Error".into()),
-        ]);
+        c.response = ContainerStatusFields {
+            state: Some(ContainerState::Exited),
+            exit_code: Some(1),
+            reason: Some(ContainerReason::Error),
+        }
+        .into();
     }));
     r.push(event(
         52,

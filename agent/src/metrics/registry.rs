@@ -516,12 +516,10 @@ impl Metrics {
         }
         match call.method {
             CriMethod::RunPodSandbox => {
+                // The handler is the request's, which the recording does not keep: the
+                // default handler's label, empty.
                 let h = Handler {
-                    runtime_handler: call
-                        .response
-                        .get("runtime_handler")
-                        .cloned()
-                        .unwrap_or_default(),
+                    runtime_handler: String::new(),
                 };
                 self.run_podsandbox.get_or_create(&h).observe(secs);
             }
@@ -1128,21 +1126,11 @@ mod tests {
     #[test]
     fn calls_feed_kubelets_histograms() {
         let m = Metrics::new();
-        let call = CriCall {
-            method: CriMethod::RunPodSandbox,
-            pod_uid: "u".into(),
-            container: String::new(),
-            attempt: 0,
-            sandbox_id: "s".into(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns: 0,
-            end_ns: 150_000_000,
-            code: crate::cri::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        };
+        let call = CriCall::new(CriMethod::RunPodSandbox)
+            .with_pod_uid("u")
+            .with_sandbox_id("s")
+            .with_times(0, 150_000_000)
+            .with_code(crate::cri::GrpcCode::Ok);
         m.observe_call(&call);
         let text = m.encode();
         assert!(
@@ -1172,30 +1160,15 @@ mod tests {
             op: crate::trace::PodOp::Add,
             pod: std::sync::Arc::new(pod),
         }));
-        let call = |method: CriMethod, t: u64| CriCall {
-            method,
-            pod_uid: "u".into(),
-            container: if method == CriMethod::RunPodSandbox {
-                ""
-            } else {
-                "app"
-            }
-            .into(),
-            attempt: 0,
-            sandbox_id: "s".into(),
-            container_id: if method == CriMethod::RunPodSandbox {
-                ""
-            } else {
-                "c"
-            }
-            .into(),
-            image: String::new(),
-            start_ns: t,
-            end_ns: t + 1,
-            code: crate::cri::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
+        let call = |method: CriMethod, t: u64| {
+            let sandbox = method == CriMethod::RunPodSandbox;
+            CriCall::new(method)
+                .with_pod_uid("u")
+                .with_container(if sandbox { "" } else { "app" })
+                .with_sandbox_id("s")
+                .with_container_id(if sandbox { "" } else { "c" })
+                .with_times(t, t + 1)
+                .with_code(crate::cri::GrpcCode::Ok)
         };
         let m = Metrics::new();
         let count = |m: &Metrics| {
@@ -1288,21 +1261,12 @@ mod tests {
     }
 
     fn pull(uid: &str, start_ns: u64, end_ns: u64, code: &str) -> CriCall {
-        CriCall {
-            method: CriMethod::PullImage,
-            pod_uid: uid.into(),
-            container: "c".into(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: "i".into(),
-            start_ns,
-            end_ns,
-            code: code.parse().expect("a gRPC code"),
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        }
+        CriCall::new(CriMethod::PullImage)
+            .with_pod_uid(uid)
+            .with_container("c")
+            .with_image("i")
+            .with_times(start_ns, end_ns)
+            .with_code(code.parse().expect("a gRPC code"))
     }
 
     #[test]

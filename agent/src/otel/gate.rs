@@ -219,21 +219,11 @@ mod tests {
     }
 
     fn call(uid: &str, method: &str, container: &str, code: &str) -> CriCall {
-        CriCall {
-            method: method.parse().expect("a CRI method"),
-            pod_uid: uid.into(),
-            container: container.into(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns: 10,
-            end_ns: 20,
-            code: code.parse().expect("a gRPC code"),
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        }
+        CriCall::new(method.parse().expect("a CRI method"))
+            .with_pod_uid(uid)
+            .with_container(container)
+            .with_times(10, 20)
+            .with_code(code.parse().expect("a gRPC code"))
     }
 
     fn status(uid: &str, phase: &str, ready: bool) -> TraceRecord {

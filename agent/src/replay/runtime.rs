@@ -17,7 +17,7 @@ use std::time::Duration;
 use foldhash::fast::FixedState;
 use serde::Serialize;
 
-use podlapse_core::record::{CriMethod, GrpcCode};
+use podlapse_core::record::{ContainerState, CriMethod, GrpcCode};
 
 use crate::clock::{instant_at, mono_now, wall_now};
 use crate::cri::fake::objects::{Container, Objects, Sandbox};
@@ -135,15 +135,11 @@ impl Answer {
             _ => String::new(),
         };
         let image_ref = match c.method {
-            CriMethod::PullImage => c.response.get("image_ref").cloned().unwrap_or_default(),
+            CriMethod::PullImage => c.response.image_ref().unwrap_or_default().to_string(),
             _ => String::new(),
         };
         let exit_code = match c.method {
-            CriMethod::ExecSync => c
-                .response
-                .get("exit_code")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
+            CriMethod::ExecSync => c.response.exit_code().unwrap_or(0),
             _ => 0,
         };
         Answer {
@@ -207,15 +203,16 @@ impl Facts {
             match c.method {
                 CriMethod::Status if !network_seen => {
                     network_seen = true;
-                    let ready = c.response.get("NetworkReady").is_none_or(|v| v == "true");
-                    let message = c.response.get("NetworkReady_message").unwrap_or(&c.message);
-                    st.network_ready = (ready, message.clone());
+                    let network = c.response.network_ready();
+                    let ready = network.is_none_or(|n| n.status);
+                    let message = network.and_then(|n| n.message.as_ref());
+                    st.network_ready = (ready, message.unwrap_or(&c.message).clone());
                 }
                 CriMethod::PodSandboxStatus => {
-                    if let Some(ip) = c.response.get("ip").filter(|ip| !ip.is_empty())
+                    if let Some(ip) = c.response.pod_ip()
                         && !st.sandbox_ip.contains_key(&c.sandbox_id)
                     {
-                        st.sandbox_ip.insert(c.sandbox_id.clone(), ip.clone());
+                        st.sandbox_ip.insert(c.sandbox_id.clone(), ip.to_string());
                     }
                 }
                 CriMethod::StartContainer if c.ok() => {
@@ -225,24 +222,20 @@ impl Facts {
                     stopped.insert(c.container_id.clone());
                 }
                 CriMethod::ContainerStatus => {
-                    let exited = c.response.get("state").is_some_and(|s| s == "2");
+                    let exited = c.response.container_state() == Some(ContainerState::Exited);
                     if exited
                         && !stopped.contains(&c.container_id)
                         && !st.runs.contains_key(&c.container_id)
                         && let Some(start) = started.get(&c.container_id)
                     {
-                        let code = c
-                            .response
-                            .get("exit_code")
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
+                        let code = c.response.exit_code().unwrap_or(0);
                         let ran = c.start_ns.saturating_sub(*start) as i64;
                         st.runs.insert(c.container_id.clone(), (ran, code));
                     }
                 }
                 // The first look at an image tells whether the node had it before the run.
                 CriMethod::ImageStatus if image_seen.insert(c.image.clone()) => {
-                    let present = c.response.get("present").is_some_and(|p| p == "true");
+                    let present = c.response.image_present() == Some(true);
                     if present {
                         st.images_present.insert(c.image.clone());
                     }
@@ -999,38 +992,32 @@ impl ImageService for ReplayRuntime {
 mod tests {
     use super::*;
     use crate::clock::{install_virtual, uninstall_virtual};
+    use podlapse_core::record::ContainerStatusFields;
 
     const MS: u64 = 1_000_000;
 
     fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
-        CriCall {
-            method: method.parse().expect("a CRI method"),
-            pod_uid: "u".into(),
-            container: if method.contains("Sandbox") {
-                String::new()
-            } else {
-                "app".into()
-            },
-            attempt: 0,
-            sandbox_id: "s".into(),
-            container_id: "c".into(),
-            image: String::new(),
-            start_ns: start_ms * MS,
-            end_ns: end_ms * MS,
-            code: crate::cri::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        }
+        let container = if method.contains("Sandbox") {
+            ""
+        } else {
+            "app"
+        };
+        CriCall::new(method.parse().expect("a CRI method"))
+            .with_pod_uid("u")
+            .with_container(container)
+            .with_sandbox_id("s")
+            .with_container_id("c")
+            .with_times(start_ms * MS, end_ms * MS)
+            .with_code(crate::cri::GrpcCode::Ok)
     }
 
     /// A pod whose container started at 1000 ms and was seen exited (code 1) at 3000 ms.
     fn recording() -> Vec<CriCall> {
-        let mut exited = call("ContainerStatus", 3000, 3001);
-        exited.response = crate::cri::ResponseFields::from_iter([
-            ("state".to_string(), "2".to_string()),
-            ("exit_code".to_string(), "1".to_string()),
-        ]);
+        let exited = call("ContainerStatus", 3000, 3001).with_response(ContainerStatusFields {
+            state: Some(ContainerState::Exited),
+            exit_code: Some(1),
+            reason: None,
+        });
         vec![
             call("RunPodSandbox", 0, 100),
             // A read: lists of sandboxes take 7 ms.

@@ -226,26 +226,19 @@ mod tests {
     }
 
     fn start_call(t: u64, container_id: &str, code: &str) -> CriCall {
-        CriCall {
-            method: CriMethod::StartContainer,
-            pod_uid: POD.into(),
-            container: "app".into(),
-            attempt: 2,
-            sandbox_id: String::new(),
-            container_id: container_id.into(),
-            image: String::new(),
-            start_ns: t,
-            end_ns: t + 5,
-            // A call under way has no code yet: `Recording` begins it as Unknown.
-            code: if code.is_empty() {
-                crate::cri::GrpcCode::Unknown
-            } else {
-                code.parse().expect("a gRPC code")
-            },
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        }
+        // A call under way has no code yet: `Recording` begins it as Unknown.
+        let code = if code.is_empty() {
+            crate::cri::GrpcCode::Unknown
+        } else {
+            code.parse().expect("a gRPC code")
+        };
+        CriCall::new(CriMethod::StartContainer)
+            .with_pod_uid(POD)
+            .with_container("app")
+            .with_attempt(2)
+            .with_container_id(container_id)
+            .with_times(t, t + 5)
+            .with_code(code)
     }
 
     #[test]

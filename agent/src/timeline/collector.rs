@@ -81,7 +81,7 @@ struct Kept {
     /// `diagnose`.
     observed_header: Option<Header>,
     observations: HashMap<String, u32>,
-    last_status: Option<crate::cri::ResponseFields>,
+    last_status: Option<crate::cri::CriResponse>,
     /// Every pod the kept records name, by UID.
     marks: HashMap<String, PodMark>,
     forgotten: ForgottenIds,

@@ -175,29 +175,24 @@ pub fn server_calls(pod_uid: &str, spans: &[&RuntimeSpan]) -> (Vec<CriCall>, Vec
     let calls: Vec<CriCall> = servers
         .iter()
         .filter_map(|s| Some((s, server_method(s)?)))
-        .map(|(s, method)| CriCall {
-            method,
-            pod_uid: pod_uid.to_string(),
+        .map(|(s, method)| {
             // containerd's `container.name` is `<container>_<pod>_<namespace>_<uid>_<n>`.
-            container: text(s, "container.name")
-                .split('_')
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-            attempt: 0,
-            sandbox_id: text(s, "sandbox.id"),
-            container_id: text(s, "container.id"),
-            image: String::new(),
-            start_ns: s.start_ns,
-            end_ns: s.end_ns,
-            code: if s.ok() {
+            let name = text(s, "container.name");
+            let container = name.split('_').next().unwrap_or_default();
+            let code = if s.ok() {
                 GrpcCode::Ok
             } else {
                 GrpcCode::Unknown
-            },
-            message: s.status_message.clone(),
-            response: crate::cri::ResponseFields::new(),
-            traced: true,
+            };
+            CriCall::new(method)
+                .with_pod_uid(pod_uid)
+                .with_container(container)
+                .with_sandbox_id(text(s, "sandbox.id"))
+                .with_container_id(text(s, "container.id"))
+                .with_times(s.start_ns, s.end_ns)
+                .with_code(code)
+                .with_message(s.status_message.clone())
+                .with_traced(true)
         })
         .collect();
     let call_of: HashMap<&str, usize> = servers
@@ -339,21 +334,11 @@ mod tests {
     use podlapse_core::record::RuntimeSpanEvent;
 
     fn call(method: &str, start: u64, end: u64, traced: bool) -> CriCall {
-        CriCall {
-            method: method.parse().expect("a CRI method"),
-            pod_uid: "uid".into(),
-            container: String::new(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns: start,
-            end_ns: end,
-            code: crate::cri::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced,
-        }
+        CriCall::new(method.parse().expect("a CRI method"))
+            .with_pod_uid("uid")
+            .with_times(start, end)
+            .with_code(crate::cri::GrpcCode::Ok)
+            .with_traced(traced)
     }
 
     fn span(id: &str, parent: &str, name: &str, start: u64, end: u64) -> RuntimeSpan {

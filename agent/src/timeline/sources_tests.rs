@@ -4,21 +4,11 @@ use super::*;
 use crate::trace::RecordingEnd;
 
 fn call(method: CriMethod, start_ns: u64, traced: bool) -> CriCall {
-    CriCall {
-        method,
-        pod_uid: "uid-1".into(),
-        container: String::new(),
-        attempt: 0,
-        sandbox_id: String::new(),
-        container_id: String::new(),
-        image: String::new(),
-        start_ns,
-        end_ns: start_ns + 1_000,
-        code: GrpcCode::Ok,
-        message: String::new(),
-        response: Default::default(),
-        traced,
-    }
+    CriCall::new(method)
+        .with_pod_uid("uid-1")
+        .with_times(start_ns, start_ns + 1_000)
+        .with_code(GrpcCode::Ok)
+        .with_traced(traced)
 }
 
 fn span(parent: &CriCall, kind: &str) -> RuntimeSpan {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use podlapse_core::record::CriMethod;
+use podlapse_core::record::{CriMethod, PodSandboxState};
 
 use super::attribution::{Attribution, Owner, Rule};
 use super::cni_capture::{HookHistory, assemble};
@@ -38,9 +38,6 @@ fn wait_detail(w: &crate::trace::PodWaitRecord) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
-
-/// `SANDBOX_READY` in CRI's `PodSandboxState`.
-const SANDBOX_READY: &str = "0";
 
 /// A kernel event attributed to the pod being built.
 pub(super) type Attributed<'a> = (&'a KernelEvent, &'a Owner);
@@ -402,12 +399,12 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 c.sandbox_id == id
                     && c.ok()
                     && c.start_ns >= run.end_ns
-                    && c.response.get("state").map(String::as_str) == Some(SANDBOX_READY)
+                    && c.response.pod_sandbox_state() == Some(PodSandboxState::Ready)
             });
             let s = match status {
                 Some(st) => {
                     let mut s = self.cri_stage(StageKind::SandboxReady.into(), st);
-                    s.detail = match st.response.get("ip").filter(|ip| !ip.is_empty()) {
+                    s.detail = match st.response.pod_ip() {
                         Some(ip) => format!("ip {ip}"),
                         None => "no pod IP (host network)".into(),
                     };
@@ -802,7 +799,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 .find(|x| x.container_id == id && x.start_ns >= started.end_ns)
         {
             let mut s = self.cri_stage(name, call);
-            s.exit_code = call.response.get("exit_code").and_then(|v| v.parse().ok());
+            s.exit_code = call.response.exit_code();
             s.ok = call.ok() && s.exit_code == Some(0);
             self.stages.push(s);
             return;
@@ -901,7 +898,7 @@ impl<'i, 'a: 'i> PodBuilder<'i, 'a> {
                 .calls_named(CriMethod::ExecSync)
                 .filter(|x| x.container_id == started.container_id && x.start_ns >= started.end_ns)
                 .skip(usize::from(hook))
-                .find(|x| x.ok() && x.response.get("exit_code").map(String::as_str) == Some("0"));
+                .find(|x| x.ok() && x.response.exit_code() == Some(0));
             match passed {
                 Some(x) => {
                     ready = ready.max(x.end_ns);

@@ -7,6 +7,9 @@ use crate::cri::CriCall;
 use crate::ebpf::{Cgroup, CniExec, EventMeta, KernelEvent, NetnsCall};
 use crate::kuberuntime::PodEvent;
 use crate::trace::{PodEventRecord, PodOp, PodOpRecord, TraceRecord};
+use podlapse_core::record::{
+    CriResponse, ExecSyncFields, PodSandboxNetwork, PodSandboxState, PodSandboxStatusFields,
+};
 
 pub(crate) const UID: &str = "0a1b2c3d-0000-4000-8000-000000000001";
 const OTHER_UID: &str = "0a1b2c3d-0000-4000-8000-0000000000ff";
@@ -98,21 +101,21 @@ fn mkdir(t: u64, hierarchy: i32, id: u64, path: &str) -> TraceRecord {
 }
 
 fn call(method: &str, start_ms: u64, end_ms: u64) -> CriCall {
-    CriCall {
-        method: method.parse().expect("a CRI method"),
-        pod_uid: UID.into(),
-        container: String::new(),
-        attempt: 0,
-        sandbox_id: String::new(),
-        container_id: String::new(),
-        image: String::new(),
-        start_ns: start_ms * MS,
-        end_ns: end_ms * MS,
-        code: crate::cri::GrpcCode::Ok,
-        message: String::new(),
-        response: crate::cri::ResponseFields::new(),
-        traced: false,
+    CriCall::new(method.parse().expect("a CRI method"))
+        .with_pod_uid(UID)
+        .with_times(start_ms * MS, end_ms * MS)
+        .with_code(crate::cri::GrpcCode::Ok)
+}
+
+/// A ready sandbox's status answer with `ip`.
+fn sandbox_status(ip: &str) -> CriResponse {
+    PodSandboxStatusFields {
+        state: Some(PodSandboxState::Ready),
+        network: Some(PodSandboxNetwork {
+            ip: Some(ip.parse().expect("an IP")),
+        }),
     }
+    .into()
 }
 
 fn cri(c: CriCall) -> TraceRecord {
@@ -162,8 +165,7 @@ fn run_in(last: &str, last_code: i32, dirs: [String; 3]) -> Vec<TraceRecord> {
     run_sandbox.sandbox_id = SANDBOX.into();
     let mut status = call("PodSandboxStatus", 152, 153);
     status.sandbox_id = SANDBOX.into();
-    status.response.insert("state".into(), "0".into());
-    status.response.insert("ip".into(), "10.244.77.9".into());
+    status.response = sandbox_status("10.244.77.9");
     let mut create = call("CreateContainer", 160, 170);
     create.sandbox_id = SANDBOX.into();
     create.container = "app".into();
@@ -581,12 +583,15 @@ fn an_exec_hook_and_an_exec_readiness_probe_are_read_from_their_exec_syncs() {
         op: PodOp::Add,
         pod: std::sync::Arc::new(pod),
     });
-    for (start, code) in [(242, "0"), (300, "1"), (400, "0"), (500, "0")] {
+    for (start, code) in [(242, 0), (300, 1), (400, 0), (500, 0)] {
         let mut x = call("ExecSync", start, start + 5);
         x.container = "app".into();
         x.container_id = CONTAINER.into();
         x.sandbox_id = SANDBOX.into();
-        x.response.insert("exit_code".into(), code.into());
+        x.response = ExecSyncFields {
+            exit_code: Some(code),
+        }
+        .into();
         records.push(cri(x));
     }
     let t = build(&records);

@@ -3,6 +3,8 @@
 //! `docs/trace-format.md` is the reference; `docs/trace-format.schema.json` the schema.
 
 mod config;
+#[cfg(test)]
+mod golden_tests;
 mod line;
 mod node_network;
 mod observed;

@@ -280,47 +280,6 @@ mod tests {
         parse_trace(Path::new("t.jsonl"), text)
     }
 
-    /// The recorded fixtures, as the writer would write what the reader read from them:
-    /// every line the same, byte for byte (the footer with the counts added since). The
-    /// record types (their field order, names, enums such as the CRI method) can change
-    /// shape only if the JSON does not.
-    #[test]
-    fn every_fixture_reads_into_records_that_write_back_byte_for_byte() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../traces");
-        let mut fixtures = 0;
-        let mut lines = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "jsonl") {
-                continue;
-            }
-            fixtures += 1;
-            let text = std::fs::read_to_string(&path).unwrap();
-            for (i, raw) in text.lines().enumerate() {
-                let record: TraceRecord = serde_json::from_str(raw)
-                    .unwrap_or_else(|e| panic!("{}:{}: {e}", path.display(), i + 1));
-                let written = serde_json::to_string(&record).unwrap();
-                // The fixtures were recorded before the footer counted what the writer
-                // could not write; those counts are written last, as zeros here.
-                let expected = match raw.strip_suffix('}') {
-                    Some(head)
-                        if matches!(record, TraceRecord::Footer(_))
-                            && !raw.contains("\"unwritten_records\"") =>
-                    {
-                        format!("{head},\"unwritten_records\":0,\"dropped_records\":0}}")
-                    }
-                    _ => raw.to_string(),
-                };
-                assert_eq!(written, expected, "{}:{}", path.display(), i + 1);
-                lines += 1;
-            }
-        }
-        assert!(
-            fixtures >= 6 && lines > 1000,
-            "{fixtures} fixtures, {lines} lines"
-        );
-    }
-
     /// `n` CRI records, each with its own start time, between a header and a footer.
     fn long_trace(n: usize) -> String {
         let mut text = format!("{HEADER}\n");

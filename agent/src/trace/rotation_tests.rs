@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
-use crate::cri::{CriCall, CriMethod, GrpcCode, ResponseFields};
+use crate::cri::{CriCall, CriMethod, GrpcCode};
 
 const PODS: usize = 300;
 
@@ -46,21 +46,13 @@ fn pod(i: usize) -> Arc<Pod> {
 }
 
 fn call(i: usize, method: CriMethod, at: u64) -> TraceRecord {
-    TraceRecord::Cri(CriCall {
-        method,
-        pod_uid: format!("uid-{i:04}"),
-        container: String::new(),
-        attempt: 0,
-        sandbox_id: format!("sb-{i}"),
-        container_id: String::new(),
-        image: String::new(),
-        start_ns: at,
-        end_ns: at + 1_000,
-        code: GrpcCode::Ok,
-        message: String::new(),
-        response: ResponseFields::new(),
-        traced: false,
-    })
+    TraceRecord::Cri(
+        CriCall::new(method)
+            .with_pod_uid(format!("uid-{i:04}"))
+            .with_sandbox_id(format!("sb-{i}"))
+            .with_times(at, at + 1_000)
+            .with_code(GrpcCode::Ok),
+    )
 }
 
 fn sources(at_ns: u64) -> TraceRecord {

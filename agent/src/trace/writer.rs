@@ -462,21 +462,11 @@ mod tests {
     }
 
     fn call(i: u64) -> TraceRecord {
-        TraceRecord::Cri(CriCall {
-            method: CriMethod::Version,
-            pod_uid: String::new(),
-            container: String::new(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns: i,
-            end_ns: i,
-            code: crate::cri::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::cri::ResponseFields::new(),
-            traced: false,
-        })
+        TraceRecord::Cri(
+            CriCall::new(CriMethod::Version)
+                .with_times(i, i)
+                .with_code(crate::cri::GrpcCode::Ok),
+        )
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -119,21 +119,10 @@ mod tests {
     use crate::record::CriMethod;
 
     fn call(uid: &str, start_ns: u64) -> CriCall {
-        CriCall {
-            method: CriMethod::RunPodSandbox,
-            pod_uid: uid.into(),
-            container: String::new(),
-            attempt: 0,
-            sandbox_id: String::new(),
-            container_id: String::new(),
-            image: String::new(),
-            start_ns,
-            end_ns: start_ns + 5,
-            code: crate::record::GrpcCode::Ok,
-            message: String::new(),
-            response: crate::record::ResponseFields::new(),
-            traced: false,
-        }
+        CriCall::new(CriMethod::RunPodSandbox)
+            .with_pod_uid(uid)
+            .with_times(start_ns, start_ns + 5)
+            .with_code(crate::record::GrpcCode::Ok)
     }
 
     #[test]

@@ -3,7 +3,14 @@
 
 mod comm;
 mod cri_call;
+mod cri_call_de;
 mod cri_method;
+mod cri_response;
+mod cri_response_fields;
+mod cri_response_serde;
+#[cfg(test)]
+mod cri_response_tests;
+mod cri_state;
 pub mod escaped;
 mod grpc_code;
 pub mod ids;
@@ -12,8 +19,16 @@ mod pod_event;
 mod runtime_span;
 
 pub use comm::Comm;
-pub use cri_call::{CriCall, ResponseFields};
+pub use cri_call::CriCall;
 pub use cri_method::{CriMethod, UnknownCriMethod};
+pub use cri_response::CriResponse;
+pub use cri_response_fields::{
+    ContainerStatusFields, ExecSyncFields, ImageStatusFields, ListFields, PodSandboxNetwork,
+    PodSandboxStatusFields, PullImageFields, ResponseFields, RuntimeCondition,
+    RuntimeConditionType, StatusFields, StopContainerFields, UpdateContainerResourcesFields,
+    VersionFields,
+};
+pub use cri_state::{ContainerReason, ContainerState, PodSandboxState};
 pub use grpc_code::{GrpcCode, UnknownGrpcCode};
 pub use kernel_event::{
     Cgroup, CniExec, CniOutput, CniWriteHook, EventMeta, KernelEvent, NetnsCall, RuntimeExec,

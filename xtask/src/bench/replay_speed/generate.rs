@@ -439,4 +439,20 @@ mod tests {
             ga.max_alive
         );
     }
+
+    /// Writes benchmark 5's trace (`super::super::PODS` pods, the same bytes the benchmark
+    /// replays) to `$PODLAPSE_BENCH_TRACE`, for checks that want it without running the
+    /// benchmark (the agent's golden trace test reads it from `$PODLAPSE_GOLDEN_TRACE`).
+    #[test]
+    #[ignore = "writes a large file where $PODLAPSE_BENCH_TRACE says"]
+    fn writes_the_benchmark_trace() {
+        let path = std::env::var_os("PODLAPSE_BENCH_TRACE").expect("PODLAPSE_BENCH_TRACE");
+        let g = generate(Path::new(&path), super::super::PODS).unwrap();
+        eprintln!(
+            "{}: {} records, {} CRI calls",
+            Path::new(&path).display(),
+            g.records,
+            g.cri_calls
+        );
+    }
 }
