@@ -4,7 +4,8 @@
 //! by string key again, here or in the core, tests included, fails here, naming the file
 //! and line.
 
-use std::path::{Path, PathBuf};
+use crate::module_graph_tests::rust_files;
+use std::path::Path;
 
 /// Ways of reaching into a map of fields by key, as they read with whitespace removed
 /// (so a chain split over lines is caught too).
@@ -22,18 +23,6 @@ const BY_KEY: &[&str] = &[
 
 /// The files that may: the serde layer, and this list.
 const EXEMPT: &[&str] = &["cri_response_serde.rs", "typed_responses_tests.rs"];
-
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Where `text` reads a response by key: (line, the way), comments left out.
 fn by_key(text: &str) -> Vec<(usize, &'static str)> {

@@ -16,6 +16,15 @@ fn fixture(name: &str) -> Vec<TraceRecord> {
     read_trace(&path).expect("a fixture").records
 }
 
+/// The fixture's pod with a sidecar.
+fn sidecar_pod(timeline: &crate::timeline::Timeline) -> &crate::timeline::PodTimeline {
+    timeline
+        .pods
+        .iter()
+        .find(|p| p.name == "app-with-sidecar")
+        .expect("multi-container.jsonl's app-with-sidecar")
+}
+
 fn attr<'a>(s: &'a PodSpan, key: &str) -> Option<&'a Value> {
     s.attributes.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }
@@ -25,11 +34,7 @@ fn a_pods_startup_is_one_trace_with_calls_under_the_root_and_kernel_stages_under
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
     let calls = cri_calls(&records);
-    let pod = timeline
-        .pods
-        .iter()
-        .find(|p| p.name == "app-with-sidecar")
-        .unwrap();
+    let pod = sidecar_pod(&timeline);
     let mine: Vec<&CriCall> = calls
         .iter()
         .copied()
@@ -159,12 +164,7 @@ fn a_stage_still_under_way_when_the_startup_ended_is_exported_by_neither_export(
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
     let calls = cri_calls(&records);
-    let mut pod = timeline
-        .pods
-        .iter()
-        .find(|p| p.name == "app-with-sidecar")
-        .unwrap()
-        .clone();
+    let mut pod = sidecar_pod(&timeline).clone();
     let ready = pod.stage("ready").unwrap().end_ns;
     // A pod worker's wait that the Ready sync was held in: it began before Ready and
     // ended after it, which the live export, made at Ready, cannot have seen.
@@ -189,11 +189,7 @@ fn a_call_sent_sampled_after_the_startup_ended_is_exported_and_an_unsampled_one_
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
     let calls = cri_calls(&records);
-    let pod = timeline
-        .pods
-        .iter()
-        .find(|p| p.name == "app-with-sidecar")
-        .unwrap();
+    let pod = sidecar_pod(&timeline);
     let end = super::spans::startup_end(pod).unwrap();
     let mut late: Vec<CriCall> = calls
         .iter()
@@ -513,12 +509,7 @@ fn an_exec_after_its_calls_reply_is_still_that_calls() {
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
     let calls = cri_calls(&records);
-    let mut pod = timeline
-        .pods
-        .iter()
-        .find(|p| p.name == "app-with-sidecar")
-        .unwrap()
-        .clone();
+    let mut pod = sidecar_pod(&timeline).clone();
     let mine: Vec<&CriCall> = calls
         .iter()
         .copied()
@@ -567,12 +558,7 @@ fn a_ready_pod_waits_for_its_containers_first_execs_when_the_probes_saw_it() {
     use crate::timeline::{PodSources, SourceState, StageKind};
     let records = fixture("multi-container.jsonl");
     let timeline = crate::timeline::build(&records);
-    let mut pod = timeline
-        .pods
-        .iter()
-        .find(|p| p.name == "app-with-sidecar")
-        .unwrap()
-        .clone();
+    let mut pod = sidecar_pod(&timeline).clone();
     let started: Vec<String> = pod
         .stages
         .iter()

@@ -493,18 +493,25 @@ fn write_report(
 /// run's summary rows and sections in place of theirs, each section saying which run it
 /// came from. Without a committed BENCHMARKS.md, the partial report stands.
 fn merge_into_previous(run: &Provenance, outcomes: &[Outcome]) -> anyhow::Result<()> {
+    let Some(old) = committed_report()? else {
+        return Ok(());
+    };
     let path = workspace::root().join("BENCHMARKS.md");
+    let merged = merge_report(&old, run, outcomes);
+    std::fs::write(&path, merged).with_context(|| format!("writing {}", path.display()))
+}
+
+/// BENCHMARKS.md as the checkout's HEAD has it; None where it has none.
+fn committed_report() -> anyhow::Result<Option<String>> {
     let committed = std::process::Command::new("git")
         .args(["show", "HEAD:BENCHMARKS.md"])
         .current_dir(workspace::root())
         .output()
         .context("git show HEAD:BENCHMARKS.md")?;
-    if !committed.status.success() {
-        return Ok(());
-    }
-    let old = String::from_utf8_lossy(&committed.stdout).to_string();
-    let merged = merge_report(&old, run, outcomes);
-    std::fs::write(&path, merged).with_context(|| format!("writing {}", path.display()))
+    Ok(committed
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&committed.stdout).into_owned()))
 }
 
 /// `old` with `outcomes`' rows and sections in place (see [`merge_into_previous`]).
@@ -536,22 +543,13 @@ fn merge_report(old: &str, run: &Provenance, outcomes: &[Outcome]) -> String {
 /// After a full run: the benchmarks it leaves out ([`ON_REQUEST`]) keep the row and
 /// section the committed BENCHMARKS.md has for them, from the run that wrote them.
 fn keep_on_request_sections() -> anyhow::Result<()> {
-    let path = workspace::root().join("BENCHMARKS.md");
-    let committed = std::process::Command::new("git")
-        .args(["show", "HEAD:BENCHMARKS.md"])
-        .current_dir(workspace::root())
-        .output()
-        .context("git show HEAD:BENCHMARKS.md")?;
-    if !committed.status.success() {
+    let Some(old) = committed_report()? else {
         return Ok(());
-    }
+    };
+    let path = workspace::root().join("BENCHMARKS.md");
     let new =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let kept = keep_sections(
-        &new,
-        &String::from_utf8_lossy(&committed.stdout),
-        ON_REQUEST,
-    );
+    let kept = keep_sections(&new, &old, ON_REQUEST);
     std::fs::write(&path, kept).with_context(|| format!("writing {}", path.display()))
 }
 
