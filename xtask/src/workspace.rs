@@ -80,10 +80,7 @@ pub fn build_bin(package: &str, bin: &str, release: bool) -> (Command, PathBuf) 
     let mut cmd = cargo();
     cmd.arg("build");
     if release {
-        cmd.arg("--release");
-    }
-    if release {
-        cmd.args(["--package", package, "--bin", bin]);
+        cmd.args(["--release", "--package", package, "--bin", bin]);
     } else {
         // A debug build is the tests' build: resolved over the whole workspace, as the
         // unit and integration test builds are, its crates are the ones those built (the
@@ -102,7 +99,7 @@ pub fn build_podlapse() -> anyhow::Result<PathBuf> {
     let out = cmd.output().context("starting cargo build")?;
     if !out.status.success() {
         bail!(
-            "cargo build --package podlapse failed:\n{}",
+            "cargo build --workspace --bin podlapse failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
