@@ -2,6 +2,7 @@
 //! strings, key for key, that the recorder wrote when a response was one, for every
 //! method, and for a call that failed what was recorded before it was made.
 
+use super::recording_trace_tests::sandbox_config;
 use std::sync::{Arc, Mutex};
 
 use super::fake::{FakeRuntime, Fault};
@@ -32,15 +33,7 @@ async fn record_every_method() -> Vec<CriCall> {
     fake.set_network_ready(false, "cni plugin not initialized");
     fake.inject(Fault::image_not_found("missing:1"));
     let rec = Recording::new(fake.clone(), sink.clone());
-    let config = api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: "p".into(),
-            uid: "uid-1".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        ..Default::default()
-    };
+    let config = sandbox_config();
     rec.version().await.unwrap();
     rec.status(false).await.unwrap();
     let sandbox = rec

@@ -42,15 +42,7 @@ async fn start_a_pod(sink: Arc<Calls>) -> (Vec<(&'static str, Option<String>)>, 
             .push((call.method().as_str(), trace_context::current()));
     });
     let rec = Recording::new(runtime, sink.clone());
-    let config = api::PodSandboxConfig {
-        metadata: Some(api::PodSandboxMetadata {
-            name: "p".into(),
-            uid: "uid-1".into(),
-            namespace: "default".into(),
-            attempt: 0,
-        }),
-        ..Default::default()
-    };
+    let config = sandbox_config();
     rec.version().await.unwrap();
     let sandbox = rec
         .run_pod_sandbox(api::RunPodSandboxRequest {
@@ -144,4 +136,17 @@ async fn calls_whose_spans_are_not_exported_carry_an_unsampled_context() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Pod `p` (UID `uid-1`) in `default`, first attempt: the sandbox these tests record.
+pub(super) fn sandbox_config() -> api::PodSandboxConfig {
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: "p".into(),
+            uid: "uid-1".into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        ..Default::default()
+    }
 }
