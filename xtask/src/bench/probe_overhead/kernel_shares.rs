@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use xtask::text::list;
@@ -48,7 +49,7 @@ pub fn measure(
 ) -> anyhow::Result<KernelShares> {
     let work = dir.join("probe-shares");
     let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let target = exec_target(exec)?;
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     let stats_before = stats_sysctl()?;
